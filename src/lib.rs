@@ -1,0 +1,38 @@
+//! # persist-playground
+//!
+//! A teaching-sized re-implementation of Materialize's storage layer ("persist"), in Rust,
+//! compiled to WebAssembly and durable in the browser through IndexedDB.
+//!
+//! ## Architecture
+//!
+//! ```text
+//!  www/ + index.html   the page: renders snapshots, sends commands; holds no protocol state
+//!  src/wasm.rs         the only #[wasm_bindgen] surface (wasm32 only)
+//!  src/location/       Blob + Consensus: traits, in-memory, IndexedDB, fault injection, conformance
+//!  src/runtime/        clock, timers, tasks: the browser's and a deterministic simulator
+//! ```
+//!
+//! Later stages (the shard state machine, the timestamp oracle, the differential write task and
+//! upsert with continual feedback) build on these two layers; see `DESIGN.md` in the shared notes.
+//!
+//! ## Glossary
+//! - **shard**: a durable, time-varying collection of `((key, value), time, diff)` updates.
+//! - **seqno**: the version number of a Consensus key; every state change of a shard takes the
+//!   next one.
+//! - **upper**: a frontier; every time not beyond it is complete (no more writes there).
+//! - **since**: a frontier; history before it may be compacted.
+//! - **Blob**: a key-to-bytes store with atomic writes (batch parts, rollups).
+//! - **Consensus**: a linearizable, versioned register per key (a shard's state versions).
+//! - **lease**: how long a reader or writer may be idle before others may expire it.
+//!
+//! ## House rules
+//! Model code never reads a clock or OS randomness directly: time comes from [`runtime::Runtime`]
+//! and randomness from seeds the caller passes. Bad input gets an error, never a panic.
+
+#![warn(missing_docs)]
+
+pub mod location;
+pub mod runtime;
+
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;

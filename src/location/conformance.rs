@@ -1,0 +1,368 @@
+//! Conformance suites that make the [`Blob`] and [`Consensus`] contracts executable. Every
+//! implementation's tests call them: natively for the in-memory backends and the decorator set to
+//! always available, in headless Chrome for IndexedDB.
+//!
+//! Each suite takes a function that opens a *new handle onto the same store* (a clone sharing
+//! memory, or a new IndexedDB connection), starts from an empty store, and checks that data written
+//! through one handle is seen through another. A broken contract panics with the case that broke,
+//! which is how a test fails; an unexpected storage error is returned.
+//!
+//! The suites live in a public module so that downstream backends can run them; they cost nothing
+//! in the `.wasm` unless something exported calls them.
+
+use std::future::Future;
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use super::{
+    Blob, BlobMetadata, CaSResult, Consensus, ExternalError, SeqNo, VersionedData, SCAN_ALL,
+};
+
+fn vd(seqno: u64, data: &str) -> VersionedData {
+    VersionedData {
+        seqno: SeqNo(seqno),
+        data: Bytes::copy_from_slice(data.as_bytes()),
+    }
+}
+
+async fn list(blob: &dyn Blob, prefix: &str) -> Result<Vec<BlobMetadata>, ExternalError> {
+    let mut out = Vec::new();
+    blob.list_keys_and_metadata(prefix, &mut |m| out.push(m))
+        .await?;
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(out)
+}
+
+fn meta(key: &str, size: u64) -> BlobMetadata {
+    BlobMetadata {
+        key: key.to_string(),
+        size_in_bytes: size,
+    }
+}
+
+/// The [`Blob`] contract. `open` returns a new handle onto one initially empty store.
+pub async fn blob_impl_test<F, Fut>(open: F) -> Result<(), ExternalError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<Rc<dyn Blob>, ExternalError>>,
+{
+    let blob = open().await?;
+    let (k0, k1, k2) = ("shard/part0", "shard/part1", "other/part2");
+    let (v0, v1) = (Bytes::from_static(b"hello"), Bytes::from_static(b"world!"));
+
+    // An empty store.
+    assert_eq!(blob.get(k0).await?, None, "get of an absent key");
+    assert_eq!(
+        list(&*blob, "").await?,
+        vec![],
+        "an empty store lists nothing"
+    );
+    assert_eq!(blob.delete(k0).await?, None, "delete of an absent key");
+
+    // set, get, overwrite.
+    blob.set(k0, v0.clone()).await?;
+    assert_eq!(blob.get(k0).await?, Some(v0.clone()));
+    blob.set(k0, v1.clone()).await?;
+    assert_eq!(blob.get(k0).await?, Some(v1.clone()), "set overwrites");
+    blob.set(k0, v0.clone()).await?;
+    blob.set(k1, Bytes::new()).await?;
+    assert_eq!(
+        blob.get(k1).await?,
+        Some(Bytes::new()),
+        "an empty value is a value"
+    );
+    blob.set(k2, v1.clone()).await?;
+
+    // Listing by prefix, with sizes.
+    assert_eq!(
+        list(&*blob, "").await?,
+        vec![meta(k2, 6), meta(k0, 5), meta(k1, 0)]
+    );
+    assert_eq!(
+        list(&*blob, "shard/").await?,
+        vec![meta(k0, 5), meta(k1, 0)]
+    );
+    assert_eq!(list(&*blob, "shard/part1").await?, vec![meta(k1, 0)]);
+    assert_eq!(list(&*blob, "nothing").await?, vec![]);
+
+    // A new handle sees the same data.
+    let other = open().await?;
+    assert_eq!(
+        other.get(k0).await?,
+        Some(v0.clone()),
+        "a new handle sees the data"
+    );
+
+    // delete reports whether the key existed; deleted keys are gone from get and list.
+    assert_eq!(blob.delete(k0).await?, Some(5), "delete returns the size");
+    assert_eq!(
+        blob.delete(k0).await?,
+        None,
+        "a second delete finds nothing"
+    );
+    assert_eq!(blob.get(k0).await?, None);
+    assert_eq!(
+        other.get(k0).await?,
+        None,
+        "delete is visible to other handles"
+    );
+    assert_eq!(list(&*blob, "shard/").await?, vec![meta(k1, 0)]);
+    assert_eq!(
+        blob.delete(k1).await?,
+        Some(0),
+        "an empty value's size is 0"
+    );
+
+    // restore brings a deleted key back; it is idempotent; a never-written key cannot be restored.
+    blob.restore(k0).await?;
+    assert_eq!(
+        blob.get(k0).await?,
+        Some(v0.clone()),
+        "restore brings the value back"
+    );
+    blob.restore(k0).await?;
+    blob.restore(k2).await?;
+    assert_eq!(
+        blob.get(k2).await?,
+        Some(v1.clone()),
+        "restore of a live key changes nothing"
+    );
+    assert!(
+        blob.restore("shard/never-written").await.is_err(),
+        "restoring a key that was never written is an error"
+    );
+    assert_eq!(blob.get("shard/never-written").await?, None);
+
+    // A deleted key can be written again.
+    blob.set(k1, v1.clone()).await?;
+    assert_eq!(blob.get(k1).await?, Some(v1.clone()));
+    assert_eq!(
+        list(&*other, "").await?,
+        vec![meta(k2, 6), meta(k0, 5), meta(k1, 6)]
+    );
+    Ok(())
+}
+
+/// The [`Consensus`] contract. `open` returns a new handle onto one initially empty store.
+pub async fn consensus_impl_test<F, Fut>(open: F) -> Result<(), ExternalError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<Rc<dyn Consensus>, ExternalError>>,
+{
+    let consensus = open().await?;
+    let key = "s00000000-0000-0000-0000-000000000000";
+    let seqnos = |versions: Vec<VersionedData>| -> Vec<u64> {
+        versions.into_iter().map(|v| v.seqno.0).collect()
+    };
+
+    // An absent key.
+    assert_eq!(consensus.head(key).await?, None, "head of an absent key");
+    assert_eq!(consensus.scan(key, SeqNo(0), SCAN_ALL).await?, vec![]);
+    assert_eq!(consensus.list_keys().await?, Vec::<String>::new());
+    assert!(
+        consensus.truncate(key, SeqNo(0)).await.is_err(),
+        "truncate of a key with no versions is an error"
+    );
+
+    // The first write needs `expected = None`.
+    assert_eq!(
+        consensus
+            .compare_and_set(key, Some(SeqNo(0)), vd(5, "x"))
+            .await?,
+        CaSResult::ExpectationMismatch,
+        "expecting a version of an absent key"
+    );
+    assert_eq!(
+        consensus.head(key).await?,
+        None,
+        "a mismatch writes nothing"
+    );
+    assert_eq!(
+        consensus.compare_and_set(key, None, vd(5, "v5")).await?,
+        CaSResult::Committed
+    );
+    assert_eq!(consensus.head(key).await?, Some(vd(5, "v5")));
+    assert_eq!(
+        consensus.compare_and_set(key, None, vd(6, "x")).await?,
+        CaSResult::ExpectationMismatch,
+        "expecting absence of a present key"
+    );
+
+    // A mismatch whether the expectation is behind or ahead of the head.
+    assert_eq!(
+        consensus
+            .compare_and_set(key, Some(SeqNo(4)), vd(6, "x"))
+            .await?,
+        CaSResult::ExpectationMismatch,
+        "expected behind the head"
+    );
+    assert_eq!(
+        consensus
+            .compare_and_set(key, Some(SeqNo(7)), vd(8, "x"))
+            .await?,
+        CaSResult::ExpectationMismatch,
+        "expected ahead of the head"
+    );
+    assert_eq!(consensus.head(key).await?, Some(vd(5, "v5")));
+
+    // The new seqno must be above the expected one and within [0, i64::MAX], even if the
+    // expectation would match.
+    assert!(consensus
+        .compare_and_set(key, Some(SeqNo(5)), vd(5, "x"))
+        .await
+        .is_err());
+    assert!(consensus
+        .compare_and_set(key, Some(SeqNo(5)), vd(3, "x"))
+        .await
+        .is_err());
+    let too_big = SeqNo::maximum().0 + 1;
+    assert!(consensus
+        .compare_and_set(key, Some(SeqNo(5)), vd(too_big, "x"))
+        .await
+        .is_err());
+    assert!(
+        consensus
+            .compare_and_set("fresh", None, vd(too_big, "x"))
+            .await
+            .is_err(),
+        "the range check applies with expected = None too"
+    );
+    assert_eq!(
+        consensus.head(key).await?,
+        Some(vd(5, "v5")),
+        "errors write nothing"
+    );
+    assert_eq!(consensus.head("fresh").await?, None);
+
+    // Successors, including a jump (the contract needs only "greater"; persist always adds 1).
+    assert_eq!(
+        consensus
+            .compare_and_set(key, Some(SeqNo(5)), vd(6, "v6"))
+            .await?,
+        CaSResult::Committed
+    );
+    assert_eq!(
+        consensus
+            .compare_and_set(key, Some(SeqNo(6)), vd(10, "v10"))
+            .await?,
+        CaSResult::Committed
+    );
+    assert_eq!(consensus.head(key).await?, Some(vd(10, "v10")));
+
+    // scan: ascending in numeric order (10 after 6), bounded by from and limit.
+    assert_eq!(
+        seqnos(consensus.scan(key, SeqNo(0), SCAN_ALL).await?),
+        vec![5, 6, 10]
+    );
+    assert_eq!(
+        consensus.scan(key, SeqNo(6), 1).await?,
+        vec![vd(6, "v6")],
+        "scan honours from and limit"
+    );
+    assert_eq!(
+        seqnos(consensus.scan(key, SeqNo(7), SCAN_ALL).await?),
+        vec![10]
+    );
+    assert_eq!(
+        consensus.scan(key, SeqNo(11), SCAN_ALL).await?,
+        vec![],
+        "scan beyond the head"
+    );
+    assert_eq!(
+        consensus.scan(key, SeqNo(0), 0).await?,
+        vec![],
+        "a zero limit"
+    );
+
+    // truncate: errors beyond the head, deletes below the seqno, is idempotent.
+    assert!(
+        consensus.truncate(key, SeqNo(11)).await.is_err(),
+        "truncate beyond the head"
+    );
+    assert_eq!(consensus.truncate(key, SeqNo(6)).await?, 1);
+    assert_eq!(
+        consensus.truncate(key, SeqNo(6)).await?,
+        0,
+        "a repeat deletes nothing"
+    );
+    assert_eq!(
+        seqnos(consensus.scan(key, SeqNo(0), SCAN_ALL).await?),
+        vec![6, 10]
+    );
+    assert_eq!(
+        consensus.truncate(key, SeqNo(10)).await?,
+        1,
+        "truncate to the head"
+    );
+    assert_eq!(
+        consensus.head(key).await?,
+        Some(vd(10, "v10")),
+        "the head survives"
+    );
+    assert_eq!(
+        seqnos(consensus.scan(key, SeqNo(0), SCAN_ALL).await?),
+        vec![10]
+    );
+
+    // A second key is independent; list_keys lists both.
+    let key2 = "s11111111-1111-1111-1111-111111111111";
+    assert_eq!(consensus.head(key2).await?, None);
+    assert_eq!(
+        consensus.compare_and_set(key2, None, vd(1, "")).await?,
+        CaSResult::Committed
+    );
+    assert_eq!(
+        consensus.head(key2).await?,
+        Some(vd(1, "")),
+        "empty data round-trips"
+    );
+    assert_eq!(consensus.head(key).await?, Some(vd(10, "v10")));
+    let mut keys = consensus.list_keys().await?;
+    keys.sort();
+    assert_eq!(keys, vec![key.to_string(), key2.to_string()]);
+
+    // The full seqno range keeps numeric order (no float or string-order surprises).
+    let key3 = "s-max";
+    let near_max = SeqNo::maximum().0 - 1;
+    assert_eq!(
+        consensus
+            .compare_and_set(key3, None, vd(near_max, "a"))
+            .await?,
+        CaSResult::Committed
+    );
+    assert_eq!(
+        consensus
+            .compare_and_set(key3, Some(SeqNo(near_max)), vd(SeqNo::maximum().0, "b"))
+            .await?,
+        CaSResult::Committed
+    );
+    assert_eq!(
+        seqnos(consensus.scan(key3, SeqNo(0), SCAN_ALL).await?),
+        vec![near_max, SeqNo::maximum().0]
+    );
+
+    // A new handle sees every committed version.
+    let other = open().await?;
+    assert_eq!(
+        other.head(key).await?,
+        Some(vd(10, "v10")),
+        "a new handle sees the head"
+    );
+    assert_eq!(
+        other.head(key3).await?.map(|v| v.seqno),
+        Some(SeqNo::maximum())
+    );
+    assert_eq!(
+        other
+            .compare_and_set(key, Some(SeqNo(10)), vd(11, "v11"))
+            .await?,
+        CaSResult::Committed
+    );
+    assert_eq!(
+        consensus.head(key).await?,
+        Some(vd(11, "v11")),
+        "and vice versa"
+    );
+    Ok(())
+}

@@ -1,0 +1,767 @@
+//! [`Blob`] and [`Consensus`] over IndexedDB (wasm32 only): the durable store of the playground.
+//!
+//! One database holds three object stores:
+//! - `blob`: Blob key → `Uint8Array`;
+//! - `blob_trash`: values that `Blob::delete` removed, kept so that `Blob::restore` can bring them
+//!   back;
+//! - `consensus`: compound key `[consensus key, seqno]` → `Uint8Array`, where the seqno is written as
+//!   20 zero-padded decimal digits so that key order is numeric order over the whole `u64` range (JS
+//!   numbers are exact only to 2^53).
+//!
+//! SUBTLE: a `compare_and_set` reads the head and writes the new version in ONE readwrite
+//! transaction, awaiting nothing but that transaction's own requests in between. Awaiting anything
+//! else (a timer, another promise) would let IndexedDB auto-commit the transaction, and the
+//! compare-and-set would no longer be atomic. Readwrite transactions on one object store run one at
+//! a time, across connections and tabs of an origin, which is what makes this Consensus
+//! linearizable, the way several Materialize processes share one CockroachDB.
+//!
+//! Every readwrite call ends with `commit()` and waits for the transaction's `complete` event, so a
+//! reported success is durable and a reported error means the transaction aborted: IndexedDB errors
+//! are [`ExternalError::Determinate`].
+//!
+//! Opening handles first creation and version upgrades (`upgradeneeded`), waits out `blocked` (and
+//! logs it), and every connection closes itself on `versionchange` so that it never blocks another
+//! tab's upgrade or a deletion; a closed connection answers every later call with a clear error.
+//!
+//! Bytes that are not a `Uint8Array` or `ArrayBuffer`, or keys of the wrong shape (data written by
+//! something else, or corrupted), give a determinate error naming the record, never a panic.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::channel::oneshot;
+use js_sys::{Array, ArrayBuffer, Uint8Array};
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
+use web_sys::{
+    DomException, Event, IdbCursorDirection, IdbCursorWithValue, IdbDatabase, IdbFactory,
+    IdbKeyRange, IdbObjectStore, IdbOpenDbRequest, IdbRequest, IdbTransaction, IdbTransactionMode,
+};
+
+use super::{
+    validate_compare_and_set, Blob, BlobMetadata, CaSResult, Consensus, ExternalError, Location,
+    SeqNo, VersionedData,
+};
+
+/// The schema version of the database. Bump it (and extend `upgrade`) to change the layout.
+pub const DB_VERSION: u32 = 1;
+const BLOB: &str = "blob";
+const BLOB_TRASH: &str = "blob_trash";
+const CONSENSUS: &str = "consensus";
+const SEQNO_DIGITS: usize = 20;
+
+fn js_err(context: &str, err: JsValue) -> ExternalError {
+    let detail = if let Some(dom) = err.dyn_ref::<DomException>() {
+        format!("{}: {}", dom.name(), dom.message())
+    } else if let Some(e) = err.dyn_ref::<js_sys::Error>() {
+        String::from(e.message())
+    } else if err.is_null() || err.is_undefined() {
+        "no error object".to_string()
+    } else {
+        format!("{err:?}")
+    };
+    ExternalError::determinate(format!("indexeddb {context}: {detail}"))
+}
+
+fn factory() -> Result<IdbFactory, ExternalError> {
+    let global = js_sys::global();
+    let factory = if let Some(window) = global.dyn_ref::<web_sys::Window>() {
+        window.indexed_db()
+    } else if let Some(worker) = global.dyn_ref::<web_sys::WorkerGlobalScope>() {
+        worker.indexed_db()
+    } else {
+        return Err(ExternalError::determinate(
+            "indexeddb is not available here (no window or worker global)",
+        ));
+    };
+    factory
+        .map_err(|e| js_err("open factory", e))?
+        .ok_or_else(|| ExternalError::determinate("indexeddb is not available in this browser"))
+}
+
+/// Waits for one `success` or `error` event of `req`. The handlers are removed when this returns
+/// or is dropped, so a cancelled wait never leaves a dangling Rust closure behind.
+async fn await_request(req: &IdbRequest, context: &str) -> Result<JsValue, ExternalError> {
+    let (tx, rx) = oneshot::channel::<Result<JsValue, JsValue>>();
+    let tx = Rc::new(RefCell::new(Some(tx)));
+    let (req_ok, tx_ok) = (req.clone(), Rc::clone(&tx));
+    let on_success = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
+        if let Some(tx) = tx_ok.borrow_mut().take() {
+            let _ = tx.send(req_ok.result());
+        }
+    });
+    let (req_err, tx_err) = (req.clone(), Rc::clone(&tx));
+    let on_error = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
+        if let Some(tx) = tx_err.borrow_mut().take() {
+            let err = match req_err.error() {
+                Ok(Some(dom)) => dom.into(),
+                Ok(None) => JsValue::NULL,
+                Err(e) => e,
+            };
+            let _ = tx.send(Err(err));
+        }
+    });
+    req.set_onsuccess(Some(on_success.as_ref().unchecked_ref()));
+    req.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    let _guard = HandlerGuard(Box::new({
+        let req = req.clone();
+        move || {
+            req.set_onsuccess(None);
+            req.set_onerror(None);
+        }
+    }));
+    let result = rx.await;
+    drop((on_success, on_error));
+    match result {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(js_err(context, err)),
+        Err(_canceled) => Err(ExternalError::indeterminate(format!(
+            "indexeddb {context}: request dropped without an answer"
+        ))),
+    }
+}
+
+/// Runs its closure on drop (detaches JS event handlers before their Rust closures go away).
+struct HandlerGuard(Box<dyn Fn()>);
+
+impl Drop for HandlerGuard {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+/// Commits `tx` and waits for `complete` (success) or `abort`/`error` (nothing was written).
+async fn commit(tx: &IdbTransaction, context: &str) -> Result<(), ExternalError> {
+    let (send, recv) = oneshot::channel::<Result<(), JsValue>>();
+    let send = Rc::new(RefCell::new(Some(send)));
+    let s1 = Rc::clone(&send);
+    let on_complete = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
+        if let Some(s) = s1.borrow_mut().take() {
+            let _ = s.send(Ok(()));
+        }
+    });
+    let (s2, tx2) = (Rc::clone(&send), tx.clone());
+    let on_abort = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
+        if let Some(s) = s2.borrow_mut().take() {
+            let err = tx2.error().map(JsValue::from).unwrap_or(JsValue::NULL);
+            let _ = s.send(Err(err));
+        }
+    });
+    tx.set_oncomplete(Some(on_complete.as_ref().unchecked_ref()));
+    tx.set_onabort(Some(on_abort.as_ref().unchecked_ref()));
+    tx.set_onerror(Some(on_abort.as_ref().unchecked_ref()));
+    let _guard = HandlerGuard(Box::new({
+        let tx = tx.clone();
+        move || {
+            tx.set_oncomplete(None);
+            tx.set_onabort(None);
+            tx.set_onerror(None);
+        }
+    }));
+    // commit() throws if the transaction already finished; its outcome still arrives as an event.
+    // (web-sys marks `commit` deprecated, but it is standard IndexedDB and supported by Chromium.)
+    #[allow(deprecated)]
+    let _ = tx.commit();
+    let result = recv.await;
+    drop((on_complete, on_abort));
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => Err(js_err(&format!("{context}: transaction aborted"), err)),
+        Err(_canceled) => Err(ExternalError::indeterminate(format!(
+            "indexeddb {context}: transaction outcome unknown"
+        ))),
+    }
+}
+
+fn bytes_from_js(value: &JsValue, what: &dyn Fn() -> String) -> Result<Bytes, ExternalError> {
+    if let Some(arr) = value.dyn_ref::<Uint8Array>() {
+        Ok(Bytes::from(arr.to_vec()))
+    } else if let Some(buf) = value.dyn_ref::<ArrayBuffer>() {
+        Ok(Bytes::from(Uint8Array::new(buf).to_vec()))
+    } else {
+        Err(ExternalError::determinate(format!(
+            "indexeddb: {} holds a value that is not bytes (foreign or corrupted data): {}",
+            what(),
+            js_type_name(value)
+        )))
+    }
+}
+
+fn js_type_name(value: &JsValue) -> String {
+    value
+        .js_typeof()
+        .as_string()
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn bytes_to_js(bytes: &[u8]) -> JsValue {
+    Uint8Array::from(bytes).into()
+}
+
+fn seqno_key(seqno: SeqNo) -> String {
+    format!("{:0width$}", seqno.0, width = SEQNO_DIGITS)
+}
+
+fn parse_seqno_key(s: &str) -> Option<SeqNo> {
+    if s.len() != SEQNO_DIGITS || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse::<u64>().ok().map(SeqNo)
+}
+
+fn consensus_key(key: &str, seqno: SeqNo) -> JsValue {
+    Array::of2(
+        &JsValue::from_str(key),
+        &JsValue::from_str(&seqno_key(seqno)),
+    )
+    .into()
+}
+
+/// Splits a stored consensus key `[key, seqno]`, rejecting any other shape.
+fn split_consensus_key(raw: &JsValue) -> Result<(String, SeqNo), ExternalError> {
+    let bad = || {
+        ExternalError::determinate(format!(
+            "indexeddb: consensus store has a key of the wrong shape (foreign or corrupted data): {raw:?}"
+        ))
+    };
+    let arr = raw.dyn_ref::<Array>().ok_or_else(bad)?;
+    if arr.length() != 2 {
+        return Err(bad());
+    }
+    let key = arr.get(0).as_string().ok_or_else(bad)?;
+    let seqno = arr
+        .get(1)
+        .as_string()
+        .and_then(|s| parse_seqno_key(&s))
+        .ok_or_else(bad)?;
+    Ok((key, seqno))
+}
+
+fn key_range(
+    key: &str,
+    from: SeqNo,
+    to: SeqNo,
+    to_open: bool,
+) -> Result<IdbKeyRange, ExternalError> {
+    IdbKeyRange::bound_with_lower_open_and_upper_open(
+        &consensus_key(key, from),
+        &consensus_key(key, to),
+        false,
+        to_open,
+    )
+    .map_err(|e| js_err("key range", e))
+}
+
+/// Every consensus key of `key`, whatever the seqno.
+fn all_versions(key: &str) -> Result<IdbKeyRange, ExternalError> {
+    key_range(key, SeqNo(0), SeqNo(u64::MAX), false)
+}
+
+struct Connection {
+    name: String,
+    db: IdbDatabase,
+    closed: Rc<Cell<bool>>,
+    _on_versionchange: Closure<dyn FnMut(Event)>,
+}
+
+impl Connection {
+    fn transaction(
+        &self,
+        stores: &[&str],
+        mode: IdbTransactionMode,
+    ) -> Result<IdbTransaction, ExternalError> {
+        if self.closed.get() {
+            return Err(ExternalError::determinate(format!(
+                "indexeddb {}: connection closed (another connection upgraded or deleted the database)",
+                self.name
+            )));
+        }
+        let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
+        self.db
+            .transaction_with_str_sequence_and_mode(&names, mode)
+            .map_err(|e| js_err("begin transaction", e))
+    }
+}
+
+fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, ExternalError> {
+    tx.object_store(name).map_err(|e| js_err("object store", e))
+}
+
+/// A connection to one IndexedDB database that serves as both Blob and Consensus. Clones share
+/// the connection; [`IdbLocation::open`] again makes a new one.
+#[derive(Clone)]
+pub struct IdbLocation {
+    conn: Rc<Connection>,
+}
+
+impl IdbLocation {
+    /// Opens (creating or upgrading as needed) the database `name`.
+    pub async fn open(name: &str) -> Result<IdbLocation, ExternalError> {
+        let open_req: IdbOpenDbRequest = factory()?
+            .open_with_u32(name, DB_VERSION)
+            .map_err(|e| js_err("open", e))?;
+        let upgrade_req = open_req.clone();
+        let upgrade_error: Rc<RefCell<Option<ExternalError>>> = Rc::new(RefCell::new(None));
+        let upgrade_error2 = Rc::clone(&upgrade_error);
+        let on_upgrade = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
+            if let Err(err) = upgrade(&upgrade_req) {
+                *upgrade_error2.borrow_mut() = Some(err);
+            }
+        });
+        let db_name = name.to_string();
+        let on_blocked = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
+            web_sys::console::warn_1(&JsValue::from_str(&format!(
+                "indexeddb {db_name}: open is blocked by another connection; waiting for it to close"
+            )));
+        });
+        open_req.set_onupgradeneeded(Some(on_upgrade.as_ref().unchecked_ref()));
+        open_req.set_onblocked(Some(on_blocked.as_ref().unchecked_ref()));
+        let result = await_request(&open_req, "open").await;
+        open_req.set_onupgradeneeded(None);
+        open_req.set_onblocked(None);
+        drop((on_upgrade, on_blocked));
+        if let Some(err) = upgrade_error.borrow_mut().take() {
+            return Err(err);
+        }
+        let db: IdbDatabase = result?
+            .dyn_into()
+            .map_err(|v| js_err("open: not a database", v))?;
+        let closed = Rc::new(Cell::new(false));
+        let (db2, closed2) = (db.clone(), Rc::clone(&closed));
+        let on_versionchange = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
+            // Step aside so the other connection's upgrade or deletion is not blocked.
+            closed2.set(true);
+            db2.close();
+        });
+        db.set_onversionchange(Some(on_versionchange.as_ref().unchecked_ref()));
+        Ok(IdbLocation {
+            conn: Rc::new(Connection {
+                name: name.to_string(),
+                db,
+                closed,
+                _on_versionchange: on_versionchange,
+            }),
+        })
+    }
+
+    /// Deletes the database `name`. Open connections of this crate close themselves first.
+    pub async fn delete_database(name: &str) -> Result<(), ExternalError> {
+        let req = factory()?
+            .delete_database(name)
+            .map_err(|e| js_err("delete database", e))?;
+        await_request(&req, "delete database").await.map(|_| ())
+    }
+
+    /// The database name.
+    pub fn name(&self) -> &str {
+        &self.conn.name
+    }
+
+    /// Whether this connection has closed (on `versionchange`, or through [`IdbLocation::close`]).
+    pub fn is_closed(&self) -> bool {
+        self.conn.closed.get()
+    }
+
+    /// Closes the connection; later calls fail with a clear error.
+    pub fn close(&self) {
+        self.conn.closed.set(true);
+        self.conn.db.close();
+    }
+
+    /// Writes one record as is, bypassing every encoding: for inspection tools and for tests that
+    /// plant foreign or corrupted data. `store` is `"blob"`, `"blob_trash"` or `"consensus"`.
+    pub async fn put_raw(
+        &self,
+        store_name: &str,
+        key: &JsValue,
+        value: &JsValue,
+    ) -> Result<(), ExternalError> {
+        if ![BLOB, BLOB_TRASH, CONSENSUS].contains(&store_name) {
+            return Err(ExternalError::determinate(format!(
+                "no object store named {store_name:?}"
+            )));
+        }
+        let tx = self
+            .conn
+            .transaction(&[store_name], IdbTransactionMode::Readwrite)?;
+        store(&tx, store_name)?
+            .put_with_key(value, key)
+            .map_err(|e| js_err("put_raw", e))?;
+        commit(&tx, "put_raw").await
+    }
+
+    /// This database as a [`Blob`].
+    pub fn blob(&self) -> Rc<dyn Blob> {
+        Rc::new(IdbBlob { conn: self.clone() })
+    }
+
+    /// This database as a [`Consensus`].
+    pub fn consensus(&self) -> Rc<dyn Consensus> {
+        Rc::new(IdbConsensus { conn: self.clone() })
+    }
+
+    /// Both services.
+    pub fn location(&self) -> Location {
+        Location {
+            blob: self.blob(),
+            consensus: self.consensus(),
+        }
+    }
+}
+
+/// Creates whatever object stores version [`DB_VERSION`] needs and the database lacks.
+fn upgrade(req: &IdbOpenDbRequest) -> Result<(), ExternalError> {
+    let db: IdbDatabase = req
+        .result()
+        .map_err(|e| js_err("upgrade", e))?
+        .dyn_into()
+        .map_err(|v| js_err("upgrade: not a database", v))?;
+    let existing = db.object_store_names();
+    for name in [BLOB, BLOB_TRASH, CONSENSUS] {
+        if !existing.contains(name) {
+            db.create_object_store(name)
+                .map_err(|e| js_err("create object store", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// [`Blob`] over an [`IdbLocation`].
+pub struct IdbBlob {
+    conn: IdbLocation,
+}
+
+#[async_trait(?Send)]
+impl Blob for IdbBlob {
+    async fn get(&self, key: &str) -> Result<Option<Bytes>, ExternalError> {
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[BLOB], IdbTransactionMode::Readonly)?;
+        let req = store(&tx, BLOB)?
+            .get(&JsValue::from_str(key))
+            .map_err(|e| js_err("blob get", e))?;
+        let value = await_request(&req, "blob get").await?;
+        if value.is_undefined() {
+            return Ok(None);
+        }
+        bytes_from_js(&value, &|| format!("blob {key}")).map(Some)
+    }
+
+    async fn list_keys_and_metadata(
+        &self,
+        key_prefix: &str,
+        f: &mut (dyn FnMut(BlobMetadata) + '_),
+    ) -> Result<(), ExternalError> {
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[BLOB], IdbTransactionMode::Readonly)?;
+        let os = store(&tx, BLOB)?;
+        let (keys_req, values_req) = if key_prefix.is_empty() {
+            (
+                os.get_all_keys().map_err(|e| js_err("blob list", e))?,
+                os.get_all().map_err(|e| js_err("blob list", e))?,
+            )
+        } else {
+            // Every key with the prefix sorts in [prefix, prefix + U+FFFF]; filtered again below.
+            let range = IdbKeyRange::bound(
+                &JsValue::from_str(key_prefix),
+                &JsValue::from_str(&format!("{key_prefix}\u{ffff}")),
+            )
+            .map_err(|e| js_err("blob list range", e))?;
+            (
+                os.get_all_keys_with_key(&range)
+                    .map_err(|e| js_err("blob list", e))?,
+                os.get_all_with_key(&range)
+                    .map_err(|e| js_err("blob list", e))?,
+            )
+        };
+        let keys: Array = await_request(&keys_req, "blob list keys")
+            .await?
+            .unchecked_into();
+        let values: Array = await_request(&values_req, "blob list values")
+            .await?
+            .unchecked_into();
+        for (k, v) in keys.iter().zip(values.iter()) {
+            let key = k.as_string().ok_or_else(|| {
+                ExternalError::determinate(format!(
+                    "indexeddb: blob store has a key that is not a string (foreign data): {k:?}"
+                ))
+            })?;
+            if !key.starts_with(key_prefix) {
+                continue;
+            }
+            let size = bytes_from_js(&v, &|| format!("blob {key}"))?.len() as u64;
+            f(BlobMetadata {
+                key,
+                size_in_bytes: size,
+            });
+        }
+        Ok(())
+    }
+
+    async fn set(&self, key: &str, value: Bytes) -> Result<(), ExternalError> {
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)?;
+        let k = JsValue::from_str(key);
+        store(&tx, BLOB)?
+            .put_with_key(&bytes_to_js(&value), &k)
+            .map_err(|e| js_err("blob set", e))?;
+        store(&tx, BLOB_TRASH)?
+            .delete(&k)
+            .map_err(|e| js_err("blob set", e))?;
+        commit(&tx, "blob set").await
+    }
+
+    async fn delete(&self, key: &str) -> Result<Option<usize>, ExternalError> {
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)?;
+        let k = JsValue::from_str(key);
+        let live = store(&tx, BLOB)?;
+        let value = await_request(
+            &live.get(&k).map_err(|e| js_err("blob delete", e))?,
+            "blob delete",
+        )
+        .await?;
+        if value.is_undefined() {
+            commit(&tx, "blob delete").await?;
+            return Ok(None);
+        }
+        let size = bytes_from_js(&value, &|| format!("blob {key}"))?.len();
+        store(&tx, BLOB_TRASH)?
+            .put_with_key(&value, &k)
+            .map_err(|e| js_err("blob delete", e))?;
+        live.delete(&k).map_err(|e| js_err("blob delete", e))?;
+        commit(&tx, "blob delete").await?;
+        Ok(Some(size))
+    }
+
+    async fn restore(&self, key: &str) -> Result<(), ExternalError> {
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)?;
+        let k = JsValue::from_str(key);
+        let live = store(&tx, BLOB)?;
+        let trash = store(&tx, BLOB_TRASH)?;
+        let count = await_request(
+            &live
+                .count_with_key(&k)
+                .map_err(|e| js_err("blob restore", e))?,
+            "blob restore",
+        )
+        .await?;
+        if count.as_f64().unwrap_or(0.0) > 0.0 {
+            return commit(&tx, "blob restore").await;
+        }
+        let value = await_request(
+            &trash.get(&k).map_err(|e| js_err("blob restore", e))?,
+            "blob restore",
+        )
+        .await?;
+        if value.is_undefined() {
+            commit(&tx, "blob restore").await?;
+            return Err(ExternalError::determinate(format!(
+                "unable to restore {key}: it was never written"
+            )));
+        }
+        live.put_with_key(&value, &k)
+            .map_err(|e| js_err("blob restore", e))?;
+        trash.delete(&k).map_err(|e| js_err("blob restore", e))?;
+        commit(&tx, "blob restore").await
+    }
+}
+
+/// [`Consensus`] over an [`IdbLocation`].
+pub struct IdbConsensus {
+    conn: IdbLocation,
+}
+
+/// Reads the head of `key` inside `tx` (one cursor request, newest first).
+async fn head_in(os: &IdbObjectStore, key: &str) -> Result<Option<VersionedData>, ExternalError> {
+    let req = os
+        .open_cursor_with_range_and_direction(&all_versions(key)?.into(), IdbCursorDirection::Prev)
+        .map_err(|e| js_err("consensus head", e))?;
+    let cursor = await_request(&req, "consensus head").await?;
+    if cursor.is_null() || cursor.is_undefined() {
+        return Ok(None);
+    }
+    let cursor: IdbCursorWithValue = cursor
+        .dyn_into()
+        .map_err(|v| js_err("consensus head: not a cursor", v))?;
+    let raw_key = cursor.key().map_err(|e| js_err("consensus head", e))?;
+    let (_, seqno) = split_consensus_key(&raw_key)?;
+    let value = cursor.value().map_err(|e| js_err("consensus head", e))?;
+    let data = bytes_from_js(&value, &|| format!("consensus {key} {seqno}"))?;
+    Ok(Some(VersionedData { seqno, data }))
+}
+
+#[async_trait(?Send)]
+impl Consensus for IdbConsensus {
+    async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)?;
+        head_in(&store(&tx, CONSENSUS)?, key).await
+    }
+
+    async fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<SeqNo>,
+        new: VersionedData,
+    ) -> Result<CaSResult, ExternalError> {
+        validate_compare_and_set(expected, &new)?;
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)?;
+        let os = store(&tx, CONSENSUS)?;
+        // SUBTLE: between this read and the put below, await nothing but this transaction's own
+        // requests, or the transaction auto-commits and the compare-and-set is no longer atomic.
+        let current = head_in(&os, key).await?.map(|v| v.seqno);
+        if current != expected {
+            // Nothing was written; the transaction commits empty on its own.
+            return Ok(CaSResult::ExpectationMismatch);
+        }
+        os.put_with_key(&bytes_to_js(&new.data), &consensus_key(key, new.seqno))
+            .map_err(|e| js_err("consensus compare_and_set", e))?;
+        commit(&tx, "consensus compare_and_set").await?;
+        Ok(CaSResult::Committed)
+    }
+
+    async fn scan(
+        &self,
+        key: &str,
+        from: SeqNo,
+        limit: usize,
+    ) -> Result<Vec<VersionedData>, ExternalError> {
+        if limit == 0 {
+            // getAll treats a count of 0 as "no limit".
+            return Ok(Vec::new());
+        }
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)?;
+        let os = store(&tx, CONSENSUS)?;
+        let range = key_range(key, from, SeqNo(u64::MAX), false)?;
+        let (keys_req, values_req) = match u32::try_from(limit) {
+            Ok(n) => (
+                os.get_all_keys_with_key_and_limit(&range, n),
+                os.get_all_with_key_and_limit(&range, n),
+            ),
+            Err(_) => (
+                os.get_all_keys_with_key(&range),
+                os.get_all_with_key(&range),
+            ),
+        };
+        let keys_req = keys_req.map_err(|e| js_err("consensus scan", e))?;
+        let values_req = values_req.map_err(|e| js_err("consensus scan", e))?;
+        let keys: Array = await_request(&keys_req, "consensus scan")
+            .await?
+            .unchecked_into();
+        let values: Array = await_request(&values_req, "consensus scan")
+            .await?
+            .unchecked_into();
+        keys.iter()
+            .zip(values.iter())
+            .map(|(k, v)| {
+                let (_, seqno) = split_consensus_key(&k)?;
+                let data = bytes_from_js(&v, &|| format!("consensus {key} {seqno}"))?;
+                Ok(VersionedData { seqno, data })
+            })
+            .collect()
+    }
+
+    async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)?;
+        let os = store(&tx, CONSENSUS)?;
+        let Some(head) = head_in(&os, key).await? else {
+            return Err(ExternalError::determinate(format!(
+                "cannot truncate {key} to {seqno}: the key has no versions"
+            )));
+        };
+        if seqno > head.seqno {
+            return Err(ExternalError::determinate(format!(
+                "cannot truncate {key} to {seqno}: beyond the head {}",
+                head.seqno
+            )));
+        }
+        if seqno == SeqNo(0) {
+            // Nothing sorts below v0 (and an empty half-open range is a DataError in IndexedDB).
+            return Ok(0);
+        }
+        let range = key_range(key, SeqNo(0), seqno, true)?;
+        let count_req = os
+            .count_with_key(&range)
+            .map_err(|e| js_err("consensus truncate", e))?;
+        let count = await_request(&count_req, "consensus truncate").await?;
+        os.delete(&range)
+            .map_err(|e| js_err("consensus truncate", e))?;
+        commit(&tx, "consensus truncate").await?;
+        Ok(count.as_f64().unwrap_or(0.0) as usize)
+    }
+
+    async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
+        let tx = self
+            .conn
+            .conn
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)?;
+        let req = store(&tx, CONSENSUS)?
+            .get_all_keys()
+            .map_err(|e| js_err("consensus list_keys", e))?;
+        let keys: Array = await_request(&req, "consensus list_keys")
+            .await?
+            .unchecked_into();
+        let mut out: Vec<String> = Vec::new();
+        for k in keys.iter() {
+            let (key, _) = split_consensus_key(&k)?;
+            if out.last() != Some(&key) {
+                out.push(key);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seqno_keys_sort_numerically_and_round_trip() {
+        let seqnos = [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            1 << 53,
+            (1 << 53) + 1,
+            i64::MAX as u64,
+            u64::MAX,
+        ];
+        let keys: Vec<String> = seqnos.iter().map(|s| seqno_key(SeqNo(*s))).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        for (s, k) in seqnos.iter().zip(&keys) {
+            assert_eq!(parse_seqno_key(k), Some(SeqNo(*s)));
+        }
+        assert_eq!(parse_seqno_key("12"), None);
+        assert_eq!(parse_seqno_key("0000000000000000000x"), None);
+    }
+}

@@ -1,0 +1,211 @@
+//! The single-threaded runtime every component is written against: a clock, timers, task spawning
+//! and timeouts, handed to components as a value ([`Runtime`]) rather than chosen by `cfg`.
+//!
+//! Two implementations stand behind it:
+//! - [`sim::Simulator`]: a deterministic executor with virtual time. Time moves only when every task
+//!   waits on a timer; which ready task runs next is a seeded choice. A run is a function of its seed
+//!   and its inputs, natively and in wasm32 alike, which is what randomized tests over thousands of
+//!   seeds and the playground's replay stand on.
+//! - `browser::BrowserRuntime` (wasm32 only): the JS clock (`Date.now`), `setTimeout` timers through
+//!   gloo-timers and tasks through `wasm_bindgen_futures::spawn_local`.
+//!
+//! Semantics shared by both:
+//! - [`Runtime::now_ms`] never goes back.
+//! - [`Runtime::sleep`] completes at or after `now + ms`.
+//! - [`Runtime::interval`] ticks every period; ticks missed while the owner was busy are skipped,
+//!   not delivered in a burst.
+//! - [`Runtime::spawn`] returns a [`JoinHandle`]: dropping it aborts the task (the task's future is
+//!   dropped at its next wake-up at the latest); [`JoinHandle::detach`] lets it run on.
+//! - [`Runtime::timeout`] bounds any future; the inner future is dropped (cancelled) on expiry.
+//!
+//! Everything is `!Send`: futures are `LocalBoxFuture`s and components share state through `Rc`.
+//! Model code never reads a clock except through this module.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use futures::future::{FutureExt, LocalBoxFuture, RemoteHandle};
+
+pub mod sim;
+
+#[cfg(target_arch = "wasm32")]
+pub mod browser;
+
+/// What an implementation of the runtime provides. Components use [`Runtime`], which wraps this.
+pub trait RuntimeImpl {
+    /// Milliseconds on this runtime's clock. Never decreases.
+    fn now_ms(&self) -> u64;
+    /// A future that completes once `now_ms() >= deadline_ms`.
+    fn sleep_until(&self, deadline_ms: u64) -> LocalBoxFuture<'static, ()>;
+    /// Runs `fut` to completion in the background. `name` labels the task in traces.
+    fn spawn_boxed(&self, name: &str, fut: LocalBoxFuture<'static, ()>);
+}
+
+/// A cheaply clonable handle to the runtime a component runs on.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Rc<dyn RuntimeImpl>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("now_ms", &self.now_ms())
+            .finish()
+    }
+}
+
+/// The error of [`Runtime::timeout`]: the deadline passed before the future completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("timed out after {after_ms} ms")]
+pub struct Elapsed {
+    /// The duration the caller allowed.
+    pub after_ms: u64,
+}
+
+impl Runtime {
+    /// Wraps an implementation.
+    pub fn new(inner: Rc<dyn RuntimeImpl>) -> Self {
+        Runtime { inner }
+    }
+
+    /// Milliseconds on this runtime's clock (virtual under the simulator). Never decreases.
+    pub fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
+    /// Completes after at least `ms` milliseconds. `sleep(0)` completes at once.
+    pub fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
+        let deadline_ms = self.now_ms().saturating_add(ms);
+        self.inner.sleep_until(deadline_ms)
+    }
+
+    /// Completes once the clock reads at least `deadline_ms`.
+    pub fn sleep_until(&self, deadline_ms: u64) -> LocalBoxFuture<'static, ()> {
+        self.inner.sleep_until(deadline_ms)
+    }
+
+    /// An interval whose first tick is one `period_ms` from now. Missed ticks are skipped.
+    ///
+    /// A `period_ms` of zero is raised to one millisecond, so an interval can never spin.
+    pub fn interval(&self, period_ms: u64) -> Interval {
+        let period_ms = period_ms.max(1);
+        Interval {
+            runtime: self.clone(),
+            period_ms,
+            next_ms: self.now_ms().saturating_add(period_ms),
+        }
+    }
+
+    /// Spawns `fut` as a background task labelled `name`. Dropping the returned handle aborts the
+    /// task; awaiting it yields the task's output.
+    pub fn spawn<F>(&self, name: &str, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        // `remote_handle` gives abort-on-drop for free: the remote half stops (and drops `fut`)
+        // as soon as it sees that the handle is gone.
+        let (remote, handle) = fut.remote_handle();
+        self.inner.spawn_boxed(name, remote.boxed_local());
+        JoinHandle {
+            handle: Some(handle),
+        }
+    }
+
+    /// Runs `fut` for at most `ms` milliseconds. On expiry `fut` is dropped, which cancels it.
+    pub async fn timeout<F: Future>(&self, ms: u64, fut: F) -> Result<F::Output, Elapsed> {
+        let sleep = self.sleep(ms);
+        futures::pin_mut!(fut);
+        match futures::future::select(fut, sleep).await {
+            futures::future::Either::Left((out, _)) => Ok(out),
+            futures::future::Either::Right(((), _)) => Err(Elapsed { after_ms: ms }),
+        }
+    }
+
+    /// Yields once to the executor, letting other ready tasks run first.
+    pub fn yield_now(&self) -> YieldNow {
+        YieldNow { yielded: false }
+    }
+}
+
+/// A handle to a spawned task. Dropping it aborts the task; awaiting it gives the task's output.
+#[must_use = "dropping a JoinHandle aborts its task; call detach() to let it run"]
+pub struct JoinHandle<T> {
+    handle: Option<RemoteHandle<T>>,
+}
+
+impl<T: 'static> JoinHandle<T> {
+    /// Lets the task run to completion on its own; its output is dropped.
+    pub fn detach(mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.forget();
+        }
+    }
+
+    /// Aborts the task now (the same as dropping the handle).
+    pub fn abort(self) {
+        drop(self)
+    }
+}
+
+impl<T: 'static> Future for JoinHandle<T> {
+    type Output = T;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.handle.as_mut() {
+            Some(handle) => handle.poll_unpin(cx),
+            // Only `detach` takes the handle, and it consumes `self`.
+            None => unreachable!("JoinHandle polled after detach"),
+        }
+    }
+}
+
+/// A periodic timer; see [`Runtime::interval`].
+pub struct Interval {
+    runtime: Runtime,
+    period_ms: u64,
+    next_ms: u64,
+}
+
+impl Interval {
+    /// Waits for the next tick and returns its scheduled time. If the caller fell behind by more
+    /// than a period, the missed ticks are skipped: the next tick is the first scheduled time
+    /// strictly after now.
+    pub async fn tick(&mut self) -> u64 {
+        self.runtime.sleep_until(self.next_ms).await;
+        let tick_ms = self.next_ms;
+        let now_ms = self.runtime.now_ms();
+        debug_assert!(now_ms >= tick_ms, "sleep_until woke early");
+        // Skip every tick that is already in the past.
+        let behind = (now_ms - tick_ms) / self.period_ms;
+        self.next_ms =
+            tick_ms.saturating_add(behind.saturating_add(1).saturating_mul(self.period_ms));
+        tick_ms
+    }
+
+    /// The period of this interval.
+    pub fn period_ms(&self) -> u64 {
+        self.period_ms
+    }
+}
+
+/// See [`Runtime::yield_now`].
+pub struct YieldNow {
+    yielded: bool,
+}
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.yielded {
+            Poll::Ready(())
+        } else {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}

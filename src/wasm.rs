@@ -1,0 +1,229 @@
+//! The only `#[wasm_bindgen]` surface of the crate (wasm32 only). Thin by design: each exported
+//! call checks its JS input, calls the core, and hands back plain data (serde structs through
+//! serde-wasm-bindgen) or a JS `Error` with a message. Nothing here holds protocol state.
+//!
+//! Numbers: seqnos are `u64` and may exceed 2^53, so they cross the boundary as decimal strings.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use js_sys::Promise;
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use crate::location::idb::IdbLocation;
+use crate::location::{BlobMetadata, CaSResult, ExternalError, SeqNo, VersionedData, SCAN_ALL};
+
+/// The longest key the page accepts.
+const MAX_KEY_CHARS: usize = 256;
+/// The largest value the page accepts, in bytes.
+const MAX_VALUE_BYTES: usize = 1 << 20;
+/// How much of a value a snapshot shows.
+const PREVIEW_BYTES: usize = 64;
+
+#[wasm_bindgen(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+fn js_error(err: impl std::fmt::Display) -> JsValue {
+    js_sys::Error::new(&err.to_string()).into()
+}
+
+fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(js_error)
+}
+
+fn check_key(what: &str, key: &str) -> Result<(), JsValue> {
+    if key.is_empty() {
+        return Err(js_error(format!("{what} key must not be empty")));
+    }
+    if key.chars().count() > MAX_KEY_CHARS {
+        return Err(js_error(format!(
+            "{what} key is longer than {MAX_KEY_CHARS} characters"
+        )));
+    }
+    Ok(())
+}
+
+fn check_value(value: &str) -> Result<(), JsValue> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(js_error(format!(
+            "value is larger than {MAX_VALUE_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn preview(data: &[u8]) -> String {
+    let cut = &data[..data.len().min(PREVIEW_BYTES)];
+    let mut s = String::from_utf8_lossy(cut).into_owned();
+    if data.len() > PREVIEW_BYTES {
+        s.push('…');
+    }
+    s
+}
+
+/// One Consensus key as the page shows it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConsensusKeyView {
+    key: String,
+    /// The head seqno, as a decimal string (exact for every u64).
+    head_seqno: String,
+    /// Live versions (after truncation).
+    versions: usize,
+    /// Bytes over all live versions.
+    bytes: usize,
+    /// The start of the head version's data, as text.
+    head_preview: String,
+}
+
+/// What an IndexedDB location holds, as the page shows it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LocationView {
+    db_name: String,
+    consensus: Vec<ConsensusKeyView>,
+    blobs: Vec<BlobMetadata>,
+}
+
+/// The result of [`LocationInspector::write_version`].
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WriteOutcome {
+    key: String,
+    /// The seqno the write tried to take, as a decimal string.
+    seqno: String,
+    /// Whether it committed (false: another writer took that seqno first).
+    committed: bool,
+}
+
+/// Opens an IndexedDB location and shows what it holds: the first page's window onto storage.
+#[wasm_bindgen]
+pub struct LocationInspector {
+    location: Rc<IdbLocation>,
+}
+
+#[wasm_bindgen]
+impl LocationInspector {
+    /// Opens (creating if needed) the IndexedDB database `dbName`.
+    /// Resolves to a `LocationInspector`.
+    pub fn open(db_name: String) -> Promise {
+        future_to_promise(async move {
+            check_key("database", &db_name)?;
+            let location = IdbLocation::open(&db_name).await.map_err(js_error)?;
+            Ok(LocationInspector {
+                location: Rc::new(location),
+            }
+            .into())
+        })
+    }
+
+    /// The database name.
+    #[wasm_bindgen(getter, js_name = dbName)]
+    pub fn db_name(&self) -> String {
+        self.location.name().to_string()
+    }
+
+    /// Resolves to `{ dbName, consensus: [{ key, headSeqno, versions, bytes, headPreview }],
+    /// blobs: [{ key, size_in_bytes }] }`, keys sorted.
+    pub fn snapshot(&self) -> Promise {
+        let location = Rc::clone(&self.location);
+        future_to_promise(async move { to_js(&snapshot(&location).await.map_err(js_error)?) })
+    }
+
+    /// Writes `data` as the next version of Consensus key `key` (reads the head, then
+    /// compare_and_set at head + 1). Resolves to `{ key, seqno, committed }`; `committed` is false
+    /// if another writer took that seqno in between.
+    #[wasm_bindgen(js_name = writeVersion)]
+    pub fn write_version(&self, key: String, data: String) -> Promise {
+        let location = Rc::clone(&self.location);
+        future_to_promise(
+            async move {
+                check_key("consensus", &key)?;
+                check_value(&data)?;
+                let consensus = location.consensus();
+                let head = consensus.head(&key).await.map_err(js_error)?;
+                let expected = head.map(|v| v.seqno);
+                let next = expected.map_or(SeqNo(1), SeqNo::next);
+                let new = VersionedData {
+                    seqno: next,
+                    data: Bytes::from(data.into_bytes()),
+                };
+                let result = consensus
+                    .compare_and_set(&key, expected, new)
+                    .await
+                    .map_err(js_error)?;
+                to_js(&WriteOutcome {
+                    key,
+                    seqno: next.0.to_string(),
+                    committed: result == CaSResult::Committed,
+                })
+            }
+            .boxed_local(),
+        )
+    }
+
+    /// Sets Blob key `key` to `data`.
+    #[wasm_bindgen(js_name = writeBlob)]
+    pub fn write_blob(&self, key: String, data: String) -> Promise {
+        let location = Rc::clone(&self.location);
+        future_to_promise(async move {
+            check_key("blob", &key)?;
+            check_value(&data)?;
+            location
+                .blob()
+                .set(&key, Bytes::from(data.into_bytes()))
+                .await
+                .map_err(js_error)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// Closes this connection and deletes the whole database. The inspector is unusable after.
+    #[wasm_bindgen(js_name = deleteDatabase)]
+    pub fn delete_database(&self) -> Promise {
+        let location = Rc::clone(&self.location);
+        future_to_promise(async move {
+            location.close();
+            IdbLocation::delete_database(location.name())
+                .await
+                .map_err(js_error)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+}
+
+async fn snapshot(location: &IdbLocation) -> Result<LocationView, ExternalError> {
+    let consensus = location.consensus();
+    let mut keys = Vec::new();
+    for key in consensus.list_keys().await? {
+        let versions = consensus.scan(&key, SeqNo::minimum(), SCAN_ALL).await?;
+        let Some(head) = versions.last() else {
+            continue;
+        };
+        keys.push(ConsensusKeyView {
+            head_seqno: head.seqno.0.to_string(),
+            versions: versions.len(),
+            bytes: versions.iter().map(|v| v.data.len()).sum(),
+            head_preview: preview(&head.data),
+            key,
+        });
+    }
+    let mut blobs = Vec::new();
+    location
+        .blob()
+        .list_keys_and_metadata("", &mut |m| blobs.push(m))
+        .await?;
+    blobs.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(LocationView {
+        db_name: location.name().to_string(),
+        consensus: keys,
+        blobs,
+    })
+}
