@@ -40,6 +40,7 @@ use web_sys::{
     IdbKeyRange, IdbObjectStore, IdbOpenDbRequest, IdbRequest, IdbTransaction, IdbTransactionMode,
 };
 
+use super::idb_keys::{parse_seqno_key, seqno_key};
 use super::{
     validate_compare_and_set, Blob, BlobMetadata, CaSResult, Consensus, ExternalError, Location,
     SeqNo, VersionedData,
@@ -50,7 +51,6 @@ pub const DB_VERSION: u32 = 1;
 const BLOB: &str = "blob";
 const BLOB_TRASH: &str = "blob_trash";
 const CONSENSUS: &str = "consensus";
-const SEQNO_DIGITS: usize = 20;
 
 fn js_err(context: &str, err: JsValue) -> ExternalError {
     let detail = if let Some(dom) = err.dyn_ref::<DomException>() {
@@ -198,17 +198,6 @@ fn js_type_name(value: &JsValue) -> String {
 
 fn bytes_to_js(bytes: &[u8]) -> JsValue {
     Uint8Array::from(bytes).into()
-}
-
-fn seqno_key(seqno: SeqNo) -> String {
-    format!("{:0width$}", seqno.0, width = SEQNO_DIGITS)
-}
-
-fn parse_seqno_key(s: &str) -> Option<SeqNo> {
-    if s.len() != SEQNO_DIGITS || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse::<u64>().ok().map(SeqNo)
 }
 
 fn consensus_key(key: &str, seqno: SeqNo) -> JsValue {
@@ -733,35 +722,5 @@ impl Consensus for IdbConsensus {
             }
         }
         Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seqno_keys_sort_numerically_and_round_trip() {
-        let seqnos = [
-            0,
-            1,
-            9,
-            10,
-            99,
-            100,
-            1 << 53,
-            (1 << 53) + 1,
-            i64::MAX as u64,
-            u64::MAX,
-        ];
-        let keys: Vec<String> = seqnos.iter().map(|s| seqno_key(SeqNo(*s))).collect();
-        let mut sorted = keys.clone();
-        sorted.sort();
-        assert_eq!(keys, sorted);
-        for (s, k) in seqnos.iter().zip(&keys) {
-            assert_eq!(parse_seqno_key(k), Some(SeqNo(*s)));
-        }
-        assert_eq!(parse_seqno_key("12"), None);
-        assert_eq!(parse_seqno_key("0000000000000000000x"), None);
     }
 }

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub mod conformance;
+pub mod idb_keys;
 pub mod mem;
 pub mod unreliable;
 

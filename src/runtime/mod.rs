@@ -12,8 +12,8 @@
 //! Semantics shared by both:
 //! - [`Runtime::now_ms`] never goes back.
 //! - [`Runtime::sleep`] completes at or after `now + ms`.
-//! - [`Runtime::interval`] ticks every period; ticks missed while the owner was busy are skipped,
-//!   not delivered in a burst.
+//! - [`Runtime::interval`] ticks every period; ticks missed while the owner was busy collapse
+//!   into one, never a burst.
 //! - [`Runtime::spawn`] returns a [`JoinHandle`]: dropping it aborts the task (the task's future is
 //!   dropped at its next wake-up at the latest); [`JoinHandle::detach`] lets it run on.
 //! - [`Runtime::timeout`] bounds any future; the inner future is dropped (cancelled) on expiry.
@@ -171,18 +171,18 @@ pub struct Interval {
 }
 
 impl Interval {
-    /// Waits for the next tick and returns its scheduled time. If the caller fell behind by more
-    /// than a period, the missed ticks are skipped: the next tick is the first scheduled time
-    /// strictly after now.
+    /// Waits for the next tick and returns its scheduled time. Ticks missed while the owner was
+    /// busy are not delivered in a burst: the next call returns at once, with the latest missed
+    /// scheduled time standing for all of them, and later ticks keep the original schedule.
     pub async fn tick(&mut self) -> u64 {
         self.runtime.sleep_until(self.next_ms).await;
-        let tick_ms = self.next_ms;
         let now_ms = self.runtime.now_ms();
-        debug_assert!(now_ms >= tick_ms, "sleep_until woke early");
-        // Skip every tick that is already in the past.
-        let behind = (now_ms - tick_ms) / self.period_ms;
-        self.next_ms =
-            tick_ms.saturating_add(behind.saturating_add(1).saturating_mul(self.period_ms));
+        debug_assert!(now_ms >= self.next_ms, "sleep_until woke early");
+        let behind = now_ms.saturating_sub(self.next_ms) / self.period_ms;
+        let tick_ms = self
+            .next_ms
+            .saturating_add(behind.saturating_mul(self.period_ms));
+        self.next_ms = tick_ms.saturating_add(self.period_ms);
         tick_ms
     }
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The README's test command: set up, then run every test layer, failing if any layer fails or runs
+# fewer tests than it should.
+#
+#   1. native:  cargo test (unit, integration and doc tests; the simulator's randomized suites)
+#   2. browser: wasm-pack test --headless --chrome (IndexedDB, the browser runtime), in Chromium
+#   3. page:    build pkg/ and drive index.html in Chromium with playwright-core (tests/e2e/)
+#
+# A browser test file without wasm_bindgen_test_configure!(run_in_browser) is silently skipped by
+# the runner, and a layer can "pass" having run nothing; so each layer's count is checked against
+# the number of tests its files declare.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+export PATH="$HOME/.cargo/bin:$PATH"
+
+bash scripts/setup.sh
+
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+fail() { echo "[test] FAILED: $*" >&2; exit 1; }
+sum_passed() { # cargo/libtest summaries: "test result: ok. N passed; ..."
+  grep -aoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$1" | awk '{s += $4} END {print s + 0}'
+}
+
+echo "[test] 1/3 native: cargo test"
+cargo test --all-targets 2>&1 | tee "$logs/native.log"
+cargo test --doc 2>&1 | tee -a "$logs/native.log"
+native=$(sum_passed "$logs/native.log")
+[ "$native" -gt 0 ] || fail "native layer ran no test"
+
+echo "[test] 2/3 browser: wasm-pack test --headless --chrome"
+for f in tests/*.rs; do
+  if grep -q 'wasm_bindgen_test\]' "$f" && ! grep -q 'run_in_browser' "$f"; then
+    fail "$f has browser tests but no wasm_bindgen_test_configure!(run_in_browser): they would be skipped"
+  fi
+done
+browser_expected=$(cat tests/*.rs | grep -cE '^\s*#\[wasm_bindgen_test\]' || true)
+export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-120}"
+wasm-pack test --mode no-install --headless --chrome --chromedriver /usr/bin/chromedriver 2>&1 \
+  | tee "$logs/browser.log"
+browser=$(sum_passed "$logs/browser.log")
+[ "$browser" -ge "$browser_expected" ] \
+  || fail "browser layer ran $browser tests; the test files declare $browser_expected"
+
+echo "[test] 3/3 page: build pkg/ and run tests/e2e/ in Chromium"
+bash scripts/build.sh
+e2e_expected=$(cat tests/e2e/*.test.mjs | grep -cE '^\s*test\(' || true)
+node --test --test-reporter=tap tests/e2e/ 2>&1 | tee "$logs/e2e.log"
+e2e=$(grep -aoE '^# pass [0-9]+' "$logs/e2e.log" | awk '{print $3}' | tail -n1)
+e2e=${e2e:-0}
+[ "$e2e" -ge "$e2e_expected" ] && [ "$e2e" -gt 0 ] \
+  || fail "page layer passed $e2e tests; the test files declare $e2e_expected"
+
+total=$((native + browser + e2e))
+echo "[test] native $native, browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared)"
+echo "test: $total passed, 0 failed"
