@@ -23,6 +23,35 @@ const MAX_VALUE_BYTES: usize = 1 << 20;
 /// How much of a value a snapshot shows.
 const PREVIEW_BYTES: usize = 64;
 
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &'static str = r#"
+/** One Consensus key: its head seqno (a decimal string: seqnos may exceed 2^53), live versions, bytes. */
+export interface ConsensusKeyView {
+    key: string;
+    headSeqno: string;
+    versions: number;
+    bytes: number;
+    headPreview: string;
+}
+/** A Blob key and the size of its value. */
+export interface BlobMetadata {
+    key: string;
+    size_in_bytes: number;
+}
+/** What an IndexedDB location holds, keys sorted. */
+export interface LocationView {
+    dbName: string;
+    consensus: ConsensusKeyView[];
+    blobs: BlobMetadata[];
+}
+/** The outcome of writeVersion: committed is false if another writer took that seqno first. */
+export interface WriteOutcome {
+    key: string;
+    seqno: string;
+    committed: boolean;
+}
+"#;
+
 #[wasm_bindgen(start)]
 fn start() {
     console_error_panic_hook::set_once();
@@ -113,7 +142,8 @@ pub struct LocationInspector {
 impl LocationInspector {
     /// Opens (creating if needed) the IndexedDB database `dbName`.
     /// Resolves to a `LocationInspector`.
-    pub fn open(db_name: String) -> Promise {
+    #[wasm_bindgen(unchecked_return_type = "Promise<LocationInspector>")]
+    pub fn open(#[wasm_bindgen(js_name = dbName)] db_name: String) -> Promise {
         future_to_promise(async move {
             check_key("database", &db_name)?;
             let location = IdbLocation::open(&db_name).await.map_err(js_error)?;
@@ -132,6 +162,7 @@ impl LocationInspector {
 
     /// Resolves to `{ dbName, consensus: [{ key, headSeqno, versions, bytes, headPreview }],
     /// blobs: [{ key, size_in_bytes }] }`, keys sorted.
+    #[wasm_bindgen(unchecked_return_type = "Promise<LocationView>")]
     pub fn snapshot(&self) -> Promise {
         let location = Rc::clone(&self.location);
         future_to_promise(async move { to_js(&snapshot(&location).await.map_err(js_error)?) })
@@ -140,7 +171,7 @@ impl LocationInspector {
     /// Writes `data` as the next version of Consensus key `key` (reads the head, then
     /// compare_and_set at head + 1). Resolves to `{ key, seqno, committed }`; `committed` is false
     /// if another writer took that seqno in between.
-    #[wasm_bindgen(js_name = writeVersion)]
+    #[wasm_bindgen(js_name = writeVersion, unchecked_return_type = "Promise<WriteOutcome>")]
     pub fn write_version(&self, key: String, data: String) -> Promise {
         let location = Rc::clone(&self.location);
         future_to_promise(
@@ -170,7 +201,7 @@ impl LocationInspector {
     }
 
     /// Sets Blob key `key` to `data`.
-    #[wasm_bindgen(js_name = writeBlob)]
+    #[wasm_bindgen(js_name = writeBlob, unchecked_return_type = "Promise<void>")]
     pub fn write_blob(&self, key: String, data: String) -> Promise {
         let location = Rc::clone(&self.location);
         future_to_promise(async move {
@@ -186,7 +217,7 @@ impl LocationInspector {
     }
 
     /// Closes this connection and deletes the whole database. The inspector is unusable after.
-    #[wasm_bindgen(js_name = deleteDatabase)]
+    #[wasm_bindgen(js_name = deleteDatabase, unchecked_return_type = "Promise<void>")]
     pub fn delete_database(&self) -> Promise {
         let location = Rc::clone(&self.location);
         future_to_promise(async move {

@@ -16,9 +16,7 @@ use bytes::Bytes;
 use js_sys::{Array, Uint8Array};
 use persist_playground::location::conformance::{blob_impl_test, consensus_impl_test};
 use persist_playground::location::idb::IdbLocation;
-use persist_playground::location::{
-    Blob, CaSResult, Consensus, ExternalError, SeqNo, VersionedData, SCAN_ALL,
-};
+use persist_playground::location::{CaSResult, ExternalError, SeqNo, VersionedData, SCAN_ALL};
 use persist_playground::runtime::browser::BrowserRuntime;
 use persist_playground::runtime::sim::Simulator;
 use wasm_bindgen::JsValue;

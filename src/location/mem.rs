@@ -224,7 +224,7 @@ impl Consensus for MemConsensus {
                 }
                 return CaSResult::ExpectationMismatch;
             }
-            debug_assert!(current.map_or(true, |c| c < new.seqno));
+            debug_assert!(current.is_none_or(|c| c < new.seqno));
             versions.push(new);
             CaSResult::Committed
         })
