@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod location;
+pub mod oracle;
 pub mod runtime;
 
 #[cfg(target_arch = "wasm32")]

@@ -1,0 +1,1 @@
+//! The timestamp oracle (issue 4): under construction.
