@@ -34,15 +34,15 @@ export interface ConsensusKeyView {
     headPreview: string;
 }
 /** A Blob key and the size of its value. */
-export interface BlobMetadata {
+export interface BlobView {
     key: string;
-    size_in_bytes: number;
+    sizeInBytes: number;
 }
 /** What an IndexedDB location holds, keys sorted. */
 export interface LocationView {
     dbName: string;
     consensus: ConsensusKeyView[];
-    blobs: BlobMetadata[];
+    blobs: BlobView[];
 }
 /** The outcome of writeVersion: committed is false if another writer took that seqno first. */
 export interface WriteOutcome {
@@ -88,10 +88,16 @@ fn check_value(value: &str) -> Result<(), JsValue> {
     Ok(())
 }
 
+/// The start of `data` as text: at most [`PREVIEW_BYTES`] bytes, cut at a character boundary
+/// when the data is UTF-8 (bytes that are not UTF-8 show as U+FFFD).
 fn preview(data: &[u8]) -> String {
-    let cut = &data[..data.len().min(PREVIEW_BYTES)];
-    let mut s = String::from_utf8_lossy(cut).into_owned();
-    if data.len() > PREVIEW_BYTES {
+    let text = String::from_utf8_lossy(data);
+    let mut end = text.len().min(PREVIEW_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut s = text[..end].to_string();
+    if end < text.len() {
         s.push('…');
     }
     s
@@ -112,13 +118,28 @@ struct ConsensusKeyView {
     head_preview: String,
 }
 
+/// One Blob key as the page shows it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BlobView {
+    key: String,
+    size_in_bytes: u64,
+}
+
+impl From<BlobMetadata> for BlobView {
+    fn from(m: BlobMetadata) -> Self {
+        let BlobMetadata { key, size_in_bytes } = m;
+        BlobView { key, size_in_bytes }
+    }
+}
+
 /// What an IndexedDB location holds, as the page shows it.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct LocationView {
     db_name: String,
     consensus: Vec<ConsensusKeyView>,
-    blobs: Vec<BlobMetadata>,
+    blobs: Vec<BlobView>,
 }
 
 /// The result of [`LocationInspector::write_version`].
@@ -160,8 +181,15 @@ impl LocationInspector {
         self.location.name().to_string()
     }
 
+    /// Whether the connection has closed (for example because another tab deleted the
+    /// database); every later call then fails, and the page should open a new inspector.
+    #[wasm_bindgen(getter)]
+    pub fn closed(&self) -> bool {
+        self.location.is_closed()
+    }
+
     /// Resolves to `{ dbName, consensus: [{ key, headSeqno, versions, bytes, headPreview }],
-    /// blobs: [{ key, size_in_bytes }] }`, keys sorted.
+    /// blobs: [{ key, sizeInBytes }] }`, keys sorted.
     #[wasm_bindgen(unchecked_return_type = "Promise<LocationView>")]
     pub fn snapshot(&self) -> Promise {
         let location = Rc::clone(&self.location);
@@ -249,7 +277,7 @@ async fn snapshot(location: &IdbLocation) -> Result<LocationView, ExternalError>
     let mut blobs = Vec::new();
     location
         .blob()
-        .list_keys_and_metadata("", &mut |m| blobs.push(m))
+        .list_keys_and_metadata("", &mut |m| blobs.push(BlobView::from(m)))
         .await?;
     blobs.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(LocationView {
