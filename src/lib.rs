@@ -33,6 +33,7 @@
 
 pub mod location;
 pub mod oracle;
+pub mod persist;
 pub mod runtime;
 
 #[cfg(target_arch = "wasm32")]

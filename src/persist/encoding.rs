@@ -1,0 +1,313 @@
+//! Everything persist stores, as bytes, in one place.
+//!
+//! - A **state version** (one Consensus version of a shard) is a [`StateDiff`]: the changes from
+//!   seqno N-1 to N, field by field, plus the key of the newest rollup, so that a reader can start
+//!   from that rollup and apply the diffs after it.
+//! - A **rollup** (a Blob) is a whole [`State`] at one seqno.
+//! - A **batch part** (a Blob, or inline in state) is a list of `((key, value), time, diff)` with
+//!   keys and values already encoded by their codecs.
+//!
+//! Framing: 4 bytes of magic naming the kind and format version (`PPd1`, `PPr1`, `PPp1`), a CRC-32
+//! of the payload (little-endian), then the payload in bincode (fixed-width integers, no trailing
+//! bytes). Decoding checks the magic, the checksum, that the payload is exactly the canonical
+//! encoding of what it decoded to (so a successful decode always re-encodes to the input), and
+//! the semantic invariants of what it decoded. Bad bytes are an error, never a panic.
+
+use std::collections::BTreeMap;
+
+use bincode::Options;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use timely::progress::Antichain;
+
+use super::codec::{Diff, Timestamp};
+use super::state::{
+    CriticalReaderId, CriticalReaderState, HollowBatch, HollowRollup, LeasedReaderId,
+    LeasedReaderState, Schema, SchemaId, State, WriterId, WriterState,
+};
+use super::trace::Trace;
+use super::ShardId;
+use crate::location::SeqNo;
+
+const MAGIC_DIFF: [u8; 4] = *b"PPd1";
+const MAGIC_ROLLUP: [u8; 4] = *b"PPr1";
+const MAGIC_PART: [u8; 4] = *b"PPp1";
+const HEADER_BYTES: usize = 8;
+
+/// Why bytes did not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot decode {what}: {message}")]
+pub struct DecodeError {
+    /// What was being decoded.
+    pub what: &'static str,
+    /// What was wrong.
+    pub message: String,
+}
+
+fn options() -> impl Options {
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .with_little_endian()
+        .reject_trailing_bytes()
+}
+
+fn encode_framed<T: Serialize>(magic: [u8; 4], value: &T) -> Vec<u8> {
+    // Serializing plain data structs into a Vec cannot fail.
+    let payload = options()
+        .serialize(value)
+        .expect("bincode serialization of plain data into a Vec");
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
+    out.extend_from_slice(&magic);
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out
+}
+
+fn decode_framed<T: Serialize + DeserializeOwned>(
+    what: &'static str,
+    magic: [u8; 4],
+    bytes: &[u8],
+) -> Result<T, DecodeError> {
+    let err = |message: String| DecodeError { what, message };
+    if bytes.len() < HEADER_BYTES {
+        return Err(err(format!(
+            "{} bytes is shorter than the header",
+            bytes.len()
+        )));
+    }
+    let (header, payload) = bytes.split_at(HEADER_BYTES);
+    if header[..4] != magic {
+        return Err(err(format!(
+            "magic {:?} is not {:?} (another kind of record, or another format version)",
+            String::from_utf8_lossy(&header[..4]),
+            String::from_utf8_lossy(&magic)
+        )));
+    }
+    let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+    if crc != crc32fast::hash(payload) {
+        return Err(err("checksum mismatch (corrupted)".into()));
+    }
+    let value: T = options()
+        .with_limit(payload.len() as u64)
+        .deserialize(payload)
+        .map_err(|e| err(format!("bad payload: {e}")))?;
+    let again = options()
+        .serialize(&value)
+        .map_err(|e| err(format!("cannot re-encode: {e}")))?;
+    if again != payload {
+        return Err(err("payload is not in canonical form".into()));
+    }
+    Ok(value)
+}
+
+/// One update with its key and value encoded by their codecs.
+pub type EncodedUpdate = ((Vec<u8>, Vec<u8>), Timestamp, Diff);
+
+/// Encodes a batch part.
+pub fn encode_part(updates: &[EncodedUpdate]) -> Vec<u8> {
+    encode_framed(MAGIC_PART, &updates)
+}
+
+/// Decodes a batch part.
+pub fn decode_part(bytes: &[u8]) -> Result<Vec<EncodedUpdate>, DecodeError> {
+    decode_framed("batch part", MAGIC_PART, bytes)
+}
+
+/// Encodes a rollup (a whole state).
+pub fn encode_rollup(state: &State) -> Vec<u8> {
+    encode_framed(MAGIC_ROLLUP, state)
+}
+
+/// Decodes a rollup and checks the state's invariants.
+pub fn decode_rollup(bytes: &[u8]) -> Result<State, DecodeError> {
+    let state: State = decode_framed("rollup", MAGIC_ROLLUP, bytes)?;
+    state.validate(None).map_err(|message| DecodeError {
+        what: "rollup",
+        message,
+    })?;
+    Ok(state)
+}
+
+/// Encodes a state version.
+pub fn encode_diff(diff: &StateDiff) -> Vec<u8> {
+    encode_framed(MAGIC_DIFF, diff)
+}
+
+/// Decodes a state version.
+pub fn decode_diff(bytes: &[u8]) -> Result<StateDiff, DecodeError> {
+    let diff: StateDiff = decode_framed("state version", MAGIC_DIFF, bytes)?;
+    if diff.seqno_to != diff.seqno_from.next() {
+        return Err(DecodeError {
+            what: "state version",
+            message: format!("goes from {} to {}", diff.seqno_from, diff.seqno_to),
+        });
+    }
+    Ok(diff)
+}
+
+/// The changes to one keyed collection: `(key, None)` removes, `(key, Some(v))` inserts or
+/// replaces.
+pub type MapDiff<K, V> = Vec<(K, Option<V>)>;
+
+/// The changes from one state version to the next, field by field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateDiff {
+    /// The shard.
+    pub shard_id: ShardId,
+    /// The version this diff applies to.
+    pub seqno_from: SeqNo,
+    /// The version it makes (`seqno_from + 1`).
+    pub seqno_to: SeqNo,
+    /// The new walltime.
+    pub walltime_ms: u64,
+    /// The newest rollup at `seqno_to`: where a reader starts.
+    pub latest_rollup: Option<(SeqNo, HollowRollup)>,
+    /// Schema changes.
+    pub schemas: MapDiff<SchemaId, Schema>,
+    /// The new `last_gc_req`, if it changed.
+    pub last_gc_req: Option<SeqNo>,
+    /// Rollup changes.
+    pub rollups: MapDiff<SeqNo, HollowRollup>,
+    /// Leased reader changes.
+    pub leased_readers: MapDiff<LeasedReaderId, LeasedReaderState>,
+    /// Critical reader changes.
+    pub critical_readers: MapDiff<CriticalReaderId, CriticalReaderState>,
+    /// Writer changes.
+    pub writers: MapDiff<WriterId, WriterState>,
+    /// The new since, if it changed.
+    pub since: Option<Antichain<Timestamp>>,
+    /// The new upper, if it changed.
+    pub upper: Option<Antichain<Timestamp>>,
+    /// Batch changes, keyed by each batch's lower.
+    pub batches: MapDiff<Timestamp, HollowBatch>,
+}
+
+fn diff_map<K: Ord + Clone, V: PartialEq + Clone>(
+    old: &BTreeMap<K, V>,
+    new: &BTreeMap<K, V>,
+) -> MapDiff<K, V> {
+    let mut out = Vec::new();
+    for k in old.keys() {
+        if !new.contains_key(k) {
+            out.push((k.clone(), None));
+        }
+    }
+    for (k, v) in new {
+        if old.get(k) != Some(v) {
+            out.push((k.clone(), Some(v.clone())));
+        }
+    }
+    out
+}
+
+fn apply_map<K: Ord + Clone + std::fmt::Debug, V: Clone>(
+    map: &mut BTreeMap<K, V>,
+    diff: &MapDiff<K, V>,
+    field: &str,
+) -> Result<(), String> {
+    for (k, v) in diff {
+        match v {
+            Some(v) => {
+                map.insert(k.clone(), v.clone());
+            }
+            None => {
+                if map.remove(k).is_none() {
+                    return Err(format!("{field}: removes {k:?}, which is absent"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn batch_key(b: &HollowBatch) -> Timestamp {
+    // A batch in the trace never has an empty lower (its interval is not empty).
+    b.desc
+        .lower
+        .elements()
+        .first()
+        .copied()
+        .unwrap_or(Timestamp::MAX)
+}
+
+fn batch_map(trace: &Trace) -> BTreeMap<Timestamp, HollowBatch> {
+    trace
+        .batches()
+        .iter()
+        .map(|b| (batch_key(b), b.clone()))
+        .collect()
+}
+
+impl StateDiff {
+    /// The diff that turns `old` into `new` (`new.seqno == old.seqno + 1`).
+    pub fn from_diff(old: &State, new: &State) -> StateDiff {
+        assert_eq!(new.seqno, old.seqno.next(), "diffs go one seqno at a time");
+        let (o, n) = (&old.collections, &new.collections);
+        StateDiff {
+            shard_id: new.shard_id.clone(),
+            seqno_from: old.seqno,
+            seqno_to: new.seqno,
+            walltime_ms: new.walltime_ms,
+            latest_rollup: new.latest_rollup().map(|(s, r)| (s, r.clone())),
+            schemas: diff_map(&o.schemas, &n.schemas),
+            last_gc_req: (o.last_gc_req != n.last_gc_req).then_some(n.last_gc_req),
+            rollups: diff_map(&o.rollups, &n.rollups),
+            leased_readers: diff_map(&o.leased_readers, &n.leased_readers),
+            critical_readers: diff_map(&o.critical_readers, &n.critical_readers),
+            writers: diff_map(&o.writers, &n.writers),
+            since: (o.trace.since() != n.trace.since()).then(|| n.trace.since().clone()),
+            upper: (o.trace.upper() != n.trace.upper()).then(|| n.trace.upper().clone()),
+            batches: diff_map(&batch_map(&o.trace), &batch_map(&n.trace)),
+        }
+    }
+
+    /// Applies this diff to `state`, which must be at `seqno_from`. On error `state` is unchanged.
+    pub fn apply(&self, state: &mut State) -> Result<(), String> {
+        if state.shard_id != self.shard_id {
+            return Err(format!(
+                "diff of shard {} applied to shard {}",
+                self.shard_id, state.shard_id
+            ));
+        }
+        if state.seqno != self.seqno_from {
+            return Err(format!(
+                "diff from {} applied to state at {}",
+                self.seqno_from, state.seqno
+            ));
+        }
+        let mut next = state.clone();
+        let c = &mut next.collections;
+        next.seqno = self.seqno_to;
+        next.walltime_ms = self.walltime_ms;
+        apply_map(&mut c.schemas, &self.schemas, "schemas")?;
+        if let Some(s) = self.last_gc_req {
+            c.last_gc_req = s;
+        }
+        apply_map(&mut c.rollups, &self.rollups, "rollups")?;
+        apply_map(
+            &mut c.leased_readers,
+            &self.leased_readers,
+            "leased readers",
+        )?;
+        apply_map(
+            &mut c.critical_readers,
+            &self.critical_readers,
+            "critical readers",
+        )?;
+        apply_map(&mut c.writers, &self.writers, "writers")?;
+        let mut batches = batch_map(&c.trace);
+        apply_map(&mut batches, &self.batches, "batches")?;
+        let since = self
+            .since
+            .clone()
+            .unwrap_or_else(|| c.trace.since().clone());
+        let upper = self
+            .upper
+            .clone()
+            .unwrap_or_else(|| c.trace.upper().clone());
+        c.trace = Trace::from_parts(since, upper, batches.into_values().collect())?;
+        next.validate(Some(state))?;
+        *state = next;
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! The errors of the persist API.
+//!
+//! Writes return `Result<Result<(), UpperMismatch>, InvalidUsage>`: the outer error is a misuse the
+//! caller must fix (never retried), the inner one an expected race the caller handles (the shard's
+//! upper was not what it expected). Storage errors never reach the caller as such: handles retry
+//! them for as long as the caller waits (bound the future with the runtime's `timeout`).
+
+use timely::progress::Antichain;
+
+use super::codec::Timestamp;
+use super::ShardId;
+
+/// The shard's upper was not the expected one; nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("upper mismatch: expected {expected:?}, current {current:?}")]
+pub struct UpperMismatch {
+    /// The upper the caller expected.
+    pub expected: Antichain<Timestamp>,
+    /// The shard's upper as last seen.
+    pub current: Antichain<Timestamp>,
+}
+
+/// A misuse of the API, or a state the protocol cannot resolve. Never retried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidUsage {
+    /// An update's time is not at or beyond the batch's lower.
+    #[error("update at {ts} is not beyond the batch lower {lower:?}")]
+    UpdateNotBeyondLower {
+        /// The update's time.
+        ts: Timestamp,
+        /// The batch's lower.
+        lower: Antichain<Timestamp>,
+    },
+    /// An update's time is at or beyond the batch's upper.
+    #[error("update at {ts} is beyond the batch upper {upper:?}")]
+    UpdateBeyondUpper {
+        /// The update's time.
+        ts: Timestamp,
+        /// The batch's upper.
+        upper: Antichain<Timestamp>,
+    },
+    /// `upper < lower`.
+    #[error("invalid bounds: lower {lower:?} is beyond upper {upper:?}")]
+    InvalidBounds {
+        /// The lower.
+        lower: Antichain<Timestamp>,
+        /// The upper.
+        upper: Antichain<Timestamp>,
+    },
+    /// `upper == lower` with updates in the batch.
+    #[error("invalid empty time interval [{lower:?}, {upper:?}) with updates")]
+    InvalidEmptyTimeInterval {
+        /// The lower.
+        lower: Antichain<Timestamp>,
+        /// The upper.
+        upper: Antichain<Timestamp>,
+    },
+    /// A batch's bounds do not cover the requested interval (`batch.lower <= expected` and
+    /// `new <= batch.upper` must hold: a batch may be truncated, never extended).
+    #[error("batch bounds [{batch_lower:?}, {batch_upper:?}) do not cover [{append_lower:?}, {append_upper:?})")]
+    InvalidBatchBounds {
+        /// The batch's lower.
+        batch_lower: Antichain<Timestamp>,
+        /// The batch's upper.
+        batch_upper: Antichain<Timestamp>,
+        /// The interval's lower.
+        append_lower: Antichain<Timestamp>,
+        /// The interval's upper.
+        append_upper: Antichain<Timestamp>,
+    },
+    /// The batch was written for another shard.
+    #[error("batch of shard {batch_shard} cannot be appended to shard {handle_shard}")]
+    BatchNotFromThisShard {
+        /// The batch's shard.
+        batch_shard: ShardId,
+        /// The handle's shard.
+        handle_shard: ShardId,
+    },
+    /// The shard was created with other codecs.
+    #[error("codec mismatch: the shard stores {stored}, this handle uses {requested}")]
+    CodecMismatch {
+        /// The codecs the shard was created with.
+        stored: String,
+        /// The codecs this handle asked for.
+        requested: String,
+    },
+    /// The handle's lease expired (or it was expired explicitly): open a new one.
+    #[error("{what} {id} has expired (lease ran out, or expire() was called)")]
+    Expired {
+        /// "reader" or "writer".
+        what: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// A compare_and_append whose outcome cannot be told: a lost acknowledgement plus a writer
+    /// whose own upper is already past this batch. The original panics here; we report it.
+    #[error("cannot tell whether compare_and_append of [{lower:?}, {upper:?}) committed")]
+    IndeterminateOutcome {
+        /// The batch's lower.
+        lower: Antichain<Timestamp>,
+        /// The batch's upper.
+        upper: Antichain<Timestamp>,
+    },
+    /// The requested read is before the shard's since: its history was compacted away.
+    #[error("as_of {as_of:?} is before the since {since:?}")]
+    SinceViolation {
+        /// The requested time.
+        as_of: Antichain<Timestamp>,
+        /// The shard's (or handle's) since.
+        since: Antichain<Timestamp>,
+    },
+    /// Stored data could not be decoded (a corrupted or foreign part).
+    #[error("corrupted data: {0}")]
+    Corrupted(String),
+}

@@ -1,0 +1,145 @@
+//! Plain records of everything persist does, for the playground to render and tests to assert
+//! on: every command attempt and its compare_and_set outcome, every batch written, every state
+//! fetch. Frontiers appear as `Option<u64>` (`None` is the empty frontier: "finished").
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use serde::Serialize;
+use timely::progress::Antichain;
+
+use super::codec::Timestamp;
+use crate::location::SeqNo;
+
+/// A frontier of a totally ordered time as plain data: `None` is the empty frontier.
+pub fn frontier(f: &Antichain<Timestamp>) -> Option<Timestamp> {
+    f.elements().first().copied()
+}
+
+/// What came of one attempt to commit a command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum CasOutcome {
+    /// The new version is the head.
+    Committed,
+    /// Another command took the seqno first: re-read state and re-apply.
+    Mismatch,
+    /// The compare_and_set may or may not have happened.
+    Indeterminate(String),
+    /// The compare_and_set definitely did not happen; retried after a back-off.
+    Determinate(String),
+    /// The transition broke: nothing to commit, no seqno spent.
+    Skipped(String),
+}
+
+/// One thing persist did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum PersistEvent {
+    /// One attempt at a command.
+    Command {
+        /// The handle or task that ran it.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// The command's name.
+        cmd: String,
+        /// The seqno the attempt expected to be the head.
+        expected: SeqNo,
+        /// The seqno the shard is known to be at after the attempt.
+        reached: SeqNo,
+        /// The outcome.
+        outcome: CasOutcome,
+        /// Upper before and after.
+        upper: (Option<Timestamp>, Option<Timestamp>),
+        /// Since before and after.
+        since: (Option<Timestamp>, Option<Timestamp>),
+        /// When (runtime clock).
+        at_ms: u64,
+    },
+    /// A batch part or rollup was written to Blob, or a batch kept inline.
+    BlobWritten {
+        /// The writer.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// The Blob key (`None` for an inline part).
+        key: Option<String>,
+        /// What it is: "part", "inline part", "rollup".
+        kind: String,
+        /// Size in bytes.
+        bytes: u64,
+        /// When.
+        at_ms: u64,
+    },
+    /// State was read from Consensus (and maybe a rollup).
+    StateFetched {
+        /// Who fetched.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// The seqno reached.
+        seqno: SeqNo,
+        /// Whether it started from a rollup (rather than the cached state).
+        from_rollup: bool,
+        /// When.
+        at_ms: u64,
+    },
+}
+
+/// A shared, bounded log of events. Clones share it.
+#[derive(Clone, Default)]
+pub struct EventLog {
+    inner: Rc<RefCell<EventLogInner>>,
+}
+
+#[derive(Default)]
+struct EventLogInner {
+    events: VecDeque<PersistEvent>,
+    dropped: u64,
+    enabled: bool,
+}
+
+/// How many events a log keeps before it drops the oldest.
+pub const EVENT_LOG_CAPACITY: usize = 100_000;
+
+impl EventLog {
+    /// A log that records.
+    pub fn new() -> Self {
+        let log = EventLog::default();
+        log.inner.borrow_mut().enabled = true;
+        log
+    }
+
+    /// A log that records nothing (benchmarks).
+    pub fn disabled() -> Self {
+        EventLog::default()
+    }
+
+    /// Records `event`.
+    pub fn record(&self, event: impl FnOnce() -> PersistEvent) {
+        let mut inner = self.inner.borrow_mut();
+        if !inner.enabled {
+            return;
+        }
+        if inner.events.len() == EVENT_LOG_CAPACITY {
+            inner.events.pop_front();
+            inner.dropped += 1;
+        }
+        inner.events.push_back(event());
+    }
+
+    /// Everything recorded and still kept.
+    pub fn events(&self) -> Vec<PersistEvent> {
+        self.inner.borrow().events.iter().cloned().collect()
+    }
+
+    /// Takes everything recorded so far.
+    pub fn take(&self) -> Vec<PersistEvent> {
+        self.inner.borrow_mut().events.drain(..).collect()
+    }
+
+    /// How many events were dropped for capacity.
+    pub fn dropped(&self) -> u64 {
+        self.inner.borrow().dropped
+    }
+}

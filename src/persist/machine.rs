@@ -1,0 +1,528 @@
+//! The command loop: the only caller of `Consensus::compare_and_set` for shards.
+//!
+//! One attempt at a command (`apply_once`):
+//! 1. clone the cached state and apply the pure transition at seqno + 1 (a `Break` commits
+//!    nothing);
+//! 2. run maintenance on the new state (expire lapsed leases);
+//! 3. encode the diff from the old state and `compare_and_set(shard, old.seqno, new)`;
+//! 4. `Committed`: install the new state in the cache (never going back); `ExpectationMismatch`:
+//!    fetch the newer versions and go to 1; a determinate error: back off and go to 1; an
+//!    indeterminate error: hand it to the caller, who decides.
+//!
+//! Idempotent commands (registration, heartbeats, downgrades, expiry) retry indeterminate errors
+//! by simply applying again to fresher state. compare_and_append is not idempotent: it carries one
+//! [`IdempotencyToken`] across its retries, so a retry that finds its own token committed succeeds
+//! rather than writing twice (at-most-once under indeterminate errors).
+//!
+//! Storage errors are retried with back-off for as long as the caller waits; every future here
+//! cancels on drop, so callers bound them with the runtime's `timeout`.
+
+use std::cell::RefCell;
+use std::ops::ControlFlow::{self, Break, Continue};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use timely::progress::Antichain;
+use timely::PartialOrder;
+
+use super::codec::Timestamp;
+use super::encoding::{decode_diff, decode_rollup, encode_diff, encode_rollup, StateDiff};
+use super::error::{InvalidUsage, UpperMismatch};
+use super::events::{frontier, CasOutcome, EventLog, PersistEvent};
+use super::state::{
+    CompareAndAppendBreak, HollowBatch, HollowRollup, IdempotencyToken, State, StateCollections,
+    WriterId,
+};
+use super::{PersistConfig, ShardId};
+use crate::location::{CaSResult, ExternalError, Location, SeqNo, VersionedData, SCAN_ALL};
+use crate::runtime::Runtime;
+
+/// Exponential back-off on the runtime clock, capped.
+pub(crate) struct Backoff {
+    next_ms: u64,
+    max_ms: u64,
+}
+
+impl Backoff {
+    pub(crate) fn new(cfg: &PersistConfig) -> Self {
+        Backoff {
+            next_ms: cfg.backoff_min_ms.max(1),
+            max_ms: cfg.backoff_max_ms.max(1),
+        }
+    }
+
+    pub(crate) async fn wait(&mut self, runtime: &Runtime) {
+        runtime.sleep(self.next_ms).await;
+        self.next_ms = (self.next_ms * 2).min(self.max_ms);
+    }
+}
+
+/// The outcome of a compare_and_append at the machine level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CaaOutcome {
+    /// Committed (or found already committed).
+    Committed,
+    /// The shard's upper is not the batch's lower.
+    UpperMismatch(Antichain<Timestamp>),
+    /// The inline budget is exhausted: write the parts to Blob and retry.
+    InlineBackpressure,
+}
+
+/// A shard's command loop, for one handle. Clones share the process-wide state cache.
+#[derive(Clone)]
+pub struct Machine {
+    pub(crate) shard_id: ShardId,
+    pub(crate) location: Location,
+    pub(crate) runtime: Runtime,
+    pub(crate) cfg: PersistConfig,
+    pub(crate) events: EventLog,
+    pub(crate) who: String,
+    /// The newest state this process has seen of the shard. Never goes back.
+    pub(crate) cache: Rc<RefCell<State>>,
+}
+
+impl Machine {
+    /// The cached state's seqno.
+    pub fn seqno(&self) -> SeqNo {
+        self.cache.borrow().seqno
+    }
+
+    /// The cached state's upper.
+    pub fn upper(&self) -> Antichain<Timestamp> {
+        self.cache.borrow().upper().clone()
+    }
+
+    /// A copy of the cached state.
+    pub fn state(&self) -> State {
+        self.cache.borrow().clone()
+    }
+
+    fn install(&self, state: State) {
+        let mut cache = self.cache.borrow_mut();
+        // Never regress: a slower fetch may finish after a newer commit was installed.
+        if state.seqno > cache.seqno {
+            *cache = state;
+        }
+    }
+
+    /// Creates the shard if Consensus has no version of it yet: an initial rollup in Blob, then
+    /// `compare_and_set(None, v1)`. Losing the race is fine (someone else created it).
+    pub(crate) async fn maybe_init_shard(&self) {
+        let mut backoff = Backoff::new(&self.cfg);
+        loop {
+            match self.try_init_shard().await {
+                Ok(()) => return,
+                Err(err) => {
+                    self.record_command("init", SeqNo(0), SeqNo(0), retry_outcome(&err), None);
+                    backoff.wait(&self.runtime).await;
+                }
+            }
+        }
+    }
+
+    async fn try_init_shard(&self) -> Result<(), ExternalError> {
+        let head = self.location.consensus.head(&self.shard_id.0).await?;
+        if head.is_some() {
+            return self.fetch_and_update_state().await;
+        }
+        let empty = State::uninitialized(self.shard_id.clone());
+        let mut initial = empty.clone();
+        initial.seqno = SeqNo(1);
+        initial.walltime_ms = self.runtime.now_ms().max(1);
+        let rollup_key = self.rollup_key(SeqNo(1));
+        initial.collections.rollups.insert(
+            SeqNo(1),
+            HollowRollup {
+                key: rollup_key.clone(),
+                encoded_size_bytes: 0,
+            },
+        );
+        let bytes = encode_rollup(&initial);
+        // The rollup's recorded size cannot include itself; it records the size without it.
+        self.location
+            .blob
+            .set(&rollup_key, Bytes::from(bytes.clone()))
+            .await?;
+        self.events.record(|| PersistEvent::BlobWritten {
+            who: self.who.clone(),
+            shard: self.shard_id.0.clone(),
+            key: Some(rollup_key.clone()),
+            kind: "rollup".into(),
+            bytes: bytes.len() as u64,
+            at_ms: self.runtime.now_ms(),
+        });
+        let diff = encode_diff(&StateDiff::from_diff(&empty, &initial));
+        let result = self
+            .location
+            .consensus
+            .compare_and_set(
+                &self.shard_id.0,
+                None,
+                VersionedData {
+                    seqno: SeqNo(1),
+                    data: Bytes::from(diff),
+                },
+            )
+            .await;
+        match result {
+            Ok(CaSResult::Committed) => {
+                self.record_command("init", SeqNo(0), SeqNo(1), CasOutcome::Committed, None);
+                self.install(initial);
+                Ok(())
+            }
+            Ok(CaSResult::ExpectationMismatch) | Err(_) => {
+                // Someone else created it, or our write may have happened: read what is there,
+                // and delete our rollup unless the state we find references it.
+                self.fetch_and_update_state().await?;
+                let referenced = self
+                    .cache
+                    .borrow()
+                    .collections
+                    .rollups
+                    .values()
+                    .any(|r| r.key == rollup_key);
+                if !referenced {
+                    let _ = self.location.blob.delete(&rollup_key).await;
+                }
+                match result {
+                    Err(err) if !referenced => Err(err),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn rollup_key(&self, seqno: SeqNo) -> String {
+        format!(
+            "{}/rollup/{:020}/{}",
+            self.shard_id.0,
+            seqno.0,
+            self.runtime.now_ms()
+        )
+    }
+
+    /// Brings the cache up to the head of Consensus: applies the newer diffs to the cached state,
+    /// or, if they were truncated away, starts over from the newest rollup.
+    pub async fn fetch_and_update_state(&self) -> Result<(), ExternalError> {
+        let consensus = &self.location.consensus;
+        let shard = &self.shard_id.0;
+        let cached_seqno = self.seqno();
+        if cached_seqno > SeqNo(0) {
+            let diffs = consensus.scan(shard, cached_seqno.next(), SCAN_ALL).await?;
+            if diffs.is_empty() {
+                return Ok(());
+            }
+            if diffs[0].seqno == cached_seqno.next() {
+                let mut state = self.state();
+                if state.seqno == cached_seqno {
+                    for v in &diffs {
+                        let diff = decode_diff(&v.data).map_err(corrupted)?;
+                        diff.apply(&mut state).map_err(corrupted_str)?;
+                    }
+                    self.record_fetch(state.seqno, false);
+                    self.install(state);
+                }
+                return Ok(());
+            }
+            // The versions after our cache were truncated: start from a rollup.
+        }
+        self.fetch_from_rollup().await
+    }
+
+    async fn fetch_from_rollup(&self) -> Result<(), ExternalError> {
+        let consensus = &self.location.consensus;
+        let shard = &self.shard_id.0;
+        let mut backoff = Backoff::new(&self.cfg);
+        loop {
+            let Some(head) = consensus.head(shard).await? else {
+                return Ok(());
+            };
+            let diff = decode_diff(&head.data).map_err(corrupted)?;
+            let Some((rollup_seqno, rollup)) = diff.latest_rollup else {
+                return Err(corrupted_str(format!(
+                    "state version {} names no rollup",
+                    head.seqno
+                )));
+            };
+            let Some(bytes) = self.location.blob.get(&rollup.key).await? else {
+                // GC removed it: state has moved on since we read the head. Read again.
+                backoff.wait(&self.runtime).await;
+                continue;
+            };
+            let mut state = decode_rollup(&bytes).map_err(corrupted)?;
+            if state.shard_id != self.shard_id || state.seqno != rollup_seqno {
+                return Err(corrupted_str(format!(
+                    "rollup {} holds shard {} at {}, expected {} at {}",
+                    rollup.key, state.shard_id, state.seqno, self.shard_id, rollup_seqno
+                )));
+            }
+            let diffs = consensus.scan(shard, rollup_seqno.next(), SCAN_ALL).await?;
+            if diffs
+                .first()
+                .is_some_and(|d| d.seqno != rollup_seqno.next())
+            {
+                backoff.wait(&self.runtime).await;
+                continue;
+            }
+            for v in &diffs {
+                let diff = decode_diff(&v.data).map_err(corrupted)?;
+                diff.apply(&mut state).map_err(corrupted_str)?;
+            }
+            self.record_fetch(state.seqno, true);
+            self.install(state);
+            return Ok(());
+        }
+    }
+
+    /// [`Machine::fetch_and_update_state`], retrying storage errors until it succeeds.
+    pub async fn fetch_and_update_state_retrying(&self) {
+        let mut backoff = Backoff::new(&self.cfg);
+        while self.fetch_and_update_state().await.is_err() {
+            backoff.wait(&self.runtime).await;
+        }
+    }
+
+    /// One command: apply, compare_and_set, and on a mismatch or a determinate error fetch and
+    /// apply again. Returns the seqno reached and the transition's result; an indeterminate error
+    /// is returned for the caller to resolve.
+    pub(crate) async fn apply_unbatched_cmd<R, B: std::fmt::Debug>(
+        &self,
+        cmd: &str,
+        work: &mut impl FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<B, R>,
+    ) -> Result<(SeqNo, ControlFlow<B, R>), ExternalError> {
+        let mut backoff = Backoff::new(&self.cfg);
+        loop {
+            let old = self.state();
+            let now = self.runtime.now_ms();
+            let (r, mut new) = match old.clone_apply(now, &mut |s, c| work(s, now, c)) {
+                Continue(x) => x,
+                Break(b) => {
+                    self.record_command(
+                        cmd,
+                        old.seqno,
+                        old.seqno,
+                        CasOutcome::Skipped(format!("{b:?}")),
+                        Some((&old, &old)),
+                    );
+                    return Ok((old.seqno, Break(b)));
+                }
+            };
+            // Maintenance rides along with every command.
+            new.collections.expire_at(now);
+            if cfg!(debug_assertions) {
+                if let Err(e) = new.validate(Some(&old)) {
+                    panic!("{cmd} broke a state invariant: {e}");
+                }
+            }
+            let diff = StateDiff::from_diff(&old, &new);
+            if cfg!(debug_assertions) {
+                let mut check = old.clone();
+                diff.apply(&mut check)
+                    .expect("a diff applies to its own base");
+                assert_eq!(check, new, "a diff must round-trip");
+            }
+            let data = Bytes::from(encode_diff(&diff));
+            let result = self
+                .location
+                .consensus
+                .compare_and_set(
+                    &self.shard_id.0,
+                    Some(old.seqno),
+                    VersionedData {
+                        seqno: new.seqno,
+                        data,
+                    },
+                )
+                .await;
+            match result {
+                Ok(CaSResult::Committed) => {
+                    self.record_command(
+                        cmd,
+                        old.seqno,
+                        new.seqno,
+                        CasOutcome::Committed,
+                        Some((&old, &new)),
+                    );
+                    let seqno = new.seqno;
+                    self.install(new);
+                    return Ok((seqno, Continue(r)));
+                }
+                Ok(CaSResult::ExpectationMismatch) => {
+                    // Someone else committed first: read their versions and re-apply.
+                    let fetched = self.fetch_and_update_state().await;
+                    let reached = self.seqno();
+                    self.record_command(cmd, old.seqno, reached, CasOutcome::Mismatch, None);
+                    if fetched.is_err() {
+                        backoff.wait(&self.runtime).await;
+                    }
+                }
+                Err(err @ ExternalError::Determinate(_)) => {
+                    self.record_command(cmd, old.seqno, old.seqno, retry_outcome(&err), None);
+                    backoff.wait(&self.runtime).await;
+                }
+                Err(err) => {
+                    self.record_command(cmd, old.seqno, old.seqno, retry_outcome(&err), None);
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// An idempotent command: indeterminate errors are retried by re-reading state and applying
+    /// again (harmless for commands whose second application changes nothing more).
+    pub(crate) async fn apply_idempotent<R, B: std::fmt::Debug>(
+        &self,
+        cmd: &str,
+        mut work: impl FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<B, R>,
+    ) -> (SeqNo, ControlFlow<B, R>) {
+        let mut backoff = Backoff::new(&self.cfg);
+        loop {
+            match self.apply_unbatched_cmd(cmd, &mut work).await {
+                Ok(out) => return out,
+                Err(_indeterminate) => {
+                    backoff.wait(&self.runtime).await;
+                    let _ = self.fetch_and_update_state().await;
+                }
+            }
+        }
+    }
+
+    /// Appends `batch` iff the shard's upper is `batch.desc.lower`, at most once. See the notes,
+    /// section 1.4.
+    pub(crate) async fn compare_and_append(
+        &self,
+        batch: &HollowBatch,
+        writer_id: &WriterId,
+        token: &IdempotencyToken,
+    ) -> Result<CaaOutcome, InvalidUsage> {
+        let lease = self.cfg.writer_lease_duration_ms;
+        let mut indeterminate_seen: Option<ExternalError> = None;
+        let mut backoff = Backoff::new(&self.cfg);
+        loop {
+            let result = self
+                .apply_unbatched_cmd("compare_and_append", &mut |_, now, c| {
+                    c.compare_and_append(batch, writer_id, now, lease, token)
+                })
+                .await;
+            match result {
+                Ok((_, Continue(()))) => return Ok(CaaOutcome::Committed),
+                Ok((_, Break(CompareAndAppendBreak::AlreadyCommitted))) => {
+                    // Only a retry after a lost acknowledgement can find its own token.
+                    debug_assert!(indeterminate_seen.is_some());
+                    return Ok(CaaOutcome::Committed);
+                }
+                Ok((_, Break(CompareAndAppendBreak::InlineBackpressure))) => {
+                    return Ok(CaaOutcome::InlineBackpressure)
+                }
+                Ok((_, Break(CompareAndAppendBreak::InvalidUsage(e)))) => return Err(e),
+                Ok((_, Break(CompareAndAppendBreak::Upper { .. }))) => {
+                    // Our cached state may just be stale: fetch and look again.
+                    self.fetch_and_update_state_retrying().await;
+                    let state = self.state();
+                    let shard_upper = state.upper().clone();
+                    if shard_upper == batch.desc.lower {
+                        continue;
+                    }
+                    let writer_upper = state
+                        .collections
+                        .writers
+                        .get(writer_id)
+                        .map(|w| w.most_recent_write_upper.clone());
+                    if let (Some(_), Some(writer_upper)) = (&indeterminate_seen, writer_upper) {
+                        if PartialOrder::less_equal(&batch.desc.upper, &writer_upper)
+                            && state.collections.writers[writer_id].most_recent_write_token
+                                != *token
+                        {
+                            // SUBTLE: an acknowledgement was lost, and this writer has since
+                            // moved its own upper past this batch by another write: whether this
+                            // one committed can no longer be told from state. The original
+                            // panics here.
+                            return Err(InvalidUsage::IndeterminateOutcome {
+                                lower: batch.desc.lower.clone(),
+                                upper: batch.desc.upper.clone(),
+                            });
+                        }
+                    }
+                    return Ok(CaaOutcome::UpperMismatch(shard_upper));
+                }
+                Err(err) => {
+                    // The compare_and_set may have happened: retry with the same token, which
+                    // tells a committed write apart from one that never happened.
+                    indeterminate_seen = Some(err);
+                    backoff.wait(&self.runtime).await;
+                    let _ = self.fetch_and_update_state().await;
+                }
+            }
+        }
+    }
+
+    fn record_fetch(&self, seqno: SeqNo, from_rollup: bool) {
+        self.events.record(|| PersistEvent::StateFetched {
+            who: self.who.clone(),
+            shard: self.shard_id.0.clone(),
+            seqno,
+            from_rollup,
+            at_ms: self.runtime.now_ms(),
+        });
+    }
+
+    fn record_command(
+        &self,
+        cmd: &str,
+        expected: SeqNo,
+        reached: SeqNo,
+        outcome: CasOutcome,
+        states: Option<(&State, &State)>,
+    ) {
+        self.events.record(|| {
+            let (upper, since) = match states {
+                Some((a, b)) => (
+                    (frontier(a.upper()), frontier(b.upper())),
+                    (frontier(a.since()), frontier(b.since())),
+                ),
+                None => {
+                    let c = self.cache.borrow();
+                    let (u, s) = (frontier(c.upper()), frontier(c.since()));
+                    ((u, u), (s, s))
+                }
+            };
+            PersistEvent::Command {
+                who: self.who.clone(),
+                shard: self.shard_id.0.clone(),
+                cmd: cmd.to_string(),
+                expected,
+                reached,
+                outcome,
+                upper,
+                since,
+                at_ms: self.runtime.now_ms(),
+            }
+        });
+    }
+}
+
+fn retry_outcome(err: &ExternalError) -> CasOutcome {
+    match err {
+        ExternalError::Determinate(m) => CasOutcome::Determinate(m.clone()),
+        ExternalError::Indeterminate(m) => CasOutcome::Indeterminate(m.clone()),
+    }
+}
+
+fn corrupted(e: impl std::fmt::Display) -> ExternalError {
+    ExternalError::determinate(format!("corrupted shard state: {e}"))
+}
+
+fn corrupted_str(e: String) -> ExternalError {
+    corrupted(e)
+}
+
+/// Maps a machine-level outcome to the handle API's nested result.
+pub(crate) fn upper_mismatch(
+    expected: &Antichain<Timestamp>,
+    current: Antichain<Timestamp>,
+) -> UpperMismatch {
+    UpperMismatch {
+        expected: expected.clone(),
+        current,
+    }
+}

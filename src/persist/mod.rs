@@ -1,0 +1,298 @@
+//! Persist: durable, definite, time-varying collections ("shards") of `((K, V), T, D)` updates on
+//! a Blob and a Consensus.
+//!
+//! A shard has an **upper** (every time not beyond it is complete: no more writes there) and a
+//! **since** (history before it may be compacted; reads at times beyond it are exact). Its state is
+//! a chain of versions in Consensus, one per command (seqno + 1 each), each the diff from the
+//! previous version; rollups of the whole state and batch parts live in Blob (small batches live
+//! inline in state, so a small write costs one Consensus write).
+//!
+//! Layers, each with one job:
+//! - [`state`]: the pure transitions (`ControlFlow`, no I/O, no clock) and the invariants;
+//! - [`trace`]: the batches of a shard and their contiguity;
+//! - [`encoding`]: every stored byte, versioned and checksummed;
+//! - [`machine`]: the command loop, the only caller of `compare_and_set` on shard state;
+//! - [`write`] and [`read`]: the handles a user holds.
+//!
+//! ```
+//! use persist_playground::location::{Location, mem::{MemBlob, MemConsensus}};
+//! use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
+//! use persist_playground::runtime::sim::Simulator;
+//! use std::rc::Rc;
+//! use timely::progress::Antichain;
+//!
+//! let sim = Simulator::new(1);
+//! let location = Location { blob: Rc::new(MemBlob::new()), consensus: Rc::new(MemConsensus::new()) };
+//! let client = PersistClient::new(location, sim.runtime(), PersistConfig::default(), 7);
+//! let contents = sim.block_on(async move {
+//!     let shard = ShardId::new("s-example").unwrap();
+//!     let (mut write, mut read) = client.open::<String, ()>(&shard).await.unwrap();
+//!     let updates = vec![(("hello".to_string(), ()), 0u64, 1i64)];
+//!     write
+//!         .compare_and_append(&updates, Antichain::from_elem(0), Antichain::from_elem(1))
+//!         .await
+//!         .unwrap()
+//!         .unwrap();
+//!     read.snapshot_and_fetch(Antichain::from_elem(0)).await.unwrap()
+//! }).unwrap();
+//! assert_eq!(contents, vec![(("hello".to_string(), ()), 0, 1)]);
+//! ```
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::rc::Rc;
+
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+
+pub mod codec;
+pub mod encoding;
+pub mod error;
+pub mod events;
+pub mod machine;
+pub mod read;
+pub mod state;
+pub mod trace;
+pub mod write;
+
+use crate::location::Location;
+use crate::runtime::Runtime;
+use codec::Codec;
+use error::InvalidUsage;
+use events::EventLog;
+use machine::Machine;
+use read::ReadHandle;
+use state::{LeasedReaderId, Schema, State, WriterId};
+use write::WriteHandle;
+
+/// The id of a shard: its key in Consensus and the prefix of its keys in Blob.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ShardId(pub String);
+
+impl ShardId {
+    /// A shard id from a name: non-empty, at most 128 characters, no `/` (it prefixes Blob keys).
+    pub fn new(name: &str) -> Result<ShardId, String> {
+        if name.is_empty() || name.chars().count() > 128 || name.contains('/') {
+            return Err(format!(
+                "invalid shard id {name:?}: it must be 1 to 128 characters without '/'"
+            ));
+        }
+        Ok(ShardId(name.to_string()))
+    }
+}
+
+impl fmt::Display for ShardId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Knobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PersistConfig {
+    /// A writer that stays silent this long may be expired by others.
+    pub writer_lease_duration_ms: u64,
+    /// A leased reader that stays silent this long may be expired by others.
+    pub reader_lease_duration_ms: u64,
+    /// Batches whose encoding is at most this many bytes are kept inline in state.
+    pub inline_writes_single_max_bytes: u64,
+    /// Updates per Blob part.
+    pub part_max_updates: usize,
+    /// The first back-off after a storage error.
+    pub backoff_min_ms: u64,
+    /// The longest back-off.
+    pub backoff_max_ms: u64,
+}
+
+impl Default for PersistConfig {
+    fn default() -> Self {
+        PersistConfig {
+            writer_lease_duration_ms: 60_000,
+            reader_lease_duration_ms: 60_000,
+            inline_writes_single_max_bytes: 4 * 1024,
+            part_max_updates: 1024,
+            backoff_min_ms: 4,
+            backoff_max_ms: 1_000,
+        }
+    }
+}
+
+/// Opens handles onto shards of one location. Clones share the process-wide state caches, the
+/// event log and the id generator.
+#[derive(Clone)]
+pub struct PersistClient {
+    location: Location,
+    runtime: Runtime,
+    cfg: PersistConfig,
+    events: EventLog,
+    rng: Rc<RefCell<Xoshiro256PlusPlus>>,
+    caches: Rc<RefCell<BTreeMap<ShardId, Rc<RefCell<State>>>>>,
+}
+
+impl PersistClient {
+    /// A client over `location`, on `runtime`. Ids (writers, readers, tokens, part keys) are drawn
+    /// from `seed`, so runs replay.
+    pub fn new(location: Location, runtime: Runtime, cfg: PersistConfig, seed: u64) -> Self {
+        PersistClient {
+            location,
+            runtime,
+            cfg,
+            events: EventLog::new(),
+            rng: Rc::new(RefCell::new(Xoshiro256PlusPlus::seed_from_u64(seed))),
+            caches: Rc::default(),
+        }
+    }
+
+    /// Replaces the event log (for example with [`EventLog::disabled`] in benchmarks).
+    pub fn with_events(mut self, events: EventLog) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// The event log.
+    pub fn events(&self) -> &EventLog {
+        &self.events
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The location.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// The configuration.
+    pub fn cfg(&self) -> &PersistConfig {
+        &self.cfg
+    }
+
+    pub(crate) fn new_id(&self, prefix: &str) -> String {
+        let mut rng = self.rng.borrow_mut();
+        format!(
+            "{prefix}{:016x}{:08x}",
+            rng.next_u64(),
+            rng.next_u64() as u32
+        )
+    }
+
+    pub(crate) fn machine(&self, shard_id: &ShardId, who: String) -> Machine {
+        let cache = Rc::clone(
+            self.caches
+                .borrow_mut()
+                .entry(shard_id.clone())
+                .or_insert_with(|| Rc::new(RefCell::new(State::uninitialized(shard_id.clone())))),
+        );
+        Machine {
+            shard_id: shard_id.clone(),
+            location: self.location.clone(),
+            runtime: self.runtime.clone(),
+            cfg: self.cfg.clone(),
+            events: self.events.clone(),
+            who,
+            cache,
+        }
+    }
+
+    async fn register_schema<K: Codec, V: Codec>(
+        &self,
+        machine: &Machine,
+    ) -> Result<state::SchemaId, InvalidUsage> {
+        let schema = Schema {
+            key_codec: K::codec_name().to_string(),
+            val_codec: V::codec_name().to_string(),
+        };
+        // A shard that already has this schema needs no command.
+        if let Some((id, s)) = machine.state().collections.schemas.iter().next() {
+            if *s == schema {
+                return Ok(*id);
+            }
+        }
+        let (_, result) = machine
+            .apply_idempotent("register_schema", |_, _, c| c.register_schema(&schema))
+            .await;
+        match result {
+            std::ops::ControlFlow::Continue(id) => Ok(id),
+            std::ops::ControlFlow::Break(e) => Err(e),
+        }
+    }
+
+    /// Opens a writer on `shard_id`, creating the shard if it does not exist.
+    pub async fn open_writer<K: Codec, V: Codec>(
+        &self,
+        shard_id: &ShardId,
+    ) -> Result<WriteHandle<K, V>, InvalidUsage> {
+        let writer_id = WriterId(self.new_id("w"));
+        let machine = self.machine(shard_id, writer_id.0.clone());
+        machine.maybe_init_shard().await;
+        machine.fetch_and_update_state_retrying().await;
+        let schema_id = self.register_schema::<K, V>(&machine).await?;
+        let lease = self.cfg.writer_lease_duration_ms;
+        let (_, upper) = machine
+            .apply_idempotent("register_writer", |_, now, c| {
+                c.register_writer(&writer_id, lease, now)
+            })
+            .await;
+        let upper = match upper {
+            std::ops::ControlFlow::Continue(u) => u,
+            std::ops::ControlFlow::Break(()) => machine.upper(),
+        };
+        Ok(WriteHandle::new(
+            self.clone(),
+            machine,
+            writer_id,
+            schema_id,
+            upper,
+        ))
+    }
+
+    /// Opens a leased reader on `shard_id`, creating the shard if it does not exist. Its since
+    /// starts at the shard's since.
+    pub async fn open_leased_reader<K: Codec, V: Codec>(
+        &self,
+        shard_id: &ShardId,
+    ) -> Result<ReadHandle<K, V>, InvalidUsage> {
+        let reader_id = LeasedReaderId(self.new_id("r"));
+        let machine = self.machine(shard_id, reader_id.0.clone());
+        machine.maybe_init_shard().await;
+        machine.fetch_and_update_state_retrying().await;
+        let schema_id = self.register_schema::<K, V>(&machine).await?;
+        let lease = self.cfg.reader_lease_duration_ms;
+        let (_, reader) = machine
+            .apply_idempotent("register_leased_reader", |seqno, now, c| {
+                c.register_leased_reader(&reader_id, seqno, lease, now)
+            })
+            .await;
+        let std::ops::ControlFlow::Continue(reader) = reader else {
+            unreachable!("register_leased_reader never breaks")
+        };
+        Ok(ReadHandle::new(
+            self.clone(),
+            machine,
+            reader_id,
+            schema_id,
+            reader.since,
+        ))
+    }
+
+    /// Opens a writer and a leased reader.
+    pub async fn open<K: Codec, V: Codec>(
+        &self,
+        shard_id: &ShardId,
+    ) -> Result<(WriteHandle<K, V>, ReadHandle<K, V>), InvalidUsage> {
+        let write = self.open_writer(shard_id).await?;
+        let read = self.open_leased_reader(shard_id).await?;
+        Ok((write, read))
+    }
+
+    /// The shard's state as a plain snapshot, freshly read from Consensus.
+    pub async fn inspect_state(&self, shard_id: &ShardId) -> State {
+        let machine = self.machine(shard_id, "inspect".into());
+        machine.fetch_and_update_state_retrying().await;
+        machine.state()
+    }
+}

@@ -1,0 +1,420 @@
+//! [`ReadHandle`]: the capability to read a shard at times at or beyond its since.
+//!
+//! - [`ReadHandle::snapshot_and_fetch`]`(as_of)`: the collection accumulated to `as_of`, with
+//!   times advanced to `as_of` and consolidated. An `as_of` before the since is an error; at or
+//!   beyond the upper it waits until the upper passes it, as the original does.
+//! - [`ReadHandle::listen`]`(as_of)`: every update at a time beyond `as_of`, batch by batch,
+//!   each followed by `Progress(upper)`; updates a compacted batch would re-deliver are filtered
+//!   out (only times at or beyond the listen's frontier pass).
+//! - [`ReadHandle::downgrade_since`] lets compaction advance; the reader's lease is kept alive by
+//!   downgrades and [`ReadHandle::heartbeat`], and runs out on the runtime's clock otherwise, after
+//!   which every call answers `InvalidUsage::Expired` (the original panics).
+//!
+//! A reader also holds a seqno: GC keeps every blob that a state version at or after the hold
+//! references, so parts it is still fetching cannot disappear.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::ops::ControlFlow::{Break, Continue};
+
+use differential_dataflow::consolidation::consolidate_updates;
+use timely::progress::Antichain;
+use timely::PartialOrder;
+
+use super::codec::{Codec, Diff, Timestamp};
+use super::encoding::decode_part;
+use super::error::InvalidUsage;
+use super::machine::{Backoff, Machine};
+use super::state::{BatchPart, HollowBatch, LeasedReaderId, SchemaId, SnapshotErr};
+use super::{PersistClient, ShardId};
+use crate::location::SeqNo;
+
+/// One update, decoded.
+pub type Update<K, V> = ((K, V), Timestamp, Diff);
+
+/// What a [`Listen`] yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenEvent<K, V> {
+    /// Updates at times in the last interval (unordered, not consolidated).
+    Updates(Vec<Update<K, V>>),
+    /// Every update before this frontier has been delivered.
+    Progress(Antichain<Timestamp>),
+}
+
+/// A leased reader. See the module docs.
+pub struct ReadHandle<K: Codec, V: Codec> {
+    client: PersistClient,
+    machine: Machine,
+    reader_id: LeasedReaderId,
+    schema_id: SchemaId,
+    since: Antichain<Timestamp>,
+    /// Seqnos whose batches are being fetched, with counts: the hold may not pass them.
+    leased_seqnos: BTreeMap<SeqNo, usize>,
+    expired: bool,
+    _codecs: PhantomData<(K, V)>,
+}
+
+impl<K: Codec, V: Codec> ReadHandle<K, V> {
+    pub(crate) fn new(
+        client: PersistClient,
+        machine: Machine,
+        reader_id: LeasedReaderId,
+        schema_id: SchemaId,
+        since: Antichain<Timestamp>,
+    ) -> Self {
+        ReadHandle {
+            client,
+            machine,
+            reader_id,
+            schema_id,
+            since,
+            leased_seqnos: BTreeMap::new(),
+            expired: false,
+            _codecs: PhantomData,
+        }
+    }
+
+    pub(crate) fn client(&self) -> &PersistClient {
+        &self.client
+    }
+
+    /// The shard.
+    pub fn shard_id(&self) -> &ShardId {
+        &self.machine.shard_id
+    }
+
+    /// The reader's id.
+    pub fn reader_id(&self) -> &LeasedReaderId {
+        &self.reader_id
+    }
+
+    /// The schema this reader registered.
+    pub fn schema_id(&self) -> SchemaId {
+        self.schema_id
+    }
+
+    /// This reader's since: it may read at any time at or beyond it.
+    pub fn since(&self) -> &Antichain<Timestamp> {
+        &self.since
+    }
+
+    fn check_live(&self) -> Result<(), InvalidUsage> {
+        if self.expired {
+            return Err(InvalidUsage::Expired {
+                what: "reader",
+                id: self.reader_id.0.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn outstanding_seqno(&self) -> SeqNo {
+        self.leased_seqnos
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or_else(|| self.machine.seqno())
+    }
+
+    /// Moves this reader's since forward to `new_since` (a since behind the current one changes
+    /// nothing) and heartbeats its lease. The shard's since becomes the meet of all readers'.
+    pub async fn downgrade_since(
+        &mut self,
+        new_since: &Antichain<Timestamp>,
+    ) -> Result<(), InvalidUsage> {
+        self.check_live()?;
+        let (id, outstanding) = (self.reader_id.clone(), self.outstanding_seqno());
+        let (_, r) = self
+            .machine
+            .apply_idempotent("downgrade_since", |_, now, c| {
+                c.downgrade_since(&id, outstanding, new_since, now)
+            })
+            .await;
+        match r {
+            Continue(since) => {
+                self.since = since;
+                Ok(())
+            }
+            Break(_) => {
+                self.expired = true;
+                self.check_live()
+            }
+        }
+    }
+
+    /// Keeps this reader's lease alive.
+    pub async fn heartbeat(&mut self) -> Result<(), InvalidUsage> {
+        self.check_live()?;
+        let id = self.reader_id.clone();
+        let (_, r) = self
+            .machine
+            .apply_idempotent("heartbeat_leased_reader", |_, now, c| {
+                c.heartbeat_leased_reader(&id, now)
+            })
+            .await;
+        if r.is_break() {
+            self.expired = true;
+        }
+        self.check_live()
+    }
+
+    /// The batches a snapshot at `as_of` needs, waiting until the upper passes `as_of`.
+    async fn snapshot_batches(
+        &mut self,
+        as_of: &Antichain<Timestamp>,
+    ) -> Result<(SeqNo, Vec<HollowBatch>), InvalidUsage> {
+        self.check_live()?;
+        if as_of.is_empty() {
+            // Nothing is ever complete through the empty frontier.
+            return Err(InvalidUsage::InvalidBounds {
+                lower: as_of.clone(),
+                upper: self.machine.upper(),
+            });
+        }
+        if !PartialOrder::less_equal(&self.since, as_of) {
+            return Err(InvalidUsage::SinceViolation {
+                as_of: as_of.clone(),
+                since: self.since.clone(),
+            });
+        }
+        let mut backoff = Backoff::new(self.client.cfg());
+        loop {
+            let state = self.machine.state();
+            if !state
+                .collections
+                .leased_readers
+                .contains_key(&self.reader_id)
+                && state.seqno > SeqNo(0)
+            {
+                self.expired = true;
+                self.check_live()?;
+            }
+            match state.collections.snapshot(state.seqno, as_of) {
+                Ok(batches) => return Ok((state.seqno, batches)),
+                Err(SnapshotErr::AsOfHistoricalDistinctionsLost(since)) => {
+                    return Err(InvalidUsage::SinceViolation {
+                        as_of: as_of.clone(),
+                        since,
+                    })
+                }
+                Err(SnapshotErr::AsOfNotYetAvailable(..)) => {
+                    backoff.wait(self.client.runtime()).await;
+                    self.machine.fetch_and_update_state_retrying().await;
+                }
+            }
+        }
+    }
+
+    /// The contents at `as_of`: every update at a time `<= as_of`, its time advanced to `as_of`,
+    /// consolidated. See the module docs for when it errs or waits.
+    pub async fn snapshot_and_fetch(
+        &mut self,
+        as_of: Antichain<Timestamp>,
+    ) -> Result<Vec<Update<K, V>>, InvalidUsage> {
+        let (seqno, batches) = self.snapshot_batches(&as_of).await?;
+        *self.leased_seqnos.entry(seqno).or_default() += 1;
+        let mut out = Vec::new();
+        let mut result = Ok(());
+        for batch in &batches {
+            if let Err(e) = fetch_batch::<K, V>(&self.client, batch, &mut out).await {
+                result = Err(e);
+                break;
+            }
+        }
+        release(&mut self.leased_seqnos, seqno);
+        result?;
+        // `snapshot_batches` refused an empty as_of, so it has one element.
+        let as_of_ts = as_of.elements().first().copied().unwrap_or(Timestamp::MAX);
+        let mut updates: Vec<Update<K, V>> = out
+            .into_iter()
+            .filter(|(_, t, _)| *t <= as_of_ts)
+            .map(|(kv, _, d)| (kv, as_of_ts, d))
+            .collect();
+        consolidate_updates(&mut updates);
+        Ok(updates)
+    }
+
+    /// A listen over every update at a time beyond `as_of`. The handle moves into the listen,
+    /// which downgrades its since as it goes.
+    pub async fn listen(
+        mut self,
+        as_of: Antichain<Timestamp>,
+    ) -> Result<Listen<K, V>, InvalidUsage> {
+        self.check_live()?;
+        let since = self.machine.state().since().clone();
+        if !PartialOrder::less_equal(&since, &as_of)
+            || !PartialOrder::less_equal(&self.since, &as_of)
+        {
+            return Err(InvalidUsage::SinceViolation {
+                as_of,
+                since: self.since.clone(),
+            });
+        }
+        self.downgrade_since(&as_of).await?;
+        Ok(Listen {
+            frontier: as_of.clone(),
+            as_of,
+            handle: self,
+        })
+    }
+
+    /// A snapshot at `as_of`, then a listen from `as_of`.
+    pub async fn subscribe(
+        mut self,
+        as_of: Antichain<Timestamp>,
+    ) -> Result<(Vec<Update<K, V>>, Listen<K, V>), InvalidUsage> {
+        let snapshot = self.snapshot_and_fetch(as_of.clone()).await?;
+        let listen = self.listen(as_of).await?;
+        Ok((snapshot, listen))
+    }
+
+    /// Removes this reader, releasing its hold on the since.
+    pub async fn expire(mut self) {
+        self.expire_inner().await;
+    }
+
+    async fn expire_inner(&mut self) {
+        if self.expired {
+            return;
+        }
+        self.expired = true;
+        let id = self.reader_id.clone();
+        let _ = self
+            .machine
+            .apply_idempotent("expire_leased_reader", |_, _, c| {
+                c.expire_leased_reader(&id)
+            })
+            .await;
+    }
+
+    /// Drops the handle without expiring it, as a crashed process would: its lease runs out later.
+    pub fn abandon(mut self) {
+        self.expired = true;
+    }
+}
+
+impl<K: Codec, V: Codec> Drop for ReadHandle<K, V> {
+    /// Best-effort expiry: a detached task removes the reader; if it never runs, the lease runs out.
+    fn drop(&mut self) {
+        if self.expired {
+            return;
+        }
+        let machine = self.machine.clone();
+        let id = self.reader_id.clone();
+        self.client
+            .runtime()
+            .spawn("expire reader on drop", async move {
+                let _ = machine
+                    .apply_idempotent("expire_leased_reader", |_, _, c| {
+                        c.expire_leased_reader(&id)
+                    })
+                    .await;
+            })
+            .detach();
+    }
+}
+
+fn release(leased: &mut BTreeMap<SeqNo, usize>, seqno: SeqNo) {
+    if let Some(n) = leased.get_mut(&seqno) {
+        *n -= 1;
+        if *n == 0 {
+            leased.remove(&seqno);
+        }
+    }
+}
+
+/// Fetches and decodes every update of `batch` inside its description's `[lower, upper)` (a batch
+/// may have been truncated when it was appended).
+async fn fetch_batch<K: Codec, V: Codec>(
+    client: &PersistClient,
+    batch: &HollowBatch,
+    out: &mut Vec<Update<K, V>>,
+) -> Result<(), InvalidUsage> {
+    let desc = &batch.desc;
+    for part in &batch.parts {
+        let encoded = match part {
+            BatchPart::Inline { encoded } => encoded.clone(),
+            BatchPart::Hollow { key, .. } => {
+                let mut backoff = Backoff::new(client.cfg());
+                loop {
+                    match client.location().blob.get(key).await {
+                        Ok(Some(bytes)) => break bytes.to_vec(),
+                        Ok(None) => {
+                            return Err(InvalidUsage::Corrupted(format!(
+                                "batch part {key} is missing from Blob"
+                            )))
+                        }
+                        Err(_) => backoff.wait(client.runtime()).await,
+                    }
+                }
+            }
+        };
+        let updates = decode_part(&encoded).map_err(|e| InvalidUsage::Corrupted(e.to_string()))?;
+        for ((k, v), t, d) in updates {
+            if !desc.lower.less_equal(&t) || desc.upper.less_equal(&t) {
+                continue;
+            }
+            let k = K::decode(&k).map_err(|e| InvalidUsage::Corrupted(e.to_string()))?;
+            let v = V::decode(&v).map_err(|e| InvalidUsage::Corrupted(e.to_string()))?;
+            out.push(((k, v), t, d));
+        }
+    }
+    Ok(())
+}
+
+/// An ongoing listen; see [`ReadHandle::listen`].
+pub struct Listen<K: Codec, V: Codec> {
+    handle: ReadHandle<K, V>,
+    as_of: Antichain<Timestamp>,
+    frontier: Antichain<Timestamp>,
+}
+
+impl<K: Codec, V: Codec> Listen<K, V> {
+    /// Every update before this frontier has been delivered.
+    pub fn frontier(&self) -> &Antichain<Timestamp> {
+        &self.frontier
+    }
+
+    /// Waits for the next batch and returns its updates, then its progress. Once the shard is
+    /// finished (the frontier is empty) it returns nothing.
+    pub async fn next(&mut self) -> Result<Vec<ListenEvent<K, V>>, InvalidUsage> {
+        if self.frontier.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut backoff = Backoff::new(self.handle.client.cfg());
+        let (seqno, batch) = loop {
+            let state = self.handle.machine.state();
+            if let Some(batch) = state.collections.next_listen_batch(&self.frontier) {
+                break (state.seqno, batch);
+            }
+            backoff.wait(self.handle.client.runtime()).await;
+            self.handle.machine.fetch_and_update_state_retrying().await;
+        };
+        *self.handle.leased_seqnos.entry(seqno).or_default() += 1;
+        let mut fetched = Vec::new();
+        let result = fetch_batch::<K, V>(&self.handle.client, &batch, &mut fetched).await;
+        release(&mut self.handle.leased_seqnos, seqno);
+        result?;
+        // Only times beyond as_of and at or beyond our frontier: a compacted batch may re-deliver
+        // updates we already emitted.
+        let (as_of, frontier) = (&self.as_of, &self.frontier);
+        fetched
+            .retain(|(_, t, _)| frontier.less_equal(t) && as_of.elements().iter().all(|a| a < t));
+        self.frontier = batch.desc.upper.clone();
+        let progress = self.frontier.clone();
+        if !progress.is_empty() {
+            self.handle.downgrade_since(&progress).await?;
+        }
+        let mut events = Vec::new();
+        if !fetched.is_empty() {
+            events.push(ListenEvent::Updates(fetched));
+        }
+        events.push(ListenEvent::Progress(progress));
+        Ok(events)
+    }
+
+    /// Ends the listen, expiring its reader.
+    pub async fn expire(self) {
+        self.handle.expire().await;
+    }
+}

@@ -1,0 +1,539 @@
+//! [`WriteHandle`]: the capability to append updates to a shard at times at or beyond its upper.
+//!
+//! All async methods retry storage errors for as long as they are able; their futures cancel on
+//! drop, so callers bound them with the runtime's `timeout`. Errors are
+//! `Result<Result<(), UpperMismatch>, InvalidUsage>` (see [`super::error`]).
+//!
+//! - [`WriteHandle::compare_and_append`] linearizes writes from every writer: it commits iff the
+//!   shard's upper is exactly `expected_upper`, at most once even if acknowledgements are lost.
+//! - [`WriteHandle::append`] is for replicas writing identical (definite) data: on a mismatch it
+//!   trims its batch from below and tries again, succeeds as a no-op when the shard is already past
+//!   its upper, and fails only on a gap.
+//!
+//! Batches: parts are written to Blob before the state change that references them; a batch whose
+//! encoding is small stays inline in state (one Consensus write for a small append), up to a cap
+//! over the whole state, beyond which the parts are flushed to Blob and the append retried.
+
+use std::marker::PhantomData;
+
+use bytes::Bytes;
+use differential_dataflow::consolidation::consolidate_updates;
+use serde::{Deserialize, Serialize};
+use timely::progress::Antichain;
+use timely::PartialOrder;
+
+use super::codec::{Codec, Diff, Timestamp};
+use super::encoding::{encode_part, EncodedUpdate};
+use super::error::{InvalidUsage, UpperMismatch};
+use super::events::PersistEvent;
+use super::machine::{upper_mismatch, Backoff, CaaOutcome, Machine};
+use super::state::{BatchPart, Description, HollowBatch, IdempotencyToken, SchemaId, WriterId};
+use super::{PersistClient, ShardId};
+
+/// A batch of updates written (or kept inline) but not yet appended to the shard.
+#[derive(Debug)]
+pub struct Batch<K, V> {
+    shard_id: ShardId,
+    batch: HollowBatch,
+    _codecs: PhantomData<(K, V)>,
+}
+
+/// A [`Batch`] as bytes, to hand to another process ([`WriteHandle::batch_from_transmittable_batch`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct TransmittableBatch {
+    shard_id: ShardId,
+    batch: HollowBatch,
+}
+
+impl<K: Codec, V: Codec> Batch<K, V> {
+    /// The shard this batch was written for.
+    pub fn shard_id(&self) -> &ShardId {
+        &self.shard_id
+    }
+
+    /// The batch's bounds and since.
+    pub fn desc(&self) -> &Description {
+        &self.batch.desc
+    }
+
+    /// The number of updates.
+    pub fn len(&self) -> u64 {
+        self.batch.len
+    }
+
+    /// Whether it has no updates.
+    pub fn is_empty(&self) -> bool {
+        self.batch.len == 0
+    }
+
+    /// The batch as bytes (its metadata; the parts stay where they are).
+    pub fn into_transmittable_batch(self) -> Vec<u8> {
+        let t = TransmittableBatch {
+            shard_id: self.shard_id,
+            batch: self.batch,
+        };
+        bincode::serialize(&t).expect("serializing plain data into a Vec")
+    }
+
+    /// Deletes the batch's Blob parts (after a failed append the caller no longer needs it).
+    pub async fn delete(self, client: &PersistClient) {
+        for part in &self.batch.parts {
+            if let BatchPart::Hollow { key, .. } = part {
+                let _ = client.location().blob.delete(key).await;
+            }
+        }
+    }
+}
+
+/// Builds a [`Batch`] from updates at times `>= lower`.
+pub struct BatchBuilder<K, V> {
+    lower: Antichain<Timestamp>,
+    updates: Vec<EncodedUpdate>,
+    _codecs: PhantomData<(K, V)>,
+}
+
+impl<K: Codec, V: Codec> BatchBuilder<K, V> {
+    /// Adds one update. Its time must be at or beyond the lower.
+    pub fn add(
+        &mut self,
+        key: &K,
+        val: &V,
+        ts: &Timestamp,
+        diff: &Diff,
+    ) -> Result<(), InvalidUsage> {
+        if !self.lower.less_equal(ts) {
+            return Err(InvalidUsage::UpdateNotBeyondLower {
+                ts: *ts,
+                lower: self.lower.clone(),
+            });
+        }
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        key.encode(&mut k);
+        val.encode(&mut v);
+        self.updates.push(((k, v), *ts, *diff));
+        Ok(())
+    }
+}
+
+/// A handle that may append to one shard. See the module docs.
+pub struct WriteHandle<K: Codec, V: Codec> {
+    client: PersistClient,
+    machine: Machine,
+    writer_id: WriterId,
+    schema_id: SchemaId,
+    upper: Antichain<Timestamp>,
+    expired: bool,
+    _codecs: PhantomData<(K, V)>,
+}
+
+impl<K: Codec, V: Codec> WriteHandle<K, V> {
+    pub(crate) fn new(
+        client: PersistClient,
+        machine: Machine,
+        writer_id: WriterId,
+        schema_id: SchemaId,
+        upper: Antichain<Timestamp>,
+    ) -> Self {
+        WriteHandle {
+            client,
+            machine,
+            writer_id,
+            schema_id,
+            upper,
+            expired: false,
+            _codecs: PhantomData,
+        }
+    }
+
+    /// A writer on the same shard as `read`.
+    pub async fn from_read(read: &super::read::ReadHandle<K, V>) -> Result<Self, InvalidUsage> {
+        read.client().open_writer(read.shard_id()).await
+    }
+
+    /// The shard.
+    pub fn shard_id(&self) -> &ShardId {
+        &self.machine.shard_id
+    }
+
+    /// The writer's id.
+    pub fn writer_id(&self) -> &WriterId {
+        &self.writer_id
+    }
+
+    /// The schema this writer registered.
+    pub fn schema_id(&self) -> Option<SchemaId> {
+        Some(self.schema_id)
+    }
+
+    /// The most recent upper this handle discovered (lock-free; at most the shard's upper).
+    pub fn upper(&self) -> &Antichain<Timestamp> {
+        &self.upper
+    }
+
+    /// The most recent upper this process knows for the shard, shared by all its handles (at
+    /// most the shard's upper, and at least as fresh as [`WriteHandle::upper`]).
+    pub fn shared_upper(&self) -> Antichain<Timestamp> {
+        self.machine.upper()
+    }
+
+    /// Fetches a recent upper from Consensus, linearized with writes.
+    pub async fn fetch_recent_upper(&mut self) -> &Antichain<Timestamp> {
+        self.machine.fetch_and_update_state_retrying().await;
+        self.upper = self.machine.upper();
+        &self.upper
+    }
+
+    fn check_live(&self) -> Result<(), InvalidUsage> {
+        if self.expired {
+            return Err(InvalidUsage::Expired {
+                what: "writer",
+                id: self.writer_id.0.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A builder for a batch of updates at times `>= lower`.
+    pub fn builder(&self, lower: Antichain<Timestamp>) -> BatchBuilder<K, V> {
+        BatchBuilder {
+            lower,
+            updates: Vec::new(),
+            _codecs: PhantomData,
+        }
+    }
+
+    /// Finishes a builder into a batch `[lower, upper)`: consolidates, then keeps small batches
+    /// inline and writes larger ones to Blob parts.
+    pub async fn finish(
+        &self,
+        builder: BatchBuilder<K, V>,
+        upper: Antichain<Timestamp>,
+    ) -> Result<Batch<K, V>, InvalidUsage> {
+        let BatchBuilder {
+            lower, mut updates, ..
+        } = builder;
+        if !PartialOrder::less_equal(&lower, &upper) {
+            return Err(InvalidUsage::InvalidBounds { lower, upper });
+        }
+        if let Some((_, ts, _)) = updates.iter().find(|(_, ts, _)| upper.less_equal(ts)) {
+            return Err(InvalidUsage::UpdateBeyondUpper {
+                ts: *ts,
+                upper: upper.clone(),
+            });
+        }
+        consolidate_updates(&mut updates);
+        let desc = Description::new(lower, upper);
+        let len = updates.len() as u64;
+        if updates.is_empty() {
+            // An empty batch writes nothing.
+            return Ok(self.wrap(HollowBatch::empty(desc)));
+        }
+        let encoded = encode_part(&updates);
+        let parts = if encoded.len() as u64 <= self.client.cfg().inline_writes_single_max_bytes {
+            self.record_blob(None, "inline part", encoded.len() as u64);
+            vec![BatchPart::Inline { encoded }]
+        } else {
+            let mut parts = Vec::new();
+            for chunk in updates.chunks(self.client.cfg().part_max_updates.max(1)) {
+                parts.push(self.write_part(encode_part(chunk)).await);
+            }
+            parts
+        };
+        Ok(self.wrap(HollowBatch { desc, len, parts }))
+    }
+
+    fn wrap(&self, batch: HollowBatch) -> Batch<K, V> {
+        Batch {
+            shard_id: self.machine.shard_id.clone(),
+            batch,
+            _codecs: PhantomData,
+        }
+    }
+
+    /// Writes one part to a fresh Blob key, retrying until it is stored. Safe to retry: the key is
+    /// new and written once.
+    async fn write_part(&self, encoded: Vec<u8>) -> BatchPart {
+        let key = format!(
+            "{}/{}/p{}",
+            self.machine.shard_id.0,
+            self.writer_id.0,
+            self.client.new_id("")
+        );
+        let bytes = Bytes::from(encoded);
+        let mut backoff = Backoff::new(self.client.cfg());
+        while self
+            .client
+            .location()
+            .blob
+            .set(&key, bytes.clone())
+            .await
+            .is_err()
+        {
+            backoff.wait(self.client.runtime()).await;
+        }
+        self.record_blob(Some(key.clone()), "part", bytes.len() as u64);
+        BatchPart::Hollow {
+            key,
+            encoded_size_bytes: bytes.len() as u64,
+        }
+    }
+
+    fn record_blob(&self, key: Option<String>, kind: &str, bytes: u64) {
+        self.client.events().record(|| PersistEvent::BlobWritten {
+            who: self.writer_id.0.clone(),
+            shard: self.machine.shard_id.0.clone(),
+            key,
+            kind: kind.to_string(),
+            bytes,
+            at_ms: self.client.runtime().now_ms(),
+        });
+    }
+
+    /// Builds a batch `[lower, upper)` of `updates`.
+    pub async fn batch<'a, I>(
+        &self,
+        updates: I,
+        lower: Antichain<Timestamp>,
+        upper: Antichain<Timestamp>,
+    ) -> Result<Batch<K, V>, InvalidUsage>
+    where
+        I: IntoIterator<Item = &'a ((K, V), Timestamp, Diff)>,
+    {
+        let mut builder = self.builder(lower);
+        for ((k, v), t, d) in updates {
+            builder.add(k, v, t, d)?;
+        }
+        self.finish(builder, upper).await
+    }
+
+    /// Rebuilds a batch from [`Batch::into_transmittable_batch`] bytes.
+    pub fn batch_from_transmittable_batch(
+        &self,
+        bytes: &[u8],
+    ) -> Result<Batch<K, V>, InvalidUsage> {
+        let t: TransmittableBatch = bincode::deserialize(bytes)
+            .map_err(|e| InvalidUsage::Corrupted(format!("transmittable batch: {e}")))?;
+        Ok(Batch {
+            shard_id: t.shard_id,
+            batch: t.batch,
+            _codecs: PhantomData,
+        })
+    }
+
+    /// Applies `updates` and moves the upper from `expected_upper` to `new_upper`, iff the shard's
+    /// upper is exactly `expected_upper`. Every update's time must be in
+    /// `[expected_upper, new_upper)`. An empty `new_upper` finishes the shard; empty `updates`
+    /// just move the upper (or, with `new_upper == expected_upper`, heartbeat the writer).
+    pub async fn compare_and_append<'a, I>(
+        &mut self,
+        updates: I,
+        expected_upper: Antichain<Timestamp>,
+        new_upper: Antichain<Timestamp>,
+    ) -> Result<Result<(), UpperMismatch>, InvalidUsage>
+    where
+        I: IntoIterator<Item = &'a ((K, V), Timestamp, Diff)>,
+    {
+        self.check_live()?;
+        let mut batch = self
+            .batch(updates, expected_upper.clone(), new_upper.clone())
+            .await?;
+        let result = self
+            .compare_and_append_batch(&mut [&mut batch], expected_upper, new_upper)
+            .await;
+        if !matches!(result, Ok(Ok(()))) {
+            batch.delete(&self.client).await;
+        }
+        result
+    }
+
+    /// [`WriteHandle::compare_and_append`] for batches built earlier. Each batch may be truncated
+    /// to `[expected_upper, new_upper)`, never extended. On failure the caller keeps the batches.
+    pub async fn compare_and_append_batch(
+        &mut self,
+        batches: &mut [&mut Batch<K, V>],
+        expected_upper: Antichain<Timestamp>,
+        new_upper: Antichain<Timestamp>,
+    ) -> Result<Result<(), UpperMismatch>, InvalidUsage> {
+        self.check_live()?;
+        let mut combined =
+            HollowBatch::empty(Description::new(expected_upper.clone(), new_upper.clone()));
+        for b in batches.iter() {
+            if b.shard_id != self.machine.shard_id {
+                return Err(InvalidUsage::BatchNotFromThisShard {
+                    batch_shard: b.shard_id.clone(),
+                    handle_shard: self.machine.shard_id.clone(),
+                });
+            }
+            let d = &b.batch.desc;
+            if !PartialOrder::less_equal(&d.lower, &expected_upper)
+                || !PartialOrder::less_equal(&new_upper, &d.upper)
+            {
+                return Err(InvalidUsage::InvalidBatchBounds {
+                    batch_lower: d.lower.clone(),
+                    batch_upper: d.upper.clone(),
+                    append_lower: expected_upper.clone(),
+                    append_upper: new_upper.clone(),
+                });
+            }
+            combined.len += b.batch.len;
+            combined.parts.extend(b.batch.parts.iter().cloned());
+        }
+        if !PartialOrder::less_equal(&expected_upper, &new_upper) {
+            return Err(InvalidUsage::InvalidBounds {
+                lower: expected_upper,
+                upper: new_upper,
+            });
+        }
+        // One token for every retry of this call: the at-most-once guarantee.
+        let token = IdempotencyToken(self.client.new_id("i"));
+        loop {
+            match self
+                .machine
+                .compare_and_append(&combined, &self.writer_id, &token)
+                .await?
+            {
+                CaaOutcome::Committed => {
+                    self.upper = new_upper;
+                    return Ok(Ok(()));
+                }
+                CaaOutcome::UpperMismatch(current) => {
+                    self.upper = current.clone();
+                    return Ok(Err(upper_mismatch(&expected_upper, current)));
+                }
+                CaaOutcome::InlineBackpressure => {
+                    // Flush the inline parts to Blob and try again.
+                    let mut parts = Vec::new();
+                    for part in std::mem::take(&mut combined.parts) {
+                        match part {
+                            BatchPart::Inline { encoded } => {
+                                parts.push(self.write_part(encoded).await)
+                            }
+                            hollow => parts.push(hollow),
+                        }
+                    }
+                    combined.parts = parts;
+                }
+            }
+        }
+    }
+
+    /// Applies `updates` at `[lower, upper)` for replicated writers of identical data: on a
+    /// mismatch it trims the batch from below to the shard's upper and retries, succeeds as a no-op
+    /// once the shard is at or past `upper`, and returns the mismatch only on a gap (the shard's
+    /// upper is before `lower`).
+    pub async fn append<'a, I>(
+        &mut self,
+        updates: I,
+        lower: Antichain<Timestamp>,
+        upper: Antichain<Timestamp>,
+    ) -> Result<Result<(), UpperMismatch>, InvalidUsage>
+    where
+        I: IntoIterator<Item = &'a ((K, V), Timestamp, Diff)>,
+    {
+        self.check_live()?;
+        let batch = self.batch(updates, lower.clone(), upper.clone()).await?;
+        self.append_batch(batch, lower, upper).await
+    }
+
+    /// [`WriteHandle::append`] for a batch built earlier.
+    pub async fn append_batch(
+        &mut self,
+        mut batch: Batch<K, V>,
+        mut lower: Antichain<Timestamp>,
+        upper: Antichain<Timestamp>,
+    ) -> Result<Result<(), UpperMismatch>, InvalidUsage> {
+        self.check_live()?;
+        loop {
+            match self
+                .compare_and_append_batch(&mut [&mut batch], lower.clone(), upper.clone())
+                .await?
+            {
+                Ok(()) => return Ok(Ok(())),
+                Err(mismatch) => {
+                    let current = mismatch.current.clone();
+                    if PartialOrder::less_than(&current, &lower) {
+                        // A gap: the shard is behind this batch.
+                        batch.delete(&self.client).await;
+                        return Ok(Err(mismatch));
+                    }
+                    if PartialOrder::less_equal(&upper, &current) {
+                        // Someone already wrote through our upper (identical data): done.
+                        batch.delete(&self.client).await;
+                        return Ok(Ok(()));
+                    }
+                    // Trim from below: the shard already has [lower, current).
+                    lower = current;
+                }
+            }
+        }
+    }
+
+    /// Waits until the shard's upper is beyond `frontier`, polling Consensus with back-off.
+    pub async fn wait_for_upper_past(&mut self, frontier: &Antichain<Timestamp>) {
+        let mut backoff = Backoff::new(self.client.cfg());
+        loop {
+            self.upper = self.machine.upper();
+            if PartialOrder::less_than(frontier, &self.upper) {
+                return;
+            }
+            backoff.wait(self.client.runtime()).await;
+            self.machine.fetch_and_update_state_retrying().await;
+        }
+    }
+
+    /// Heartbeats this writer's lease. An expired writer gets `InvalidUsage::Expired`.
+    pub async fn heartbeat(&mut self) -> Result<(), InvalidUsage> {
+        self.check_live()?;
+        let id = self.writer_id.clone();
+        let (_, r) = self
+            .machine
+            .apply_idempotent("heartbeat_writer", |_, now, c| c.heartbeat_writer(&id, now))
+            .await;
+        if r.is_break() {
+            self.expired = true;
+            return self.check_live();
+        }
+        Ok(())
+    }
+
+    /// Drops the handle without expiring it, as a crashed process would: its lease runs out later.
+    pub fn abandon(mut self) {
+        self.expired = true;
+    }
+
+    /// Removes this writer from the shard's state.
+    pub async fn expire(mut self) {
+        self.expire_inner().await;
+    }
+
+    async fn expire_inner(&mut self) {
+        if self.expired {
+            return;
+        }
+        self.expired = true;
+        let id = self.writer_id.clone();
+        let _ = self
+            .machine
+            .apply_idempotent("expire_writer", |_, _, c| c.expire_writer(&id))
+            .await;
+    }
+}
+
+impl<K: Codec, V: Codec> Drop for WriteHandle<K, V> {
+    /// Best-effort expiry: a detached task removes the writer; if it never runs, the lease runs out.
+    fn drop(&mut self) {
+        if self.expired {
+            return;
+        }
+        let machine = self.machine.clone();
+        let id = self.writer_id.clone();
+        self.client
+            .runtime()
+            .spawn("expire writer on drop", async move {
+                let _ = machine
+                    .apply_idempotent("expire_writer", |_, _, c| c.expire_writer(&id))
+                    .await;
+            })
+            .detach();
+    }
+}
