@@ -48,6 +48,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
 pub mod codec;
+pub mod critical;
 pub mod encoding;
 pub mod error;
 pub mod events;
@@ -60,11 +61,12 @@ pub mod write;
 use crate::location::Location;
 use crate::runtime::Runtime;
 use codec::Codec;
+use critical::SinceHandle;
 use error::InvalidUsage;
 use events::EventLog;
 use machine::Machine;
 use read::ReadHandle;
-use state::{LeasedReaderId, Schema, State, WriterId};
+use state::{CriticalReaderId, LeasedReaderId, Schema, State, WriterId};
 use write::WriteHandle;
 
 /// The id of a shard: its key in Consensus and the prefix of its keys in Blob.
@@ -276,6 +278,34 @@ impl PersistClient {
             reader_id,
             schema_id,
             reader.since,
+        ))
+    }
+
+    /// Opens (or re-opens) the critical reader `reader_id`, registering it with `initial_opaque`
+    /// if it is new. Its since starts at the shard's since.
+    pub async fn open_critical_since<K: Codec, V: Codec>(
+        &self,
+        shard_id: &ShardId,
+        reader_id: CriticalReaderId,
+        initial_opaque: u64,
+    ) -> Result<SinceHandle<K, V>, InvalidUsage> {
+        let machine = self.machine(shard_id, reader_id.0.clone());
+        machine.maybe_init_shard().await;
+        machine.fetch_and_update_state_retrying().await;
+        self.register_schema::<K, V>(&machine).await?;
+        let (_, r) = machine
+            .apply_idempotent("register_critical_reader", |_, _, c| {
+                c.register_critical_reader(&reader_id, initial_opaque)
+            })
+            .await;
+        let std::ops::ControlFlow::Continue(state) = r else {
+            unreachable!("register_critical_reader never breaks")
+        };
+        Ok(SinceHandle::new(
+            machine,
+            reader_id,
+            state.since,
+            state.opaque,
         ))
     }
 

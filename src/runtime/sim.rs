@@ -461,7 +461,13 @@ impl Simulator {
             *out.borrow_mut() = Some(value);
         });
         let result = self.run_until_pred(|| slot.borrow().is_some(), DEFAULT_STEP_LIMIT);
-        drop(handle);
+        if result.is_err() {
+            // If the future panicked, its JoinHandle holds the panic: resume it here rather than
+            // report the empty simulation as a deadlock.
+            let _ = futures::FutureExt::now_or_never(handle);
+        } else {
+            drop(handle);
+        }
         result?;
         let value = slot.borrow_mut().take();
         Ok(value.expect("run_until_pred returned Ok only once the slot was filled"))
