@@ -220,6 +220,47 @@ fn apply_map<K: Ord + Clone + std::fmt::Debug, V: Clone>(
     Ok(())
 }
 
+/// The batch changes between two traces, by a merge walk over their (sorted) batches: only the
+/// batches that differ are cloned, so a command that appends one batch costs O(batches) compares
+/// and one clone.
+fn diff_batches(old: &[HollowBatch], new: &[HollowBatch]) -> MapDiff<Timestamp, HollowBatch> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        let ko = old.get(i).map(batch_key);
+        let kn = new.get(j).map(batch_key);
+        match (ko, kn) {
+            (Some(a), Some(b)) if a == b => {
+                if old[i] != new[j] {
+                    out.push((b, Some(new[j].clone())));
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(a), Some(b)) if a < b => {
+                out.push((a, None));
+                i += 1;
+            }
+            (Some(a), None) => {
+                out.push((a, None));
+                i += 1;
+            }
+            (_, Some(b)) => {
+                out.push((b, Some(new[j].clone())));
+                j += 1;
+            }
+            (None, None) => unreachable!("the loop condition"),
+        }
+    }
+    // Canonical order, as `diff_map` makes it: removals first, then insertions, each by key.
+    let (mut removed, mut inserted): (Vec<_>, Vec<_>) =
+        out.into_iter().partition(|(_, v)| v.is_none());
+    removed.sort_by_key(|(k, _)| *k);
+    inserted.sort_by_key(|(k, _)| *k);
+    removed.extend(inserted);
+    removed
+}
+
 fn batch_key(b: &HollowBatch) -> Timestamp {
     // A batch in the trace never has an empty lower (its interval is not empty).
     b.desc
@@ -257,7 +298,7 @@ impl StateDiff {
             writers: diff_map(&o.writers, &n.writers),
             since: (o.trace.since() != n.trace.since()).then(|| n.trace.since().clone()),
             upper: (o.trace.upper() != n.trace.upper()).then(|| n.trace.upper().clone()),
-            batches: diff_map(&batch_map(&o.trace), &batch_map(&n.trace)),
+            batches: diff_batches(o.trace.batches(), n.trace.batches()),
         }
     }
 

@@ -292,42 +292,52 @@ impl Machine {
     ) -> Result<(SeqNo, ControlFlow<B, R>), ExternalError> {
         let mut backoff = Backoff::new(&self.cfg);
         loop {
-            let old = self.state();
             let now = self.runtime.now_ms();
-            let (r, mut new) = match old.clone_apply(now, &mut |s, c| work(s, now, c)) {
-                Continue(x) => x,
-                Break(b) => {
-                    self.record_command(
-                        cmd,
-                        old.seqno,
-                        old.seqno,
-                        CasOutcome::Skipped(format!("{b:?}")),
-                        Some((&old, &old)),
-                    );
-                    return Ok((old.seqno, Break(b)));
+            // Compute under a borrow of the cache: one clone of the state per attempt.
+            let computed = {
+                let old = self.cache.borrow();
+                let before = frontiers(&old);
+                match old.clone_apply(now, &mut |s, c| work(s, now, c)) {
+                    Break(b) => Err((old.seqno, before, b)),
+                    Continue((r, mut new)) => {
+                        // Maintenance rides along with every command.
+                        new.collections.expire_at(now);
+                        if cfg!(debug_assertions) {
+                            if let Err(e) = new.validate(Some(&old)) {
+                                panic!("{cmd} broke a state invariant: {e}");
+                            }
+                        }
+                        let diff = StateDiff::from_diff(&old, &new);
+                        if cfg!(debug_assertions) {
+                            let mut check = old.clone();
+                            diff.apply(&mut check)
+                                .expect("a diff applies to its own base");
+                            assert_eq!(check, new, "a diff must round-trip");
+                        }
+                        Ok((r, new, diff, old.seqno, before))
+                    }
                 }
             };
-            // Maintenance rides along with every command.
-            new.collections.expire_at(now);
-            if cfg!(debug_assertions) {
-                if let Err(e) = new.validate(Some(&old)) {
-                    panic!("{cmd} broke a state invariant: {e}");
+            let (r, new, diff, old_seqno, before) = match computed {
+                Ok(x) => x,
+                Err((seqno, before, b)) => {
+                    self.record_command(
+                        cmd,
+                        seqno,
+                        seqno,
+                        CasOutcome::Skipped(format!("{b:?}")),
+                        Some((before, before)),
+                    );
+                    return Ok((seqno, Break(b)));
                 }
-            }
-            let diff = StateDiff::from_diff(&old, &new);
-            if cfg!(debug_assertions) {
-                let mut check = old.clone();
-                diff.apply(&mut check)
-                    .expect("a diff applies to its own base");
-                assert_eq!(check, new, "a diff must round-trip");
-            }
+            };
             let data = Bytes::from(encode_diff(&diff));
             let result = self
                 .location
                 .consensus
                 .compare_and_set(
                     &self.shard_id.0,
-                    Some(old.seqno),
+                    Some(old_seqno),
                     VersionedData {
                         seqno: new.seqno,
                         data,
@@ -338,10 +348,10 @@ impl Machine {
                 Ok(CaSResult::Committed) => {
                     self.record_command(
                         cmd,
-                        old.seqno,
+                        old_seqno,
                         new.seqno,
                         CasOutcome::Committed,
-                        Some((&old, &new)),
+                        Some((before, frontiers(&new))),
                     );
                     let seqno = new.seqno;
                     self.install(new);
@@ -351,17 +361,17 @@ impl Machine {
                     // Someone else committed first: read their versions and re-apply.
                     let fetched = self.fetch_and_update_state().await;
                     let reached = self.seqno();
-                    self.record_command(cmd, old.seqno, reached, CasOutcome::Mismatch, None);
+                    self.record_command(cmd, old_seqno, reached, CasOutcome::Mismatch, None);
                     if fetched.is_err() {
                         backoff.wait(&self.runtime).await;
                     }
                 }
                 Err(err @ ExternalError::Determinate(_)) => {
-                    self.record_command(cmd, old.seqno, old.seqno, retry_outcome(&err), None);
+                    self.record_command(cmd, old_seqno, old_seqno, retry_outcome(&err), None);
                     backoff.wait(&self.runtime).await;
                 }
                 Err(err) => {
-                    self.record_command(cmd, old.seqno, old.seqno, retry_outcome(&err), None);
+                    self.record_command(cmd, old_seqno, old_seqno, retry_outcome(&err), None);
                     return Err(err);
                 }
             }
@@ -472,14 +482,11 @@ impl Machine {
         expected: SeqNo,
         reached: SeqNo,
         outcome: CasOutcome,
-        states: Option<(&State, &State)>,
+        states: Option<(Frontiers, Frontiers)>,
     ) {
         self.events.record(|| {
             let (upper, since) = match states {
-                Some((a, b)) => (
-                    (frontier(a.upper()), frontier(b.upper())),
-                    (frontier(a.since()), frontier(b.since())),
-                ),
+                Some((a, b)) => ((a.0, b.0), (a.1, b.1)),
                 None => {
                     let c = self.cache.borrow();
                     let (u, s) = (frontier(c.upper()), frontier(c.since()));
@@ -499,6 +506,13 @@ impl Machine {
             }
         });
     }
+}
+
+/// A state's (upper, since), as events show them.
+type Frontiers = (Option<Timestamp>, Option<Timestamp>);
+
+fn frontiers(state: &State) -> Frontiers {
+    (frontier(state.upper()), frontier(state.since()))
 }
 
 fn retry_outcome(err: &ExternalError) -> CasOutcome {

@@ -1,0 +1,77 @@
+//! Benchmark (not a test): compare_and_append over the in-memory locations, natively.
+//!
+//! Each round opens a fresh shard, fills its trace with 100 batches, then times 1,000 small
+//! compare_and_appends (one update each, kept inline) by one writer, on the simulator with no
+//! virtual latency and the event log off. Prints each round and the median.
+//!
+//!     cargo run --release --example persist_bench
+use std::rc::Rc;
+use std::time::Instant;
+
+use persist_playground::location::mem::{MemBlob, MemConsensus};
+use persist_playground::location::Location;
+use persist_playground::persist::events::EventLog;
+use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
+use persist_playground::runtime::sim::Simulator;
+use timely::progress::Antichain;
+
+const PREFILL_BATCHES: u64 = 100;
+const TIMED_APPENDS: u64 = 100;
+const ROUNDS: usize = 7;
+
+fn round(seed: u64) -> (f64, usize) {
+    let sim = Simulator::new(seed);
+    sim.set_record_trace(false);
+    let location = Location {
+        blob: Rc::new(MemBlob::new()),
+        consensus: Rc::new(MemConsensus::new()),
+    };
+    let cfg = PersistConfig::default();
+    let client =
+        PersistClient::new(location, sim.runtime(), cfg, seed).with_events(EventLog::disabled());
+    sim.block_on(async move {
+        let shard = ShardId::new("s-bench").unwrap();
+        let mut w = client.open_writer::<String, ()>(&shard).await.unwrap();
+        let f = Antichain::from_elem;
+        for t in 0..PREFILL_BATCHES {
+            let u = [((format!("k{t}"), ()), t, 1i64)];
+            w.compare_and_append(&u, f(t), f(t + 1))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        // The benchmark's own timing: wall-clock, outside the crate's code paths.
+        let start = Instant::now();
+        for t in PREFILL_BATCHES..PREFILL_BATCHES + TIMED_APPENDS {
+            let u = [((format!("k{t}"), ()), t, 1i64)];
+            w.compare_and_append(&u, f(t), f(t + 1))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let batches = client
+            .inspect_state(&shard)
+            .await
+            .collections
+            .trace
+            .batches()
+            .len();
+        (TIMED_APPENDS as f64 / secs, batches)
+    })
+    .unwrap()
+}
+
+fn main() {
+    let mut rates = Vec::new();
+    for r in 0..ROUNDS {
+        let (rate, batches) = round(r as u64);
+        println!("round {r}: {rate:.0} compare_and_appends/s (trace ends with {batches} batches)");
+        rates.push(rate);
+    }
+    rates.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "median: {:.0} compare_and_appends/s over {ROUNDS} rounds",
+        rates[ROUNDS / 2]
+    );
+}
