@@ -118,13 +118,23 @@ async fn idb_foreign_or_corrupted_records_are_errors_not_panics() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not bytes"), "{err}");
-    // compare_and_set reads the head too: the bad head is reported, nothing is written.
-    let err = loc
+    // compare_and_set reads only the head's seqno (data is opaque to Consensus), so it can write
+    // past a corrupted version; the new head then reads fine, and a scan still reports v1.
+    let r = loc
         .consensus()
         .compare_and_set("shard", Some(SeqNo(1)), vd(2, "x"))
         .await
-        .unwrap_err();
-    assert!(err.to_string().contains("foreign or corrupted"), "{err}");
+        .unwrap();
+    assert_eq!(r, CaSResult::Committed);
+    assert_eq!(
+        loc.consensus().head("shard").await.unwrap(),
+        Some(vd(2, "x"))
+    );
+    assert!(loc
+        .consensus()
+        .scan("shard", SeqNo(0), SCAN_ALL)
+        .await
+        .is_err());
 
     // A key of the wrong shape (a seqno that is not 20 digits) in the consensus store.
     let bad_key: JsValue = Array::of2(&"other".into(), &"12".into()).into();

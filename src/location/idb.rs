@@ -36,8 +36,9 @@ use js_sys::{Array, ArrayBuffer, Uint8Array};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{
-    DomException, Event, IdbCursorDirection, IdbCursorWithValue, IdbDatabase, IdbFactory,
-    IdbKeyRange, IdbObjectStore, IdbOpenDbRequest, IdbRequest, IdbTransaction, IdbTransactionMode,
+    DomException, Event, IdbCursor, IdbCursorDirection, IdbCursorWithValue, IdbDatabase,
+    IdbFactory, IdbKeyRange, IdbObjectStore, IdbOpenDbRequest, IdbRequest, IdbTransaction,
+    IdbTransactionMode,
 };
 
 use super::idb_keys::{parse_seqno_key, seqno_key};
@@ -592,6 +593,27 @@ async fn head_in(os: &IdbObjectStore, key: &str) -> Result<Option<VersionedData>
     Ok(Some(VersionedData { seqno, data }))
 }
 
+/// Reads only the head's seqno inside `tx`: a key cursor, newest first, which loads no value (a
+/// compare_and_set and a truncate need nothing more).
+async fn head_seqno_in(os: &IdbObjectStore, key: &str) -> Result<Option<SeqNo>, ExternalError> {
+    let req = os
+        .open_key_cursor_with_range_and_direction(
+            &all_versions(key)?.into(),
+            IdbCursorDirection::Prev,
+        )
+        .map_err(|e| js_err("consensus head", e))?;
+    let cursor = await_request(&req, "consensus head").await?;
+    if cursor.is_null() || cursor.is_undefined() {
+        return Ok(None);
+    }
+    let cursor: IdbCursor = cursor
+        .dyn_into()
+        .map_err(|v| js_err("consensus head: not a cursor", v))?;
+    let raw_key = cursor.key().map_err(|e| js_err("consensus head", e))?;
+    let (_, seqno) = split_consensus_key(&raw_key)?;
+    Ok(Some(seqno))
+}
+
 #[async_trait(?Send)]
 impl Consensus for IdbConsensus {
     async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
@@ -616,7 +638,7 @@ impl Consensus for IdbConsensus {
         let os = store(&tx, CONSENSUS)?;
         // SUBTLE: between this read and the put below, await nothing but this transaction's own
         // requests, or the transaction auto-commits and the compare-and-set is no longer atomic.
-        let current = head_in(&os, key).await?.map(|v| v.seqno);
+        let current = head_seqno_in(&os, key).await?;
         if current != expected {
             // Nothing was written; the transaction commits empty on its own.
             return Ok(CaSResult::ExpectationMismatch);
@@ -677,15 +699,14 @@ impl Consensus for IdbConsensus {
             .conn
             .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)?;
         let os = store(&tx, CONSENSUS)?;
-        let Some(head) = head_in(&os, key).await? else {
+        let Some(head) = head_seqno_in(&os, key).await? else {
             return Err(ExternalError::determinate(format!(
                 "cannot truncate {key} to {seqno}: the key has no versions"
             )));
         };
-        if seqno > head.seqno {
+        if seqno > head {
             return Err(ExternalError::determinate(format!(
-                "cannot truncate {key} to {seqno}: beyond the head {}",
-                head.seqno
+                "cannot truncate {key} to {seqno}: beyond the head {head}"
             )));
         }
         if seqno == SeqNo(0) {
