@@ -1,1 +1,0 @@
-//! The timestamp oracle (issue 4): under construction.
