@@ -342,6 +342,12 @@ fn critical_readers_race_and_exactly_one_wins() {
 #[test]
 fn small_batches_are_inline_large_ones_in_blob_and_the_cap_flushes() {
     let (sim, client) = setup(7);
+    // The batch layout checked below is the write path's own: compaction would merge it.
+    let cfg = PersistConfig {
+        compaction_enabled: false,
+        ..PersistConfig::default()
+    };
+    let client = PersistClient::new(client.location().clone(), client.runtime().clone(), cfg, 7);
     let c = client.clone();
     let state = sim
         .block_on(async move {

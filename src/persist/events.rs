@@ -84,6 +84,132 @@ pub enum PersistEvent {
         /// When.
         at_ms: u64,
     },
+    /// A merge of adjacent batches was requested (after a write) and a compactor took it up.
+    CompactionRequested {
+        /// The compactor (the writer whose append produced the request).
+        who: String,
+        /// The shard.
+        shard: String,
+        /// The interval merged: lower and upper.
+        lower: Option<Timestamp>,
+        /// See `lower`.
+        upper: Option<Timestamp>,
+        /// The since the output is compacted to.
+        since: Option<Timestamp>,
+        /// How many batches are merged.
+        inputs: usize,
+        /// Their updates, in total.
+        input_updates: u64,
+        /// When.
+        at_ms: u64,
+    },
+    /// A compaction's output replaced its inputs in state.
+    CompactionApplied {
+        /// The compactor.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// The interval merged.
+        lower: Option<Timestamp>,
+        /// See `lower`.
+        upper: Option<Timestamp>,
+        /// "AppliedExact" or "AppliedSubset".
+        result: String,
+        /// The output's updates (after consolidation).
+        output_updates: u64,
+        /// The output's parts in Blob (0: inline or empty).
+        output_blob_parts: usize,
+        /// The seqno of the merge_res command.
+        seqno: SeqNo,
+        /// When.
+        at_ms: u64,
+    },
+    /// A compaction's output was not applied (its inputs no longer line up, or they could not be
+    /// read); its Blob parts were deleted.
+    CompactionNotApplied {
+        /// The compactor.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// The interval merged.
+        lower: Option<Timestamp>,
+        /// See `lower`.
+        upper: Option<Timestamp>,
+        /// Why: an `ApplyMergeResult` name, or what failed.
+        reason: String,
+        /// When.
+        at_ms: u64,
+    },
+    /// A rollup (the whole state at `seqno`) was offered to state after its blob was written.
+    RollupAdded {
+        /// Who wrote it.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// The seqno whose state it holds.
+        seqno: SeqNo,
+        /// Its Blob key.
+        key: String,
+        /// Whether state lists it (false: another rollup had the seqno, so the blob was deleted).
+        added: bool,
+        /// "routine" (every rollup threshold seqnos) or "gc" (at the new seqno since).
+        reason: String,
+        /// When.
+        at_ms: u64,
+    },
+    /// A commit moved `last_gc_req`: garbage collection up to `new_seqno_since` is due.
+    GcRequested {
+        /// Who committed the version that requested it (and runs the GC).
+        who: String,
+        /// The shard.
+        shard: String,
+        /// `last_gc_req` before.
+        old_seqno_since: SeqNo,
+        /// The seqno below which versions are no longer needed.
+        new_seqno_since: SeqNo,
+        /// When.
+        at_ms: u64,
+    },
+    /// A garbage collection found nothing to do, or stopped early (and will be redone by the next).
+    GcSkipped {
+        /// The collector.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// The seqno since it was asked to reach.
+        new_seqno_since: SeqNo,
+        /// Why.
+        reason: String,
+        /// When.
+        at_ms: u64,
+    },
+    /// Blobs no live state version needs were deleted (by GC, or by a compactor or rollup writer
+    /// whose output was not applied).
+    BlobsDeleted {
+        /// Who deleted them.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// "part", "rollup", "compaction output" or "unused rollup".
+        kind: String,
+        /// The keys (missing ones included: deletes are idempotent).
+        keys: Vec<String>,
+        /// When.
+        at_ms: u64,
+    },
+    /// GC truncated Consensus below `seqno` (the last step of a GC, which "commits" it).
+    ConsensusTruncated {
+        /// The collector.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// The new earliest live seqno.
+        seqno: SeqNo,
+        /// How many versions were deleted (0 when another collector got there first).
+        deleted: usize,
+        /// When.
+        at_ms: u64,
+    },
 }
 
 /// A shared, bounded log of events. Clones share it.

@@ -302,6 +302,9 @@ impl Machine {
                     Continue((r, mut new)) => {
                         // Maintenance rides along with every command.
                         new.collections.expire_at(now);
+                        // Maintenance hook (maintenance.rs): the GC trigger, and the background
+                        // work this version assigns to us if it commits.
+                        let maintenance = self.maintenance_for(cmd, &old, &mut new);
                         if cfg!(debug_assertions) {
                             if let Err(e) = new.validate(Some(&old)) {
                                 panic!("{cmd} broke a state invariant: {e}");
@@ -314,11 +317,11 @@ impl Machine {
                                 .expect("a diff applies to its own base");
                             assert_eq!(check, new, "a diff must round-trip");
                         }
-                        Ok((r, new, diff, old.seqno, before))
+                        Ok((r, new, diff, old.seqno, before, maintenance))
                     }
                 }
             };
-            let (r, new, diff, old_seqno, before) = match computed {
+            let (r, new, diff, old_seqno, before, maintenance) = match computed {
                 Ok(x) => x,
                 Err((seqno, before, b)) => {
                     self.record_command(
@@ -355,6 +358,8 @@ impl Machine {
                     );
                     let seqno = new.seqno;
                     self.install(new);
+                    // Maintenance hook (maintenance.rs): start the assigned work.
+                    self.start_maintenance(maintenance);
                     return Ok((seqno, Continue(r)));
                 }
                 Ok(CaSResult::ExpectationMismatch) => {

@@ -48,11 +48,14 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
 pub mod codec;
+pub mod compact;
 pub mod critical;
 pub mod encoding;
 pub mod error;
 pub mod events;
+pub mod gc;
 pub mod machine;
+pub mod maintenance;
 pub mod read;
 pub mod state;
 pub mod trace;
@@ -106,6 +109,15 @@ pub struct PersistConfig {
     pub backoff_min_ms: u64,
     /// The longest back-off.
     pub backoff_max_ms: u64,
+    /// Whether writers compact their shard in the background after each compare_and_append that
+    /// appends a batch (see `compact.rs`). Off for benchmarks of the write path.
+    pub compaction_enabled: bool,
+    /// A rollup of the whole state is written every this many seqnos (see `maintenance.rs`); 0
+    /// writes none routinely (GC still writes the ones it needs).
+    pub rollup_threshold: u64,
+    /// Whether commands trigger garbage collection of blobs and Consensus versions in the
+    /// background (see `gc.rs`).
+    pub gc_enabled: bool,
 }
 
 impl Default for PersistConfig {
@@ -117,6 +129,9 @@ impl Default for PersistConfig {
             part_max_updates: 1024,
             backoff_min_ms: 4,
             backoff_max_ms: 1_000,
+            compaction_enabled: true,
+            rollup_threshold: 16,
+            gc_enabled: true,
         }
     }
 }

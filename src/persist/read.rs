@@ -400,11 +400,12 @@ impl<K: Codec, V: Codec> Listen<K, V> {
         let (as_of, frontier) = (&self.as_of, &self.frontier);
         fetched
             .retain(|(_, t, _)| frontier.less_equal(t) && as_of.elements().iter().all(|a| a < t));
-        self.frontier = batch.desc.upper.clone();
+        let emitted_from = std::mem::replace(&mut self.frontier, batch.desc.upper.clone());
         let progress = self.frontier.clone();
-        if !progress.is_empty() {
-            self.handle.downgrade_since(&progress).await?;
-        }
+        // SUBTLE: the since stays at the frontier we emitted from, strictly below the new one (as
+        // in the original). A merge may advance emitted updates to the since; at the new
+        // frontier they would pass the filter above and be delivered twice.
+        self.handle.downgrade_since(&emitted_from).await?;
         let mut events = Vec::new();
         if !fetched.is_empty() {
             events.push(ListenEvent::Updates(fetched));

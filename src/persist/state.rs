@@ -652,6 +652,141 @@ impl StateCollections {
     }
 }
 
+// ------------------------------------------------------------------------------------------------
+// Maintenance transitions: compaction, rollups and GC (the spine is in `trace.rs`; the work that
+// uses these is in `compact.rs`, `gc.rs` and `maintenance.rs`). Pure, like the rest of this file;
+// their unit tests live beside that work.
+// ------------------------------------------------------------------------------------------------
+
+/// After this many multiples of the rollup threshold without a rollup (the process assigned to
+/// write one failed), every commit is assigned one until one lands.
+pub const ROLLUP_FALLBACK_MULTIPLE: u64 = 3;
+
+impl StateCollections {
+    /// Replaces the batches of a merge request by its output if they still line up (see
+    /// `trace.rs` for each outcome). `Break` when not applied: there is nothing to commit.
+    pub fn apply_merge_res(
+        &mut self,
+        req: &super::trace::FueledMergeReq,
+        output: &HollowBatch,
+    ) -> ControlFlow<super::trace::ApplyMergeResult, super::trace::ApplyMergeResult> {
+        let result = self.trace.apply_merge_res(req, output);
+        if result.applied() {
+            Continue(result)
+        } else {
+            Break(result)
+        }
+    }
+
+    /// Adds the rollup `(seqno, rollup)`. It applies iff no rollup is listed at `seqno` and
+    /// `seqno` is not older than every listed rollup (such a rollup helps no one: readers start
+    /// from the newest, GC from the one at the earliest live version, which is listed).
+    ///
+    /// `Continue(true)`: added. `Break(true)`: this very rollup is already listed (an earlier
+    /// attempt committed). `Break(false)`: refused, so the caller deletes its blob.
+    pub fn add_rollup(&mut self, seqno: SeqNo, rollup: &HollowRollup) -> ControlFlow<bool, bool> {
+        match self.try_add_rollup(seqno, rollup) {
+            AddRollup::Added => Continue(true),
+            AddRollup::AlreadyListed => Break(true),
+            AddRollup::Refused => Break(false),
+        }
+    }
+
+    /// GC's command: adds the rollup `add` (as [`StateCollections::add_rollup`]) and removes every
+    /// rollup in `remove` that is still listed with the same key, never the last one. Returns
+    /// whether `add` is listed afterwards; `Break` when nothing changed.
+    pub fn add_and_remove_rollups(
+        &mut self,
+        add: (SeqNo, &HollowRollup),
+        remove: &[(SeqNo, HollowRollup)],
+    ) -> ControlFlow<bool, bool> {
+        let added = self.try_add_rollup(add.0, add.1);
+        let mut changed = added == AddRollup::Added;
+        for (seqno, rollup) in remove {
+            if (*seqno, rollup) == (add.0, add.1) || self.rollups.len() <= 1 {
+                continue;
+            }
+            if self.rollups.get(seqno) == Some(rollup) {
+                self.rollups.remove(seqno);
+                changed = true;
+            }
+        }
+        assert!(!self.rollups.is_empty(), "the last rollup is never removed");
+        let listed = added != AddRollup::Refused;
+        if changed {
+            Continue(listed)
+        } else {
+            Break(listed)
+        }
+    }
+
+    fn try_add_rollup(&mut self, seqno: SeqNo, rollup: &HollowRollup) -> AddRollup {
+        if let Some(existing) = self.rollups.get(&seqno) {
+            return if existing.key == rollup.key {
+                AddRollup::AlreadyListed
+            } else {
+                AddRollup::Refused
+            };
+        }
+        if self
+            .rollups
+            .keys()
+            .next()
+            .is_some_and(|oldest| seqno < *oldest)
+        {
+            return AddRollup::Refused;
+        }
+        self.rollups.insert(seqno, rollup.clone());
+        AddRollup::Added
+    }
+
+    /// Whether the process that commits `seqno` should write a rollup of it: every `threshold`
+    /// seqnos after the newest rollup (exact multiples, so one process is assigned each), and, as a
+    /// fallback when the assigned one failed, every seqno once the newest rollup is more than
+    /// [`ROLLUP_FALLBACK_MULTIPLE`] thresholds old. A threshold of 0 assigns none.
+    pub fn need_rollup(&self, seqno: SeqNo, threshold: u64) -> Option<SeqNo> {
+        if threshold == 0 {
+            return None;
+        }
+        let (latest, _) = self.rollups.last_key_value()?;
+        let behind = seqno.0.checked_sub(latest.0)?;
+        let due = behind > 0
+            && (behind % threshold == 0
+                || behind > threshold.saturating_mul(ROLLUP_FALLBACK_MULTIPLE));
+        due.then_some(seqno)
+    }
+
+    /// The GC trigger, run on every new version before it is committed: if the seqno since
+    /// moved at least `max(1, ceil(log2(seqno)))` past `last_gc_req`, and this command is a
+    /// write (GC work goes to writers) or there are no writers, it moves `last_gc_req` up to the
+    /// seqno since and returns the request for whoever commits this version.
+    pub fn maybe_gc(&mut self, is_write: bool, seqno: SeqNo) -> Option<super::gc::GcReq> {
+        let seqno_since = self.seqno_since(seqno);
+        let threshold = u64::from(seqno.0.next_power_of_two().trailing_zeros()).max(1);
+        let moved = seqno_since.0.saturating_sub(self.last_gc_req.0);
+        if moved < threshold || !(is_write || self.writers.is_empty()) {
+            return None;
+        }
+        let old_seqno_since = self.last_gc_req;
+        self.last_gc_req = seqno_since;
+        Some(super::gc::GcReq {
+            old_seqno_since,
+            new_seqno_since: seqno_since,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AddRollup {
+    Added,
+    AlreadyListed,
+    Refused,
+}
+
+// ------------------------------------------------------------------------------------------------
+// End of the maintenance transitions.
+// ------------------------------------------------------------------------------------------------
+
 impl Default for StateCollections {
     fn default() -> Self {
         Self::new()

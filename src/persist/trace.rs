@@ -1,5 +1,5 @@
 //! The trace of a shard: its `since`, its `upper`, and the contiguous batches that cover
-//! `[min, upper)`.
+//! `[min, upper)`, plus the spine that decides which adjacent batches compaction should merge.
 //!
 //! Invariants (checked by [`Trace::validate`]):
 //! - batches are contiguous: the first starts at the minimum time, each next batch's lower is the
@@ -8,14 +8,95 @@
 //! - every batch's since is `<=` the trace's since.
 //! - upper and since never go back (checked by the callers that change them).
 //!
-//! Compaction merges adjacent batches (see `compact.rs`); this module only appends and replaces.
+//! # The spine
+//!
+//! Compaction keeps the number of batches logarithmic in the number of updates, the way a binary
+//! counter keeps few digits. A batch's **level** is the bit length of its update count (an empty
+//! batch is level 0, 1 update is level 1, 2..=3 updates level 2, 4..=7 level 3, ...). The trace is
+//! *tidy* when, read from the oldest batch to the newest, levels strictly decrease: then it holds at
+//! most 65 batches whatever its size, and every update has been rewritten about log2(n) times.
+//!
+//! The merge plan ([`Trace::merge_reqs`]) walks the batches from oldest to newest, keeping a stack
+//! of groups; each batch starts a group of its own, and while the group below the top is not of a
+//! higher level than the top (by the sum of their update counts), the two fuse. Every group of two
+//! or more batches is a [`FueledMergeReq`]. This is the teaching-sized analogue of the original's
+//! fueled spine (notes 1.8): batches are filed by `log2(next_pow2(len))`, a full level merges into
+//! the next, and smaller levels roll up into a big batch inserted above them. Differences: the
+//! original allows two batches per level and merges with fuel while inserting; here merging is
+//! all-or-nothing and asynchronous, so the plan is recomputed from the batches alone and the spine
+//! keeps no state of its own beyond them (nothing more to store, encode or diff).
+//!
+//! Requests come from writes: after a compare_and_append the writer asks for
+//! [`Trace::newest_merge_req`], the group that contains the batch it just appended, which is where a
+//! carry happens (the original's `push_batch` likewise returns the merges that the insert
+//! completed). A request that is lost (its compactor crashed, or lost a race) is picked up again
+//! when a later carry reaches its batches, or by anyone who asks for [`Trace::merge_reqs`].
+//!
+//! Consecutive empty batches (a writer moving the upper without data) are fused when appended: an
+//! empty batch carries no parts, so extending the previous one is free and needs no compaction.
+//!
+//! Applying a result ([`Trace::apply_merge_res`]) replaces batches only if they still line up:
+//! - `AppliedExact`: the batches between the request's lower and upper are exactly its inputs;
+//! - `AppliedSubset`: the request's lower and upper are still batch boundaries, but the batches
+//!   between them changed (another merge or a fuse inside the range applied first). The output
+//!   holds the same updates, consolidated to a since no later than the trace's, so it may replace
+//!   them: at every time at or beyond the since the contents are the same;
+//! - `NotAppliedNoMatch`: the bounds are no longer batch boundaries (a larger merge applied first),
+//!   or a single batch already covers exactly the range (the same merge applied first);
+//! - `NotAppliedInvalidSince`: the output was compacted to a since beyond the trace's, which would
+//!   lose history a reader may still read;
+//! - `NotAppliedTooManyUpdates`: the output has more updates than the inputs (a broken compactor).
+//!
+//! In no case does applying a result change the trace's contents at a time at or beyond the since:
+//! only the compactor touches updates, and it only advances times below the since (see
+//! `compact.rs`).
 
 use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 use timely::PartialOrder;
 
 use super::codec::Timestamp;
-use super::state::HollowBatch;
+use super::state::{Description, HollowBatch};
+
+/// A request to merge adjacent batches into one, compacted to `desc.since`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FueledMergeReq {
+    /// The interval the output covers (the inputs' lower and upper) and the since to compact to
+    /// (the trace's since when the request was made).
+    pub desc: Description,
+    /// The batches to merge, oldest first, as the trace held them.
+    pub inputs: Vec<HollowBatch>,
+}
+
+/// What came of applying a merge result; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ApplyMergeResult {
+    /// The inputs were still there, exactly: replaced by the output.
+    AppliedExact,
+    /// The bounds still lined up but the batches between them had changed: replaced.
+    AppliedSubset,
+    /// The inputs no longer line up: nothing changed.
+    NotAppliedNoMatch,
+    /// The output's since is beyond the trace's: nothing changed.
+    NotAppliedInvalidSince,
+    /// The output has more updates than the inputs: nothing changed.
+    NotAppliedTooManyUpdates,
+}
+
+impl ApplyMergeResult {
+    /// Whether the output replaced batches.
+    pub fn applied(self) -> bool {
+        matches!(
+            self,
+            ApplyMergeResult::AppliedExact | ApplyMergeResult::AppliedSubset
+        )
+    }
+}
+
+/// A batch's level in the spine: the bit length of its update count (0 for an empty batch).
+pub fn level(len: u64) -> u32 {
+    u64::BITS - len.leading_zeros()
+}
 
 /// See the module docs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,7 +148,8 @@ impl Trace {
     }
 
     /// Appends a batch at the upper. The caller checked `batch.lower == upper` and that the
-    /// interval is not empty.
+    /// interval is not empty. An empty batch after an empty batch extends it instead (see the
+    /// module docs).
     pub fn push_batch(&mut self, batch: HollowBatch) {
         assert_eq!(
             batch.desc.lower, self.upper,
@@ -79,7 +161,12 @@ impl Trace {
         );
         assert!(PartialOrder::less_equal(&self.upper, &batch.desc.upper));
         self.upper = batch.desc.upper.clone();
-        self.batches.push(batch);
+        match self.batches.last_mut() {
+            Some(last) if is_empty_batch(last) && is_empty_batch(&batch) => {
+                last.desc.upper = batch.desc.upper;
+            }
+            _ => self.batches.push(batch),
+        }
     }
 
     /// Sets the since. It never goes back.
@@ -106,6 +193,103 @@ impl Trace {
         }
         self.batches.splice(first..=last, std::iter::once(merged));
         true
+    }
+
+    /// The merge plan: every group of two or more adjacent batches that the spine would merge,
+    /// oldest first, each compacted to the current since. The groups are disjoint. See the module
+    /// docs.
+    pub fn merge_reqs(&self) -> Vec<FueledMergeReq> {
+        self.plan()
+            .into_iter()
+            .filter(|(first, last)| first < last)
+            .map(|(first, last)| self.merge_req(first, last))
+            .collect()
+    }
+
+    /// The planned merge that includes the newest batch, if the plan merges it with anything:
+    /// what a writer asks for after appending.
+    pub fn newest_merge_req(&self) -> Option<FueledMergeReq> {
+        let (first, last) = *self.plan().last()?;
+        (first < last).then(|| self.merge_req(first, last))
+    }
+
+    /// The groups of the plan as inclusive index ranges, oldest first.
+    fn plan(&self) -> Vec<(usize, usize)> {
+        // Each entry: (first index, last index, total updates).
+        let mut stack: Vec<(usize, usize, u64)> = Vec::new();
+        for (i, b) in self.batches.iter().enumerate() {
+            stack.push((i, i, b.len));
+            while let [.., older, newer] = stack.as_slice() {
+                if level(older.2) > level(newer.2) {
+                    break;
+                }
+                let merged = (older.0, newer.1, older.2.saturating_add(newer.2));
+                stack.truncate(stack.len() - 2);
+                stack.push(merged);
+            }
+        }
+        // Invariant: read oldest to newest, the groups' levels strictly decrease.
+        debug_assert!(stack.windows(2).all(|w| level(w[0].2) > level(w[1].2)));
+        stack.into_iter().map(|(f, l, _)| (f, l)).collect()
+    }
+
+    fn merge_req(&self, first: usize, last: usize) -> FueledMergeReq {
+        let inputs = self.batches[first..=last].to_vec();
+        FueledMergeReq {
+            desc: Description {
+                lower: inputs[0].desc.lower.clone(),
+                upper: inputs[inputs.len() - 1].desc.upper.clone(),
+                since: self.since.clone(),
+            },
+            inputs,
+        }
+    }
+
+    /// Replaces the batches of `req` by `output` if they still line up (see the module docs for
+    /// each outcome). `output` must cover exactly `req.desc`.
+    pub fn apply_merge_res(
+        &mut self,
+        req: &FueledMergeReq,
+        output: &HollowBatch,
+    ) -> ApplyMergeResult {
+        if output.desc != req.desc {
+            return ApplyMergeResult::NotAppliedNoMatch;
+        }
+        if !PartialOrder::less_equal(&output.desc.since, &self.since) {
+            return ApplyMergeResult::NotAppliedInvalidSince;
+        }
+        let inputs_len = req
+            .inputs
+            .iter()
+            .map(|b| b.len)
+            .fold(0, u64::saturating_add);
+        if output.len > inputs_len {
+            return ApplyMergeResult::NotAppliedTooManyUpdates;
+        }
+        let first = self
+            .batches
+            .iter()
+            .position(|b| b.desc.lower == req.desc.lower);
+        let last = self
+            .batches
+            .iter()
+            .position(|b| b.desc.upper == req.desc.upper);
+        let (Some(first), Some(last)) = (first, last) else {
+            return ApplyMergeResult::NotAppliedNoMatch;
+        };
+        if first >= last {
+            // Inverted (cannot happen with contiguous batches and lower < upper), or one batch
+            // already covers exactly this range: the same merge applied first.
+            return ApplyMergeResult::NotAppliedNoMatch;
+        }
+        let result = if self.batches[first..=last] == req.inputs[..] {
+            ApplyMergeResult::AppliedExact
+        } else {
+            ApplyMergeResult::AppliedSubset
+        };
+        self.batches
+            .splice(first..=last, std::iter::once(output.clone()));
+        result
     }
 
     /// Checks the invariants in the module docs.
@@ -146,5 +330,264 @@ impl Trace {
             }
         }
         Ok(())
+    }
+}
+
+/// An empty batch: no updates and no parts.
+fn is_empty_batch(b: &HollowBatch) -> bool {
+    b.len == 0 && b.parts.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persist::state::BatchPart;
+
+    fn f(t: u64) -> Antichain<u64> {
+        Antichain::from_elem(t)
+    }
+
+    fn batch(lower: u64, upper: u64, len: u64) -> HollowBatch {
+        HollowBatch {
+            desc: Description::new(f(lower), f(upper)),
+            len,
+            parts: if len > 0 {
+                vec![BatchPart::Hollow {
+                    key: format!("p{lower}-{upper}"),
+                    encoded_size_bytes: len,
+                }]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    /// A trace of batches `[0, 1), [1, 2), ...` with these lengths.
+    fn trace(lens: &[u64]) -> Trace {
+        let mut t = Trace::default();
+        for (i, len) in lens.iter().enumerate() {
+            t.push_batch(batch(i as u64, i as u64 + 1, *len));
+        }
+        t.validate().unwrap();
+        t
+    }
+
+    /// The output a compactor would produce for `req` (no consolidation, a fresh part).
+    fn output(req: &FueledMergeReq) -> HollowBatch {
+        let len = req.inputs.iter().map(|b| b.len).sum();
+        HollowBatch {
+            desc: req.desc.clone(),
+            len,
+            parts: vec![BatchPart::Hollow {
+                key: format!("merged-{:?}", req.desc.lower),
+                encoded_size_bytes: len,
+            }],
+        }
+    }
+
+    fn bounds(reqs: &[FueledMergeReq]) -> Vec<(u64, u64)> {
+        reqs.iter()
+            .map(|r| (r.desc.lower[0], r.desc.upper[0]))
+            .collect()
+    }
+
+    #[test]
+    fn levels_are_bit_lengths() {
+        let levels: Vec<u32> = [0, 1, 2, 3, 4, 7, 8, 1023, 1024]
+            .iter()
+            .map(|n| level(*n))
+            .collect();
+        assert_eq!(levels, [0, 1, 2, 2, 3, 3, 4, 10, 11]);
+        assert_eq!(level(u64::MAX), 64);
+    }
+
+    #[test]
+    fn consecutive_empty_batches_fuse() {
+        let mut t = trace(&[3, 0]);
+        t.push_batch(batch(2, 5, 0));
+        t.push_batch(HollowBatch::empty(Description::new(f(5), Antichain::new())));
+        assert_eq!(t.batches().len(), 2, "[2, 5) and [5, []) extended [1, 2)");
+        assert_eq!(t.batches()[1].desc.lower, f(1));
+        assert!(t.batches()[1].desc.upper.is_empty());
+        assert!(t.upper().is_empty());
+        t.validate().unwrap();
+        // A batch with data after an empty one is appended as usual.
+        let mut t = trace(&[0, 0, 2]);
+        assert_eq!(t.batches().len(), 2);
+        t.push_batch(batch(3, 4, 0));
+        assert_eq!(t.batches().len(), 3);
+    }
+
+    #[test]
+    fn the_plan_merges_until_levels_strictly_decrease() {
+        // 8 (level 4) stays; 1 and 1 (level 1 each) merge into level 2.
+        assert_eq!(bounds(&trace(&[8, 1, 1]).merge_reqs()), [(1, 3)]);
+        // A big batch after small ones rolls them up.
+        assert_eq!(bounds(&trace(&[1, 8]).merge_reqs()), [(0, 2)]);
+        // An empty batch merges into the next one, not into an older one.
+        assert_eq!(bounds(&trace(&[5, 0, 3]).merge_reqs()), [(1, 3)]);
+        assert_eq!(trace(&[5, 0]).merge_reqs(), vec![]);
+        // Already tidy: nothing to do.
+        assert_eq!(trace(&[100, 20, 5, 1]).merge_reqs(), vec![]);
+        // Two disjoint groups, oldest first; the newest is the one a writer asks for.
+        // Levels 7, 1, 1, 6, 3, 3: 1+1 rolls up into 40 (level 6 < 7); 4+4 merge (level 4 < 6).
+        let t = trace(&[64, 1, 1, 40, 4, 4]);
+        assert_eq!(bounds(&t.merge_reqs()), [(1, 4), (4, 6)]);
+        assert_eq!(bounds(&[t.newest_merge_req().unwrap()]), [(4, 6)]);
+        assert_eq!(trace(&[4, 1]).newest_merge_req(), None);
+        assert_eq!(trace(&[]).merge_reqs(), vec![]);
+        // Requests carry the inputs and the trace's since.
+        let mut t = trace(&[1, 1]);
+        t.downgrade_since(&f(7));
+        let req = t.newest_merge_req().unwrap();
+        assert_eq!(req.desc.since, f(7));
+        assert_eq!(req.inputs, t.batches().to_vec());
+    }
+
+    #[test]
+    fn a_writer_merging_its_newest_request_keeps_the_trace_logarithmic() {
+        // 1,000 one-update appends, each followed by the merge that includes it: the trace stays
+        // tidy (levels strictly decrease), so it never holds more than log2(1000) + 1 batches.
+        let mut t = Trace::default();
+        let mut merges = 0;
+        for i in 0..1_000u64 {
+            t.push_batch(batch(i, i + 1, 1));
+            if let Some(req) = t.newest_merge_req() {
+                assert!(t.apply_merge_res(&req, &output(&req)).applied());
+                merges += 1;
+            }
+            t.validate().unwrap();
+            assert!(t.merge_reqs().is_empty(), "tidy after each carry");
+            assert!(t.batches().len() <= 11);
+        }
+        // Like a binary counter: 1000 = 0b1111101000 has six one bits.
+        assert_eq!(t.batches().len(), 6);
+        // Every second append carries (one request, however many batches the carry spans).
+        assert_eq!(merges, 500);
+    }
+
+    #[test]
+    fn apply_merge_res_exact() {
+        let mut t = trace(&[8, 1, 1]);
+        let req = t.merge_reqs().remove(0);
+        let out = output(&req);
+        assert_eq!(
+            t.apply_merge_res(&req, &out),
+            ApplyMergeResult::AppliedExact
+        );
+        assert_eq!(t.batches().len(), 2);
+        assert_eq!(t.batches()[1], out);
+        t.validate().unwrap();
+        // The same result again: one batch already covers the range.
+        assert_eq!(
+            t.apply_merge_res(&req, &out),
+            ApplyMergeResult::NotAppliedNoMatch
+        );
+    }
+
+    #[test]
+    fn apply_merge_res_subset_when_an_inner_merge_won() {
+        // [4, 1, 1, 2]: the whole range merges; before it lands, [1, 1] merged on its own.
+        let mut t = trace(&[4, 1, 1, 2]);
+        let outer = t.merge_reqs().remove(0);
+        assert_eq!(bounds(std::slice::from_ref(&outer)), [(0, 4)]);
+        let inner = FueledMergeReq {
+            desc: Description {
+                lower: f(1),
+                upper: f(3),
+                since: t.since().clone(),
+            },
+            inputs: t.batches()[1..3].to_vec(),
+        };
+        assert_eq!(
+            t.apply_merge_res(&inner, &output(&inner)),
+            ApplyMergeResult::AppliedExact
+        );
+        let before = t.clone();
+        let out = output(&outer);
+        assert_eq!(
+            t.apply_merge_res(&outer, &out),
+            ApplyMergeResult::AppliedSubset
+        );
+        assert_eq!(t.batches(), &[out][..]);
+        assert_eq!((t.since(), t.upper()), (before.since(), before.upper()));
+        t.validate().unwrap();
+    }
+
+    #[test]
+    fn apply_merge_res_no_match_when_a_larger_merge_won() {
+        let mut t = trace(&[4, 1, 1, 2]);
+        let outer = t.merge_reqs().remove(0);
+        let inner = FueledMergeReq {
+            desc: Description {
+                lower: f(1),
+                upper: f(3),
+                since: t.since().clone(),
+            },
+            inputs: t.batches()[1..3].to_vec(),
+        };
+        assert!(t.apply_merge_res(&outer, &output(&outer)).applied());
+        let before = t.clone();
+        assert_eq!(
+            t.apply_merge_res(&inner, &output(&inner)),
+            ApplyMergeResult::NotAppliedNoMatch,
+            "[1, 3) is no longer a pair of batch boundaries"
+        );
+        assert_eq!(t, before, "nothing changed");
+        // An output whose description is not the request's never applies.
+        let mut t = trace(&[1, 1]);
+        let req = t.merge_reqs().remove(0);
+        let mut out = output(&req);
+        out.desc.upper = f(1);
+        assert_eq!(
+            t.apply_merge_res(&req, &out),
+            ApplyMergeResult::NotAppliedNoMatch
+        );
+    }
+
+    #[test]
+    fn apply_merge_res_invalid_since_and_too_many_updates() {
+        let mut t = trace(&[1, 1]);
+        t.downgrade_since(&f(1));
+        let mut req = t.merge_reqs().remove(0);
+        // A request compacted beyond the trace's since would lose history readers may read.
+        req.desc.since = f(2);
+        let before = t.clone();
+        assert_eq!(
+            t.apply_merge_res(&req, &output(&req)),
+            ApplyMergeResult::NotAppliedInvalidSince
+        );
+        req.desc.since = f(1);
+        let mut out = output(&req);
+        out.len = 3;
+        assert_eq!(
+            t.apply_merge_res(&req, &out),
+            ApplyMergeResult::NotAppliedTooManyUpdates
+        );
+        assert_eq!(t, before);
+        assert_eq!(
+            t.apply_merge_res(&req, &output(&req)),
+            ApplyMergeResult::AppliedExact,
+            "an output compacted to an earlier since than the trace's is fine"
+        );
+        t.validate().unwrap();
+    }
+
+    #[test]
+    fn validate_catches_broken_traces() {
+        let t = trace(&[1, 1]);
+        let mut gap = t.batches().to_vec();
+        gap[1].desc.lower = f(2);
+        assert!(Trace::from_parts(f(0), f(2), gap).is_err());
+        let mut late = t.batches().to_vec();
+        late[0].desc.since = f(5);
+        assert!(
+            Trace::from_parts(f(0), f(2), late).is_err(),
+            "batch since beyond trace since"
+        );
+        assert!(
+            Trace::from_parts(f(0), f(3), t.batches().to_vec()).is_err(),
+            "upper"
+        );
     }
 }

@@ -1,0 +1,583 @@
+//! Compaction, rollups and garbage collection, end to end in the deterministic simulator over the
+//! in-memory locations (with seeded latency, so maintenance tasks interleave with writes).
+//!
+//! Families of tests, and how each works:
+//! - `maintenance_keeps_contents_and_reclaims_space`: a writer appends hundreds of batches
+//!   through `compare_and_append` while a reader keeps its since a little behind the upper; the
+//!   writer's background maintenance compacts, writes rollups and collects garbage on its own.
+//!   Checked against a reference built from the writes: the snapshot at every `as_of` in
+//!   `[since, upper)`; the trace holds far fewer batches; rollups were written; GC deleted parts
+//!   and rollups and truncated Consensus; every blob the state refers to exists, with a rollup at
+//!   the earliest live version; a fresh client (cold cache, so it starts from the newest rollup)
+//!   reads an identical state.
+//! - `two_collectors_at_once`: two collectors from two clients run concurrently (same and
+//!   different targets), racing on every step; then the same checks.
+//! - `abandoned_collector_then_another`: a collector's future is dropped part-way through
+//!   (`runtime.timeout`) at many cut points, from before its first step to after its deletes;
+//!   the shard stays consistent right after, and a second collector finishes the job: every batch
+//!   part left in Blob is one the state refers to.
+//! - `manual_compaction_tidies_a_trace_written_without_it`: a shard written with compaction
+//!   off, then compacted by hand (`compact_now`): the spine tidies it, contents unchanged.
+//! - `listen_never_redelivers_compacted_updates`: a listen follows a writer whose batches are
+//!   being merged under it (compacted to the listen's own since); every update arrives once.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use futures::FutureExt;
+use persist_playground::location::mem::{Latency, MemBlob, MemConsensus};
+use persist_playground::location::{Blob, Consensus, Location, SeqNo, SCAN_ALL};
+use persist_playground::persist::compact::{compact_now, CompactionOutcome};
+use persist_playground::persist::events::PersistEvent;
+use persist_playground::persist::gc::{gc_and_truncate, gc_now, GcReq};
+use persist_playground::persist::read::ListenEvent;
+use persist_playground::persist::state::{BatchPart, State};
+use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
+use persist_playground::runtime::sim::Simulator;
+use timely::progress::Antichain;
+
+type Upd = ((String, ()), u64, i64);
+
+const SHARD: &str = "s-maint";
+
+fn f(t: u64) -> Antichain<u64> {
+    Antichain::from_elem(t)
+}
+
+fn shard() -> ShardId {
+    ShardId::new(SHARD).unwrap()
+}
+
+/// A simulator, a client over latency-wrapped in-memory locations, and raw handles onto the same
+/// data (no latency) for the checks.
+struct World {
+    sim: Simulator,
+    cfg: PersistConfig,
+    client: PersistClient,
+    blob: MemBlob,
+    consensus: MemConsensus,
+    location: Location,
+}
+
+fn world(seed: u64, cfg: PersistConfig) -> World {
+    let sim = Simulator::new(seed);
+    let rt = sim.runtime();
+    let (blob, consensus) = (MemBlob::new(), MemConsensus::new());
+    let location = Location {
+        blob: Rc::new(blob.with_latency(Latency::new(rt.clone(), seed ^ 0xb10b, 0, 3))),
+        consensus: Rc::new(consensus.with_latency(Latency::new(rt.clone(), seed ^ 0xc0, 0, 3))),
+    };
+    let client = PersistClient::new(location.clone(), rt, cfg.clone(), seed);
+    World {
+        sim,
+        cfg,
+        client,
+        blob,
+        consensus,
+        location,
+    }
+}
+
+fn cfg() -> PersistConfig {
+    PersistConfig {
+        // Small parts, so big batches span several Blob parts.
+        part_max_updates: 64,
+        ..PersistConfig::default()
+    }
+}
+
+/// The updates of batch `i` (at time `i`): a few updates on a small key set, so that
+/// consolidation has work to do, and every 20th batch a big one that goes to Blob parts.
+fn updates(i: u64) -> Vec<Upd> {
+    let key = |k: u64| (format!("key-{k:03}"), ());
+    if i % 20 == 7 {
+        return (0..200).map(|k| (key(k % 50), i, 1)).collect();
+    }
+    let n = 1 + i % 3;
+    (0..n)
+        .map(|j| {
+            (
+                key((i * 7 + j) % 13),
+                i,
+                if (i + j) % 4 == 0 { -1 } else { 1 },
+            )
+        })
+        .collect()
+}
+
+/// The reference: every write, accumulated to `as_of`.
+fn reference(writes: &[Upd], as_of: u64) -> Vec<Upd> {
+    let mut acc: BTreeMap<String, i64> = BTreeMap::new();
+    for ((k, ()), t, d) in writes {
+        if *t <= as_of {
+            *acc.entry(k.clone()).or_default() += d;
+        }
+    }
+    acc.into_iter()
+        .filter(|(_, d)| *d != 0)
+        .map(|(k, d)| ((k, ()), as_of, d))
+        .collect()
+}
+
+/// Writes batches `from..to` through `compare_and_append` at `[i, i + 1)`; a reader keeps its
+/// since `lag` behind the upper (and so moves its seqno hold) every 10 batches.
+fn write_batches(w: &World, from: u64, to: u64, lag: u64) -> Vec<Upd> {
+    let client = w.client.clone();
+    w.sim
+        .block_on(async move {
+            let (mut write, mut read) = client.open::<String, ()>(&shard()).await.unwrap();
+            let mut writes = Vec::new();
+            for i in from..to {
+                let batch = updates(i);
+                write
+                    .compare_and_append(&batch, f(i), f(i + 1))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                writes.extend(batch);
+                if i % 10 == 9 {
+                    read.downgrade_since(&f((i + 1).saturating_sub(lag)))
+                        .await
+                        .unwrap();
+                }
+            }
+            write.expire().await;
+            read.expire().await;
+            writes
+        })
+        .unwrap()
+}
+
+/// Steps the simulator until no maintenance task is left.
+fn settle(sim: &Simulator) {
+    sim.run_until_pred(
+        || !sim.live_tasks().iter().any(|t| t.starts_with("persist: ")),
+        10_000_000,
+    )
+    .unwrap();
+}
+
+fn blob_keys(blob: &MemBlob) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    blob.list_keys_and_metadata("", &mut |m| {
+        keys.insert(m.key);
+    })
+    .now_or_never()
+    .expect("MemBlob without latency is immediate")
+    .unwrap();
+    keys
+}
+
+fn versions(consensus: &MemConsensus) -> Vec<SeqNo> {
+    consensus
+        .scan(SHARD, SeqNo(0), SCAN_ALL)
+        .now_or_never()
+        .expect("MemConsensus without latency is immediate")
+        .unwrap()
+        .iter()
+        .map(|v| v.seqno)
+        .collect()
+}
+
+fn part_keys(state: &State) -> BTreeSet<String> {
+    state
+        .collections
+        .trace
+        .batches()
+        .iter()
+        .flat_map(|b| b.parts.iter())
+        .filter_map(|p| match p {
+            BatchPart::Hollow { key, .. } => Some(key.clone()),
+            BatchPart::Inline { .. } => None,
+        })
+        .collect()
+}
+
+fn inspect(w: &World, client: &PersistClient) -> State {
+    let client = client.clone();
+    w.sim
+        .block_on(async move { client.inspect_state(&shard()).await })
+        .unwrap()
+}
+
+/// The storage invariants: every blob the current state refers to exists; a rollup is listed
+/// at the earliest live version, and exists; the versions are contiguous up to the state.
+fn check_storage(w: &World, state: &State) {
+    let keys = blob_keys(&w.blob);
+    for key in part_keys(state) {
+        assert!(keys.contains(&key), "part {key} is referenced but missing");
+    }
+    for (seqno, r) in &state.collections.rollups {
+        assert!(
+            keys.contains(&r.key),
+            "rollup {seqno} ({}) is missing",
+            r.key
+        );
+    }
+    let live = versions(&w.consensus);
+    let earliest = live[0];
+    assert!(
+        state.collections.rollups.contains_key(&earliest),
+        "no rollup at the earliest live version {earliest}"
+    );
+    assert_eq!(live.last(), Some(&state.seqno));
+    assert_eq!(live.len() as u64, state.seqno.0 - earliest.0 + 1);
+}
+
+/// A fresh client (cold cache: it starts from the newest rollup) reads the same state, and its
+/// snapshots at every readable time equal the reference. Returns the state after the maintenance
+/// the reads themselves started has settled.
+fn check_fresh_client(w: &World, writes: &[Upd], seed: u64) -> State {
+    let state = inspect(w, &w.client);
+    let fresh = PersistClient::new(w.location.clone(), w.sim.runtime(), w.cfg.clone(), seed);
+    let cold = inspect(w, &fresh);
+    assert_eq!(cold, state, "a fresh client reads an identical state");
+    let since = state.since()[0];
+    let upper = state.upper()[0];
+    let writes = writes.to_vec();
+    let fresh2 = fresh.clone();
+    w.sim
+        .block_on(async move {
+            let mut read = fresh2
+                .open_leased_reader::<String, ()>(&shard())
+                .await
+                .unwrap();
+            for as_of in since..upper {
+                let snap = read.snapshot_and_fetch(f(as_of)).await.unwrap();
+                assert_eq!(snap, reference(&writes, as_of), "snapshot at {as_of}");
+            }
+            read.expire().await;
+        })
+        .unwrap();
+    settle(&w.sim);
+    inspect(w, &w.client)
+}
+
+fn count(events: &[PersistEvent], pred: impl Fn(&PersistEvent) -> bool) -> usize {
+    events.iter().filter(|e| pred(e)).count()
+}
+
+fn deleted(events: &[PersistEvent], of_kind: &str) -> usize {
+    events
+        .iter()
+        .map(|e| match e {
+            PersistEvent::BlobsDeleted { kind, keys, .. } if kind == of_kind => keys.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn maintenance_keeps_contents_and_reclaims_space() {
+    const BATCHES: u64 = 400;
+    let w = world(11, cfg());
+    let writes = write_batches(&w, 0, BATCHES, 30);
+    settle(&w.sim);
+    let events = w.client.events().events();
+    let state = check_fresh_client(&w, &writes, 99);
+    check_storage(&w, &state);
+
+    // Compaction: far fewer batches than appends, consolidated to the since.
+    let batches = state.collections.trace.batches().len();
+    let compactions = count(&events, |e| {
+        matches!(e, PersistEvent::CompactionApplied { .. })
+    });
+    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &events {
+        match e {
+            PersistEvent::CompactionApplied { result, .. } => {
+                *outcomes.entry(result.clone()).or_default() += 1
+            }
+            PersistEvent::CompactionNotApplied { reason, .. } => {
+                *outcomes.entry(reason.clone()).or_default() += 1
+            }
+            _ => {}
+        }
+    }
+    println!("{BATCHES} appends -> {batches} batches; compactions: {outcomes:?}");
+    assert!(compactions > 0);
+    assert!(batches <= 20, "{batches} batches");
+    assert!(
+        state.since()[0] >= BATCHES - 40,
+        "the reader moved the since"
+    );
+    let updates_in_state: u64 = state
+        .collections
+        .trace
+        .batches()
+        .iter()
+        .map(|b| b.len)
+        .sum();
+    assert!(
+        updates_in_state < writes.len() as u64 / 4,
+        "{updates_in_state} updates left of {} written",
+        writes.len()
+    );
+
+    // Rollups: written routinely and listed; the newest is recent.
+    let rollups_added = count(&events, |e| {
+        matches!(e, PersistEvent::RollupAdded { added: true, .. })
+    });
+    assert!(rollups_added > 10, "{rollups_added} rollups");
+    let (newest, _) = state.latest_rollup().unwrap();
+    assert!(newest.0 + 3 * 16 >= state.seqno.0);
+
+    // GC: parts and rollups deleted, Consensus truncated, and the space is actually back.
+    let live = versions(&w.consensus);
+    let parts_deleted = deleted(&events, "part");
+    let rollups_deleted = deleted(&events, "rollup");
+    let truncations = count(
+        &events,
+        |e| matches!(e, PersistEvent::ConsensusTruncated { deleted, .. } if *deleted > 0),
+    );
+    let keys = blob_keys(&w.blob);
+    println!(
+        "GC: {parts_deleted} parts and {rollups_deleted} rollups deleted, {truncations} truncations; \
+         {} of {} versions live (earliest {}); {} blobs left",
+        live.len(),
+        state.seqno.0,
+        live[0],
+        keys.len()
+    );
+    assert!(parts_deleted > 0 && rollups_deleted > 0 && truncations > 0);
+    assert!(live[0] > SeqNo(1), "Consensus was truncated");
+    assert!(live.len() < 100, "{} live versions", live.len());
+    let rollup_blobs = keys.iter().filter(|k| k.contains("/rollup/")).count();
+    assert!(rollup_blobs <= state.collections.rollups.len() + 2);
+    let part_blobs: BTreeSet<String> = keys
+        .iter()
+        .filter(|k| !k.contains("/rollup/"))
+        .cloned()
+        .collect();
+    let referenced = part_keys(&state);
+    assert!(part_blobs.is_superset(&referenced));
+    println!(
+        "{} part blobs, {} referenced by the head (the rest awaits the next GC)",
+        part_blobs.len(),
+        referenced.len()
+    );
+    // One more collection, by hand, up to the head: exactly the referenced parts remain.
+    let client = w.client.clone();
+    let report = w
+        .sim
+        .block_on(async move { gc_now(&client, &shard()).await })
+        .unwrap();
+    assert_eq!(report.skipped, None);
+    let state = inspect(&w, &w.client);
+    check_storage(&w, &state);
+    let parts_left: BTreeSet<String> = blob_keys(&w.blob)
+        .into_iter()
+        .filter(|k| !k.contains("/rollup/"))
+        .collect();
+    assert_eq!(parts_left, part_keys(&state));
+}
+
+#[test]
+fn two_collectors_at_once() {
+    for seed in 0..8u64 {
+        let cfg = PersistConfig {
+            gc_enabled: false,
+            ..cfg()
+        };
+        let w = world(100 + seed, cfg.clone());
+        let writes = write_batches(&w, 0, 160, 20);
+        settle(&w.sim);
+        let head = inspect(&w, &w.client).seqno;
+        let other = PersistClient::new(w.location.clone(), w.sim.runtime(), cfg, 500 + seed);
+        let (a, b) = (w.client.clone(), other.clone());
+        // Seeds alternate between equal targets and a smaller one racing a larger one.
+        let target_b = if seed % 2 == 0 {
+            head
+        } else {
+            SeqNo(head.0 / 2)
+        };
+        let rt = w.sim.runtime();
+        let (ra, rb) = w
+            .sim
+            .block_on(async move {
+                let req_a = GcReq {
+                    old_seqno_since: SeqNo(0),
+                    new_seqno_since: head,
+                };
+                let ga = rt.spawn(
+                    "gc a",
+                    async move { gc_and_truncate(&a, &shard(), req_a).await },
+                );
+                let req = GcReq {
+                    old_seqno_since: SeqNo(0),
+                    new_seqno_since: target_b,
+                };
+                let gb = rt.spawn(
+                    "gc b",
+                    async move { gc_and_truncate(&b, &shard(), req).await },
+                );
+                (ga.await, gb.await)
+            })
+            .unwrap();
+        assert_eq!(ra.new_seqno_since, head);
+        assert!(ra.versions_truncated.is_some() || rb.versions_truncated.is_some());
+        let state = check_fresh_client(&w, &writes, 900 + seed);
+        check_storage(&w, &state);
+        assert_eq!(
+            versions(&w.consensus)[0],
+            head,
+            "truncated to the larger target (a: {:?} / b: {:?})",
+            ra.skipped,
+            rb.skipped
+        );
+        let parts_left = blob_keys(&w.blob)
+            .into_iter()
+            .filter(|k| !k.contains("/rollup/"))
+            .count();
+        assert_eq!(
+            parts_left,
+            part_keys(&state).len(),
+            "no garbage part is left"
+        );
+    }
+}
+
+#[test]
+fn abandoned_collector_then_another() {
+    let cuts_ms = [0, 2, 5, 10, 20, 40, 80, 160, 320, 640, 1_280, 10_000];
+    let (mut died_mid_deletes, mut died_before_deleting, mut finished) = (0, 0, 0);
+    for (i, cut_ms) in cuts_ms.into_iter().enumerate() {
+        let cfg = PersistConfig {
+            gc_enabled: false,
+            // Every batch in Blob: plenty of garbage, so the deletes take a while.
+            inline_writes_single_max_bytes: 0,
+            ..cfg()
+        };
+        let w = world(200 + i as u64, cfg);
+        let writes = write_batches(&w, 0, 120, 10);
+        settle(&w.sim);
+        let before = inspect(&w, &w.client);
+        let blobs_before = blob_keys(&w.blob);
+        let earliest_before = versions(&w.consensus)[0];
+        let (client, rt) = (w.client.clone(), w.sim.runtime());
+        let abandoned = w
+            .sim
+            .block_on(async move { rt.timeout(cut_ms, gc_now(&client, &shard())).await })
+            .unwrap();
+        let gone = blobs_before.difference(&blob_keys(&w.blob)).count();
+        let truncated = versions(&w.consensus)[0] > earliest_before;
+        match (&abandoned, gone, truncated) {
+            (Ok(_), _, _) => finished += 1,
+            (Err(_), 0, false) => died_before_deleting += 1,
+            (Err(_), _, false) => died_mid_deletes += 1,
+            (Err(_), _, true) => {}
+        }
+        // Right after the collector died, the shard is consistent.
+        let state = inspect(&w, &w.client);
+        check_storage(&w, &state);
+        assert_eq!(state.collections.trace, before.collections.trace);
+        // A second collector finishes the job.
+        let client = w.client.clone();
+        let report = w
+            .sim
+            .block_on(async move { gc_now(&client, &shard()).await })
+            .unwrap();
+        assert_eq!(
+            versions(&w.consensus)[0],
+            report.new_seqno_since,
+            "{report:?}"
+        );
+        let state = check_fresh_client(&w, &writes, 700 + i as u64);
+        check_storage(&w, &state);
+        let parts_left = blob_keys(&w.blob)
+            .into_iter()
+            .filter(|k| !k.contains("/rollup/"))
+            .count();
+        assert_eq!(parts_left, part_keys(&state).len(), "cut at {cut_ms} ms");
+    }
+    println!(
+        "abandoned collectors: {died_before_deleting} before deleting, {died_mid_deletes} \
+         after deleting some blobs but before truncating, {finished} finished"
+    );
+    assert!(died_before_deleting > 0 && died_mid_deletes > 0 && finished > 0);
+}
+
+#[test]
+fn manual_compaction_tidies_a_trace_written_without_it() {
+    let cfg = PersistConfig {
+        compaction_enabled: false,
+        ..cfg()
+    };
+    let w = world(3, cfg);
+    let writes = write_batches(&w, 0, 100, 5);
+    settle(&w.sim);
+    let before = inspect(&w, &w.client);
+    assert_eq!(before.collections.trace.batches().len(), 100);
+    let client = w.client.clone();
+    let outcomes = w
+        .sim
+        .block_on(async move { compact_now(&client, &shard()).await })
+        .unwrap();
+    assert!(!outcomes.is_empty());
+    assert!(outcomes
+        .iter()
+        .all(|o| matches!(o, CompactionOutcome::Applied(_))));
+    let after = check_fresh_client(&w, &writes, 77);
+    let trace = &after.collections.trace;
+    assert!(trace.merge_reqs().is_empty(), "tidy");
+    assert!(
+        trace.batches().len() < 10,
+        "{} batches",
+        trace.batches().len()
+    );
+    check_storage(&w, &after);
+}
+
+#[test]
+fn listen_never_redelivers_compacted_updates() {
+    for seed in 0..10u64 {
+        let w = world(300 + seed, cfg());
+        let client = w.client.clone();
+        let got = w
+            .sim
+            .block_on(async move {
+                let (mut write, read) = client.open::<String, ()>(&shard()).await.unwrap();
+                let mut listen = read.listen(f(0)).await.unwrap();
+                let writer = client.runtime().spawn("writer", async move {
+                    for i in 0..100u64 {
+                        let key = (format!("k{i:03}"), ());
+                        write
+                            .compare_and_append(&[(key, i, 1)], f(i), f(i + 1))
+                            .await
+                            .unwrap()
+                            .unwrap();
+                    }
+                    write.expire().await;
+                });
+                let mut got = Vec::new();
+                while listen.frontier() != &f(100) {
+                    for event in listen.next().await.unwrap() {
+                        if let ListenEvent::Updates(updates) = event {
+                            got.extend(updates);
+                        }
+                    }
+                }
+                writer.await;
+                listen.expire().await;
+                got
+            })
+            .unwrap();
+        let mut got: Vec<(String, u64, i64)> =
+            got.into_iter().map(|((k, ()), t, d)| (k, t, d)).collect();
+        got.sort();
+        let expected: Vec<(String, u64, i64)> =
+            (1..100u64).map(|i| (format!("k{i:03}"), i, 1)).collect();
+        assert_eq!(
+            got, expected,
+            "seed {seed}: each update exactly once, at its own time"
+        );
+        let events = w.client.events().events();
+        assert!(
+            count(&events, |e| matches!(
+                e,
+                PersistEvent::CompactionApplied { .. }
+            )) > 0
+        );
+    }
+}
