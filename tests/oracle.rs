@@ -25,7 +25,9 @@ use persist_playground::location::unreliable::{UnreliableConsensus, UnreliableHa
 use persist_playground::location::{
     CaSResult, Consensus, ExternalError, SeqNo, VersionedData, SCAN_ALL,
 };
-use persist_playground::oracle::conformance::timestamp_oracle_impl_test;
+use persist_playground::oracle::conformance::{
+    check_history, timestamp_oracle_impl_test, Call, History, Violation,
+};
 use persist_playground::oracle::{
     DurableOracleConfig, DurableRecord, DurableTimestampOracle, InMemoryTimestampOracle, NowFn,
     OracleError, OracleEventKind, TimestampOracle,
@@ -85,216 +87,6 @@ impl Rng {
     fn fork(&mut self) -> Rng {
         Rng::new(self.0.next_u64())
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Write,
-    Read,
-    Apply,
-}
-
-#[derive(Debug, Clone)]
-struct Op {
-    instance: u64,
-    kind: Kind,
-    invoked: u64,
-    responded: Option<u64>,
-    /// The timestamp handed out, or the input of an apply.
-    value: u64,
-}
-
-/// Every call made, with logical invocation and response times (one counter, so "completed
-/// before it started" is exact even within one virtual millisecond).
-#[derive(Default)]
-struct History {
-    clock: Cell<u64>,
-    ops: RefCell<Vec<Op>>,
-}
-
-impl History {
-    fn tick(&self) -> u64 {
-        let t = self.clock.get() + 1;
-        self.clock.set(t);
-        t
-    }
-
-    fn invoke(&self, instance: u64, kind: Kind, value: u64) -> usize {
-        let invoked = self.tick();
-        let mut ops = self.ops.borrow_mut();
-        ops.push(Op {
-            instance,
-            kind,
-            invoked,
-            responded: None,
-            value,
-        });
-        ops.len() - 1
-    }
-
-    fn respond(&self, idx: usize, value: u64) {
-        let responded = self.tick();
-        let mut ops = self.ops.borrow_mut();
-        ops[idx].responded = Some(responded);
-        ops[idx].value = value;
-    }
-
-    async fn write(&self, instance: u64, oracle: &dyn TimestampOracle) -> Result<u64, OracleError> {
-        let idx = self.invoke(instance, Kind::Write, 0);
-        let w = oracle.write_ts().await?;
-        assert_eq!(w.advance_to, w.timestamp + 1);
-        self.respond(idx, w.timestamp);
-        Ok(w.timestamp)
-    }
-
-    async fn read(&self, instance: u64, oracle: &dyn TimestampOracle) -> Result<u64, OracleError> {
-        let idx = self.invoke(instance, Kind::Read, 0);
-        let r = oracle.read_ts().await?;
-        self.respond(idx, r);
-        Ok(r)
-    }
-
-    async fn apply(
-        &self,
-        instance: u64,
-        oracle: &dyn TimestampOracle,
-        t: u64,
-    ) -> Result<(), OracleError> {
-        let idx = self.invoke(instance, Kind::Apply, t);
-        oracle.apply_write(t).await?;
-        self.respond(idx, t);
-        Ok(())
-    }
-
-    fn max_handed_out(&self) -> u64 {
-        self.ops
-            .borrow()
-            .iter()
-            .filter(|o| o.responded.is_some() && o.kind != Kind::Apply)
-            .map(|o| o.value)
-            .max()
-            .unwrap_or(0)
-    }
-}
-
-/// Checks the contract over a history of completed calls, across all instances:
-/// - a write timestamp is above every write or read timestamp handed out by a call that completed
-///   before it started, and no write timestamp is handed out twice;
-/// - a read timestamp is at least every read timestamp handed out, and every apply completed,
-///   before it started (reads never go back, and see applied writes).
-///
-/// Returns the violations, described.
-fn violations(ops: &[Op]) -> Vec<String> {
-    #[derive(Clone, Copy, Default)]
-    struct Floor {
-        handed: Option<u64>,
-        read: Option<u64>,
-        applied: Option<u64>,
-    }
-    let mut points: Vec<(u64, bool, usize)> = Vec::new();
-    for (i, op) in ops.iter().enumerate() {
-        points.push((op.invoked, false, i));
-        if let Some(r) = op.responded {
-            points.push((r, true, i));
-        }
-    }
-    points.sort_unstable();
-    let mut floors = vec![Floor::default(); ops.len()];
-    let mut now = Floor::default();
-    let mut out = Vec::new();
-    for (_, responded, i) in points {
-        let op = &ops[i];
-        if !responded {
-            floors[i] = now;
-            continue;
-        }
-        let floor = floors[i];
-        let v = op.value;
-        match op.kind {
-            Kind::Write => {
-                if let Some(h) = floor.handed.filter(|&h| v <= h) {
-                    out.push(format!(
-                        "write {v} (instance {}) is not above {h}, handed out before it started",
-                        op.instance
-                    ));
-                }
-            }
-            Kind::Read => {
-                if let Some(r) = floor.read.filter(|&r| v < r) {
-                    out.push(format!(
-                        "read {v} (instance {}) went back below an earlier read {r}",
-                        op.instance
-                    ));
-                }
-                if let Some(a) = floor.applied.filter(|&a| v < a) {
-                    out.push(format!(
-                        "read {v} (instance {}) is below {a}, applied before it started",
-                        op.instance
-                    ));
-                }
-            }
-            Kind::Apply => {}
-        }
-        let raise = |slot: &mut Option<u64>| *slot = Some(slot.map_or(v, |s| s.max(v)));
-        match op.kind {
-            Kind::Write => raise(&mut now.handed),
-            Kind::Read => {
-                raise(&mut now.handed);
-                raise(&mut now.read);
-            }
-            Kind::Apply => raise(&mut now.applied),
-        }
-    }
-    let mut writes = BTreeSet::new();
-    for op in ops
-        .iter()
-        .filter(|o| o.kind == Kind::Write && o.responded.is_some())
-    {
-        if !writes.insert(op.value) {
-            out.push(format!("write timestamp {} was handed out twice", op.value));
-        }
-    }
-    out
-}
-
-#[test]
-fn the_checker_catches_what_it_should() {
-    let op = |kind, invoked, responded, value| Op {
-        instance: 0,
-        kind,
-        invoked,
-        responded: Some(responded),
-        value,
-    };
-    // Sequential and fine.
-    let ok = [
-        op(Kind::Write, 1, 2, 5),
-        op(Kind::Apply, 3, 4, 5),
-        op(Kind::Read, 5, 6, 5),
-        op(Kind::Write, 7, 8, 6),
-    ];
-    assert!(violations(&ok).is_empty());
-    // Overlapping calls may go either way.
-    let overlap = [op(Kind::Write, 1, 4, 9), op(Kind::Write, 2, 3, 8)];
-    assert!(violations(&overlap).is_empty());
-    // A write below an earlier one, a read below an applied write, a duplicate.
-    assert_eq!(
-        violations(&[op(Kind::Write, 1, 2, 9), op(Kind::Write, 3, 4, 8)]).len(),
-        1
-    );
-    assert_eq!(
-        violations(&[op(Kind::Apply, 1, 2, 9), op(Kind::Read, 3, 4, 8)]).len(),
-        1
-    );
-    assert_eq!(
-        violations(&[op(Kind::Read, 1, 2, 9), op(Kind::Read, 3, 4, 8)]).len(),
-        1
-    );
-    assert_eq!(
-        violations(&[op(Kind::Write, 1, 4, 9), op(Kind::Write, 2, 3, 9)]).len(),
-        1,
-        "a duplicate even between overlapping calls"
-    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -509,15 +301,15 @@ async fn worker_loop(
             let o: &dyn TimestampOracle = &*o;
             match roll {
                 0..=49 => {
-                    let ts = h.write(instance, o).await?;
+                    let ts = h.write_ts(instance, o).await?.timestamp;
                     if apply_after {
-                        h.apply(instance, o, ts).await?;
+                        h.apply_write(instance, o, ts).await?;
                     }
                 }
                 50..=74 => {
-                    h.read(instance, o).await?;
+                    h.read_ts(instance, o).await?;
                 }
-                75..=84 => h.apply(instance, o, now + ahead).await?,
+                75..=84 => h.apply_write(instance, o, now + ahead).await?,
                 _ => {
                     o.peek_write_ts().await?;
                 }
@@ -549,7 +341,7 @@ async fn worker_loop(
     }
 }
 
-fn restart_run(seed: u64) -> (RestartCounts, Vec<Op>) {
+fn restart_run(seed: u64) -> (RestartCounts, Vec<Call>) {
     let mut rng = Rng::new(seed ^ 0x05ee_d0f0_ac1e);
     let interval_ms = [5, 10, 20, 40][rng.below(4) as usize];
     let confirm = rng.chance(0.3);
@@ -651,7 +443,7 @@ fn restart_run(seed: u64) -> (RestartCounts, Vec<Op>) {
                 seqno.0,
                 record.upper
             );
-            let max_ts = history.max_handed_out();
+            let max_ts = history.max_handed_out().unwrap_or(0);
             assert!(
                 max_ts < record.upper,
                 "every timestamp handed out ({max_ts}) is below the stored upper {}",
@@ -665,12 +457,12 @@ fn restart_run(seed: u64) -> (RestartCounts, Vec<Op>) {
                 .expect("a healthy start");
             let last = Rc::new(last);
             instance += 1;
-            let read = history.read(instance, &*last).await.unwrap();
+            let read = history.read_ts(instance, &*last).await.unwrap();
             assert!(
                 read >= max_ts,
                 "after every restart reads resume above {max_ts}"
             );
-            let w = history.write(instance, &*last).await.unwrap();
+            let w = history.write_ts(instance, &*last).await.unwrap().timestamp;
             assert!(w > max_ts);
             assert_eq!(versions_now(&mem), 1, "old versions were truncated");
             counts
@@ -684,9 +476,10 @@ fn restart_run(seed: u64) -> (RestartCounts, Vec<Op>) {
     let f = faults.counts();
     counts.faults = f.faults();
     counts.happened_then_timed_out = f.happened_then_timed_out;
-    let ops = history.ops.borrow().clone();
-    counts.intervals_of_timestamps = history.max_handed_out() as f64 / interval_ms as f64;
-    let bad = violations(&ops);
+    let ops = history.calls();
+    counts.intervals_of_timestamps =
+        history.max_handed_out().unwrap_or(0) as f64 / interval_ms as f64;
+    let bad = check_history(&ops);
     assert!(bad.is_empty(), "seed {seed}: {bad:#?}");
     let bound = (counts.intervals_of_timestamps.ceil() as u64) + 2 * counts.open_attempts + 2;
     assert!(
@@ -760,7 +553,7 @@ struct TakeoverCounts {
 /// Two "processes" on one store, each with its own connection. A process opens an instance
 /// (fencing the other's), runs workers until they are fenced, waits a little, and takes over
 /// again. Returns the counts and the history.
-fn takeover_run(seed: u64, confirm: bool) -> (TakeoverCounts, Vec<Op>) {
+fn takeover_run(seed: u64, confirm: bool) -> (TakeoverCounts, Vec<Call>) {
     let mut rng = Rng::new(seed ^ 0x7a6e_0be2);
     let interval_ms = [5, 10, 20][rng.below(3) as usize];
     let config = config(interval_ms)
@@ -853,8 +646,8 @@ fn takeover_run(seed: u64, confirm: bool) -> (TakeoverCounts, Vec<Op>) {
     let failures = shared.failures.borrow().clone();
     assert!(failures.is_empty(), "seed {seed}: {failures:#?}");
     let history = &shared.history;
-    let ops = history.ops.borrow().clone();
-    let bad = violations(&ops);
+    let ops = history.calls();
+    let bad = check_history(&ops);
     let counts = TakeoverCounts {
         opens: opens.get(),
         fenced_calls: fenced.get(),
@@ -868,7 +661,8 @@ fn takeover_run(seed: u64, confirm: bool) -> (TakeoverCounts, Vec<Op>) {
         // Without the check a fenced instance may go back in time, but it never hands out a
         // timestamp twice: its window lies below the new instance's start.
         assert!(
-            bad.iter().all(|v| !v.contains("twice")),
+            bad.iter()
+                .all(|v| !matches!(v, Violation::Duplicate { .. })),
             "seed {seed}: {bad:#?}"
         );
     }
