@@ -35,6 +35,7 @@ pub mod location;
 pub mod oracle;
 pub mod persist;
 pub mod runtime;
+pub mod write_task;
 
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;

@@ -1,0 +1,258 @@
+//! Plain records of everything a write task does, for the playground to render and tests to
+//! assert on. Frontiers appear as `Option<u64>` (`None` is the empty frontier: "finished").
+//!
+//! The order of events of one task follows its loop:
+//!
+//! ```text
+//! Spawned [Prepared]
+//! ( CommandReceived+ (ReadOnlyRejected | write)
+//! | Ticked write
+//! )* [ShutDown] Ended
+//!
+//! write   = ( WriteAttempted ( Committed
+//!                            | Mismatch [Resynced | ResyncFailed]
+//!                            | AttemptTimedOut ) )+ [GaveUp]
+//! ```
+//!
+//! A write stops at the first `Committed`, at `GaveUp` once its retries are spent, or when the
+//! task ends. Every `Mismatch` that does not end the task is followed by a re-sync attempt.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use serde::Serialize;
+
+use crate::persist::codec::Timestamp;
+
+/// Why a write was attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum WriteCause {
+    /// Commands changed `desired`.
+    Commands,
+    /// The upper tick (with nothing pending: an empty batch that only moves the upper).
+    Tick,
+    /// The upper tick found `to_write` pending after a re-sync and writes it (an improvement on
+    /// the original, whose tick only ever writes an empty batch).
+    TickPending,
+}
+
+/// One thing a write task did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind")]
+pub enum WriteTaskEventKind {
+    /// The task started.
+    Spawned {
+        /// Whether it is read-only.
+        read_only: bool,
+        /// The upper tick's period.
+        upper_tick_interval_ms: u64,
+    },
+    /// `prepare` seeded `desired` from what the shard holds.
+    Prepared {
+        /// The shard's upper when it was read.
+        upper: Option<Timestamp>,
+        /// Rows in the shard's snapshot (consolidated).
+        shard_rows: u64,
+        /// Rows kept in `desired`.
+        desired_rows: u64,
+        /// Updates left in `to_write` (retractions of rows not kept).
+        to_write_rows: u64,
+    },
+    /// A command arrived and was applied to `desired` (or refused, with `error`).
+    CommandReceived {
+        /// "append" or "delete".
+        op: String,
+        /// Updates appended or rows deleted.
+        rows: u64,
+        /// Why it was refused, if it was.
+        error: Option<String>,
+    },
+    /// Read-only: the commands changed `desired` but nothing is written; their responders got a
+    /// read-only error.
+    ReadOnlyRejected {
+        /// How many responders were answered.
+        responders: u64,
+    },
+    /// The upper tick fired with work to do.
+    Ticked {
+        /// The upper the task believes the shard has.
+        current_upper: Option<Timestamp>,
+        /// The clock.
+        now_ms: u64,
+        /// Updates pending in `to_write`.
+        pending: u64,
+    },
+    /// One `compare_and_append` of `to_write` at `[expected_upper, new_upper)`.
+    WriteAttempted {
+        /// Why.
+        cause: WriteCause,
+        /// 1 for the first attempt of this write.
+        attempt: u32,
+        /// The upper the task expects (its `current_upper`); every update is written at this time.
+        expected_upper: Option<Timestamp>,
+        /// `max(now, current_upper + 1)`.
+        new_upper: Option<Timestamp>,
+        /// Updates carried.
+        updates: u64,
+        /// Responders waiting on this write.
+        responders: u64,
+    },
+    /// The attempt committed: the shard at `new_upper - 1` equals `desired`.
+    Committed {
+        /// Why the write was made.
+        cause: WriteCause,
+        /// Its lower.
+        expected_upper: Option<Timestamp>,
+        /// Its upper, now the shard's.
+        new_upper: Option<Timestamp>,
+        /// Updates carried.
+        updates: u64,
+        /// Responders answered `Ok`.
+        responders: u64,
+        /// Rows in `desired`.
+        desired_rows: u64,
+        /// [`super::ops::fingerprint`] of `desired`, which the shard now equals.
+        desired_fingerprint: u64,
+    },
+    /// Someone else moved the shard's upper: the attempt wrote nothing.
+    Mismatch {
+        /// The upper the task expected.
+        expected_upper: Option<Timestamp>,
+        /// The shard's upper.
+        current_upper: Option<Timestamp>,
+    },
+    /// `sync_to_persist`: the task adopted `upper` and set `to_write = desired - snapshot`.
+    Resynced {
+        /// The adopted upper.
+        upper: Option<Timestamp>,
+        /// The snapshot's time (`upper - 1`; `None` when the upper is 0 and nothing can be there).
+        as_of: Option<Timestamp>,
+        /// Rows in the snapshot.
+        snapshot_rows: u64,
+        /// Rows in `desired`.
+        desired_rows: u64,
+        /// Updates in the new `to_write`.
+        to_write_rows: u64,
+    },
+    /// A re-sync could not read the shard in time; the task keeps its old upper (so the next
+    /// attempt mismatches again and re-syncs again).
+    ResyncFailed {
+        /// Why.
+        reason: String,
+    },
+    /// An attempt did not finish within the attempt timeout and was cancelled (it may or may
+    /// not have committed; the next attempt finds out through the upper).
+    AttemptTimedOut {
+        /// The attempt's lower.
+        expected_upper: Option<Timestamp>,
+        /// The timeout.
+        after_ms: u64,
+    },
+    /// The write's retries are spent: its responders got an error, and `to_write` stays pending
+    /// for a later write (a command or the tick).
+    GaveUp {
+        /// Attempts made.
+        attempts: u32,
+        /// Responders answered with the error.
+        responders: u64,
+    },
+    /// The shutdown signal arrived; every queued command was answered with an error.
+    ShutDown {
+        /// Queued commands answered.
+        answered: u64,
+    },
+    /// The task ended.
+    Ended {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An event with its task and time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WriteTaskEvent {
+    /// The collection the task writes.
+    pub task: String,
+    /// The task's clock when it happened.
+    pub at_ms: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: WriteTaskEventKind,
+}
+
+/// How many events a log keeps before it drops the oldest.
+pub const WRITE_TASK_LOG_CAPACITY: usize = 100_000;
+
+/// A shared, bounded log of write-task events. Clones share it; several tasks may share one.
+#[derive(Clone, Default)]
+pub struct WriteTaskLog {
+    inner: Rc<RefCell<LogInner>>,
+}
+
+#[derive(Default)]
+struct LogInner {
+    events: VecDeque<WriteTaskEvent>,
+    dropped: u64,
+    enabled: bool,
+}
+
+impl WriteTaskLog {
+    /// A log that records.
+    pub fn new() -> Self {
+        let log = WriteTaskLog::default();
+        log.inner.borrow_mut().enabled = true;
+        log
+    }
+
+    /// A log that records nothing (benchmarks). Events are built lazily, so a disabled log
+    /// costs nothing, including the fingerprints of `desired`.
+    pub fn disabled() -> Self {
+        WriteTaskLog::default()
+    }
+
+    /// Whether this log records.
+    pub fn is_enabled(&self) -> bool {
+        self.inner.borrow().enabled
+    }
+
+    /// Records the event `make` builds, if the log is enabled.
+    pub fn record(&self, make: impl FnOnce() -> WriteTaskEvent) {
+        if !self.is_enabled() {
+            return;
+        }
+        let event = make();
+        let mut inner = self.inner.borrow_mut();
+        if inner.events.len() == WRITE_TASK_LOG_CAPACITY {
+            inner.events.pop_front();
+            inner.dropped += 1;
+        }
+        inner.events.push_back(event);
+    }
+
+    /// Everything recorded and still kept, oldest first.
+    pub fn events(&self) -> Vec<WriteTaskEvent> {
+        self.inner.borrow().events.iter().cloned().collect()
+    }
+
+    /// The events of one task, oldest first.
+    pub fn events_of(&self, task: &str) -> Vec<WriteTaskEvent> {
+        self.inner
+            .borrow()
+            .events
+            .iter()
+            .filter(|e| e.task == task)
+            .cloned()
+            .collect()
+    }
+
+    /// Takes everything recorded so far.
+    pub fn take(&self) -> Vec<WriteTaskEvent> {
+        self.inner.borrow_mut().events.drain(..).collect()
+    }
+
+    /// How many events were dropped for capacity.
+    pub fn dropped(&self) -> u64 {
+        self.inner.borrow().dropped
+    }
+}
