@@ -14,10 +14,12 @@
 //! **The collector** ([`gc_and_truncate`]), for `new = new_seqno_since`:
 //! 1. scan every live version from the earliest, `E`; if `E >= new`, someone already collected
 //!    this far: done;
-//! 2. rebuild the state at `E` from the rollup listed at exactly `E` (there always is one, see the
-//!    invariant below) and apply the diffs up to `new`, collecting the part keys of every version
-//!    below `new`; the deletable parts are those not referenced at `new` (a part dropped from
-//!    state never returns: keys are written once, so no later version refers to it either);
+//! 2. read the state at `E` from the rollup listed at exactly `E` (there always is one, see the
+//!    invariant below); the parts of every version below `new` are those of the state at `E` plus
+//!    those of the batches the diffs after it insert; the deletable parts are those not
+//!    referenced at `new` (a part dropped from state never returns: keys are written once, so no
+//!    later version refers to it either). The state at `new` comes from whoever committed it (the
+//!    routine trigger keeps it), from the cache, or else from replaying the diffs;
 //! 3. make sure a rollup at exactly `new` exists: reuse a listed one, or write the rebuilt state
 //!    at `new` to Blob; then one `add_and_remove_rollups` command lists it and unlists the rollups
 //!    below `E` (if another rollup won the seqno, ours is deleted);
@@ -94,13 +96,13 @@ pub async fn gc_now(client: &PersistClient, shard_id: &ShardId) -> GcReport {
         old_seqno_since: state.collections.last_gc_req,
         new_seqno_since: state.collections.seqno_since(state.seqno),
     };
-    gc_and_truncate_with(&machine, req, &MaintenanceIds::from_client(client)).await
+    gc_and_truncate_with(&machine, req, &MaintenanceIds::from_client(client), None).await
 }
 
 /// Runs the collector for `req` (see the module docs). Its future may be dropped at any point.
 pub async fn gc_and_truncate(client: &PersistClient, shard_id: &ShardId, req: GcReq) -> GcReport {
     let machine = client.machine(shard_id, "gc".into());
-    gc_and_truncate_with(&machine, req, &MaintenanceIds::from_client(client)).await
+    gc_and_truncate_with(&machine, req, &MaintenanceIds::from_client(client), None).await
 }
 
 /// What scanning and replaying the live versions found.
@@ -145,8 +147,8 @@ async fn scan_all_retrying(machine: &Machine) -> Vec<VersionedData> {
     }
 }
 
-/// Steps 1 and 2 of the module docs.
-async fn walk(machine: &Machine, new: SeqNo) -> Walk {
+/// Steps 1 and 2 of the module docs. `known` is the state at `new`, if the caller has it.
+async fn walk(machine: &Machine, new: SeqNo, known: Option<&State>) -> Walk {
     let versions = scan_all_retrying(machine).await;
     let Some(first) = versions.first() else {
         return Walk::Done("the shard has no versions".into());
@@ -157,9 +159,17 @@ async fn walk(machine: &Machine, new: SeqNo) -> Walk {
             "already collected: the earliest version is {earliest}"
         ));
     }
+    if versions
+        .iter()
+        .map(|v| v.seqno)
+        .ne((earliest.0..).map(SeqNo).take(versions.len()))
+    {
+        return Walk::Rescan("the scanned versions are not contiguous".into());
+    }
     // The state's rollup list, at least as new as the scan.
     machine.fetch_and_update_state_retrying().await;
-    let Some(rollup) = machine.state().collections.rollups.get(&earliest).cloned() else {
+    let current = machine.state();
+    let Some(rollup) = current.collections.rollups.get(&earliest).cloned() else {
         return Walk::Rescan(format!(
             "no rollup is listed at the earliest version {earliest}"
         ));
@@ -174,7 +184,7 @@ async fn walk(machine: &Machine, new: SeqNo) -> Walk {
             Err(_) => backoff.wait(&machine.runtime).await,
         }
     };
-    let mut state = match decode_rollup(&bytes) {
+    let state = match decode_rollup(&bytes) {
         Ok(state) => state,
         Err(e) => return Walk::Done(format!("the rollup at {earliest}: {e}")),
     };
@@ -184,28 +194,52 @@ async fn walk(machine: &Machine, new: SeqNo) -> Walk {
             rollup.key, state.shard_id, state.seqno, machine.shard_id
         ));
     }
-    let mut referenced_below_new = BTreeSet::new();
-    for version in &versions[1..] {
-        if state.seqno >= new {
-            break;
+    // Every batch some version in [earliest, new) holds was in the state at `earliest` or was
+    // inserted by one of the diffs after it: no need to rebuild each version.
+    let mut referenced_below_new: BTreeSet<String> = part_keys(&state).cloned().collect();
+    let mut diffs = Vec::new();
+    for version in versions.iter().skip(1).take_while(|v| v.seqno <= new) {
+        let diff = match decode_diff(&version.data) {
+            Ok(diff) if diff.seqno_to == version.seqno => diff,
+            Ok(diff) => {
+                return Walk::Done(format!("version {} holds {}", version.seqno, diff.seqno_to))
+            }
+            Err(e) => return Walk::Done(format!("version {}: {e}", version.seqno)),
+        };
+        if version.seqno < new {
+            let inserted = diff.batches.iter().filter_map(|(_, b)| b.as_ref());
+            referenced_below_new.extend(inserted.flat_map(|b| b.parts.iter()).filter_map(
+                |p| match p {
+                    BatchPart::Hollow { key, .. } => Some(key.clone()),
+                    BatchPart::Inline { .. } => None,
+                },
+            ));
         }
-        referenced_below_new.extend(part_keys(&state).cloned());
-        let applied = decode_diff(&version.data)
-            .map_err(|e| e.to_string())
-            .and_then(|diff| diff.apply(&mut state));
-        if let Err(e) = applied {
-            return Walk::Done(format!("version {}: {e}", version.seqno));
-        }
+        diffs.push(diff);
     }
-    if state.seqno != new {
+    // The state at `new`: the caller's, the cache if it is there, or the diffs replayed.
+    let state_at_new = match (known, current.seqno == new) {
+        (Some(known), _) if known.seqno == new => known.clone(),
+        (_, true) => current,
+        _ => {
+            let mut state = state;
+            for diff in &diffs {
+                if let Err(e) = diff.apply(&mut state) {
+                    return Walk::Done(format!("version {}: {e}", diff.seqno_to));
+                }
+            }
+            state
+        }
+    };
+    if state_at_new.seqno != new {
         return Walk::Done(format!(
             "the live versions end at {}, before {new}",
-            state.seqno
+            state_at_new.seqno
         ));
     }
     Walk::Walked {
         earliest,
-        state_at_new: Box::new(state),
+        state_at_new: Box::new(state_at_new),
         referenced_below_new,
     }
 }
@@ -215,6 +249,7 @@ pub(crate) async fn gc_and_truncate_with(
     machine: &Machine,
     req: GcReq,
     ids: &MaintenanceIds,
+    known: Option<&State>,
 ) -> GcReport {
     let new = req.new_seqno_since;
     let mut report = GcReport {
@@ -237,7 +272,7 @@ pub(crate) async fn gc_and_truncate_with(
     let mut walked = None;
     let mut last_reason = String::new();
     for _ in 0..MAX_RESCANS {
-        match walk(machine, new).await {
+        match walk(machine, new, known).await {
             Walk::Done(reason) => {
                 skip(&mut report, reason);
                 return report;

@@ -50,8 +50,11 @@ const COMPARE_AND_APPEND: &str = "compare_and_append";
 pub(crate) struct RoutineMaintenance {
     /// The commit.
     pub(crate) seqno: SeqNo,
+    /// The committed state, kept (one clone) only if the work needs it: a rollup of it, or a GC
+    /// up to exactly it (which then needs no replay to know the state at its target).
+    pub(crate) state: Option<Rc<State>>,
     /// A rollup of this state is due.
-    pub(crate) rollup: Option<State>,
+    pub(crate) rollup: bool,
     /// A GC is due.
     pub(crate) gc: Option<GcReq>,
     /// The merge of the batch just appended with its neighbours.
@@ -109,15 +112,18 @@ impl Machine {
         let rollup = new
             .collections
             .need_rollup(new.seqno, self.cfg.rollup_threshold)
-            .map(|_| new.clone());
+            .is_some();
         let appended = cmd == COMPARE_AND_APPEND && old.upper() != new.upper();
         let compaction = if self.cfg.compaction_enabled && appended {
             new.collections.trace.newest_merge_req()
         } else {
             None
         };
+        let gc_to_here = gc.is_some_and(|req| req.new_seqno_since == new.seqno);
+        let state = (rollup || gc_to_here).then(|| Rc::new(new.clone()));
         RoutineMaintenance {
             seqno: new.seqno,
+            state,
             rollup,
             gc,
             compaction,
@@ -129,11 +135,12 @@ impl Machine {
     pub(crate) fn start_maintenance(&self, work: RoutineMaintenance) {
         let RoutineMaintenance {
             seqno,
+            state,
             rollup,
             gc,
             compaction,
         } = work;
-        if rollup.is_none() && gc.is_none() && compaction.is_none() {
+        if !rollup && gc.is_none() && compaction.is_none() {
             return;
         }
         if let Some(req) = &gc {
@@ -146,8 +153,8 @@ impl Machine {
             });
         }
         let ids = Rc::new(MaintenanceIds::for_commit(seqno));
-        if let Some(state) = rollup {
-            let (machine, ids) = (self.clone(), Rc::clone(&ids));
+        if let (true, Some(state)) = (rollup, &state) {
+            let (machine, ids, state) = (self.clone(), Rc::clone(&ids), Rc::clone(state));
             self.runtime
                 .spawn("persist: rollup", async move {
                     write_and_add_rollup(&machine, &state, &ids, "routine").await;
@@ -166,7 +173,8 @@ impl Machine {
             let (machine, ids) = (self.clone(), Rc::clone(&ids));
             self.runtime
                 .spawn("persist: gc", async move {
-                    super::gc::gc_and_truncate_with(&machine, req, &ids).await;
+                    let known = state.as_deref();
+                    super::gc::gc_and_truncate_with(&machine, req, &ids, known).await;
                 })
                 .detach();
         }
