@@ -256,3 +256,91 @@ impl WriteTaskLog {
         self.inner.borrow().dropped
     }
 }
+
+/// Checks that one task's events follow the grammar in the module docs, and that commits advance
+/// the upper. A task still running (`ended == false`) may stop anywhere. For tests and the
+/// playground's consistency checks.
+pub fn check_event_order(events: &[WriteTaskEvent], ended: bool) -> Result<(), String> {
+    use WriteTaskEventKind as K;
+    let fail = |i: usize, why: &str| Err(format!("event {i} ({:?}): {why}", events.get(i)));
+    if !matches!(events.first().map(|e| &e.kind), Some(K::Spawned { .. })) {
+        return fail(0, "a task starts with Spawned");
+    }
+    if ended && !matches!(events.last().map(|e| &e.kind), Some(K::Ended { .. })) {
+        return fail(events.len().saturating_sub(1), "a task ends with Ended");
+    }
+    let mut last_upper: Option<u64> = None;
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 && e.at_ms < events[i - 1].at_ms {
+            return fail(i, "time went back");
+        }
+        let next = events.get(i + 1).map(|n| &n.kind);
+        if next.is_none() && !ended {
+            break;
+        }
+        match &e.kind {
+            K::WriteAttempted { expected_upper, .. } => match next {
+                Some(K::Committed {
+                    expected_upper: c,
+                    new_upper,
+                    ..
+                }) => {
+                    if c != expected_upper {
+                        return fail(i, "the commit is not of the attempted interval");
+                    }
+                    if new_upper <= &last_upper {
+                        return fail(i, "a commit's new upper did not advance");
+                    }
+                    last_upper = *new_upper;
+                }
+                Some(K::Mismatch {
+                    expected_upper: m, ..
+                }) if m == expected_upper => {}
+                Some(K::AttemptTimedOut { .. }) => {}
+                _ => return fail(i, "an attempt is followed by its outcome"),
+            },
+            K::Mismatch {
+                expected_upper,
+                current_upper,
+            } => {
+                if current_upper <= expected_upper && current_upper.is_some() {
+                    return fail(i, "a mismatch reports an upper beyond the expected one");
+                }
+                if !matches!(
+                    next,
+                    Some(
+                        K::Resynced { .. }
+                            | K::ResyncFailed { .. }
+                            | K::GaveUp { .. }
+                            | K::Ended { .. }
+                    )
+                ) {
+                    return fail(
+                        i,
+                        "a mismatch is followed by its re-sync (or the end of the write)",
+                    );
+                }
+            }
+            K::Resynced { upper, as_of, .. } => {
+                if !matches!(events.get(i.wrapping_sub(1)).map(|p| &p.kind), Some(K::Mismatch { current_upper, .. }) if current_upper == upper)
+                {
+                    return fail(i, "a re-sync adopts the upper its mismatch reported");
+                }
+                if *as_of != upper.and_then(|u| u.checked_sub(1)) {
+                    return fail(i, "a re-sync reads at upper - 1");
+                }
+            }
+            K::Ticked { .. } if !matches!(next, Some(K::WriteAttempted { .. })) => {
+                return fail(i, "a tick with work writes");
+            }
+            K::ShutDown { .. } if !matches!(next, Some(K::Ended { .. })) => {
+                return fail(i, "shutdown ends the task");
+            }
+            K::Ended { .. } if i + 1 != events.len() => {
+                return fail(i, "nothing follows Ended");
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

@@ -110,7 +110,7 @@ pub mod audit;
 pub mod events;
 pub mod ops;
 
-pub use events::{WriteCause, WriteTaskEvent, WriteTaskEventKind, WriteTaskLog};
+pub use events::{check_event_order, WriteCause, WriteTaskEvent, WriteTaskEventKind, WriteTaskLog};
 pub use ops::{apply_write_op, derive_to_write, fingerprint, DiffOverflow, StorageWriteOp};
 
 /// Answers one command: `Ok` once its change is durable, or why not.
