@@ -7,7 +7,9 @@
 //!   truncated, durable writes bounded;
 //! - a second instance fences the first at its next allocation;
 //! - two instances with `confirm_leadership` taking over from each other: no timestamp from
-//!   either is ever below one the other handed out earlier.
+//!   either is ever below one the other handed out earlier;
+//! - what `confirm_leadership` costs per call (logged, not asserted: tests never assert on
+//!   wall-clock time).
 #![cfg(target_arch = "wasm32")]
 
 use std::cell::Cell;
@@ -314,4 +316,52 @@ async fn idb_two_instances_with_confirm_leadership_never_go_below_each_other() {
     assert!(opens.get() > 4, "takeovers happened: {}", opens.get());
     assert!(fenced.get() > 2, "instances were fenced: {}", fenced.get());
     assert!(completed > 100);
+}
+
+#[wasm_bindgen_test]
+async fn idb_confirm_leadership_cost_is_one_read_per_call() {
+    // Goal: show the trade-off in the module docs. Method: write_ts + read_ts pairs with and
+    // without the leadership check, in one window (no allocation); count the Consensus reads and
+    // log the time per call.
+    let db = "test-oracle-confirm-cost";
+    IdbLocation::delete_database(db).await.unwrap();
+    let rt = BrowserRuntime::runtime();
+    let mut per_call_ms = Vec::new();
+    for confirm in [false, true] {
+        // Date.now() counts whole milliseconds: many more calls from memory.
+        let calls: u64 = if confirm { 500 } else { 50_000 };
+        let config = DurableOracleConfig::new(TIMELINE)
+            .persist_interval_ms(3_600_000)
+            .confirm_leadership(confirm);
+        let (_loc, oracle) = open_instance(db, &rt, &config).await.unwrap();
+        // A new timeline starts at `initially` (0): its first write_ts at the browser's clock
+        // needs a window of its own. Take it before measuring.
+        oracle.write_ts().await.unwrap();
+        let before = oracle.stats();
+        let start = js_sys::Date::now();
+        for _ in 0..calls {
+            oracle.write_ts().await.unwrap();
+            oracle.read_ts().await.unwrap();
+        }
+        per_call_ms.push((js_sys::Date::now() - start) / (2 * calls) as f64);
+        let stats = oracle.stats();
+        assert_eq!(
+            stats.durable_writes, before.durable_writes,
+            "one window served every call"
+        );
+        assert_eq!(
+            stats.leadership_checks - before.leadership_checks,
+            if confirm { 2 * calls } else { 0 },
+            "one Consensus read per call with the check, none without"
+        );
+    }
+    web_sys::console::log_1(
+        &format!(
+            "oracle over IndexedDB, per write_ts/read_ts call: {:.2} us from memory, {:.3} ms \
+             with confirm_leadership",
+            per_call_ms[0] * 1_000.0,
+            per_call_ms[1]
+        )
+        .into(),
+    );
 }

@@ -40,6 +40,9 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 // ---------------------------------------------------------------------------------------------
 // Seeds, randomness, history.
 
+/// Below this many seeds (a rerun of one seed), a suite does not assert what its seeds covered.
+const MIN_SEEDS_FOR_COVERAGE: usize = 50;
+
 fn seeds(default_count: u64) -> Vec<u64> {
     if let Some(seed) = std::env::var("ORACLE_SEED")
         .ok()
@@ -433,22 +436,28 @@ fn restart_run(seed: u64) -> (RestartCounts, Vec<Call>) {
                 rt.sleep(rng.below(20)).await;
             }
 
-            // Every store version ever committed took one seqno.
-            let (seqno, record) = stored(&mem);
-            counts.durable_writes = seqno.0;
-            assert!(
-                seqno.0 * interval_ms <= record.upper,
-                "each durable write raised the upper by at least one interval: {} writes, \
-                 upper {}",
-                seqno.0,
-                record.upper
-            );
-            let max_ts = history.max_handed_out().unwrap_or(0);
-            assert!(
-                max_ts < record.upper,
-                "every timestamp handed out ({max_ts}) is below the stored upper {}",
-                record.upper
-            );
+            // Every store version ever committed took one seqno. (Every start of a seed may
+            // have crashed before its compare_and_set: then nothing is stored.)
+            let max_ts = history.max_handed_out();
+            if let Some(head) = head_now(&mem) {
+                let record = DurableRecord::decode(&head.data).unwrap();
+                counts.durable_writes = head.seqno.0;
+                assert!(
+                    head.seqno.0 * interval_ms <= record.upper,
+                    "each durable write raised the upper by at least one interval: {} writes, \
+                     upper {}",
+                    head.seqno.0,
+                    record.upper
+                );
+                assert!(
+                    max_ts.is_none_or(|ts| ts < record.upper),
+                    "every timestamp handed out ({max_ts:?}) is below the stored upper {}",
+                    record.upper
+                );
+            } else {
+                assert_eq!(max_ts, None, "nothing stored, nothing handed out");
+            }
+            let max_ts = max_ts.unwrap_or(0);
 
             // A last start on a healthy store: above everything, and the key holds one version.
             faults2.totally_available();
@@ -511,17 +520,18 @@ fn randomized_restarts_never_repeat_or_go_back() {
         total.durable_writes,
         total.write_timestamps
     );
-    assert!(total.crashes_mid_open > 0, "{total:?}");
-    assert!(total.crashes_mid_allocation > 0, "{total:?}");
-    assert!(total.crashes_with_unheard_write > 0, "{total:?}");
-    assert!(total.cancelled_calls > 0, "{total:?}");
-    assert!(total.adopted_own_writes > 0, "{total:?}");
-    assert!(
-        total.faults > 0 && total.happened_then_timed_out > 0,
-        "{total:?}"
-    );
-    assert!(total.storage_retries > 0, "{total:?}");
-    if results.len() >= 50 {
+    // What the seeds exercised (not meaningful for a single rerun seed).
+    if results.len() >= MIN_SEEDS_FOR_COVERAGE {
+        assert!(total.crashes_mid_open > 0, "{total:?}");
+        assert!(total.crashes_mid_allocation > 0, "{total:?}");
+        assert!(total.crashes_with_unheard_write > 0, "{total:?}");
+        assert!(total.cancelled_calls > 0, "{total:?}");
+        assert!(total.adopted_own_writes > 0, "{total:?}");
+        assert!(
+            total.faults > 0 && total.happened_then_timed_out > 0,
+            "{total:?}"
+        );
+        assert!(total.storage_retries > 0, "{total:?}");
         assert!(
             ratio < 2.0,
             "about one durable write per interval of timestamps, not {ratio:.3}"
@@ -693,10 +703,12 @@ fn two_instances_with_confirm_leadership_never_go_below_each_other() {
         "two instances with confirm_leadership, {} seeds: {total:?}",
         results.len()
     );
-    assert!(total.opens > 2 * results.len() as u64, "{total:?}");
-    assert!(total.fenced_calls > 0, "{total:?}");
-    assert!(total.faults > 0, "{total:?}");
     assert_eq!(total.violations, 0);
+    if results.len() >= MIN_SEEDS_FOR_COVERAGE {
+        assert!(total.opens > 2 * results.len() as u64, "{total:?}");
+        assert!(total.fenced_calls > 0, "{total:?}");
+        assert!(total.faults > 0, "{total:?}");
+    }
 }
 
 #[test]
@@ -712,8 +724,8 @@ fn two_instances_without_confirm_leadership_stay_unique_but_can_go_back() {
         "two instances without confirm_leadership, {} seeds: {total:?}",
         results.len()
     );
-    assert!(total.fenced_calls > 0, "{total:?}");
-    if results.len() >= 20 {
+    if results.len() >= MIN_SEEDS_FOR_COVERAGE {
+        assert!(total.fenced_calls > 0, "{total:?}");
         assert!(total.violations > 0, "the anomaly shows up: {total:?}");
     }
 }
