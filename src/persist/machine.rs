@@ -366,7 +366,15 @@ impl Machine {
                     // Someone else committed first: read their versions and re-apply.
                     let fetched = self.fetch_and_update_state().await;
                     let reached = self.seqno();
-                    self.record_command(cmd, old_seqno, reached, CasOutcome::Mismatch, None);
+                    // Before: what the attempt assumed; after: what the re-read found.
+                    let after = frontiers(&self.cache.borrow());
+                    self.record_command(
+                        cmd,
+                        old_seqno,
+                        reached,
+                        CasOutcome::Mismatch,
+                        Some((before, after)),
+                    );
                     if fetched.is_err() {
                         backoff.wait(&self.runtime).await;
                     }

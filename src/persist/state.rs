@@ -235,7 +235,7 @@ pub struct State {
 }
 
 /// Why a compare_and_append did not commit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum CompareAndAppendBreak {
     /// The shard's upper is not the batch's lower.
     Upper {
@@ -250,6 +250,26 @@ pub enum CompareAndAppendBreak {
     InlineBackpressure,
     /// A misuse.
     InvalidUsage(InvalidUsage),
+}
+
+impl std::fmt::Debug for CompareAndAppendBreak {
+    /// Short, because events show it: "Upper(shard [1], writer [0])".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CompareAndAppendBreak::Upper {
+                shard_upper,
+                writer_upper,
+            } => write!(
+                f,
+                "Upper(shard {:?}, writer {:?})",
+                shard_upper.elements(),
+                writer_upper.elements()
+            ),
+            CompareAndAppendBreak::AlreadyCommitted => write!(f, "AlreadyCommitted"),
+            CompareAndAppendBreak::InlineBackpressure => write!(f, "InlineBackpressure"),
+            CompareAndAppendBreak::InvalidUsage(e) => write!(f, "InvalidUsage({e})"),
+        }
+    }
 }
 
 /// Why a snapshot cannot be served (yet).

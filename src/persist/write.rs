@@ -340,8 +340,12 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         let result = self
             .compare_and_append_batch(&mut [&mut batch], expected_upper, new_upper)
             .await;
-        if !matches!(result, Ok(Ok(()))) {
-            batch.delete(&self.client).await;
+        match &result {
+            Ok(Ok(())) => {}
+            // SUBTLE: the write may have committed, and state may reference these parts.
+            Err(InvalidUsage::IndeterminateOutcome { .. }) => {}
+            // Definitely not committed: the parts are garbage.
+            Ok(Err(_)) | Err(_) => batch.delete(&self.client).await,
         }
         result
     }

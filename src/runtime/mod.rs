@@ -15,7 +15,9 @@
 //! - [`Runtime::interval`] ticks every period; ticks missed while the owner was busy collapse
 //!   into one, never a burst.
 //! - [`Runtime::spawn`] returns a [`JoinHandle`]: dropping it aborts the task (the task's future is
-//!   dropped at its next wake-up at the latest); [`JoinHandle::detach`] lets it run on.
+//!   dropped at its next wake-up at the latest); [`JoinHandle::detach`] lets it run on. A panic in a
+//!   task is not caught: it unwinds out of the executor (under the simulator, out of `step` and
+//!   into the test; in the browser it traps the module), so no failure is silently dropped.
 //! - [`Runtime::timeout`] bounds any future; the inner future is dropped (cancelled) on expiry.
 //!
 //! Everything is `!Send`: futures are `LocalBoxFuture`s and components share state through `Rc`.
@@ -27,7 +29,8 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use futures::future::{FutureExt, LocalBoxFuture, RemoteHandle};
+use futures::channel::oneshot;
+use futures::future::{AbortHandle, Abortable, FutureExt, LocalBoxFuture};
 
 pub mod sim;
 
@@ -107,12 +110,19 @@ impl Runtime {
         F: Future + 'static,
         F::Output: 'static,
     {
-        // `remote_handle` gives abort-on-drop for free: the remote half stops (and drops `fut`)
-        // as soon as it sees that the handle is gone.
-        let (remote, handle) = fut.remote_handle();
-        self.inner.spawn_boxed(name, remote.boxed_local());
+        let (abort, registration) = AbortHandle::new_pair();
+        let (tx, rx) = oneshot::channel();
+        // Aborting wakes the task, whose future is then dropped without being polled again.
+        let task = Abortable::new(fut, registration).map(move |out| {
+            if let Ok(value) = out {
+                // The handle may be gone (detached): then the output is dropped.
+                let _ = tx.send(value);
+            }
+        });
+        self.inner.spawn_boxed(name, task.boxed_local());
         JoinHandle {
-            handle: Some(handle),
+            abort: Some(abort),
+            output: rx,
         }
     }
 
@@ -133,17 +143,17 @@ impl Runtime {
 }
 
 /// A handle to a spawned task. Dropping it aborts the task; awaiting it gives the task's output.
+/// (If the task's executor drops it first, as a dropped simulator does, the await never ends.)
 #[must_use = "dropping a JoinHandle aborts its task; call detach() to let it run"]
 pub struct JoinHandle<T> {
-    handle: Option<RemoteHandle<T>>,
+    abort: Option<AbortHandle>,
+    output: oneshot::Receiver<T>,
 }
 
 impl<T: 'static> JoinHandle<T> {
     /// Lets the task run to completion on its own; its output is dropped.
     pub fn detach(mut self) {
-        if let Some(handle) = self.handle.take() {
-            handle.forget();
-        }
+        self.abort = None;
     }
 
     /// Aborts the task now (the same as dropping the handle).
@@ -152,13 +162,21 @@ impl<T: 'static> JoinHandle<T> {
     }
 }
 
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        if let Some(abort) = self.abort.take() {
+            abort.abort();
+        }
+    }
+}
+
 impl<T: 'static> Future for JoinHandle<T> {
     type Output = T;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        match self.handle.as_mut() {
-            Some(handle) => handle.poll_unpin(cx),
-            // Only `detach` takes the handle, and it consumes `self`.
-            None => unreachable!("JoinHandle polled after detach"),
+        match self.output.poll_unpin(cx) {
+            Poll::Ready(Ok(value)) => Poll::Ready(value),
+            // The task was dropped without finishing: it will never produce an output.
+            Poll::Ready(Err(oneshot::Canceled)) | Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -461,13 +461,7 @@ impl Simulator {
             *out.borrow_mut() = Some(value);
         });
         let result = self.run_until_pred(|| slot.borrow().is_some(), DEFAULT_STEP_LIMIT);
-        if result.is_err() {
-            // If the future panicked, its JoinHandle holds the panic: resume it here rather than
-            // report the empty simulation as a deadlock.
-            let _ = futures::FutureExt::now_or_never(handle);
-        } else {
-            drop(handle);
-        }
+        drop(handle);
         result?;
         let value = slot.borrow_mut().take();
         Ok(value.expect("run_until_pred returned Ok only once the slot was filled"))
