@@ -251,7 +251,8 @@ pub(crate) async fn compact_and_apply(
                 .collections
                 .trace
                 .batches()
-                .contains(&output);
+                .iter()
+                .any(|b| **b == output);
             if in_state {
                 applied(ApplyMergeResult::AppliedExact)
             } else {

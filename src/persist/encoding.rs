@@ -14,6 +14,7 @@
 //! the semantic invariants of what it decoded. Bad bytes are an error, never a panic.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use bincode::Options;
 use serde::de::DeserializeOwned;
@@ -179,7 +180,7 @@ pub struct StateDiff {
     /// The new upper, if it changed.
     pub upper: Option<Antichain<Timestamp>>,
     /// Batch changes, keyed by each batch's lower.
-    pub batches: MapDiff<Timestamp, HollowBatch>,
+    pub batches: MapDiff<Timestamp, Rc<HollowBatch>>,
 }
 
 fn diff_map<K: Ord + Clone, V: PartialEq + Clone>(
@@ -223,15 +224,19 @@ fn apply_map<K: Ord + Clone + std::fmt::Debug, V: Clone>(
 /// The batch changes between two traces, by a merge walk over their (sorted) batches: only the
 /// batches that differ are cloned, so a command that appends one batch costs O(batches) compares
 /// and one clone.
-fn diff_batches(old: &[HollowBatch], new: &[HollowBatch]) -> MapDiff<Timestamp, HollowBatch> {
+fn diff_batches(
+    old: &[Rc<HollowBatch>],
+    new: &[Rc<HollowBatch>],
+) -> MapDiff<Timestamp, Rc<HollowBatch>> {
     let mut out = Vec::new();
     let (mut i, mut j) = (0, 0);
     while i < old.len() || j < new.len() {
-        let ko = old.get(i).map(batch_key);
-        let kn = new.get(j).map(batch_key);
+        let ko = old.get(i).map(|b| batch_key(b));
+        let kn = new.get(j).map(|b| batch_key(b));
         match (ko, kn) {
             (Some(a), Some(b)) if a == b => {
-                if old[i] != new[j] {
+                // Unchanged batches are shared between versions: a pointer check suffices.
+                if !Rc::ptr_eq(&old[i], &new[j]) && old[i] != new[j] {
                     out.push((b, Some(new[j].clone())));
                 }
                 i += 1;
@@ -271,11 +276,11 @@ fn batch_key(b: &HollowBatch) -> Timestamp {
         .unwrap_or(Timestamp::MAX)
 }
 
-fn batch_map(trace: &Trace) -> BTreeMap<Timestamp, HollowBatch> {
+fn batch_map(trace: &Trace) -> BTreeMap<Timestamp, Rc<HollowBatch>> {
     trace
         .batches()
         .iter()
-        .map(|b| (batch_key(b), b.clone()))
+        .map(|b| (batch_key(b), Rc::clone(b)))
         .collect()
 }
 
@@ -346,7 +351,7 @@ impl StateDiff {
             .upper
             .clone()
             .unwrap_or_else(|| c.trace.upper().clone());
-        c.trace = Trace::from_parts(since, upper, batches.into_values().collect())?;
+        c.trace = Trace::from_parts(since, upper, batches.into_values())?;
         next.validate(Some(state))?;
         *state = next;
         Ok(())

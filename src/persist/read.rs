@@ -162,7 +162,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
     async fn snapshot_batches(
         &mut self,
         as_of: &Antichain<Timestamp>,
-    ) -> Result<(SeqNo, Vec<HollowBatch>), InvalidUsage> {
+    ) -> Result<(SeqNo, Vec<std::rc::Rc<HollowBatch>>), InvalidUsage> {
         self.check_live()?;
         if as_of.is_empty() {
             // Nothing is ever complete through the empty frontier.

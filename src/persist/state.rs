@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow::{self, Break, Continue};
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
@@ -438,12 +439,7 @@ impl StateCollections {
                 writer_upper: writer.most_recent_write_upper.clone(),
             });
         }
-        let inline_now: u64 = self
-            .trace
-            .batches()
-            .iter()
-            .map(HollowBatch::inline_bytes)
-            .sum();
+        let inline_now: u64 = self.trace.batches().iter().map(|b| b.inline_bytes()).sum();
         let inline_new = batch.inline_bytes();
         if inline_new > 0 && inline_now + inline_new > INLINE_WRITES_TOTAL_MAX_BYTES {
             return Break(CompareAndAppendBreak::InlineBackpressure);
@@ -638,7 +634,7 @@ impl StateCollections {
         &self,
         seqno: SeqNo,
         as_of: &Antichain<Timestamp>,
-    ) -> Result<Vec<HollowBatch>, SnapshotErr> {
+    ) -> Result<Vec<Rc<HollowBatch>>, SnapshotErr> {
         if PartialOrder::less_than(as_of, self.trace.since()) {
             return Err(SnapshotErr::AsOfHistoricalDistinctionsLost(
                 self.trace.since().clone(),
@@ -660,7 +656,7 @@ impl StateCollections {
     }
 
     /// The batch with `lower <= frontier < upper`, if the shard has one yet.
-    pub fn next_listen_batch(&self, frontier: &Antichain<Timestamp>) -> Option<HollowBatch> {
+    pub fn next_listen_batch(&self, frontier: &Antichain<Timestamp>) -> Option<Rc<HollowBatch>> {
         self.trace
             .batches()
             .iter()

@@ -51,6 +51,8 @@
 //! only the compactor touches updates, and it only advances times below the since (see
 //! `compact.rs`).
 
+use std::rc::Rc;
+
 use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 use timely::PartialOrder;
@@ -65,7 +67,7 @@ pub struct FueledMergeReq {
     /// (the trace's since when the request was made).
     pub desc: Description,
     /// The batches to merge, oldest first, as the trace held them.
-    pub inputs: Vec<HollowBatch>,
+    pub inputs: Vec<Rc<HollowBatch>>,
 }
 
 /// What came of applying a merge result; see the module docs.
@@ -103,7 +105,9 @@ pub fn level(len: u64) -> u32 {
 pub struct Trace {
     since: Antichain<Timestamp>,
     upper: Antichain<Timestamp>,
-    batches: Vec<HollowBatch>,
+    // Batches are shared between state versions (a command clones the state; the batches it does
+    // not touch are not copied).
+    batches: Vec<Rc<HollowBatch>>,
 }
 
 impl Default for Trace {
@@ -121,12 +125,12 @@ impl Trace {
     pub fn from_parts(
         since: Antichain<Timestamp>,
         upper: Antichain<Timestamp>,
-        batches: Vec<HollowBatch>,
+        batches: impl IntoIterator<Item = impl Into<Rc<HollowBatch>>>,
     ) -> Result<Self, String> {
         let trace = Trace {
             since,
             upper,
-            batches,
+            batches: batches.into_iter().map(Into::into).collect(),
         };
         trace.validate()?;
         Ok(trace)
@@ -143,7 +147,7 @@ impl Trace {
     }
 
     /// The batches, in time order.
-    pub fn batches(&self) -> &[HollowBatch] {
+    pub fn batches(&self) -> &[Rc<HollowBatch>] {
         &self.batches
     }
 
@@ -163,9 +167,9 @@ impl Trace {
         self.upper = batch.desc.upper.clone();
         match self.batches.last_mut() {
             Some(last) if is_empty_batch(last) && is_empty_batch(&batch) => {
-                last.desc.upper = batch.desc.upper;
+                Rc::make_mut(last).desc.upper = batch.desc.upper;
             }
-            _ => self.batches.push(batch),
+            _ => self.batches.push(Rc::new(batch)),
         }
     }
 
@@ -191,7 +195,8 @@ impl Trace {
         {
             return false;
         }
-        self.batches.splice(first..=last, std::iter::once(merged));
+        self.batches
+            .splice(first..=last, std::iter::once(Rc::new(merged)));
         true
     }
 
@@ -288,7 +293,7 @@ impl Trace {
             ApplyMergeResult::AppliedSubset
         };
         self.batches
-            .splice(first..=last, std::iter::once(output.clone()));
+            .splice(first..=last, std::iter::once(Rc::new(output.clone())));
         result
     }
 
@@ -476,7 +481,7 @@ mod tests {
             ApplyMergeResult::AppliedExact
         );
         assert_eq!(t.batches().len(), 2);
-        assert_eq!(t.batches()[1], out);
+        assert_eq!(*t.batches()[1], out);
         t.validate().unwrap();
         // The same result again: one batch already covers the range.
         assert_eq!(
@@ -509,7 +514,7 @@ mod tests {
             t.apply_merge_res(&outer, &out),
             ApplyMergeResult::AppliedSubset
         );
-        assert_eq!(t.batches(), &[out][..]);
+        assert_eq!(t.batches(), &[Rc::new(out)][..]);
         assert_eq!((t.since(), t.upper()), (before.since(), before.upper()));
         t.validate().unwrap();
     }
@@ -577,10 +582,10 @@ mod tests {
     fn validate_catches_broken_traces() {
         let t = trace(&[1, 1]);
         let mut gap = t.batches().to_vec();
-        gap[1].desc.lower = f(2);
+        Rc::make_mut(&mut gap[1]).desc.lower = f(2);
         assert!(Trace::from_parts(f(0), f(2), gap).is_err());
         let mut late = t.batches().to_vec();
-        late[0].desc.since = f(5);
+        Rc::make_mut(&mut late[0]).desc.since = f(5);
         assert!(
             Trace::from_parts(f(0), f(2), late).is_err(),
             "batch since beyond trace since"
