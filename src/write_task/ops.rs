@@ -66,20 +66,19 @@ pub struct DiffOverflow {
     pub sum: i128,
 }
 
-/// Sorts `updates` by row, sums the diffs of equal rows and drops zeros. On error `updates` is
-/// left sorted but otherwise unchanged.
+/// Sorts `updates` by row, sums the diffs of equal rows and drops zeros, in place. On error
+/// `updates` is left sorted but otherwise unchanged.
 pub fn consolidate(updates: &mut Vec<(Row, Diff)>) -> Result<(), DiffOverflow> {
-    // A stable sort keeps runs that are already sorted (desired, typically) cheap.
+    if is_consolidated(updates) {
+        // The common case for snapshots, which persist consolidates already: nothing to do.
+        return Ok(());
+    }
+    // A stable sort keeps runs that are already sorted cheap.
     updates.sort_by(|a, b| a.0.cmp(&b.0));
-    // Check every sum first, so that an error leaves the input whole.
+    // First pass: every run's sum must fit, so that an error leaves the input whole.
     let mut i = 0;
     while i < updates.len() {
-        let mut sum: i128 = 0;
-        let mut j = i;
-        while j < updates.len() && updates[j].0 == updates[i].0 {
-            sum += i128::from(updates[j].1);
-            j += 1;
-        }
+        let (sum, j) = run_sum(updates, i);
         if Diff::try_from(sum).is_err() {
             return Err(DiffOverflow {
                 row: updates[i].0.clone(),
@@ -88,35 +87,30 @@ pub fn consolidate(updates: &mut Vec<(Row, Diff)>) -> Result<(), DiffOverflow> {
         }
         i = j;
     }
-    let mut out: Vec<(Row, Diff)> = Vec::with_capacity(updates.len());
-    let mut pending: Option<(Row, i128)> = None;
-    for (row, diff) in updates.drain(..) {
-        match &mut pending {
-            Some((r, sum)) if *r == row => *sum += i128::from(diff),
-            _ => {
-                if let Some((r, sum)) = pending.take() {
-                    push_sum(&mut out, r, sum)?;
-                }
-                pending = Some((row, i128::from(diff)));
-            }
+    // Second pass: compact each run into its first slot, moving rows, never cloning them.
+    let (mut read, mut write) = (0, 0);
+    while read < updates.len() {
+        let (sum, next) = run_sum(updates, read);
+        if sum != 0 {
+            updates.swap(write, read);
+            updates[write].1 = Diff::try_from(sum).expect("checked in the first pass");
+            write += 1;
         }
+        read = next;
     }
-    if let Some((r, sum)) = pending {
-        push_sum(&mut out, r, sum)?;
-    }
-    *updates = out;
+    updates.truncate(write);
     Ok(())
 }
 
-fn push_sum(out: &mut Vec<(Row, Diff)>, row: Row, sum: i128) -> Result<(), DiffOverflow> {
-    match Diff::try_from(sum) {
-        Ok(0) => Ok(()),
-        Ok(d) => {
-            out.push((row, d));
-            Ok(())
-        }
-        Err(_) => Err(DiffOverflow { row, sum }),
+/// The exact sum of the run of equal rows starting at `start`, and where the run ends.
+fn run_sum(updates: &[(Row, Diff)], start: usize) -> (i128, usize) {
+    let mut sum = 0i128;
+    let mut end = start;
+    while end < updates.len() && updates[end].0 == updates[start].0 {
+        sum += i128::from(updates[end].1);
+        end += 1;
     }
+    (sum, end)
 }
 
 /// Whether `updates` is consolidated: sorted by row, one entry per row, no zero diffs.
@@ -124,42 +118,75 @@ pub fn is_consolidated(updates: &[(Row, Diff)]) -> bool {
     updates.iter().all(|(_, d)| *d != 0) && updates.windows(2).all(|w| w[0].0 < w[1].0)
 }
 
-/// `a + sign * b` for consolidated `a` and `b` (`sign` is 1 or -1), consolidated: one linear
-/// merge, no sort.
-fn merge(
-    a: &[(Row, Diff)],
-    b: &[(Row, Diff)],
-    sign: i128,
-) -> Result<Vec<(Row, Diff)>, DiffOverflow> {
+fn narrow(row: &Row, sum: i128) -> Result<Diff, DiffOverflow> {
+    Diff::try_from(sum).map_err(|_| DiffOverflow {
+        row: row.clone(),
+        sum,
+    })
+}
+
+/// Checks that `a + sign * b` fits for every row of `b` (both consolidated), without changing
+/// anything: `O(|b| log |a|)`.
+fn check_add(a: &[(Row, Diff)], b: &[(Row, Diff)], sign: i128) -> Result<(), DiffOverflow> {
+    for (row, d) in b {
+        let base = a
+            .binary_search_by(|(r, _)| r.cmp(row))
+            .map_or(0, |i| i128::from(a[i].1));
+        narrow(row, base + sign * i128::from(*d))?;
+    }
+    Ok(())
+}
+
+/// Above this many updates, [`add_into`] merges into a new vector rather than editing in place.
+const IN_PLACE_MAX: usize = 64;
+
+/// `a += sign * b` for consolidated `a` and `b`, keeping `a` consolidated. On error `a` is
+/// unchanged. Rows of `a` are moved, never cloned: a small `b` (a command's few rows) edits `a` in
+/// place by binary search; a large one merges into a new vector in one pass.
+fn add_into(a: &mut Vec<(Row, Diff)>, b: &[(Row, Diff)], sign: i128) -> Result<(), DiffOverflow> {
     use std::cmp::Ordering;
     debug_assert!(is_consolidated(a) && is_consolidated(b));
-    let mut out = Vec::with_capacity(a.len().max(b.len()));
-    let (mut i, mut j) = (0, 0);
-    loop {
-        let ord = match (a.get(i), b.get(j)) {
-            (Some(x), Some(y)) => x.0.cmp(&y.0),
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (None, None) => break,
-        };
-        match ord {
-            Ordering::Less => {
-                out.push(a[i].clone());
-                i += 1;
-            }
-            Ordering::Greater => {
-                push_sum(&mut out, b[j].0.clone(), sign * i128::from(b[j].1))?;
-                j += 1;
-            }
-            Ordering::Equal => {
-                let sum = i128::from(a[i].1) + sign * i128::from(b[j].1);
-                push_sum(&mut out, a[i].0.clone(), sum)?;
-                i += 1;
-                j += 1;
+    check_add(a, b, sign)?;
+    if b.len() <= IN_PLACE_MAX {
+        for (row, d) in b {
+            let delta = sign * i128::from(*d);
+            match a.binary_search_by(|(r, _)| r.cmp(row)) {
+                Ok(i) => {
+                    let sum = i128::from(a[i].1) + delta;
+                    if sum == 0 {
+                        a.remove(i);
+                    } else {
+                        a[i].1 = narrow(row, sum)?;
+                    }
+                }
+                Err(i) => a.insert(i, (row.clone(), narrow(row, delta)?)),
             }
         }
+        return Ok(());
     }
-    Ok(out)
+    let old = std::mem::take(a);
+    let mut out = Vec::with_capacity(old.len() + b.len());
+    let mut b = b.iter().peekable();
+    for (row, d) in old {
+        while let Some((brow, bd)) = b.next_if(|(brow, _)| *brow < row) {
+            out.push((brow.clone(), narrow(brow, sign * i128::from(*bd))?));
+        }
+        match b.peek() {
+            Some((brow, bd)) if brow.cmp(&row) == Ordering::Equal => {
+                let sum = i128::from(d) + sign * i128::from(*bd);
+                b.next();
+                if sum != 0 {
+                    out.push((row, narrow(brow, sum)?));
+                }
+            }
+            _ => out.push((row, d)),
+        }
+    }
+    for (brow, bd) in b {
+        out.push((brow.clone(), narrow(brow, sign * i128::from(*bd))?));
+    }
+    *a = out;
+    Ok(())
 }
 
 /// What applying one op did.
@@ -185,10 +212,11 @@ pub fn apply_write_op(
         StorageWriteOp::Append { mut updates } => {
             let rows = updates.len() as u64;
             consolidate(&mut updates)?;
-            let new_desired = merge(desired, &updates, 1)?;
-            let new_to_write = merge(to_write, &updates, 1)?;
-            *desired = new_desired;
-            *to_write = new_to_write;
+            // Check both before changing either.
+            check_add(desired, &updates, 1)?;
+            check_add(to_write, &updates, 1)?;
+            add_into(desired, &updates, 1)?;
+            add_into(to_write, &updates, 1)?;
             Applied { rows }
         }
         StorageWriteOp::Delete { filter } => {
@@ -199,10 +227,9 @@ pub fn apply_write_op(
                 .filter(|(_, m)| **m)
                 .map(|(u, _)| u.clone())
                 .collect();
-            let new_to_write = merge(to_write, &removed, -1)?;
+            add_into(to_write, &removed, -1)?;
             let mut keep = matches.iter().map(|m| !m);
             desired.retain(|_| keep.next().unwrap_or(true));
-            *to_write = new_to_write;
             Applied {
                 rows: removed.len() as u64,
             }
@@ -212,12 +239,45 @@ pub fn apply_write_op(
     Ok(applied)
 }
 
-/// The re-sync delta `desired - snapshot`, consolidated. Both inputs must be consolidated.
+/// The re-sync delta `desired - snapshot`, consolidated. Both inputs must be consolidated. One
+/// linear pass; only rows that differ are cloned.
 pub fn derive_to_write(
     desired: &[(Row, Diff)],
     snapshot: &[(Row, Diff)],
 ) -> Result<Vec<(Row, Diff)>, DiffOverflow> {
-    merge(desired, snapshot, -1)
+    use std::cmp::Ordering;
+    debug_assert!(is_consolidated(desired) && is_consolidated(snapshot));
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    loop {
+        let ord = match (desired.get(i), snapshot.get(j)) {
+            (Some(x), Some(y)) => x.0.cmp(&y.0),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => break,
+        };
+        match ord {
+            Ordering::Less => {
+                out.push(desired[i].clone());
+                i += 1;
+            }
+            Ordering::Greater => {
+                let (row, d) = &snapshot[j];
+                out.push((row.clone(), narrow(row, -i128::from(*d))?));
+                j += 1;
+            }
+            Ordering::Equal => {
+                let (row, d) = &desired[i];
+                let sum = i128::from(*d) - i128::from(snapshot[j].1);
+                if sum != 0 {
+                    out.push((row.clone(), narrow(row, sum)?));
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A stable 64-bit fingerprint (FNV-1a over the row encoding and the diff) of a consolidated
@@ -344,5 +404,82 @@ mod tests {
         assert_ne!(fingerprint(&[]), fingerprint(&[(Row::default(), 1)]));
         // Pinned, so a change of the encoding or the hash shows up.
         assert_eq!(fingerprint(&[]), 0xa8c7_f832_281a_39c5);
+    }
+
+    #[test]
+    fn random_ops_match_a_map_model() {
+        // Goal: the in-place and the merging paths of `add_into`, `consolidate` and
+        // `derive_to_write` agree with a BTreeMap. Method: random appends (small and large),
+        // deletes and re-syncs over a small key space, checked after every op.
+        use std::collections::BTreeMap;
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let (mut desired, mut to_write) = (Vec::new(), Vec::new());
+        let mut model: BTreeMap<Row, i64> = BTreeMap::new();
+        let mut pending: BTreeMap<Row, i64> = BTreeMap::new();
+        for _ in 0..2_000 {
+            match next(10) {
+                0 => {
+                    let m = 2 + next(3) as i64;
+                    let op = StorageWriteOp::Delete {
+                        filter: Box::new(
+                            move |row| matches!(row.0[0], Datum::Int(k) if k % m == 0),
+                        ),
+                    };
+                    apply_write_op(&mut desired, &mut to_write, op).unwrap();
+                    model.retain(|row, d| {
+                        let gone = matches!(row.0[0], Datum::Int(k) if k % m == 0);
+                        if gone {
+                            *pending.entry(row.clone()).or_default() -= *d;
+                        }
+                        !gone
+                    });
+                }
+                1 => {
+                    // A re-sync against an arbitrary "snapshot".
+                    let mut snapshot: Vec<(Row, Diff)> = (0..next(40))
+                        .map(|_| (r(next(200) as i64), next(5) as i64 - 2))
+                        .collect();
+                    consolidate(&mut snapshot).unwrap();
+                    to_write = derive_to_write(&desired, &snapshot).unwrap();
+                    pending = model.clone();
+                    for (row, d) in &snapshot {
+                        *pending.entry(row.clone()).or_default() -= d;
+                    }
+                }
+                _ => {
+                    let n = if next(4) == 0 {
+                        70 + next(200)
+                    } else {
+                        next(6)
+                    };
+                    let updates: Vec<(Row, Diff)> = (0..n)
+                        .map(|_| (r(next(200) as i64), next(7) as i64 - 3))
+                        .collect();
+                    for (row, d) in &updates {
+                        *model.entry(row.clone()).or_default() += d;
+                        *pending.entry(row.clone()).or_default() += d;
+                    }
+                    apply_write_op(
+                        &mut desired,
+                        &mut to_write,
+                        StorageWriteOp::Append { updates },
+                    )
+                    .unwrap();
+                }
+            }
+            model.retain(|_, d| *d != 0);
+            pending.retain(|_, d| *d != 0);
+            let want: Vec<(Row, Diff)> = model.iter().map(|(r, d)| (r.clone(), *d)).collect();
+            let want_pending: Vec<(Row, Diff)> =
+                pending.iter().map(|(r, d)| (r.clone(), *d)).collect();
+            assert_eq!(desired, want);
+            assert_eq!(to_write, want_pending);
+        }
     }
 }
