@@ -7,6 +7,7 @@
 //! - "write path": rollups and GC off too;
 //! - "with maintenance": routine rollups and GC on, the writer yielding after each append so that
 //!   their background tasks run, as they would beside a real writer.
+//!
 //! Prints each round and the median.
 //!
 //!     cargo run --release --example persist_bench
@@ -59,6 +60,9 @@ fn round(seed: u64, maintenance: bool) -> (f64, usize) {
                 .await
                 .unwrap()
                 .unwrap();
+            if maintenance {
+                rt.yield_now().await;
+            }
         }
         let secs = start.elapsed().as_secs_f64();
         let batches = client

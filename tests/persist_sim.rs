@@ -23,7 +23,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::FutureExt;
 use persist_playground::location::mem::{Latency, MemBlob, MemConsensus};
 use persist_playground::location::unreliable::{

@@ -117,7 +117,9 @@ pub enum BatchPart {
     },
     /// Stored in state: an encoded part.
     Inline {
-        /// The encoded part (see `encoding::encode_part`).
+        /// The encoded part (see `encoding::encode_part`). Written as one byte string, not a
+        /// sequence of numbers: the same bincode layout, copied in bulk.
+        #[serde(with = "serde_bytes")]
         encoded: Vec<u8>,
     },
 }
@@ -290,6 +292,10 @@ pub struct ReaderExpired;
 /// A writer command on a writer that is no longer registered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriterExpired;
+
+/// The outcome of a critical reader's compare_and_downgrade_since that ran: `Ok(since)`, or
+/// `Err((stored opaque, since))` when the expected opaque token was fenced.
+pub type CaDSResult = Result<Antichain<Timestamp>, (u64, Antichain<Timestamp>)>;
 
 /// The cap on inline bytes over all batches in state.
 pub const INLINE_WRITES_TOTAL_MAX_BYTES: u64 = 64 * 1024;
@@ -523,7 +529,7 @@ impl StateCollections {
         expected_opaque: u64,
         new_opaque: u64,
         new_since: &Antichain<Timestamp>,
-    ) -> ControlFlow<ReaderExpired, Result<Antichain<Timestamp>, (u64, Antichain<Timestamp>)>> {
+    ) -> ControlFlow<ReaderExpired, CaDSResult> {
         let Some(reader) = self.critical_readers.get_mut(reader_id) else {
             return Break(ReaderExpired);
         };
