@@ -8,12 +8,15 @@
 //! ```text
 //!  www/ + index.html   the page: renders snapshots, sends commands; holds no protocol state
 //!  src/wasm.rs         the only #[wasm_bindgen] surface (wasm32 only)
+//!  src/write_task/     the differential write task: keeps a shard equal to a desired collection
+//!  src/oracle/         the timestamp oracle, in memory and durable (pre-allocated windows)
+//!  src/persist/        shards: state machine, command loop, handles, compaction, GC, encodings
 //!  src/location/       Blob + Consensus: traits, in-memory, IndexedDB, fault injection, conformance
 //!  src/runtime/        clock, timers, tasks: the browser's and a deterministic simulator
 //! ```
 //!
-//! Later stages (the shard state machine, the timestamp oracle, the differential write task and
-//! upsert with continual feedback) build on these two layers; see `DESIGN.md` in the shared notes.
+//! Each layer uses only the ones below it. Upsert with continual feedback and the playground's
+//! scenario driver come later; see `DESIGN.md` in the shared notes.
 //!
 //! ## Glossary
 //! - **shard**: a durable, time-varying collection of `((key, value), time, diff)` updates.
@@ -24,6 +27,8 @@
 //! - **Blob**: a key-to-bytes store with atomic writes (batch parts, rollups).
 //! - **Consensus**: a linearizable, versioned register per key (a shard's state versions).
 //! - **lease**: how long a reader or writer may be idle before others may expire it.
+//! - **batch**: updates in `[lower, upper)` appended at once; its parts live in Blob or inline.
+//! - **rollup**: the whole state of a shard at one seqno, in Blob, where readers start.
 //!
 //! ## House rules
 //! Model code never reads a clock or OS randomness directly: time comes from [`runtime::Runtime`]

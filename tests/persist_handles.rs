@@ -48,7 +48,7 @@ fn sanity_check_write_snapshot_listen() {
     sim.block_on(async move {
         let (mut write, read) = client.open::<String, String>(&shard("s")).await.unwrap();
         assert_eq!(write.upper(), &f(0));
-        let data = vec![
+        let data = [
             upd("k1", "v1", 1, 1),
             upd("k2", "v2", 2, 1),
             upd("k3", "v3", 3, 1),
