@@ -174,7 +174,7 @@ pub enum WriteTaskEventKind {
 pub struct WriteTaskEvent {
     /// The collection the task writes.
     pub task: String,
-    /// The task's clock when it happened.
+    /// When it happened, on the runtime's clock.
     pub at_ms: u64,
     /// What happened.
     #[serde(flatten)]
