@@ -257,30 +257,37 @@ async fn writer_task(
                 handle.compare_and_append(&updates, f(lo), f(hi)),
             )
             .await;
-        let mut m = model.borrow_mut();
-        match result {
-            Ok(Ok(Ok(()))) => {
-                for ((k, ()), t, _) in &updates {
-                    m.acked.insert(k.clone(), *t);
+        let crashed = {
+            let mut m = model.borrow_mut();
+            match result {
+                Ok(Ok(Ok(()))) => {
+                    for ((k, ()), t, _) in &updates {
+                        m.acked.insert(k.clone(), *t);
+                    }
+                    m.chain.push((lo, hi));
+                    false
                 }
-                m.chain.push((lo, hi));
-            }
-            Ok(Ok(Err(_mismatch))) => m.mismatches += 1,
-            Ok(Err(e)) => panic!("writer {id}: invalid usage {e}"),
-            Err(_elapsed) => {
-                for ((k, ()), t, _) in &updates {
-                    m.unknown.insert(k.clone(), *t);
+                Ok(Ok(Err(_mismatch))) => {
+                    m.mismatches += 1;
+                    false
                 }
-                m.crashes_mid_command += 1;
-                drop(m);
-                // The process "crashes": its handle is abandoned (no expiry) and it reopens.
-                handle.abandon();
-                handle = client.open_writer::<String, ()>(&shard).await.unwrap();
-                let _ = handle.fetch_recent_upper().await;
-                continue;
+                Ok(Err(e)) => panic!("writer {id}: invalid usage {e}"),
+                Err(_elapsed) => {
+                    for ((k, ()), t, _) in &updates {
+                        m.unknown.insert(k.clone(), *t);
+                    }
+                    m.crashes_mid_command += 1;
+                    true
+                }
             }
+        };
+        if crashed {
+            // The process "crashes": its handle is abandoned (no expiry) and it reopens.
+            handle.abandon();
+            handle = client.open_writer::<String, ()>(&shard).await.unwrap();
+            let _ = handle.fetch_recent_upper().await;
+            continue;
         }
-        drop(m);
         if rng.next_u64() % 3 == 0 {
             // Learn about other writers' progress now and then.
             let _ = handle.fetch_recent_upper().await;
