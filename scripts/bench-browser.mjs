@@ -1,10 +1,11 @@
 // Runs www/bench.html in headless Chromium (playwright-core) through scripts/serve.sh and prints
-// the result. Usage: node scripts/bench-browser.mjs [ops] [rounds]   (build pkg/ first)
+// the result. Usage: node scripts/bench-browser.mjs [ops] [rounds] [maintenance: off|on]
+// (build pkg/ first). "off" measures the write path alone; "on" runs compaction, rollups and GC.
 import { spawn } from "node:child_process";
 import net from "node:net";
 import { chromium } from "playwright-core";
 
-const [ops = "300", rounds = "5"] = process.argv.slice(2);
+const [ops = "300", rounds = "5", maintenance = "off"] = process.argv.slice(2);
 const port = await new Promise((resolve) => {
   const srv = net.createServer().listen(0, "127.0.0.1", () => {
     const { port } = srv.address();
@@ -28,15 +29,22 @@ try {
       "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
   });
   const page = await browser.newPage();
-  await page.goto(`http://127.0.0.1:${port}/www/bench.html?ops=${ops}&rounds=${rounds}`);
-  await page.waitForFunction(() => window.benchResult !== undefined, null, { timeout: 300_000 });
+  page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") console.error(`[page ${m.type()}] ${m.text()}`); });
+  page.on("pageerror", (e) => console.error(`[page error] ${e}`));
+  await page.goto(`http://127.0.0.1:${port}/www/bench.html?ops=${ops}&rounds=${rounds}&maintenance=${maintenance}`);
+  try {
+    await page.waitForFunction(() => window.benchResult !== undefined, null, { timeout: 60_000 });
+  } catch (e) {
+    console.error("the page showed:", await page.textContent("#out"));
+    throw e;
+  }
   const result = await page.evaluate(() => window.benchResult);
   await browser.close();
   if (result.error) throw new Error(result.error);
   for (const row of result.rows) {
     console.log(`round ${row.round}: raw ${row.rawMs.toFixed(3)} ms/op, Rust compare_and_set ${row.casMs.toFixed(3)} ms/op, compare_and_append ${row.caaMs.toFixed(3)} ms/op`);
   }
-  console.log(`median over ${result.rounds} rounds of ${result.ops} ops: raw ${result.rawMs.toFixed(3)} ms, ` +
+  console.log(`maintenance ${maintenance}: median over ${result.rounds} rounds of ${result.ops} ops: raw ${result.rawMs.toFixed(3)} ms, ` +
     `Rust compare_and_set ${result.casMs.toFixed(3)} ms (${(result.casMs / result.rawMs).toFixed(2)}x), ` +
     `compare_and_append ${result.caaMs.toFixed(3)} ms (${result.ratio.toFixed(2)}x), ` +
     `${result.caaPerSecond.toFixed(0)} compare_and_appends/s`);

@@ -302,19 +302,29 @@ pub struct BenchWriter {
 #[wasm_bindgen]
 impl BenchWriter {
     /// Opens a writer on shard `shard` of IndexedDB database `dbName` (the event log is off).
+    /// With `maintenance` false, compaction, rollups and GC are off: the write path alone.
     #[wasm_bindgen(unchecked_return_type = "Promise<BenchWriter>")]
-    pub fn open(#[wasm_bindgen(js_name = dbName)] db_name: String, shard: String) -> Promise {
+    pub fn open(
+        #[wasm_bindgen(js_name = dbName)] db_name: String,
+        shard: String,
+        maintenance: bool,
+    ) -> Promise {
         future_to_promise(async move {
             check_key("database", &db_name)?;
             let shard = ShardId::new(&shard).map_err(js_error)?;
             let location = IdbLocation::open(&db_name).await.map_err(js_error)?;
-            let client = PersistClient::new(
-                location.location(),
-                BrowserRuntime::runtime(),
-                PersistConfig::default(),
-                1,
-            )
-            .with_events(crate::persist::events::EventLog::disabled());
+            let cfg = if maintenance {
+                PersistConfig::default()
+            } else {
+                PersistConfig {
+                    compaction_enabled: false,
+                    rollup_threshold: 0,
+                    gc_enabled: false,
+                    ..PersistConfig::default()
+                }
+            };
+            let client = PersistClient::new(location.location(), BrowserRuntime::runtime(), cfg, 1)
+                .with_events(crate::persist::events::EventLog::disabled());
             let writer = client
                 .open_writer::<String, ()>(&shard)
                 .await

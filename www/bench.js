@@ -10,6 +10,8 @@ import init, { BenchWriter } from "../pkg/persist_playground.js";
 const params = new URLSearchParams(location.search);
 const OPS = Number(params.get("ops") ?? 300);
 const ROUNDS = Number(params.get("rounds") ?? 5);
+// "off": compaction, rollups and GC off (the write path alone); "on": the defaults.
+const MAINTENANCE = params.get("maintenance") === "on";
 const out = document.getElementById("out");
 
 function request(req) {
@@ -68,7 +70,7 @@ async function main() {
     }
     const rawMs = (performance.now() - t0) / OPS;
     // A fresh shard per round, so every round's trace starts empty.
-    const writer = await BenchWriter.open("bench-persist", `s-bench-${r}`);
+    const writer = await BenchWriter.open("bench-persist", `s-bench-${r}`, MAINTENANCE);
     t0 = performance.now();
     await writer.casMany(`cas-${r}`, OPS);
     const casMs = (performance.now() - t0) / OPS;
@@ -83,7 +85,7 @@ async function main() {
   const caaMs = median(rows.map((x) => x.caaMs));
   const casMs = median(rows.map((x) => x.casMs));
   window.benchResult = {
-    ops: OPS, rounds: ROUNDS, rows, rawMs, casMs, caaMs,
+    ops: OPS, rounds: ROUNDS, maintenance: MAINTENANCE, rows, rawMs, casMs, caaMs,
     ratio: caaMs / rawMs, caaPerSecond: 1000 / caaMs,
   };
   out.textContent = JSON.stringify(window.benchResult, null, 1);

@@ -79,6 +79,8 @@ pub struct Machine {
     pub(crate) who: String,
     /// The newest state this process has seen of the shard. Never goes back.
     pub(crate) cache: Rc<RefCell<State>>,
+    /// This process's maintenance queue for the shard (see `maintenance.rs`).
+    pub(crate) maintenance: Rc<RefCell<super::maintenance::MaintenanceQueue>>,
 }
 
 impl Machine {

@@ -61,6 +61,66 @@ pub(crate) struct RoutineMaintenance {
     pub(crate) compaction: Option<FueledMergeReq>,
 }
 
+/// The work queued for one process's maintenance worker on one shard (see
+/// [`Machine::start_maintenance`]).
+#[derive(Debug, Default)]
+pub(crate) struct MaintenanceQueue {
+    /// Whether a worker is running (it drains the queue until it is empty).
+    running: bool,
+    /// The newest commit that assigned queued work (names the blobs the work writes).
+    seqno: SeqNo,
+    /// The newest state a rollup was assigned for.
+    rollup: Option<Rc<State>>,
+    /// The coalesced GC request, with the state at its target if a commit handed it over.
+    gc: Option<(GcReq, Option<Rc<State>>)>,
+    /// Whether some append asked for a merge.
+    compaction: bool,
+}
+
+/// Resets the queue's `running` flag however the worker ends (done, or dropped mid-work).
+struct WorkerGuard<'a>(&'a Machine);
+
+impl Drop for WorkerGuard<'_> {
+    fn drop(&mut self) {
+        self.0.maintenance.borrow_mut().running = false;
+    }
+}
+
+/// Drains the shard's maintenance queue: each round takes everything queued so far and does it,
+/// rollup first (a fresh rollup lets GC truncate further), then merges, then GC.
+async fn maintenance_worker(machine: &Machine) {
+    let _guard = WorkerGuard(machine);
+    loop {
+        let (seqno, rollup, gc, compaction) = {
+            let mut q = machine.maintenance.borrow_mut();
+            if q.rollup.is_none() && q.gc.is_none() && !q.compaction {
+                return;
+            }
+            (
+                q.seqno,
+                q.rollup.take(),
+                q.gc.take(),
+                std::mem::take(&mut q.compaction),
+            )
+        };
+        let ids = MaintenanceIds::for_commit(seqno);
+        if let Some(state) = rollup {
+            write_and_add_rollup(machine, &state, &ids, "routine").await;
+        }
+        if compaction {
+            // Re-plan from the newest state this process knows: requests made against older
+            // states may have been merged away since.
+            let reqs = machine.state().collections.trace.merge_reqs();
+            for req in reqs {
+                super::compact::compact_and_apply(machine, req, &ids).await;
+            }
+        }
+        if let Some((req, known)) = gc {
+            super::gc::gc_and_truncate_with(machine, req, &ids, known.as_deref()).await;
+        }
+    }
+}
+
 /// Unique names for the blobs one piece of maintenance writes.
 #[derive(Debug)]
 pub(crate) struct MaintenanceIds {
@@ -130,8 +190,17 @@ impl Machine {
         }
     }
 
-    /// Spawns the assigned work as detached tasks: nothing waits for it, and a crash (dropping
-    /// the runtime's tasks) at any point leaves the shard consistent.
+    /// Queues the assigned work for this process's maintenance worker on the shard, starting the
+    /// worker if it is idle. Nothing waits for it, and a crash (dropping the runtime's tasks) at
+    /// any point leaves the shard consistent.
+    ///
+    /// One worker per shard and process, and coalesced work: a writer that commits faster than
+    /// maintenance runs would otherwise start a task per commit, each planning from a state that
+    /// is stale by the time it runs, all racing each other (and the writer) for the next seqno.
+    /// Instead, while the worker is busy, work accumulates: only the newest rollup is kept, GC
+    /// requests merge (the lowest old and the highest new seqno since, as the original
+    /// coalesces them), and requested merges are re-planned from the state current when the
+    /// worker gets to them.
     pub(crate) fn start_maintenance(&self, work: RoutineMaintenance) {
         let RoutineMaintenance {
             seqno,
@@ -152,29 +221,40 @@ impl Machine {
                 at_ms: self.runtime.now_ms(),
             });
         }
-        let ids = Rc::new(MaintenanceIds::for_commit(seqno));
-        if let (true, Some(state)) = (rollup, &state) {
-            let (machine, ids, state) = (self.clone(), Rc::clone(&ids), Rc::clone(state));
+        let start_worker = {
+            let mut q = self.maintenance.borrow_mut();
+            q.seqno = q.seqno.max(seqno);
+            if let (true, Some(state)) = (rollup, &state) {
+                if q.rollup.as_ref().is_none_or(|r| r.seqno < state.seqno) {
+                    q.rollup = Some(Rc::clone(state));
+                }
+            }
+            if let Some(req) = gc {
+                let gc_state = state.filter(|s| s.seqno == req.new_seqno_since);
+                q.gc = Some(match q.gc.take() {
+                    None => (req, gc_state),
+                    Some((queued, queued_state)) => {
+                        let merged = GcReq {
+                            old_seqno_since: queued.old_seqno_since.min(req.old_seqno_since),
+                            new_seqno_since: queued.new_seqno_since.max(req.new_seqno_since),
+                        };
+                        // Keep a state only if it is the one at the merged target.
+                        let known = [gc_state, queued_state]
+                            .into_iter()
+                            .flatten()
+                            .find(|s| s.seqno == merged.new_seqno_since);
+                        (merged, known)
+                    }
+                });
+            }
+            q.compaction |= compaction.is_some();
+            !std::mem::replace(&mut q.running, true)
+        };
+        if start_worker {
+            let machine = self.clone();
             self.runtime
-                .spawn("persist: rollup", async move {
-                    write_and_add_rollup(&machine, &state, &ids, "routine").await;
-                })
-                .detach();
-        }
-        if let Some(req) = compaction {
-            let (machine, ids) = (self.clone(), Rc::clone(&ids));
-            self.runtime
-                .spawn("persist: compaction", async move {
-                    super::compact::compact_and_apply(&machine, req, &ids).await;
-                })
-                .detach();
-        }
-        if let Some(req) = gc {
-            let (machine, ids) = (self.clone(), Rc::clone(&ids));
-            self.runtime
-                .spawn("persist: gc", async move {
-                    let known = state.as_deref();
-                    super::gc::gc_and_truncate_with(&machine, req, &ids, known).await;
+                .spawn("persist: maintenance", async move {
+                    maintenance_worker(&machine).await;
                 })
                 .detach();
         }

@@ -145,7 +145,14 @@ pub struct PersistClient {
     cfg: PersistConfig,
     events: EventLog,
     rng: Rc<RefCell<Xoshiro256PlusPlus>>,
-    caches: Rc<RefCell<BTreeMap<ShardId, Rc<RefCell<State>>>>>,
+    caches: Rc<RefCell<BTreeMap<ShardId, ShardCache>>>,
+}
+
+/// What one process shares between all its handles on one shard.
+#[derive(Clone)]
+struct ShardCache {
+    state: Rc<RefCell<State>>,
+    maintenance: Rc<RefCell<maintenance::MaintenanceQueue>>,
 }
 
 impl PersistClient {
@@ -198,12 +205,15 @@ impl PersistClient {
     }
 
     pub(crate) fn machine(&self, shard_id: &ShardId, who: String) -> Machine {
-        let cache = Rc::clone(
-            self.caches
-                .borrow_mut()
-                .entry(shard_id.clone())
-                .or_insert_with(|| Rc::new(RefCell::new(State::uninitialized(shard_id.clone())))),
-        );
+        let shared = self
+            .caches
+            .borrow_mut()
+            .entry(shard_id.clone())
+            .or_insert_with(|| ShardCache {
+                state: Rc::new(RefCell::new(State::uninitialized(shard_id.clone()))),
+                maintenance: Rc::default(),
+            })
+            .clone();
         Machine {
             shard_id: shard_id.clone(),
             location: self.location.clone(),
@@ -211,7 +221,8 @@ impl PersistClient {
             cfg: self.cfg.clone(),
             events: self.events.clone(),
             who,
-            cache,
+            cache: shared.state,
+            maintenance: shared.maintenance,
         }
     }
 
