@@ -501,3 +501,31 @@ fn lost_acknowledgements_write_at_most_once() {
         assert!(handle.counts().happened_then_timed_out > 0, "seed {seed}");
     }
 }
+
+#[test]
+fn diff_overflow_is_an_error_not_a_panic() {
+    let (sim, client) = setup(10);
+    sim.block_on(async move {
+        let (mut w, mut r) = client.open::<String, String>(&shard("s")).await.unwrap();
+        let e = w
+            .compare_and_append(&[upd("k", "", 0, i64::MAX), upd("k", "", 0, 1)], f(0), f(1))
+            .await;
+        assert!(matches!(e, Err(InvalidUsage::DiffOverflow(_))), "{e:?}");
+        // Each batch fits; only a read that accumulates both overflows.
+        w.compare_and_append(&[upd("k", "", 0, i64::MAX)], f(0), f(1))
+            .await
+            .unwrap()
+            .unwrap();
+        w.compare_and_append(&[upd("k", "", 1, i64::MAX)], f(1), f(2))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            r.snapshot_and_fetch(f(0)).await.unwrap(),
+            vec![upd("k", "", 0, i64::MAX)]
+        );
+        let e = r.snapshot_and_fetch(f(1)).await;
+        assert!(matches!(e, Err(InvalidUsage::DiffOverflow(_))), "{e:?}");
+    })
+    .unwrap();
+}

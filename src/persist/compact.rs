@@ -28,7 +28,6 @@
 use std::ops::ControlFlow::{Break, Continue};
 
 use bytes::Bytes;
-use differential_dataflow::consolidation::consolidate_updates;
 use differential_dataflow::lattice::Lattice;
 use timely::progress::Antichain;
 
@@ -68,11 +67,12 @@ pub fn advance_to(desc: &Description) -> Option<Timestamp> {
 }
 
 /// The pure core of a merge: each input's updates (with the input's own description) filtered to
-/// that input's `[lower, upper)`, advanced to `desc` ([`advance_to`]) and consolidated.
+/// that input's `[lower, upper)`, advanced to `desc` ([`advance_to`]) and consolidated. An
+/// update whose diffs would sum outside the 64-bit range is an error (the merge is not done).
 pub fn merge_updates(
     desc: &Description,
     inputs: Vec<(Description, Vec<EncodedUpdate>)>,
-) -> Vec<EncodedUpdate> {
+) -> Result<Vec<EncodedUpdate>, super::consolidate::DiffOverflow> {
     let advance = advance_to(desc).map(Antichain::from_elem);
     let mut out = Vec::new();
     for (input, updates) in inputs {
@@ -86,8 +86,8 @@ pub fn merge_updates(
             out.push((kv, t, d));
         }
     }
-    consolidate_updates(&mut out);
-    out
+    super::consolidate::consolidate_checked(&mut out)?;
+    Ok(out)
 }
 
 /// Reads a batch's updates: `Ok(None)` if one of its parts is missing from Blob.
@@ -219,7 +219,10 @@ pub(crate) async fn compact_and_apply(
             .iter()
             .all(|p| matches!(p, BatchPart::Inline { .. }))
     });
-    let updates = merge_updates(&desc, inputs);
+    let updates = match merge_updates(&desc, inputs) {
+        Ok(updates) => updates,
+        Err(e) => return not_applied(format!("cannot merge: {e}")),
+    };
 
     // 3: the output, in Blob before state names it.
     let output = write_output(machine, ids, &desc, updates, inputs_all_inline).await;
@@ -343,7 +346,7 @@ mod tests {
             vec![u("x", 1, 1), u("y", 2, 1), u("z", 7, 1)],
         );
         let b = (desc(5, 10, 0), vec![u("x", 6, -1), u("y", 8, 1)]);
-        let out = merge_updates(&desc(0, 10, 6), vec![a, b]);
+        let out = merge_updates(&desc(0, 10, 6), vec![a, b]).unwrap();
         // x: +1 at 1 -> 6, -1 at 6: cancels. y: +1 at 2 -> 6, +1 at 8. z is outside its input.
         assert_eq!(out, vec![u("y", 6, 1), u("y", 8, 1)]);
         // Contents at every time >= since are unchanged: at 6, y=1; at 8, y=2.
@@ -353,7 +356,7 @@ mod tests {
     fn merge_beyond_the_batch_collapses_onto_its_last_time() {
         let a = (desc(0, 5, 0), vec![u("x", 1, 1), u("x", 3, 1)]);
         let b = (desc(5, 10, 0), vec![u("x", 6, -1)]);
-        let out = merge_updates(&desc(0, 10, 100), vec![a, b]);
+        let out = merge_updates(&desc(0, 10, 100), vec![a, b]).unwrap();
         assert_eq!(
             out,
             vec![u("x", 9, 1)],

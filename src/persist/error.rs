@@ -110,6 +110,10 @@ pub enum InvalidUsage {
         /// The shard's (or handle's) since.
         since: Antichain<Timestamp>,
     },
+    /// The diffs of one update sum outside the 64-bit range (in a batch being written, or in
+    /// what the shard holds at a read).
+    #[error("{0}")]
+    DiffOverflow(#[from] super::consolidate::DiffOverflow),
     /// Stored data could not be decoded (a corrupted or foreign part).
     #[error("corrupted data: {0}")]
     Corrupted(String),

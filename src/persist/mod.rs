@@ -49,6 +49,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod codec;
 pub mod compact;
+pub mod consolidate;
 pub mod critical;
 pub mod encoding;
 pub mod error;

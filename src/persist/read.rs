@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::ControlFlow::{Break, Continue};
 
-use differential_dataflow::consolidation::consolidate_updates;
 use timely::progress::Antichain;
 use timely::PartialOrder;
 
@@ -230,7 +229,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
             .filter(|(_, t, _)| *t <= as_of_ts)
             .map(|(kv, _, d)| (kv, as_of_ts, d))
             .collect();
-        consolidate_updates(&mut updates);
+        super::consolidate::consolidate_checked(&mut updates)?;
         Ok(updates)
     }
 

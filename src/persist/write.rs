@@ -17,7 +17,6 @@
 use std::marker::PhantomData;
 
 use bytes::Bytes;
-use differential_dataflow::consolidation::consolidate_updates;
 use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 use timely::PartialOrder;
@@ -221,7 +220,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
                 upper: upper.clone(),
             });
         }
-        consolidate_updates(&mut updates);
+        super::consolidate::consolidate_checked(&mut updates)?;
         let desc = Description::new(lower, upper);
         let len = updates.len() as u64;
         if updates.is_empty() {
