@@ -40,7 +40,7 @@ use persist_playground::persist::encoding::decode_diff;
 use persist_playground::persist::events::PersistEvent;
 use persist_playground::persist::gc::{gc_and_truncate, gc_now, GcReq};
 use persist_playground::persist::read::ListenEvent;
-use persist_playground::persist::state::{BatchPart, State};
+use persist_playground::persist::state::State;
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
 use persist_playground::runtime::sim::Simulator;
 use timely::progress::Antichain;
@@ -189,17 +189,7 @@ fn versions(consensus: &MemConsensus) -> Vec<SeqNo> {
 }
 
 fn part_keys(state: &State) -> BTreeSet<String> {
-    state
-        .collections
-        .trace
-        .batches()
-        .iter()
-        .flat_map(|b| b.parts.iter())
-        .filter_map(|p| match p {
-            BatchPart::Hollow { key, .. } => Some(key.clone()),
-            BatchPart::Inline { .. } => None,
-        })
-        .collect()
+    state.part_keys().map(String::from).collect()
 }
 
 fn inspect(w: &World, client: &PersistClient) -> State {

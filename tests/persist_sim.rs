@@ -34,7 +34,7 @@ use persist_playground::location::{
 use persist_playground::persist::encoding::decode_diff;
 use persist_playground::persist::error::InvalidUsage;
 use persist_playground::persist::events::{CasOutcome, PersistEvent};
-use persist_playground::persist::state::{BatchPart, State};
+use persist_playground::persist::state::State;
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
 use persist_playground::runtime::sim::Simulator;
 use persist_playground::runtime::Runtime;
@@ -76,31 +76,21 @@ impl Observer {
             }
         }
         // Every blob the state refers to exists (write parts first, then reference them).
-        for b in state.collections.trace.batches() {
-            for p in &b.parts {
-                if let BatchPart::Hollow { key, .. } = p {
-                    if self
-                        .blob
-                        .get(key)
-                        .now_or_never()
-                        .and_then(|r| r.ok())
-                        .flatten()
-                        .is_none()
-                    {
-                        violations.push(format!("{}: part {key} is missing", new.seqno));
-                    }
-                }
-            }
-        }
-        for r in state.collections.rollups.values() {
-            if self
-                .blob
-                .get(&r.key)
+        let exists = |key: &str| {
+            self.blob
+                .get(key)
                 .now_or_never()
                 .and_then(|r| r.ok())
                 .flatten()
-                .is_none()
-            {
+                .is_some()
+        };
+        for key in state.part_keys() {
+            if !exists(key) {
+                violations.push(format!("{}: part {key} is missing", new.seqno));
+            }
+        }
+        for r in state.collections.rollups.values() {
+            if !exists(&r.key) {
                 violations.push(format!("{}: rollup {} is missing", new.seqno, r.key));
             }
         }

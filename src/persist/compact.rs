@@ -160,14 +160,7 @@ async fn write_output(
 }
 
 fn hollow_keys(batch: &HollowBatch) -> Vec<String> {
-    batch
-        .parts
-        .iter()
-        .filter_map(|p| match p {
-            BatchPart::Hollow { key, .. } => Some(key.clone()),
-            BatchPart::Inline { .. } => None,
-        })
-        .collect()
+    batch.part_keys().map(String::from).collect()
 }
 
 /// Performs `req` and commits the result (see the module docs). Never panics on bad data: an

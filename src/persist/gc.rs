@@ -119,19 +119,6 @@ enum Walk {
     },
 }
 
-fn part_keys(state: &State) -> impl Iterator<Item = &String> {
-    state
-        .collections
-        .trace
-        .batches()
-        .iter()
-        .flat_map(|b| b.parts.iter())
-        .filter_map(|p| match p {
-            BatchPart::Hollow { key, .. } => Some(key),
-            BatchPart::Inline { .. } => None,
-        })
-}
-
 async fn scan_all_retrying(machine: &Machine) -> Vec<VersionedData> {
     let mut backoff = Backoff::new(&machine.cfg);
     loop {
@@ -196,7 +183,7 @@ async fn walk(machine: &Machine, new: SeqNo, known: Option<&State>) -> Walk {
     }
     // Every batch some version in [earliest, new) holds was in the state at `earliest` or was
     // inserted by one of the diffs after it: no need to rebuild each version.
-    let mut referenced_below_new: BTreeSet<String> = part_keys(&state).cloned().collect();
+    let mut referenced_below_new: BTreeSet<String> = state.part_keys().map(String::from).collect();
     let mut diffs = Vec::new();
     for version in versions.iter().skip(1).take_while(|v| v.seqno <= new) {
         let diff = match decode_diff(&version.data) {
@@ -298,7 +285,7 @@ pub(crate) async fn gc_and_truncate_with(
         );
         return report;
     };
-    for key in part_keys(&state_at_new) {
+    for key in state_at_new.part_keys() {
         deletable_parts.remove(key);
     }
 

@@ -155,6 +155,14 @@ impl HollowBatch {
         }
     }
 
+    /// The Blob keys of this batch's hollow parts.
+    pub fn part_keys(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            BatchPart::Hollow { key, .. } => Some(key.as_str()),
+            BatchPart::Inline { .. } => None,
+        })
+    }
+
     /// Bytes this batch takes in state.
     pub fn inline_bytes(&self) -> u64 {
         self.parts.iter().map(BatchPart::inline_bytes).sum()
@@ -843,6 +851,15 @@ impl State {
     /// The shard's since.
     pub fn since(&self) -> &Antichain<Timestamp> {
         self.collections.trace.since()
+    }
+
+    /// The Blob keys of every batch part this state refers to.
+    pub fn part_keys(&self) -> impl Iterator<Item = &str> {
+        self.collections
+            .trace
+            .batches()
+            .iter()
+            .flat_map(|b| b.part_keys())
     }
 
     /// The newest rollup.

@@ -76,10 +76,8 @@ impl<K: Codec, V: Codec> Batch<K, V> {
 
     /// Deletes the batch's Blob parts (after a failed append the caller no longer needs it).
     pub async fn delete(self, client: &PersistClient) {
-        for part in &self.batch.parts {
-            if let BatchPart::Hollow { key, .. } = part {
-                let _ = client.location().blob.delete(key).await;
-            }
+        for key in self.batch.part_keys() {
+            let _ = client.location().blob.delete(key).await;
         }
     }
 }
