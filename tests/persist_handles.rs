@@ -244,13 +244,7 @@ fn every_invalid_usage() {
             .unwrap()
             .unwrap_err();
         assert!(e.current.is_empty());
-        // An expired writer.
         w.expire().await;
-        let mut w2 = client
-            .open_writer::<String, String>(&shard("s2"))
-            .await
-            .unwrap();
-        w2.heartbeat().await.unwrap();
     })
     .unwrap();
 }
@@ -264,6 +258,10 @@ fn leases_run_out_on_the_runtime_clock() {
         let (mut w, mut quiet) = client.open::<String, String>(&shard("s")).await.unwrap();
         let mut active = client
             .open_leased_reader::<String, String>(&shard("s"))
+            .await
+            .unwrap();
+        let mut quiet_writer = client
+            .open_writer::<String, String>(&shard("s"))
             .await
             .unwrap();
         w.compare_and_append(&[upd("a", "", 0, 1)], f(0), f(10))
@@ -296,6 +294,14 @@ fn leases_run_out_on_the_runtime_clock() {
         let e = quiet.snapshot_and_fetch(f(7)).await;
         assert!(matches!(e, Err(InvalidUsage::Expired { .. })), "{e:?}");
         let e = quiet.downgrade_since(&f(8)).await;
+        assert!(matches!(e, Err(InvalidUsage::Expired { .. })), "{e:?}");
+        // A writer's lease runs out the same way.
+        let e = quiet_writer.heartbeat().await;
+        assert!(
+            matches!(e, Err(InvalidUsage::Expired { what: "writer", .. })),
+            "{e:?}"
+        );
+        let e = quiet_writer.compare_and_append(&[], f(10), f(11)).await;
         assert!(matches!(e, Err(InvalidUsage::Expired { .. })), "{e:?}");
     })
     .unwrap();
@@ -528,4 +534,44 @@ fn diff_overflow_is_an_error_not_a_panic() {
         assert!(matches!(e, Err(InvalidUsage::DiffOverflow(_))), "{e:?}");
     })
     .unwrap();
+}
+
+#[test]
+fn dropped_handles_expire_and_abandoned_ones_stay_until_their_lease_runs_out() {
+    let (sim, client) = setup(11);
+    let c = client.clone();
+    let (w_id, r_id, abandoned_w, abandoned_r) = sim
+        .block_on(async move {
+            let (w, r) = c.open::<String, String>(&shard("s")).await.unwrap();
+            let (aw, ar) = c.open::<String, String>(&shard("s")).await.unwrap();
+            let ids = (
+                w.writer_id().clone(),
+                r.reader_id().clone(),
+                aw.writer_id().clone(),
+                ar.reader_id().clone(),
+            );
+            drop((w, r));
+            aw.abandon();
+            ar.abandon();
+            ids
+        })
+        .unwrap();
+    sim.run_for(100).unwrap();
+    let c = client.clone();
+    let state = sim
+        .block_on(async move { c.inspect_state(&shard("s")).await })
+        .unwrap();
+    assert!(
+        !state.collections.writers.contains_key(&w_id),
+        "a dropped writer expires"
+    );
+    assert!(
+        !state.collections.leased_readers.contains_key(&r_id),
+        "so does a reader"
+    );
+    assert!(
+        state.collections.writers.contains_key(&abandoned_w),
+        "abandon is a crash"
+    );
+    assert!(state.collections.leased_readers.contains_key(&abandoned_r));
 }

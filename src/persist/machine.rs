@@ -412,6 +412,21 @@ impl Machine {
         }
     }
 
+    /// Runs an idempotent command in a detached task: a handle's best-effort expiry on drop (if
+    /// the task never runs, the lease runs out instead).
+    pub(crate) fn spawn_idempotent<B: std::fmt::Debug + 'static, R: 'static>(
+        &self,
+        cmd: &'static str,
+        work: impl FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<B, R> + 'static,
+    ) {
+        let machine = self.clone();
+        self.runtime
+            .spawn(cmd, async move {
+                let _ = machine.apply_idempotent(cmd, work).await;
+            })
+            .detach();
+    }
+
     /// Appends `batch` iff the shard's upper is `batch.desc.lower`, at most once. See the notes,
     /// section 1.4.
     pub(crate) async fn compare_and_append(

@@ -298,18 +298,11 @@ impl<K: Codec, V: Codec> Drop for ReadHandle<K, V> {
         if self.expired {
             return;
         }
-        let machine = self.machine.clone();
         let id = self.reader_id.clone();
-        self.client
-            .runtime()
-            .spawn("expire reader on drop", async move {
-                let _ = machine
-                    .apply_idempotent("expire_leased_reader", |_, _, c| {
-                        c.expire_leased_reader(&id)
-                    })
-                    .await;
-            })
-            .detach();
+        self.machine
+            .spawn_idempotent("expire_leased_reader", move |_, _, c| {
+                c.expire_leased_reader(&id)
+            });
     }
 }
 

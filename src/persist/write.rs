@@ -526,15 +526,8 @@ impl<K: Codec, V: Codec> Drop for WriteHandle<K, V> {
         if self.expired {
             return;
         }
-        let machine = self.machine.clone();
         let id = self.writer_id.clone();
-        self.client
-            .runtime()
-            .spawn("expire writer on drop", async move {
-                let _ = machine
-                    .apply_idempotent("expire_writer", |_, _, c| c.expire_writer(&id))
-                    .await;
-            })
-            .detach();
+        self.machine
+            .spawn_idempotent("expire_writer", move |_, _, c| c.expire_writer(&id));
     }
 }
