@@ -17,14 +17,13 @@ use std::collections::BTreeSet;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures::FutureExt;
 use persist_playground::location::mem::{Latency, MemConsensus};
-use persist_playground::location::unreliable::{UnreliableConsensus, UnreliableHandle};
-use persist_playground::location::{
-    CaSResult, Consensus, ExternalError, SeqNo, VersionedData, SCAN_ALL,
+use persist_playground::location::unreliable::{
+    LostAckConsensus, UnreliableConsensus, UnreliableHandle,
 };
+use persist_playground::location::{Consensus, SeqNo, VersionedData, SCAN_ALL};
 use persist_playground::oracle::conformance::{
     check_history, timestamp_oracle_impl_test, Call, History, Violation,
 };
@@ -950,45 +949,17 @@ fn clock_guard_is_bounded() {
     assert_eq!(w, 1_000_000_001, "correct regardless of the clock");
 }
 
-/// A Consensus that loses the acknowledgement of the next `n` compare_and_sets: they happen,
-/// then the caller hears an indeterminate timeout.
-struct LoseAcks {
-    inner: MemConsensus,
-    lose: Cell<u32>,
-}
-
-#[async_trait(?Send)]
-impl Consensus for LoseAcks {
-    async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
-        self.inner.head(key).await
-    }
-    async fn compare_and_set(
-        &self,
-        key: &str,
-        expected: Option<SeqNo>,
-        new: VersionedData,
-    ) -> Result<CaSResult, ExternalError> {
-        let result = self.inner.compare_and_set(key, expected, new).await;
-        if self.lose.get() > 0 {
-            self.lose.set(self.lose.get() - 1);
-            return Err(ExternalError::indeterminate("lost ack: timeout"));
-        }
-        result
-    }
-    async fn scan(
-        &self,
-        key: &str,
-        from: SeqNo,
-        limit: usize,
-    ) -> Result<Vec<VersionedData>, ExternalError> {
-        self.inner.scan(key, from, limit).await
-    }
-    async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
-        self.inner.truncate(key, seqno).await
-    }
-    async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
-        self.inner.list_keys().await
-    }
+/// A Consensus that loses the acknowledgement of the next `n` compare_and_sets (set through the
+/// returned counter): they happen, then the caller hears an indeterminate timeout.
+fn lose_acks(inner: MemConsensus) -> (Rc<LostAckConsensus>, Rc<Cell<u32>>) {
+    let lose = Rc::new(Cell::new(0u32));
+    let counter = Rc::clone(&lose);
+    let lossy = LostAckConsensus::new(Rc::new(inner), move |_, _| {
+        let n = counter.get();
+        counter.set(n.saturating_sub(1));
+        n > 0
+    });
+    (Rc::new(lossy), lose)
 }
 
 #[test]
@@ -996,16 +967,13 @@ fn a_write_that_happened_but_timed_out_is_adopted_not_repeated() {
     let sim = Simulator::new(8);
     let rt = sim.runtime();
     let mem = MemConsensus::new();
-    let lossy = Rc::new(LoseAcks {
-        inner: mem.clone(),
-        lose: Cell::new(0),
-    });
+    let (lossy, lose) = lose_acks(mem.clone());
     let (rt2, mem2) = (rt.clone(), mem.clone());
     sim.block_on(async move {
         let (rt, mem) = (rt2, mem2);
         let a = open(lossy.clone(), &rt, config(10)).await.unwrap();
         rt.sleep(15).await;
-        lossy.lose.set(1);
+        lose.set(1);
         let w = a.write_ts().await.unwrap();
         assert_eq!(w.timestamp, 15);
         let stats = a.stats();
@@ -1025,7 +993,7 @@ fn a_write_that_happened_but_timed_out_is_adopted_not_repeated() {
             }
         )));
         // A lost acknowledgement at start costs one more epoch, never a shared one.
-        lossy.lose.set(1);
+        lose.set(1);
         let b = open(lossy.clone(), &rt, config(10)).await.unwrap();
         assert_eq!(
             b.snapshot().epoch,

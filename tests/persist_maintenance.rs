@@ -25,16 +25,13 @@
 //!   being merged under it (compacted to the listen's own since); every update arrives once.
 #![cfg(not(target_arch = "wasm32"))]
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-use async_trait::async_trait;
 use futures::FutureExt;
 use persist_playground::location::mem::{Latency, MemBlob, MemConsensus};
-use persist_playground::location::{
-    Blob, CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData, SCAN_ALL,
-};
+use persist_playground::location::unreliable::LostAckConsensus;
+use persist_playground::location::{Blob, CaSResult, Consensus, Location, SeqNo, SCAN_ALL};
 use persist_playground::persist::compact::{compact_now, CompactionOutcome};
 use persist_playground::persist::encoding::decode_diff;
 use persist_playground::persist::events::PersistEvent;
@@ -582,50 +579,6 @@ fn listen_never_redelivers_compacted_updates() {
     }
 }
 
-/// A Consensus whose compare_and_sets of merge results (a version that changes batches but not
-/// the upper) happen and then report a timeout.
-struct LosesMergeAcks {
-    inner: Rc<dyn Consensus>,
-    lost: Cell<u64>,
-}
-
-#[async_trait(?Send)]
-impl Consensus for LosesMergeAcks {
-    async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
-        self.inner.head(key).await
-    }
-    async fn compare_and_set(
-        &self,
-        key: &str,
-        expected: Option<SeqNo>,
-        new: VersionedData,
-    ) -> Result<CaSResult, ExternalError> {
-        let is_merge = decode_diff(&new.data)
-            .map(|d| d.upper.is_none() && !d.batches.is_empty())
-            .unwrap_or(false);
-        let result = self.inner.compare_and_set(key, expected, new).await;
-        if is_merge && result == Ok(CaSResult::Committed) {
-            self.lost.set(self.lost.get() + 1);
-            return Err(ExternalError::indeterminate("timeout after the write"));
-        }
-        result
-    }
-    async fn scan(
-        &self,
-        key: &str,
-        from: SeqNo,
-        limit: usize,
-    ) -> Result<Vec<VersionedData>, ExternalError> {
-        self.inner.scan(key, from, limit).await
-    }
-    async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
-        self.inner.truncate(key, seqno).await
-    }
-    async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
-        self.inner.list_keys().await
-    }
-}
-
 #[test]
 fn indeterminate_merge_res_that_committed_keeps_its_output() {
     let cfg = PersistConfig {
@@ -635,10 +588,17 @@ fn indeterminate_merge_res_that_committed_keeps_its_output() {
         ..cfg()
     };
     let mut w = world(42, cfg.clone());
-    let lossy = Rc::new(LosesMergeAcks {
-        inner: Rc::clone(&w.location.consensus),
-        lost: Cell::new(0),
-    });
+    // Compare_and_sets of merge results (a version that changes batches but not the upper)
+    // happen, then report a timeout.
+    let lossy = Rc::new(LostAckConsensus::new(
+        Rc::clone(&w.location.consensus),
+        |new, result| {
+            let is_merge = decode_diff(&new.data)
+                .map(|d| d.upper.is_none() && !d.batches.is_empty())
+                .unwrap_or(false);
+            is_merge && *result == Ok(CaSResult::Committed)
+        },
+    ));
     w.location.consensus = lossy.clone();
     w.client = PersistClient::new(w.location.clone(), w.sim.runtime(), cfg, 42);
     let writes = write_batches(&w, 0, 60, 5);
@@ -653,12 +613,12 @@ fn indeterminate_merge_res_that_committed_keeps_its_output() {
     );
     println!(
         "{} merge acks lost: {applied} compactions found applied, {kept} kept as maybe applied",
-        lossy.lost.get()
+        lossy.lost()
     );
     // Every merge_res that committed was retried after its lost ack, and none of them deleted
     // its output: each one is found applied, or kept because it may have been.
-    assert!(lossy.lost.get() > 5);
-    assert_eq!(applied + kept, lossy.lost.get() as usize);
+    assert!(lossy.lost() > 5);
+    assert_eq!(applied + kept, lossy.lost() as usize);
     let state = check_fresh_client(&w, &writes, 4242);
     check_storage(&w, &state);
 }

@@ -268,6 +268,80 @@ impl Consensus for UnreliableConsensus {
     }
 }
 
+/// Decides, for each compare_and_set that ran, whether its caller hears a timeout instead.
+pub type LoseAck = Box<dyn FnMut(&VersionedData, &Result<CaSResult, ExternalError>) -> bool>;
+
+/// A [`Consensus`] that scripts lost acknowledgements: every compare_and_set runs, then `lose`
+/// decides whether the caller hears an [`ExternalError::Indeterminate`] timeout instead of the
+/// result. This is the hard case for persist and the oracle (a write that happened, unknown to
+/// its writer) made deterministic, for tests that need it at a chosen moment rather than by
+/// chance as [`UnreliableConsensus`] gives it. Every other call passes through.
+pub struct LostAckConsensus {
+    consensus: Rc<dyn Consensus>,
+    lose: RefCell<LoseAck>,
+    lost: std::cell::Cell<u64>,
+}
+
+impl LostAckConsensus {
+    /// Wraps `consensus`; `lose` sees each compare_and_set's new version and real result.
+    pub fn new(
+        consensus: Rc<dyn Consensus>,
+        lose: impl FnMut(&VersionedData, &Result<CaSResult, ExternalError>) -> bool + 'static,
+    ) -> Self {
+        LostAckConsensus {
+            consensus,
+            lose: RefCell::new(Box::new(lose)),
+            lost: std::cell::Cell::new(0),
+        }
+    }
+
+    /// How many acknowledgements were lost so far.
+    pub fn lost(&self) -> u64 {
+        self.lost.get()
+    }
+}
+
+#[async_trait(?Send)]
+impl Consensus for LostAckConsensus {
+    async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
+        self.consensus.head(key).await
+    }
+
+    async fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<SeqNo>,
+        new: VersionedData,
+    ) -> Result<CaSResult, ExternalError> {
+        let copy = new.clone();
+        let result = self.consensus.compare_and_set(key, expected, new).await;
+        if (self.lose.borrow_mut())(&copy, &result) {
+            self.lost.set(self.lost.get() + 1);
+            return Err(ExternalError::indeterminate(
+                "lost acknowledgement: timeout after the call ran",
+            ));
+        }
+        result
+    }
+
+    async fn scan(
+        &self,
+        key: &str,
+        from: SeqNo,
+        limit: usize,
+    ) -> Result<Vec<VersionedData>, ExternalError> {
+        self.consensus.scan(key, from, limit).await
+    }
+
+    async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
+        self.consensus.truncate(key, seqno).await
+    }
+
+    async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
+        self.consensus.list_keys().await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
