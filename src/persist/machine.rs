@@ -108,7 +108,8 @@ impl Machine {
     }
 
     /// Creates the shard if Consensus has no version of it yet: an initial rollup in Blob, then
-    /// `compare_and_set(None, v1)`. Losing the race is fine (someone else created it).
+    /// `compare_and_set(None, v1)`. Losing the race is fine (someone else created it). On return
+    /// the cache holds the shard's state as of now (the new one, or the one found).
     pub(crate) async fn maybe_init_shard(&self) {
         let mut backoff = Backoff::new(&self.cfg);
         loop {

@@ -257,8 +257,8 @@ impl PersistClient {
     ) -> Result<WriteHandle<K, V>, InvalidUsage> {
         let writer_id = WriterId(self.new_id("w"));
         let machine = self.machine(shard_id, writer_id.0.clone());
+        // Creates the shard, or reads its current state into the cache.
         machine.maybe_init_shard().await;
-        machine.fetch_and_update_state_retrying().await;
         let schema_id = self.register_schema::<K, V>(&machine).await?;
         let lease = self.cfg.writer_lease_duration_ms;
         let (_, upper) = machine
@@ -287,8 +287,8 @@ impl PersistClient {
     ) -> Result<ReadHandle<K, V>, InvalidUsage> {
         let reader_id = LeasedReaderId(self.new_id("r"));
         let machine = self.machine(shard_id, reader_id.0.clone());
+        // Creates the shard, or reads its current state into the cache.
         machine.maybe_init_shard().await;
-        machine.fetch_and_update_state_retrying().await;
         let schema_id = self.register_schema::<K, V>(&machine).await?;
         let lease = self.cfg.reader_lease_duration_ms;
         let (_, reader) = machine
@@ -317,8 +317,8 @@ impl PersistClient {
         initial_opaque: u64,
     ) -> Result<SinceHandle<K, V>, InvalidUsage> {
         let machine = self.machine(shard_id, reader_id.0.clone());
+        // Creates the shard, or reads its current state into the cache.
         machine.maybe_init_shard().await;
-        machine.fetch_and_update_state_retrying().await;
         self.register_schema::<K, V>(&machine).await?;
         let (_, r) = machine
             .apply_idempotent("register_critical_reader", |_, _, c| {
