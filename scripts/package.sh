@@ -44,6 +44,14 @@ copy() { # from-dir to-dir
 copy "$build/web" "$out/web"
 copy "$build/bundler" "$out/bundler"
 copy "$build/nodejs" "$out/node"
+# The raw wasm exports (the web build's InitOutput and the *_bg.wasm.d.ts files) take and return
+# externrefs, which wasm-bindgen declares as `any`: they are unknown JS values, so say `unknown`.
+sed -i '/^export interface InitOutput/,/^}/ s/\bany\b/unknown/g' "$out/web/$crate.d.ts"
+sed -i 's/\bany\b/unknown/g' "$out"/*/"${crate}_bg.wasm.d.ts"
+# wasm-bindgen declares `[Symbol.dispose]()` on every class: pull in that lib for the user.
+for f in "$out"/*/"$crate.d.ts"; do
+  sed -i '1i /// <reference lib="esnext.disposable" />' "$f"
+done
 cp scripts/npm/listen-iterator.js "$out/listen-iterator.js"
 cp scripts/npm/listen-iterator.cjs "$out/node/listen-iterator.cjs"
 

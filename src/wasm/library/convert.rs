@@ -105,7 +105,7 @@ pub fn frontier(v: &JsValue, what: &str, allow_empty: bool) -> LibResult<Anticha
     if v.is_null() && allow_empty {
         return Ok(Antichain::new());
     }
-    if v.is_null() || v.is_undefined() {
+    if v.as_f64().is_none() {
         let expected = if allow_empty {
             "a number (a time) or null (the empty frontier)"
         } else {

@@ -33,7 +33,7 @@ use crate::persist::read::{Listen, ListenEvent, ReadHandle, Update};
 const TS_READ: &'static str = r#"
 /** What `ReadHandle.subscribe` resolves to. */
 export interface Subscription {
-    snapshot: Update[];
+    snapshot: UpdateView[];
     listen: Listen;
 }
 "#;
@@ -168,7 +168,7 @@ impl JsReadHandle {
     }
 
     /// The contents at `asOf`; see the module docs.
-    #[wasm_bindgen(unchecked_return_type = "Promise<Update[]>")]
+    #[wasm_bindgen(unchecked_return_type = "Promise<UpdateView[]>")]
     pub fn snapshot(
         &self,
         #[wasm_bindgen(js_name = asOf, unchecked_param_type = "Time")] as_of: JsValue,

@@ -368,6 +368,7 @@ impl JsWriteHandle {
     fn write(
         &self,
         op: &'static str,
+        names: [&'static str; 2],
         updates: JsValue,
         lower: JsValue,
         upper: JsValue,
@@ -380,8 +381,8 @@ impl JsWriteHandle {
         );
         future_to_promise(async move {
             let updates = self::updates(&updates)?;
-            let lower = convert::frontier(&lower, "lower", false)?;
-            let upper = convert::frontier(&upper, "upper", true)?;
+            let lower = convert::frontier(&lower, names[0], false)?;
+            let upper = convert::frontier(&upper, names[1], true)?;
             let result = ctx
                 .call(
                     op,
@@ -441,6 +442,7 @@ impl JsWriteHandle {
     ) -> Promise {
         self.write(
             "compareAndAppend",
+            ["expectedUpper", "newUpper"],
             updates,
             expected_upper,
             new_upper,
@@ -458,9 +460,14 @@ impl JsWriteHandle {
         #[wasm_bindgen(unchecked_param_type = "Time")] lower: JsValue,
         #[wasm_bindgen(unchecked_param_type = "Frontier")] upper: JsValue,
     ) -> Promise {
-        self.write("append", updates, lower, upper, |h, u, l, r| {
-            Box::pin(async move { h.append(&u, l, r).await })
-        })
+        self.write(
+            "append",
+            ["lower", "upper"],
+            updates,
+            lower,
+            upper,
+            |h, u, l, r| Box::pin(async move { h.append(&u, l, r).await }),
+        )
     }
 
     /// Reads the shard's current upper from Consensus.

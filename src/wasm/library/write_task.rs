@@ -223,10 +223,12 @@ impl JsWriteTask {
                     "fromShard" => InitialDesired::FromShard {
                         retain: Box::new(|_| true),
                     },
-                    other => return Err(LibError::type_error(format!(
+                    other => {
+                        return Err(LibError::type_error(format!(
                         "options.initialDesired must be \"empty\" or \"fromShard\", got {other:?}"
                     ))
-                    .into()),
+                        .into())
+                    }
                 },
             };
             let client = ctx.client.clone();
