@@ -109,6 +109,19 @@ test("subscribe: a snapshot, then a listen that sees later writes", async () => 
   await writer.expire();
 });
 
+test("expire() cancels a next() that waits for data", async () => {
+  const location = PersistLocation.inMemory();
+  const client = new PersistClient(location, { seed: 4 });
+  const writer = await client.openWriter("quiet");
+  await writer.compareAndAppend([], 0, 1);
+  const listen = await (await client.openReader("quiet")).listen(0);
+  assert.equal((await listen.next()).at(-1).frontier, 1);
+  const pending = listen.next(); // nothing more is written: it waits
+  await listen.expire();
+  await assert.rejects(pending, (e) => e.code === "Expired" && /listen of reader r[0-9a-f]+ has expired/.test(e.message));
+  await writer.expire();
+});
+
 test("a write task keeps a shard equal to its desired rows", async () => {
   const location = PersistLocation.inMemory();
   const client = new PersistClient(location, { seed: 3 });

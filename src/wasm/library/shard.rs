@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 
+use futures::future::{AbortHandle, Abortable};
 use js_sys::Promise;
 use serde::Serialize;
 use timely::progress::Antichain;
@@ -98,11 +99,15 @@ impl ClientCtx {
 }
 
 /// A handle that is taken by the calls that consume it (expire, listen) and queued otherwise.
+/// Taking it cancels the calls still running or queued on it (they reject with code
+/// `"Expired"`), so that `expire()` never waits behind a `next()` that waits for data.
 pub(crate) struct Slot<H> {
     what: &'static str,
     id: String,
     handle: futures::lock::Mutex<Option<H>>,
     gone: RefCell<&'static str>,
+    next_call: std::cell::Cell<u64>,
+    calls: RefCell<std::collections::BTreeMap<u64, AbortHandle>>,
 }
 
 impl<H> Slot<H> {
@@ -112,6 +117,8 @@ impl<H> Slot<H> {
             id,
             handle: futures::lock::Mutex::new(Some(handle)),
             gone: RefCell::new(""),
+            next_call: std::cell::Cell::new(0),
+            calls: RefCell::default(),
         })
     }
 
@@ -139,19 +146,37 @@ impl<H> Slot<H> {
         op: &str,
         f: impl AsyncFnOnce(&mut H) -> LibResult<T>,
     ) -> LibResult<T> {
-        let mut guard = self.handle.lock().await;
-        match guard.as_mut() {
-            Some(h) => f(h).await,
-            None => Err(self.gone_error(op)),
-        }
+        let (abort, registration) = AbortHandle::new_pair();
+        let id = self.next_call.get();
+        self.next_call.set(id + 1);
+        self.calls.borrow_mut().insert(id, abort);
+        let call = Abortable::new(
+            async {
+                let mut guard = self.handle.lock().await;
+                match guard.as_mut() {
+                    Some(h) => f(h).await,
+                    None => Err(self.gone_error(op)),
+                }
+            },
+            registration,
+        )
+        .await;
+        self.calls.borrow_mut().remove(&id);
+        call.unwrap_or_else(|_aborted| Err(self.gone_error(op)))
     }
 
-    /// Takes the handle (once earlier calls are done); later calls fail saying `why`.
+    /// Takes the handle, cancelling the calls on it; later calls fail saying `why`.
     pub async fn take(&self, op: &str, why: &'static str) -> LibResult<H> {
+        // Set before cancelling, so that the cancelled calls say why.
+        if self.gone.borrow().is_empty() {
+            *self.gone.borrow_mut() = why;
+        }
+        let calls = std::mem::take(&mut *self.calls.borrow_mut());
+        for abort in calls.into_values() {
+            abort.abort();
+        }
         let mut guard = self.handle.lock().await;
-        let h = guard.take().ok_or_else(|| self.gone_error(op))?;
-        *self.gone.borrow_mut() = why;
-        Ok(h)
+        guard.take().ok_or_else(|| self.gone_error(op))
     }
 }
 

@@ -1,0 +1,64 @@
+// The example page: every component of the library in a browser, over IndexedDB.
+import init, { PersistLocation, PersistClient, TimestampOracle, WriteTask } from "persist-playground";
+
+const out = document.getElementById("log");
+const log = (line) => { out.textContent += line + "\n"; };
+const DB = "persist-playground-example";
+
+async function main() {
+  await init(); // fetches and instantiates the .wasm next to the web build
+  if (new URLSearchParams(location.search).has("reset")) {
+    await PersistLocation.deleteIndexedDb(DB);
+    history.replaceState(null, "", location.pathname);
+  }
+  const storage = await PersistLocation.indexedDb(DB);
+  // Ids (writers, readers) come from the seed: a fresh one per visit.
+  const seed = crypto.getRandomValues(new Uint32Array(1))[0];
+  const client = new PersistClient(storage, { seed });
+
+  // A shard: append at the current upper, read back.
+  const writer = await client.openWriter("visits");
+  const upper = await writer.fetchRecentUpper();
+  const outcome = await writer.compareAndAppend(
+    [{ key: "visit", value: new Date().toISOString(), time: upper }], upper, upper + 1);
+  log(`compareAndAppend at ${upper}: ${JSON.stringify(outcome)}`);
+  const reader = await client.openReader("visits");
+  const rows = await reader.snapshot(upper);
+  const visits = rows.reduce((n, r) => n + r.diff, 0n);
+  log(`visits so far: ${visits}`);
+  document.body.dataset.visits = String(visits);
+  await reader.expire();
+  await writer.expire();
+
+  // The timestamp oracle, durable in the same database.
+  const oracle = await TimestampOracle.open(storage, { timeline: "example", persistIntervalMs: 1000 });
+  const ts = await oracle.writeTs();
+  await oracle.applyWrite(ts.timestamp);
+  log(`oracle: write ${ts.timestamp}, read ${await oracle.readTs()}, epoch ${oracle.snapshot().epoch}`);
+  document.body.dataset.epoch = String(oracle.snapshot().epoch);
+
+  // A write task keeps a shard equal to the rows it is given.
+  const task = await WriteTask.spawn(client, "example_rows", { batchDurationMs: 0, upperTickIntervalMs: 200 });
+  await task.append([{ row: ["visit", Number(visits)] }]);
+  await task.deleteWhere((row) => row[0] === "visit" && row[1] !== visits);
+  const held = await task.snapshot();
+  log(`write task: ${JSON.stringify(held.rows, (_, v) => typeof v === "bigint" ? `${v}n` : v)}`);
+  document.body.dataset.taskRows = String(held.rows.length);
+  task.shutdown();
+
+  // The fault decorator over memory: a call that cannot succeed is bounded by callTimeoutMs.
+  const flaky = PersistLocation.inMemory({ faults: { seed: 1, shouldHappen: 0, shouldTimeout: 0 } });
+  try {
+    await new PersistClient(flaky, { callTimeoutMs: 100 }).openWriter("never");
+  } catch (e) {
+    log(`faults: ${e.code}: ${e.message}`);
+    document.body.dataset.faultCode = e.code;
+  }
+  storage.close();
+  document.body.dataset.status = "ok";
+}
+
+main().catch((e) => {
+  log(`error: ${e.code ?? e.name}: ${e.message}`);
+  document.body.dataset.status = `error: ${e.message}`;
+});
