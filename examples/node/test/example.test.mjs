@@ -30,6 +30,25 @@ test("the node build is the one resolved", async () => {
   assert.match(import.meta.resolve("persist-playground"), /\/node\/index\.mjs$/);
 });
 
+test("the bundler build works where .wasm imports are ES modules (node --experimental-wasm-modules)", () => {
+  const script = `
+    import init, { PersistLocation, PersistClient } from "persist-playground/bundler";
+    await init();
+    const client = new PersistClient(PersistLocation.inMemory());
+    const writer = await client.openWriter("s");
+    const out = await writer.compareAndAppend([{ key: "k", value: "v", time: 0 }], 0, 1);
+    const rows = await (await client.openReader("s")).snapshot(0);
+    console.log(JSON.stringify({ out, rows: rows.map((r) => [r.key, r.value, r.time, String(r.diff)]) }));
+    process.exit(0);
+  `;
+  const r = spawnSync(process.execPath, ["--experimental-wasm-modules", "--no-warnings", "--input-type=module", "-e", script], {
+    encoding: "utf8",
+    cwd: new URL("..", import.meta.url).pathname,
+  });
+  assert.equal(r.status, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), { out: { committed: true, upper: 1 }, rows: [["k", "v", 0, "1"]] });
+});
+
 test("a shard: compareAndAppend, a lost race, append, snapshot", async () => {
   const location = PersistLocation.inMemory();
   assert.equal(location.kind, "memory");
