@@ -40,6 +40,7 @@ pub mod location;
 pub mod oracle;
 pub mod persist;
 pub mod runtime;
+pub mod upsert;
 pub mod write_task;
 
 #[cfg(target_arch = "wasm32")]
