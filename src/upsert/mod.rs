@@ -8,3 +8,4 @@ pub mod operator;
 pub mod stash;
 pub mod state;
 pub mod types;
+pub mod worker;
