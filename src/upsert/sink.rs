@@ -74,12 +74,12 @@ impl PersistSink {
     /// Takes the operator's new output and frontier. Returns how many updates were dropped as
     /// below the upper (already written, by us or by a peer).
     pub fn ingest(&mut self, updates: Vec<OutputUpdate>, frontier: Antichain<Timestamp>) -> u64 {
-        let before = updates.len();
+        let (before, held) = (updates.len(), self.buffer.len());
         let upper = &self.upper;
         self.buffer
             .extend(updates.into_iter().filter(|(_, t, _)| upper.less_equal(t)));
         self.frontier = frontier;
-        (before - self.buffer.len().min(before)) as u64
+        (before - (self.buffer.len() - held)) as u64
     }
 
     /// The complete range to write next, if the frontier is beyond the upper.
