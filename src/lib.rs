@@ -45,6 +45,7 @@ pub mod oracle;
 pub mod persist;
 pub mod retry;
 pub mod runtime;
+pub mod upsert;
 pub mod write_task;
 
 #[cfg(target_arch = "wasm32")]
