@@ -31,14 +31,15 @@ fn change(pair: (Option<u64>, Option<u64>), what: &str) -> LibResult<FrontierCha
 
 /// What came of one attempt to commit a command: `"committed"`, `"mismatch"` (another command
 /// took the seqno), `"indeterminate"` / `"determinate"` (a storage error, with its message), or
-/// `"skipped"` (nothing to commit).
+/// `"permanent"` (a failure that will not heal: the command gave up), or `"skipped"` (nothing to
+/// commit).
 #[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
 #[tsify(missing_as_null, large_number_types_as_bigints)]
 pub struct CasOutcomeView {
     /// The kind.
     #[tsify(
-        type = "\"committed\" | \"mismatch\" | \"indeterminate\" | \"determinate\" | \"skipped\""
+        type = "\"committed\" | \"mismatch\" | \"indeterminate\" | \"determinate\" | \"permanent\" | \"skipped\""
     )]
     pub kind: String,
     /// The error or reason, for every kind but committed and mismatch.
@@ -52,6 +53,7 @@ impl From<&CasOutcome> for CasOutcomeView {
             CasOutcome::Mismatch => ("mismatch", None),
             CasOutcome::Indeterminate(m) => ("indeterminate", Some(m.clone())),
             CasOutcome::Determinate(m) => ("determinate", Some(m.clone())),
+            CasOutcome::Permanent(m) => ("permanent", Some(m.clone())),
             CasOutcome::Skipped(m) => ("skipped", Some(m.clone())),
         };
         CasOutcomeView {
