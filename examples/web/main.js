@@ -1,5 +1,5 @@
 // The example page: every component of the library in a browser, over IndexedDB.
-import init, { PersistLocation, PersistClient, TimestampOracle, WriteTask } from "persist-playground";
+import init, { PersistLocation, PersistClient, TimestampOracle, UpsertPipeline, WriteTask } from "persist-playground";
 
 const out = document.getElementById("log");
 const log = (line) => { out.textContent += line + "\n"; };
@@ -45,6 +45,23 @@ async function main() {
   log(`write task: ${JSON.stringify(held.rows, (_, v) => typeof v === "bigint" ? `${v}n` : v)}`);
   document.body.dataset.taskRows = String(held.rows.length);
   task.shutdown();
+
+  // Upsert with continual feedback: two replicas race to write one shard in IndexedDB, and the
+  // checker compares it with the model at every upper (a fresh shard per visit: its source
+  // lives in this page).
+  const pipeline = await UpsertPipeline.create(storage, {
+    shardId: `upsert-${seed}`, seed, replicas: [{ readBatch: 1 }, { readBatch: 4 }], callTimeoutMs: 60_000,
+  });
+  await pipeline.start(0);
+  await pipeline.start(1);
+  const sealed = pipeline.generate({ bursts: 10, seed, keys: 4 });
+  const report = await pipeline.waitForChecker(sealed);
+  const counters = await pipeline.counters();
+  log(`upsert: ${report.checks} checks, ${report.violations.length} violations, ` +
+    `${counters.sinkAppends} appends, ${counters.sinkMismatches} lost races`);
+  document.body.dataset.upsertChecks = String(report.checks);
+  document.body.dataset.upsertViolations = String(report.violations.length);
+  await pipeline.shutdown();
 
   // The fault decorator over memory: a call that cannot succeed is bounded by callTimeoutMs.
   const flaky = PersistLocation.inMemory({ faults: { seed: 1, shouldHappen: 0, shouldTimeout: 0 } });

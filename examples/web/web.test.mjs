@@ -63,6 +63,8 @@ test("the page runs every component over IndexedDB with the web build", async ()
   assert.equal(data.epoch, "1");
   assert.equal(data.taskRows, "1");
   assert.equal(data.faultCode, "Timeout");
+  assert.equal(data.upsertViolations, "0");
+  assert.ok(Number(data.upsertChecks) >= 5, data.log);
   assert.deepEqual(problems, []);
 });
 
