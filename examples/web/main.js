@@ -63,14 +63,22 @@ async function main() {
   document.body.dataset.upsertViolations = String(report.violations.length);
   await pipeline.shutdown();
 
-  // The fault decorator over memory: a call that cannot succeed is bounded by callTimeoutMs.
-  const flaky = PersistLocation.inMemory({ faults: { seed: 1, shouldHappen: 0, shouldTimeout: 0 } });
+  // The fault decorator over IndexedDB: calls pass while every coin says "happen", and a call
+  // that cannot succeed is bounded by callTimeoutMs.
+  const flaky = await PersistLocation.indexedDb(`${DB}-faults`, {
+    faults: { seed, shouldHappen: 1, shouldTimeout: 0 },
+  });
+  const flakyWriter = await new PersistClient(flaky, { seed, callTimeoutMs: 300 }).openWriter("flaky");
+  const at = await flakyWriter.fetchRecentUpper();
+  const passed = await flakyWriter.compareAndAppend([], at, at + 1);
+  flaky.setFaults({ shouldHappen: 0, shouldTimeout: 0 });
   try {
-    await new PersistClient(flaky, { callTimeoutMs: 100 }).openWriter("never");
+    await flakyWriter.compareAndAppend([], at + 1, at + 2);
   } catch (e) {
-    log(`faults: ${e.code}: ${e.message}`);
+    log(`faults: passed ${passed.committed}, then ${e.code}: ${e.message}; ${JSON.stringify(flaky.faultCounts())}`);
     document.body.dataset.faultCode = e.code;
   }
+  flaky.close();
   storage.close();
   document.body.dataset.status = "ok";
 }
