@@ -14,7 +14,6 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 
-use futures::future::{AbortHandle, Abortable};
 use js_sys::Promise;
 use serde::Serialize;
 use timely::progress::Antichain;
@@ -25,7 +24,7 @@ use wasm_bindgen_futures::future_to_promise;
 use super::convert::{self, Options};
 use super::errors::{LibError, LibResult};
 use super::events::{PersistEventView, ShardStateView};
-use super::location::{JsPersistLocation, LocationShared};
+use super::location::{CallSet, JsPersistLocation, LocationShared};
 use super::read::JsReadHandle;
 use crate::persist::codec::{Diff, Timestamp};
 use crate::persist::error::UpperMismatch;
@@ -106,8 +105,7 @@ pub(crate) struct Slot<H> {
     id: String,
     handle: futures::lock::Mutex<Option<H>>,
     gone: RefCell<&'static str>,
-    next_call: std::cell::Cell<u64>,
-    calls: RefCell<std::collections::BTreeMap<u64, AbortHandle>>,
+    calls: CallSet,
 }
 
 impl<H> Slot<H> {
@@ -117,8 +115,7 @@ impl<H> Slot<H> {
             id,
             handle: futures::lock::Mutex::new(Some(handle)),
             gone: RefCell::new(""),
-            next_call: std::cell::Cell::new(0),
-            calls: RefCell::default(),
+            calls: CallSet::default(),
         })
     }
 
@@ -146,22 +143,16 @@ impl<H> Slot<H> {
         op: &str,
         f: impl AsyncFnOnce(&mut H) -> LibResult<T>,
     ) -> LibResult<T> {
-        let (abort, registration) = AbortHandle::new_pair();
-        let id = self.next_call.get();
-        self.next_call.set(id + 1);
-        self.calls.borrow_mut().insert(id, abort);
-        let call = Abortable::new(
-            async {
+        let call = self
+            .calls
+            .run(async {
                 let mut guard = self.handle.lock().await;
                 match guard.as_mut() {
                     Some(h) => f(h).await,
                     None => Err(self.gone_error(op)),
                 }
-            },
-            registration,
-        )
-        .await;
-        self.calls.borrow_mut().remove(&id);
+            })
+            .await;
         call.unwrap_or_else(|_aborted| Err(self.gone_error(op)))
     }
 
@@ -171,10 +162,7 @@ impl<H> Slot<H> {
         if self.gone.borrow().is_empty() {
             *self.gone.borrow_mut() = why;
         }
-        let calls = std::mem::take(&mut *self.calls.borrow_mut());
-        for abort in calls.into_values() {
-            abort.abort();
-        }
+        self.calls.cancel_all();
         let mut guard = self.handle.lock().await;
         guard.take().ok_or_else(|| self.gone_error(op))
     }
