@@ -26,8 +26,9 @@ use super::errors::{LibError, LibResult};
 use super::events::{PersistEventView, ShardStateView};
 use super::location::{CallSet, JsPersistLocation, LocationShared};
 use super::read::JsReadHandle;
-use crate::persist::codec::{Diff, Timestamp};
+use crate::persist::codec::Timestamp;
 use crate::persist::error::UpperMismatch;
+use crate::persist::read::Update;
 use crate::persist::write::WriteHandle;
 use crate::persist::{PersistClient, PersistConfig, ShardId};
 use crate::runtime::browser::BrowserRuntime;
@@ -174,7 +175,7 @@ pub(crate) fn shard_id(v: &JsValue) -> LibResult<ShardId> {
 }
 
 /// Parses `updates` (an array of `UpdateInput`).
-pub(crate) fn updates(v: &JsValue) -> LibResult<Vec<((String, String), Timestamp, Diff)>> {
+pub(crate) fn updates(v: &JsValue) -> LibResult<Vec<Update<String, String>>> {
     convert::array(v, "updates")?
         .iter()
         .enumerate()
@@ -359,7 +360,7 @@ pub struct JsWriteHandle {
 
 type WriteFn = fn(
     &mut WriteHandle<String, String>,
-    Vec<((String, String), Timestamp, Diff)>,
+    Vec<Update<String, String>>,
     Antichain<Timestamp>,
     Antichain<Timestamp>,
 ) -> futures::future::LocalBoxFuture<

@@ -266,6 +266,17 @@ impl JsUpsertPipeline {
         Ok(i as usize)
     }
 
+    /// The source log, to append to. The replicas read it only within their steps, so it is
+    /// free whenever JS runs; if it ever is not, the call fails instead of trapping.
+    fn source_mut(&self, op: &str) -> LibResult<std::cell::RefMut<'_, SourceLog>> {
+        self.source.try_borrow_mut().map_err(|_| {
+            LibError::new(
+                "InvalidUsage",
+                format!("{op}: the source log is being read; try again"),
+            )
+        })
+    }
+
     fn push_value(
         &self,
         key: i64,
@@ -274,8 +285,7 @@ impl JsUpsertPipeline {
     ) -> LibResult<f64> {
         let ts = convert::time(time, "time")?;
         let offset = self
-            .source
-            .borrow_mut()
+            .source_mut("push")?
             .push(key, value, ts)
             .map_err(|e| LibError::range(format!("push: {e}")))?;
         convert::ms(offset, "the offset")
@@ -446,7 +456,7 @@ impl JsUpsertPipeline {
         #[wasm_bindgen(unchecked_param_type = "Time")] upper: JsValue,
     ) -> Result<(), JsValue> {
         let upper = convert::time(&upper, "upper")?;
-        self.source.borrow_mut().seal(upper);
+        self.source_mut("seal")?.seal(upper);
         Ok(())
     }
 
@@ -490,7 +500,7 @@ impl JsUpsertPipeline {
                 .max(1),
         };
         let seed = o.parse_or("seed", 0, convert::uint64)?;
-        let mut source = self.source.borrow_mut();
+        let mut source = self.source_mut("generate")?;
         let mut generator = SourceGenerator::new(seed, cfg, source.upper().max(1));
         for _ in 0..bursts {
             generator.burst(&mut source);
@@ -501,10 +511,8 @@ impl JsUpsertPipeline {
     /// Every source message before this time is in the log.
     #[wasm_bindgen(getter, js_name = sourceUpper)]
     pub fn source_upper(&self) -> Result<f64, JsValue> {
-        Ok(convert::ms(
-            self.source.borrow().upper(),
-            "the source's upper",
-        )?)
+        let source = self.source_mut("sourceUpper")?;
+        Ok(convert::ms(source.upper(), "the source's upper")?)
     }
 
     /// What the checker found so far.
