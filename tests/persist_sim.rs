@@ -32,7 +32,7 @@ use persist_playground::location::{
     Blob, CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData,
 };
 use persist_playground::persist::encoding::decode_diff;
-use persist_playground::persist::error::InvalidUsage;
+use persist_playground::persist::error::{InvalidUsage, PersistError};
 use persist_playground::persist::events::{CasOutcome, PersistEvent};
 use persist_playground::persist::state::State;
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
@@ -275,12 +275,12 @@ async fn writer_task(
             // The process "crashes": its handle is abandoned (no expiry) and it reopens.
             handle.abandon();
             handle = client.open_writer::<String, ()>(&shard).await.unwrap();
-            let _ = handle.fetch_recent_upper().await;
+            let _ = handle.fetch_recent_upper().await.unwrap();
             continue;
         }
         if rng.next_u64() % 3 == 0 {
             // Learn about other writers' progress now and then.
-            let _ = handle.fetch_recent_upper().await;
+            let _ = handle.fetch_recent_upper().await.unwrap();
         }
     }
     handle.expire().await;
@@ -300,7 +300,7 @@ async fn reader_task(
         .unwrap();
     while !done.get() {
         rt.sleep(1 + rng.next_u64() % 20).await;
-        let state = client.inspect_state(&shard).await;
+        let state = client.inspect_state(&shard).await.unwrap();
         let (Some(&upper), Some(&since)) = (
             state.upper().elements().first(),
             handle.since().elements().first(),
@@ -315,7 +315,7 @@ async fn reader_task(
                         let contents = snap.into_iter().map(|((k, ()), _, d)| (k, d)).collect();
                         model.borrow_mut().snapshots.push((as_of, contents));
                     }
-                    Err(InvalidUsage::Expired { .. }) => {
+                    Err(PersistError::InvalidUsage(InvalidUsage::Expired { .. })) => {
                         handle = client.open_leased_reader(&shard).await.unwrap();
                     }
                     Err(e) => panic!("snapshot at {as_of}: {e}"),
@@ -428,7 +428,7 @@ fn run_seed(seed: u64) -> Counts {
                 !0,
             );
             let shard = ShardId(SHARD.into());
-            let state = fresh.inspect_state(&shard).await;
+            let state = fresh.inspect_state(&shard).await.unwrap();
             let upper = *state.upper().elements().first().expect("not finished");
             let mut r = fresh
                 .open_leased_reader::<String, ()>(&shard)

@@ -16,6 +16,7 @@
 //! - `rollups` is never empty once the shard is initialized.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::ops::ControlFlow::{self, Break, Continue};
 use std::rc::Rc;
 
@@ -261,6 +262,9 @@ pub enum CompareAndAppendBreak {
     InlineBackpressure,
     /// A misuse.
     InvalidUsage(InvalidUsage),
+    /// The stored state contradicts this retry (its token committed with another upper): the
+    /// state is not what it must be.
+    Inconsistent(String),
 }
 
 impl std::fmt::Debug for CompareAndAppendBreak {
@@ -279,6 +283,7 @@ impl std::fmt::Debug for CompareAndAppendBreak {
             CompareAndAppendBreak::AlreadyCommitted => write!(f, "AlreadyCommitted"),
             CompareAndAppendBreak::InlineBackpressure => write!(f, "InlineBackpressure"),
             CompareAndAppendBreak::InvalidUsage(e) => write!(f, "InvalidUsage({e})"),
+            CompareAndAppendBreak::Inconsistent(e) => write!(f, "Inconsistent({e})"),
         }
     }
 }
@@ -343,7 +348,7 @@ impl StateCollections {
         writer_id: &WriterId,
         lease_duration_ms: u64,
         now_ms: u64,
-    ) -> ControlFlow<(), Antichain<Timestamp>> {
+    ) -> ControlFlow<Infallible, Antichain<Timestamp>> {
         let writer = self
             .writers
             .entry(writer_id.clone())
@@ -364,7 +369,7 @@ impl StateCollections {
         seqno: SeqNo,
         lease_duration_ms: u64,
         now_ms: u64,
-    ) -> ControlFlow<(), LeasedReaderState> {
+    ) -> ControlFlow<Infallible, LeasedReaderState> {
         // A new reader holds the shard's current since; a re-registration keeps its own.
         let since = self.trace.since().clone();
         let reader = self
@@ -387,7 +392,7 @@ impl StateCollections {
         &mut self,
         reader_id: &CriticalReaderId,
         initial_opaque: u64,
-    ) -> ControlFlow<(), CriticalReaderState> {
+    ) -> ControlFlow<Infallible, CriticalReaderState> {
         let since = self.trace.since().clone();
         let out = self
             .critical_readers
@@ -412,6 +417,13 @@ impl StateCollections {
         token: &IdempotencyToken,
     ) -> ControlFlow<CompareAndAppendBreak, ()> {
         let desc = &batch.desc;
+        if self.is_tombstone() {
+            // A finished shard: nothing is ever appended again.
+            return Break(CompareAndAppendBreak::Upper {
+                shard_upper: Antichain::new(),
+                writer_upper: Antichain::new(),
+            });
+        }
         // Writers register themselves on their first write.
         let writer = self
             .writers
@@ -439,12 +451,14 @@ impl StateCollections {
             ));
         }
         if *token == writer.most_recent_write_token {
-            // SUBTLE: a retry of a write that did commit (its acknowledgement was lost).
-            assert_eq!(writer.most_recent_write_upper, desc.upper);
-            assert!(PartialOrder::less_equal(
-                &writer.most_recent_write_upper,
-                self.trace.upper()
-            ));
+            // SUBTLE: a retry of a write that did commit (its acknowledgement was lost). Its
+            // upper is the one committed with the token (validate: at most the shard's upper).
+            if writer.most_recent_write_upper != desc.upper {
+                return Break(CompareAndAppendBreak::Inconsistent(format!(
+                    "writer {writer_id} committed token {token} with upper {:?}, not {:?}",
+                    writer.most_recent_write_upper, desc.upper
+                )));
+            }
             return Break(CompareAndAppendBreak::AlreadyCommitted);
         }
         if self.trace.upper() != &desc.lower {
@@ -461,17 +475,17 @@ impl StateCollections {
         if desc.lower != desc.upper {
             self.trace.push_batch(batch.clone());
         }
-        let writer = self
-            .writers
-            .get_mut(writer_id)
-            .expect("registered just above");
-        assert!(
-            PartialOrder::less_equal(&writer.most_recent_write_upper, &desc.upper),
-            "a writer's upper never goes back"
-        );
-        writer.most_recent_write_token = token.clone();
-        writer.most_recent_write_upper = desc.upper.clone();
-        writer.last_heartbeat_ms = writer.last_heartbeat_ms.max(now_ms);
+        // Registered at the top of this transition. A writer's upper never goes back: it is at
+        // most the shard's upper (validate), which is this batch's lower.
+        if let Some(writer) = self.writers.get_mut(writer_id) {
+            debug_assert!(PartialOrder::less_equal(
+                &writer.most_recent_write_upper,
+                &desc.upper
+            ));
+            writer.most_recent_write_token = token.clone();
+            writer.most_recent_write_upper = desc.upper.clone();
+            writer.last_heartbeat_ms = writer.last_heartbeat_ms.max(now_ms);
+        }
         Continue(())
     }
 
@@ -481,6 +495,9 @@ impl StateCollections {
         writer_id: &WriterId,
         now_ms: u64,
     ) -> ControlFlow<WriterExpired, ()> {
+        if self.is_tombstone() {
+            return Continue(());
+        }
         match self.writers.get_mut(writer_id) {
             Some(w) => {
                 w.last_heartbeat_ms = w.last_heartbeat_ms.max(now_ms);
@@ -496,6 +513,9 @@ impl StateCollections {
         reader_id: &LeasedReaderId,
         now_ms: u64,
     ) -> ControlFlow<ReaderExpired, ()> {
+        if self.is_tombstone() {
+            return Continue(());
+        }
         match self.leased_readers.get_mut(reader_id) {
             Some(r) => {
                 r.last_heartbeat_ms = r.last_heartbeat_ms.max(now_ms);
@@ -515,6 +535,9 @@ impl StateCollections {
         new_since: &Antichain<Timestamp>,
         now_ms: u64,
     ) -> ControlFlow<ReaderExpired, Antichain<Timestamp>> {
+        if self.is_tombstone() {
+            return Continue(Antichain::new());
+        }
         let Some(reader) = self.leased_readers.get_mut(reader_id) else {
             return Break(ReaderExpired);
         };
@@ -538,6 +561,9 @@ impl StateCollections {
         new_opaque: u64,
         new_since: &Antichain<Timestamp>,
     ) -> ControlFlow<ReaderExpired, CaDSResult> {
+        if self.is_tombstone() {
+            return Continue(Ok(Antichain::new()));
+        }
         let Some(reader) = self.critical_readers.get_mut(reader_id) else {
             return Break(ReaderExpired);
         };
@@ -553,13 +579,62 @@ impl StateCollections {
         Continue(Ok(since))
     }
 
+    /// Whether the shard is a tombstone: upper and since both empty, and no handle registered.
+    /// Nothing can be written or read there ever again; commands on it commit nothing
+    /// (`machine.rs`).
+    pub fn is_tombstone(&self) -> bool {
+        self.trace.upper().is_empty()
+            && self.trace.since().is_empty()
+            && self.writers.is_empty()
+            && self.leased_readers.is_empty()
+            && self.critical_readers.is_empty()
+    }
+
+    /// Once upper and since are both empty, drops every handle and every batch (nothing can be
+    /// read at any time, so GC may delete their parts): the shard becomes a tombstone. Runs on
+    /// every new version. Returns whether it did.
+    pub fn maybe_become_tombstone(&mut self) -> bool {
+        if !self.trace.upper().is_empty() || !self.trace.since().is_empty() || self.is_tombstone() {
+            return false;
+        }
+        self.writers.clear();
+        self.leased_readers.clear();
+        self.critical_readers.clear();
+        self.trace.finish();
+        true
+    }
+
+    /// Finishes the shard for good: its upper must be empty already (every writer finished it);
+    /// its since is closed too if no reader holds it (else every reader must have downgraded to
+    /// the empty since). Then it becomes a tombstone. A tombstone finalizes again as a no-op.
+    pub fn finalize_shard(&mut self) -> ControlFlow<InvalidUsage, ()> {
+        if self.is_tombstone() {
+            return Continue(());
+        }
+        let has_readers = !self.leased_readers.is_empty() || !self.critical_readers.is_empty();
+        if !self.trace.upper().is_empty() || (has_readers && !self.trace.since().is_empty()) {
+            return Break(InvalidUsage::NotFinalizable {
+                upper: self.trace.upper().clone(),
+                since: self.trace.since().clone(),
+            });
+        }
+        if !self.trace.since().is_empty() {
+            self.trace.downgrade_since(&Antichain::new());
+        }
+        self.maybe_become_tombstone();
+        Continue(())
+    }
+
     /// Removes a writer. Returns whether it existed.
-    pub fn expire_writer(&mut self, writer_id: &WriterId) -> ControlFlow<(), bool> {
+    pub fn expire_writer(&mut self, writer_id: &WriterId) -> ControlFlow<Infallible, bool> {
         Continue(self.writers.remove(writer_id).is_some())
     }
 
     /// Removes a leased reader and recomputes the since. Returns whether it existed.
-    pub fn expire_leased_reader(&mut self, reader_id: &LeasedReaderId) -> ControlFlow<(), bool> {
+    pub fn expire_leased_reader(
+        &mut self,
+        reader_id: &LeasedReaderId,
+    ) -> ControlFlow<Infallible, bool> {
         let existed = self.leased_readers.remove(reader_id).is_some();
         self.update_since();
         Continue(existed)
@@ -569,7 +644,7 @@ impl StateCollections {
     pub fn expire_critical_reader(
         &mut self,
         reader_id: &CriticalReaderId,
-    ) -> ControlFlow<(), bool> {
+    ) -> ControlFlow<Infallible, bool> {
         let existed = self.critical_readers.remove(reader_id).is_some();
         self.update_since();
         Continue(existed)
@@ -722,31 +797,24 @@ impl StateCollections {
         }
     }
 
-    /// GC's command: adds the rollup `add` (as [`StateCollections::add_rollup`]) and removes every
-    /// rollup in `remove` that is still listed with the same key, never the last one. Returns
-    /// whether `add` is listed afterwards; `Break` when nothing changed.
-    pub fn add_and_remove_rollups(
-        &mut self,
-        add: (SeqNo, &HollowRollup),
-        remove: &[(SeqNo, HollowRollup)],
-    ) -> ControlFlow<bool, bool> {
-        let added = self.try_add_rollup(add.0, add.1);
-        let mut changed = added == AddRollup::Added;
-        for (seqno, rollup) in remove {
-            if (*seqno, rollup) == (add.0, add.1) || self.rollups.len() <= 1 {
-                continue;
-            }
-            if self.rollups.get(seqno) == Some(rollup) {
-                self.rollups.remove(seqno);
-                changed = true;
-            }
+    /// GC's last command: unlists every rollup below `seqno`, keeping at least the newest
+    /// one. The caller has truncated Consensus to `seqno`, so none of them is at the earliest
+    /// live version (see `gc.rs`). Returns how many it unlisted; `Break(0)` when none.
+    pub fn remove_rollups_below(&mut self, seqno: SeqNo) -> ControlFlow<usize, usize> {
+        let newest = self.rollups.keys().next_back().copied();
+        let below: Vec<SeqNo> = self
+            .rollups
+            .range(..seqno)
+            .map(|(s, _)| *s)
+            .filter(|s| Some(*s) != newest)
+            .collect();
+        for s in &below {
+            self.rollups.remove(s);
         }
-        assert!(!self.rollups.is_empty(), "the last rollup is never removed");
-        let listed = added != AddRollup::Refused;
-        if changed {
-            Continue(listed)
+        if below.is_empty() {
+            Break(0)
         } else {
-            Break(listed)
+            Continue(below.len())
         }
     }
 

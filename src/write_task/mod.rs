@@ -101,7 +101,7 @@ use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 
 use crate::persist::codec::{Diff, Row, Timestamp};
-use crate::persist::error::InvalidUsage;
+use crate::persist::error::{InvalidUsage, PersistError};
 use crate::persist::read::ReadHandle;
 use crate::persist::write::WriteHandle;
 use crate::runtime::{Interval, JoinHandle, Runtime};
@@ -121,7 +121,7 @@ type CommandReceiver = mpsc::UnboundedReceiver<(StorageWriteOp, Responder)>;
 /// The task's clock: milliseconds, never decreasing. New uppers are `max(now, upper + 1)`.
 pub type NowFn = Rc<dyn Fn() -> Timestamp>;
 /// What a `read_handle_fn` returns: a fresh reader of the task's shard.
-pub type ReadHandleFuture = LocalBoxFuture<'static, Result<ReadHandle<Row, ()>, InvalidUsage>>;
+pub type ReadHandleFuture = LocalBoxFuture<'static, Result<ReadHandle<Row, ()>, PersistError>>;
 
 /// The runtime's clock as a [`NowFn`].
 pub fn now_fn(runtime: &Runtime) -> NowFn {
@@ -509,12 +509,12 @@ where
         loop {
             let (write_handle, read_handle_fn) = (&mut self.write_handle, &mut self.read_handle_fn);
             let read = self.runtime.timeout(self.attempt_timeout_ms, async move {
-                let upper = write_handle.fetch_recent_upper().await.clone();
+                let upper = write_handle.fetch_recent_upper().await?.clone();
                 let Some(upper_ts) = opt(&upper) else {
                     return Ok(None);
                 };
                 let snapshot = read_snapshot(read_handle_fn, upper_ts).await?;
-                Ok::<_, InvalidUsage>(Some((upper, snapshot)))
+                Ok::<_, PersistError>(Some((upper, snapshot)))
             });
             match read.await {
                 Ok(Ok(None)) => return Break(EndReason::ShardFinished),
@@ -872,7 +872,7 @@ where
 async fn read_snapshot<R>(
     read_handle_fn: &mut R,
     upper: Timestamp,
-) -> Result<Vec<(Row, Diff)>, InvalidUsage>
+) -> Result<Vec<(Row, Diff)>, PersistError>
 where
     R: FnMut() -> ReadHandleFuture,
 {
@@ -888,6 +888,6 @@ where
         .collect();
     // Persist consolidates already; this is cheap on sorted input and guards the invariant.
     ops::consolidate(&mut snapshot)
-        .map_err(|e| InvalidUsage::Corrupted(format!("snapshot: {e}")))?;
+        .map_err(|e| PersistError::from(InvalidUsage::Corrupted(format!("snapshot: {e}"))))?;
     Ok(snapshot)
 }
