@@ -28,6 +28,7 @@ use super::events::PersistEvent;
 use super::machine::{upper_mismatch, CaaOutcome, Machine};
 use super::state::{BatchPart, Description, HollowBatch, IdempotencyToken, SchemaId, WriterId};
 use super::{PersistClient, ShardId};
+use crate::retry::retry_transient;
 
 /// A batch of updates written (or kept inline) but not yet appended to the shard.
 #[derive(Debug)]
@@ -74,10 +75,15 @@ impl<K: Codec, V: Codec> Batch<K, V> {
         bincode::serialize(&t).expect("serializing plain data into a Vec")
     }
 
-    /// Deletes the batch's Blob parts (after a failed append the caller no longer needs it).
+    /// Deletes the batch's Blob parts (after a failed append the caller no longer needs it),
+    /// retrying transient errors. A permanent error leaves a part behind: a leak, which
+    /// `gc::leaked_blobs` lists, never a dangling reference.
     pub async fn delete(self, client: &PersistClient) {
+        let blob = &client.location().blob;
         for key in self.batch.part_keys() {
-            let _ = client.location().blob.delete(key).await;
+            let mut backoff = client.cfg().backoff();
+            let delete = || blob.delete(key);
+            let _ = retry_transient(client.runtime(), &mut backoff, delete, |_, _| {}).await;
         }
     }
 }
