@@ -87,6 +87,19 @@
 //!   which nobody believes in (an epoch is taken only on a determinate commit).
 //! - truncation is best-effort: a failed one is recorded and left to the next allocation.
 //!
+//! # Broken records
+//!
+//! What cannot heal is never retried. A head whose bytes do not decode is an
+//! [`OracleError::Decode`] naming the timeline and the seqno; a record that decodes but
+//! contradicts this instance (the record vanished, the epoch went back, a later version of its
+//! own epoch lowers the upper, no epoch or seqno is left) is an [`OracleError::Inconsistent`].
+//! Every number read from the store is handled with checked or saturating arithmetic, so extreme
+//! values are one of these errors (or a saturated timeline), never a panic or a wrap. Either error
+//! *breaks* the instance ([`OracleError::is_permanent`]): it records
+//! [`OracleEventKind::Broken`] once and answers every later call with the same error at once,
+//! without touching the store, so nothing is ever written after the corruption is found. A new
+//! instance opened over the broken record fails the same way at its start.
+//!
 //! # The clock guard
 //!
 //! At start, if the stored upper is more than two intervals ahead of the clock (the clock went
@@ -139,6 +152,9 @@ struct Instance {
     durable_upper: u64,
     // Once set, every call fails as fenced.
     fenced_by: Option<u64>,
+    // Once set (a permanent error: the stored record is broken), every call fails with it and
+    // nothing touches the store again.
+    broken: Option<OracleError>,
 }
 
 struct Backoff {
@@ -227,6 +243,7 @@ impl DurableTimestampOracle {
                 seqno: SeqNo(0),
                 durable_upper: 0,
                 fenced_by: None,
+                broken: None,
             }),
             config,
             allocation: futures::lock::Mutex::new(()),
@@ -241,10 +258,11 @@ impl DurableTimestampOracle {
     /// Reads the head and checks that this instance still owns the timeline (one Consensus read,
     /// retried on errors). An unheard write of this instance found there is adopted.
     pub async fn confirm_leadership(&self) -> Result<(), OracleError> {
-        self.check_fenced()?;
+        self.check_usable()?;
         self.count(|s| s.leadership_checks += 1);
         let mut backoff = self.backoff();
-        self.reconcile(&mut backoff).await
+        let result = self.reconcile(&mut backoff).await;
+        self.note(result)
     }
 
     /// The current state, as plain data.
@@ -256,6 +274,7 @@ impl DurableTimestampOracle {
             seqno,
             durable_upper,
             fenced_by,
+            broken,
         } = &*inst;
         OracleSnapshot {
             timeline: self.config.timeline.clone(),
@@ -267,6 +286,7 @@ impl DurableTimestampOracle {
             persist_interval_ms: self.config.persist_interval_ms,
             confirm_leadership: self.config.confirm_leadership,
             fenced_by: *fenced_by,
+            broken: broken.as_ref().map(ToString::to_string),
             allocating: self.allocating.get(),
             stats: self.stats.get(),
         }
@@ -311,19 +331,54 @@ impl DurableTimestampOracle {
         }
     }
 
+    /// The seqno after `expected` (which came from the store), checked: none is left past
+    /// [`SeqNo::maximum`].
     fn next_seqno(&self, expected: Option<SeqNo>) -> Result<SeqNo, OracleError> {
-        let next = expected.map_or(SeqNo(1), SeqNo::next);
-        if next > SeqNo::maximum() {
-            return Err(self.inconsistent(format!("no seqno is left after {next}")));
+        let next = match expected {
+            None => Some(SeqNo(1)),
+            Some(seqno) => seqno.0.checked_add(1).map(SeqNo),
+        };
+        match next {
+            Some(next) if next <= SeqNo::maximum() => Ok(next),
+            _ => Err(self.inconsistent(format!(
+                "no seqno is left after {}",
+                expected.unwrap_or_default()
+            ))),
         }
-        Ok(next)
     }
 
-    fn check_fenced(&self) -> Result<(), OracleError> {
-        match self.instance.borrow().fenced_by {
-            Some(current_epoch) => Err(self.fenced(current_epoch)),
+    /// Fails if this instance is broken (a permanent error was found) or fenced.
+    fn check_usable(&self) -> Result<(), OracleError> {
+        let inst = self.instance.borrow();
+        if let Some(err) = &inst.broken {
+            return Err(err.clone());
+        }
+        match inst.fenced_by {
+            Some(current_epoch) => {
+                drop(inst);
+                Err(self.fenced(current_epoch))
+            }
             None => Ok(()),
         }
+    }
+
+    /// Passes `result` on; a permanent error breaks the instance for good (recorded once), so
+    /// that no later call touches the store.
+    fn note<T>(&self, result: Result<T, OracleError>) -> Result<T, OracleError> {
+        if let Err(err) = &result {
+            let first = err.is_permanent() && {
+                let mut inst = self.instance.borrow_mut();
+                let first = inst.broken.is_none();
+                inst.broken.get_or_insert_with(|| err.clone());
+                first
+            };
+            if first {
+                self.record(OracleEventKind::Broken {
+                    error: err.to_string(),
+                });
+            }
+        }
+        result
     }
 
     fn fenced(&self, current_epoch: u64) -> OracleError {
@@ -369,7 +424,29 @@ impl DurableTimestampOracle {
 #[async_trait(?Send)]
 impl TimestampOracle for DurableTimestampOracle {
     async fn write_ts(&self) -> Result<WriteTimestamp, OracleError> {
-        self.check_fenced()?;
+        let result = self.serve_write_ts().await;
+        self.note(result)
+    }
+
+    async fn peek_write_ts(&self) -> Result<u64, OracleError> {
+        self.check_usable()?;
+        Ok(self.instance.borrow().timestamps.peek_write_ts())
+    }
+
+    async fn read_ts(&self) -> Result<u64, OracleError> {
+        let result = self.serve_read_ts().await;
+        self.note(result)
+    }
+
+    async fn apply_write(&self, lower_bound: u64) -> Result<(), OracleError> {
+        let result = self.serve_apply_write(lower_bound).await;
+        self.note(result)
+    }
+}
+
+impl DurableTimestampOracle {
+    async fn serve_write_ts(&self) -> Result<WriteTimestamp, OracleError> {
+        self.check_usable()?;
         if self.config.confirm_leadership {
             self.confirm_leadership().await?;
         }
@@ -399,13 +476,8 @@ impl TimestampOracle for DurableTimestampOracle {
         }
     }
 
-    async fn peek_write_ts(&self) -> Result<u64, OracleError> {
-        self.check_fenced()?;
-        Ok(self.instance.borrow().timestamps.peek_write_ts())
-    }
-
-    async fn read_ts(&self) -> Result<u64, OracleError> {
-        self.check_fenced()?;
+    async fn serve_read_ts(&self) -> Result<u64, OracleError> {
+        self.check_usable()?;
         if self.config.confirm_leadership {
             self.confirm_leadership().await?;
         }
@@ -420,8 +492,8 @@ impl TimestampOracle for DurableTimestampOracle {
         Ok(read_ts)
     }
 
-    async fn apply_write(&self, lower_bound: u64) -> Result<(), OracleError> {
-        self.check_fenced()?;
+    async fn serve_apply_write(&self, lower_bound: u64) -> Result<(), OracleError> {
+        self.check_usable()?;
         loop {
             {
                 let mut inst = self.instance.borrow_mut();

@@ -132,17 +132,23 @@ pub enum OracleError {
         /// The latest write timestamp.
         write_ts: u64,
     },
-    /// The timeline's Consensus key holds bytes that are not an oracle record.
-    #[error("the stored record of timeline {timeline:?} is not an oracle record: {source}")]
+    /// The timeline's Consensus key holds bytes that are not an oracle record. Permanent: see
+    /// [`OracleError::is_permanent`].
+    #[error(
+        "the stored record of timeline {timeline:?} at v{seqno} is not an oracle record: {source}"
+    )]
     Decode {
         /// The timeline.
         timeline: String,
+        /// The seqno of the version that does not decode.
+        seqno: u64,
         /// What is wrong with the bytes.
         #[source]
         source: DecodeError,
     },
-    /// The store contradicts what this instance wrote (its record vanished, or the epoch went
-    /// back): someone else wrote to or deleted the timeline's key.
+    /// The store contradicts what this instance wrote (its record vanished, the epoch went
+    /// back, a later version of its own lowered the upper, no seqno is left): someone else wrote
+    /// to or deleted the timeline's key. Permanent: see [`OracleError::is_permanent`].
     #[error("the stored record of timeline {timeline:?} is inconsistent: {reason}")]
     Inconsistent {
         /// The timeline.
@@ -153,6 +159,22 @@ pub enum OracleError {
     /// A configuration that cannot work (for example a zero persist interval).
     #[error("invalid timestamp oracle configuration: {0}")]
     InvalidConfig(String),
+}
+
+impl OracleError {
+    /// Whether this error will not heal: the timeline's stored record is broken ([`Decode`],
+    /// [`Inconsistent`]). A durable instance that meets one is *broken*: it answers every later
+    /// call with the same error, without touching the store, so nothing is written after the
+    /// corruption is found. (Fencing is not a failure of the store and has its own variant.)
+    ///
+    /// [`Decode`]: OracleError::Decode
+    /// [`Inconsistent`]: OracleError::Inconsistent
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            OracleError::Decode { .. } | OracleError::Inconsistent { .. }
+        )
+    }
 }
 
 /// A source of timestamps for reads and writes on one timeline. See the module docs for the

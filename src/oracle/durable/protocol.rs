@@ -125,7 +125,7 @@ impl DurableTimestampOracle {
                 let inst = self.instance.borrow();
                 (inst.epoch, inst.seqno, inst.durable_upper)
             };
-            self.check_fenced()?;
+            self.check_usable()?;
             if covers(durable_upper, needed) {
                 return Ok(());
             }
@@ -147,7 +147,7 @@ impl DurableTimestampOracle {
             {
                 Ok(CaSResult::Committed) => {
                     // A concurrent leadership check may have read and adopted it already.
-                    let _ = self.advance_durable(next, record.upper);
+                    self.advance_durable(next, record.upper)?;
                     self.count(|s| s.durable_writes += 1);
                     self.record(OracleEventKind::Allocated {
                         for_ts: needed,
@@ -207,7 +207,7 @@ impl DurableTimestampOracle {
         }
         // Only this instance writes with its epoch: a newer version is its own write, landed
         // unheard (unless a concurrent call of this instance has recorded it meanwhile).
-        if seqno > known && self.advance_durable(seqno, record.upper) {
+        if seqno > known && self.advance_durable(seqno, record.upper)? {
             self.count(|s| s.adopted_own_writes += 1);
             self.record(OracleEventKind::AdoptedOwnWrite {
                 seqno: seqno.0,
@@ -218,23 +218,26 @@ impl DurableTimestampOracle {
     }
 
     /// Records that this instance's version `seqno` with `upper` is durable. Returns whether it
-    /// was news (newer than the latest version known).
-    pub(super) fn advance_durable(&self, seqno: SeqNo, upper: u64) -> bool {
+    /// was news (newer than the latest version known). A newer version of this instance's own
+    /// epoch with a lower upper cannot have been written by it: the store is inconsistent.
+    pub(super) fn advance_durable(&self, seqno: SeqNo, upper: u64) -> Result<bool, OracleError> {
         let mut inst = self.instance.borrow_mut();
         if seqno <= inst.seqno {
             // Already known, or older than what is: the latest version's upper is the larger.
-            return false;
+            return Ok(false);
         }
-        assert!(
-            upper >= inst.durable_upper,
-            "a later version of this instance lowered the upper: {} at {seqno} after {} at {}",
-            upper,
-            inst.durable_upper,
-            inst.seqno
-        );
+        if upper < inst.durable_upper {
+            let reason = format!(
+                "version {seqno} of this instance's epoch {} lowers the upper to {upper}, below \
+                 {} at {}",
+                inst.epoch, inst.durable_upper, inst.seqno
+            );
+            drop(inst);
+            return Err(self.inconsistent(reason));
+        }
         inst.seqno = seqno;
         inst.durable_upper = upper;
-        true
+        Ok(true)
     }
 
     /// Deletes every version below `seqno`, best-effort.
@@ -267,6 +270,7 @@ impl DurableTimestampOracle {
                     let record =
                         DurableRecord::decode(&v.data).map_err(|source| OracleError::Decode {
                             timeline: self.config.timeline.clone(),
+                            seqno: v.seqno.0,
                             source,
                         })?;
                     return Ok(Some((v.seqno, record)));
