@@ -15,6 +15,9 @@
 //!  src/runtime/        clock, timers, tasks: the browser's and a deterministic simulator
 //! ```
 //!
+//! Shared plumbing used by every layer: [`retry`] (the one back-off, and which storage errors
+//! are worth retrying) and [`event_log`] (the one bounded, numbered event log).
+//!
 //! Each layer uses only the ones below it. Upsert with continual feedback and the playground's
 //! scenario driver come later; see `DESIGN.md` in the shared notes.
 //!
@@ -36,10 +39,13 @@
 
 #![warn(missing_docs)]
 
+pub mod event_log;
 pub mod location;
 pub mod oracle;
 pub mod persist;
+pub mod retry;
 pub mod runtime;
+pub mod upsert;
 pub mod write_task;
 
 #[cfg(target_arch = "wasm32")]

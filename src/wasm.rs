@@ -4,6 +4,9 @@
 //!
 //! Numbers: seqnos are `u64` and may exceed 2^53, so they cross the boundary as decimal strings.
 
+// The library's JavaScript API (issue 12): one child module per component.
+pub mod library;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 
