@@ -12,6 +12,9 @@
 //! `ORACLE_SEED=s` runs just seed `s`. A failing seed prints itself.
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "support/closable.rs"]
+mod closable;
+
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -1167,11 +1170,7 @@ fn a_warm_instance_that_finds_a_broken_record_is_broken_for_good() {
                 matches!(err, OracleError::Decode { seqno, .. } if seqno == garbage.0),
                 "{err:?}"
             );
-            assert_eq!(a.snapshot().broken, Some(err.to_string()));
-            assert!(a
-                .events()
-                .iter()
-                .any(|e| matches!(e.kind, OracleEventKind::Broken { .. })));
+            assert_eq!(a.broken(), Some(err.clone()));
             let calls = calls_through(&through);
             for _ in 0..3 {
                 assert_eq!(a.write_ts().await.unwrap_err(), err);
@@ -1193,6 +1192,61 @@ fn a_warm_instance_that_finds_a_broken_record_is_broken_for_good() {
         })
         .unwrap();
     }
+}
+
+#[test]
+fn a_store_closed_for_good_is_a_permanent_error_not_a_spin() {
+    // Goal: a store that will not come back (an IndexedDB connection closed for good) reaches
+    // the caller as OracleError::Storage naming it, at once, for a fresh open and for a warm
+    // instance (with and without the leadership check), and the instance never calls the store
+    // again. Before, the oracle retried it at the back-off cap for as long as it was awaited.
+    let sim = Simulator::new(42);
+    let rt = sim.runtime();
+    let switch = closable::Closable::default();
+    let consensus = switch.wrap_consensus(Rc::new(MemConsensus::new()));
+    let (rt2, switch2) = (rt.clone(), switch.clone());
+    sim.block_on(async move {
+        let (rt, switch) = (rt2, switch2);
+        let warm = open(consensus.clone(), &rt, config(10)).await.unwrap();
+        let checked = open(consensus.clone(), &rt, config(10).confirm_leadership(true))
+            .await
+            .unwrap();
+        checked.write_ts().await.unwrap();
+        rt.sleep(100).await;
+        switch.close();
+        let calls = switch.calls();
+        let started_ms = rt.now_ms();
+        let is_closed = |err: &OracleError| {
+            matches!(err, OracleError::Storage { timeline, source }
+                if timeline == TIMELINE
+                    && source.kind == persist_playground::location::PermanentKind::Closed)
+        };
+        // Fresh.
+        let err = open(consensus.clone(), &rt, config(10)).await.unwrap_err();
+        assert!(is_closed(&err) && err.is_permanent(), "{err:?}");
+        // Warm, at its next allocation; and with the check, at once.
+        let err = warm.write_ts().await.unwrap_err();
+        assert!(is_closed(&err), "{err:?}");
+        let err2 = checked.read_ts().await.unwrap_err();
+        assert!(is_closed(&err2), "{err2:?}");
+        assert_eq!(rt.now_ms(), started_ms, "no back-off, no retry");
+        for _ in 0..3 {
+            assert_eq!(warm.read_ts().await.unwrap_err(), err, "broken for good");
+            assert_eq!(warm.apply_write(1).await.unwrap_err(), err);
+            assert_eq!(checked.write_ts().await.unwrap_err(), err2);
+        }
+        assert_eq!(warm.broken(), Some(err));
+        assert_eq!(
+            switch.calls(),
+            calls,
+            "nothing reached the store after it closed"
+        );
+        assert!(!warm
+            .events()
+            .iter()
+            .any(|e| matches!(e.kind, OracleEventKind::StorageRetry { .. })));
+    })
+    .unwrap();
 }
 
 #[test]

@@ -95,8 +95,8 @@
 //! own epoch lowers the upper, no epoch or seqno is left) is an [`OracleError::Inconsistent`].
 //! Every number read from the store is handled with checked or saturating arithmetic, so extreme
 //! values are one of these errors (or a saturated timeline), never a panic or a wrap. Either error
-//! *breaks* the instance ([`OracleError::is_permanent`]): it records
-//! [`OracleEventKind::Broken`] once and answers every later call with the same error at once,
+//! *breaks* the instance ([`OracleError::is_permanent`], [`DurableTimestampOracle::broken`]): it
+//! answers every later call with the same error at once,
 //! without touching the store, so nothing is ever written after the corruption is found. A new
 //! instance opened over the broken record fails the same way at its start.
 //!
@@ -116,7 +116,6 @@
 //! plain [`OracleSnapshot`]: the playground's data contract.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
 
@@ -127,7 +126,9 @@ use super::{
     DurableOracleConfig, NowFn, OracleError, OracleEvent, OracleEventKind, OracleSnapshot,
     OracleStats, TimestampOracle, TimestampState, WriteTimestamp,
 };
-use crate::location::{Consensus, ExternalError, SeqNo};
+use crate::event_log::EventLog;
+use crate::location::{Consensus, ExternalError, PermanentError, SeqNo};
+use crate::retry::Backoff;
 use crate::runtime::Runtime;
 
 mod protocol;
@@ -155,19 +156,6 @@ struct Instance {
     // Once set (a permanent error: the stored record is broken), every call fails with it and
     // nothing touches the store again.
     broken: Option<OracleError>,
-}
-
-struct Backoff {
-    next_ms: u64,
-    max_ms: u64,
-}
-
-impl Backoff {
-    fn next(&mut self) -> u64 {
-        let ms = self.next_ms;
-        self.next_ms = ms.saturating_mul(2).min(self.max_ms);
-        ms
-    }
 }
 
 /// Sets a flag for as long as it lives, also when its future is dropped.
@@ -198,7 +186,7 @@ pub struct DurableTimestampOracle {
     allocation: futures::lock::Mutex<()>,
     allocating: Cell<bool>,
     stats: Cell<OracleStats>,
-    events: RefCell<VecDeque<OracleEvent>>,
+    events: EventLog<OracleEvent>,
 }
 
 impl fmt::Debug for DurableTimestampOracle {
@@ -231,7 +219,10 @@ impl DurableTimestampOracle {
     ) -> Result<Self, OracleError> {
         config.validate()?;
         let key = Self::consensus_key(&config.timeline);
-        let event_capacity = config.event_capacity;
+        let events = match config.event_capacity {
+            0 => EventLog::disabled(),
+            capacity => EventLog::with_capacity(capacity),
+        };
         let this = DurableTimestampOracle {
             consensus,
             runtime,
@@ -249,7 +240,7 @@ impl DurableTimestampOracle {
             allocation: futures::lock::Mutex::new(()),
             allocating: Cell::new(false),
             stats: Cell::new(OracleStats::default()),
-            events: RefCell::new(VecDeque::with_capacity(event_capacity.min(1024))),
+            events,
         };
         this.start(initially).await?;
         Ok(this)
@@ -274,7 +265,7 @@ impl DurableTimestampOracle {
             seqno,
             durable_upper,
             fenced_by,
-            broken,
+            broken: _,
         } = &*inst;
         OracleSnapshot {
             timeline: self.config.timeline.clone(),
@@ -286,10 +277,15 @@ impl DurableTimestampOracle {
             persist_interval_ms: self.config.persist_interval_ms,
             confirm_leadership: self.config.confirm_leadership,
             fenced_by: *fenced_by,
-            broken: broken.as_ref().map(ToString::to_string),
             allocating: self.allocating.get(),
             stats: self.stats.get(),
         }
+    }
+
+    /// The permanent error that broke this instance, if one did (see the module docs): every
+    /// call answers it.
+    pub fn broken(&self) -> Option<OracleError> {
+        self.instance.borrow().broken.clone()
     }
 
     /// The counters.
@@ -304,30 +300,50 @@ impl DurableTimestampOracle {
 
     /// The recorded events, oldest first (at most `event_capacity`).
     pub fn events(&self) -> Vec<OracleEvent> {
-        self.events.borrow().iter().cloned().collect()
+        self.events.events()
     }
 
     /// Takes the recorded events, oldest first, emptying the log.
     pub fn take_events(&self) -> Vec<OracleEvent> {
-        self.events.borrow_mut().drain(..).collect()
+        self.events.take()
     }
 
-    async fn retry_wait(&self, op: &str, err: &ExternalError, backoff: &mut Backoff) {
-        let backoff_ms = backoff.next();
+    /// The event log itself (numbered; share its numbering with other logs through
+    /// [`EventLog::sharing_seq`] on theirs).
+    pub fn event_log(&self) -> &EventLog<OracleEvent> {
+        &self.events
+    }
+
+    /// Waits out the back-off after a transient storage error (recorded and counted). A
+    /// permanent one is not retried: it comes back as [`OracleError::Storage`].
+    async fn retry_wait(
+        &self,
+        op: &str,
+        err: &ExternalError,
+        backoff: &mut Backoff,
+    ) -> Result<(), OracleError> {
+        if let Some(permanent) = err.as_permanent() {
+            return Err(self.storage_broken(permanent));
+        }
         self.count(|s| s.storage_retries += 1);
         self.record(OracleEventKind::StorageRetry {
             op: op.to_string(),
             error: err.to_string(),
             indeterminate: err.is_indeterminate(),
-            backoff_ms,
+            backoff_ms: backoff.peek_ms(),
         });
-        self.runtime.sleep(backoff_ms).await;
+        backoff.wait(&self.runtime).await;
+        Ok(())
     }
 
     fn backoff(&self) -> Backoff {
-        Backoff {
-            next_ms: self.config.initial_backoff_ms,
-            max_ms: self.config.max_backoff_ms,
+        Backoff::new(self.config.initial_backoff_ms, self.config.max_backoff_ms)
+    }
+
+    fn storage_broken(&self, source: &PermanentError) -> OracleError {
+        OracleError::Storage {
+            timeline: self.config.timeline.clone(),
+            source: source.clone(),
         }
     }
 
@@ -362,20 +378,15 @@ impl DurableTimestampOracle {
         }
     }
 
-    /// Passes `result` on; a permanent error breaks the instance for good (recorded once), so
-    /// that no later call touches the store.
+    /// Passes `result` on; a permanent error breaks the instance for good, so that no later call
+    /// touches the store.
     fn note<T>(&self, result: Result<T, OracleError>) -> Result<T, OracleError> {
         if let Err(err) = &result {
-            let first = err.is_permanent() && {
-                let mut inst = self.instance.borrow_mut();
-                let first = inst.broken.is_none();
-                inst.broken.get_or_insert_with(|| err.clone());
-                first
-            };
-            if first {
-                self.record(OracleEventKind::Broken {
-                    error: err.to_string(),
-                });
+            if err.is_permanent() {
+                self.instance
+                    .borrow_mut()
+                    .broken
+                    .get_or_insert_with(|| err.clone());
             }
         }
         result
@@ -403,21 +414,12 @@ impl DurableTimestampOracle {
     }
 
     fn record(&self, kind: OracleEventKind) {
-        let capacity = self.config.event_capacity;
-        if capacity == 0 {
-            return;
-        }
-        let event = OracleEvent {
+        self.events.record(|| OracleEvent {
             at_ms: self.runtime.now_ms(),
             timeline: self.config.timeline.clone(),
             epoch: self.instance.borrow().epoch,
             kind,
-        };
-        let mut events = self.events.borrow_mut();
-        while events.len() >= capacity {
-            events.pop_front();
-        }
-        events.push_back(event);
+        });
     }
 }
 

@@ -77,12 +77,6 @@ pub enum OracleEventKind {
         /// The back-off before the retry.
         backoff_ms: u64,
     },
-    /// A permanent error was found (the stored record does not decode, or contradicts this
-    /// instance): it hands out nothing more and never touches the store again.
-    Broken {
-        /// The error, which every later call answers.
-        error: String,
-    },
     /// Another instance took over: this one hands out nothing more.
     Fenced {
         /// The epoch found in the store.
@@ -150,8 +144,6 @@ pub struct OracleSnapshot {
     pub confirm_leadership: bool,
     /// The epoch that fenced this instance, once it knows.
     pub fenced_by: Option<u64>,
-    /// The permanent error that broke this instance, if one did.
-    pub broken: Option<String>,
     /// Whether an allocation is in flight.
     pub allocating: bool,
     /// The counters.

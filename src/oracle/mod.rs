@@ -81,6 +81,7 @@ use std::rc::Rc;
 use async_trait::async_trait;
 use serde::Serialize;
 
+use crate::location::PermanentError;
 use crate::runtime::Runtime;
 
 pub mod config;
@@ -105,8 +106,9 @@ pub struct WriteTimestamp {
     pub advance_to: u64,
 }
 
-/// Why an oracle call failed. Storage errors are not here: the durable oracle retries them (see
-/// [`durable`]), and callers bound a call with the runtime's timeout.
+/// Why an oracle call failed. Transient storage errors are not here: the durable oracle retries
+/// them (see [`durable`]), and callers bound a call with the runtime's timeout; a permanent one
+/// is [`OracleError::Storage`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OracleError {
     /// Another instance started on this timeline after this one, taking over its epoch. This
@@ -156,6 +158,16 @@ pub enum OracleError {
         /// What was found.
         reason: String,
     },
+    /// The store failed for good (a connection closed for good, say): retrying cannot help.
+    /// Permanent: see [`OracleError::is_permanent`].
+    #[error("the store of timeline {timeline:?} failed for good: {source}")]
+    Storage {
+        /// The timeline.
+        timeline: String,
+        /// What the store said, naming what is broken.
+        #[source]
+        source: PermanentError,
+    },
     /// A configuration that cannot work (for example a zero persist interval).
     #[error("invalid timestamp oracle configuration: {0}")]
     InvalidConfig(String),
@@ -163,16 +175,19 @@ pub enum OracleError {
 
 impl OracleError {
     /// Whether this error will not heal: the timeline's stored record is broken ([`Decode`],
-    /// [`Inconsistent`]). A durable instance that meets one is *broken*: it answers every later
+    /// [`Inconsistent`]), or the store failed for good ([`Storage`]). A durable instance that meets one is *broken*: it answers every later
     /// call with the same error, without touching the store, so nothing is written after the
     /// corruption is found. (Fencing is not a failure of the store and has its own variant.)
     ///
     /// [`Decode`]: OracleError::Decode
     /// [`Inconsistent`]: OracleError::Inconsistent
+    /// [`Storage`]: OracleError::Storage
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
-            OracleError::Decode { .. } | OracleError::Inconsistent { .. }
+            OracleError::Decode { .. }
+                | OracleError::Inconsistent { .. }
+                | OracleError::Storage { .. }
         )
     }
 }

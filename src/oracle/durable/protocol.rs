@@ -2,11 +2,12 @@
 //! reconciling with the head, truncation) and the rules for retrying them, as the
 //! [`super`] module docs describe. The in-memory serving of timestamps is in the parent module.
 
-use super::{covers, Backoff, DurableTimestampOracle, FlagGuard};
+use super::{covers, DurableTimestampOracle, FlagGuard};
 use crate::location::{CaSResult, SeqNo, VersionedData};
 use crate::oracle::config::{CLOCK_GUARD_INTERVALS, CLOCK_GUARD_STEP_MS};
 use crate::oracle::events::OracleEventKind;
 use crate::oracle::{DurableRecord, OracleError, TimestampState};
+use crate::retry::Backoff;
 
 impl DurableTimestampOracle {
     pub(super) async fn start(&self, initially: u64) -> Result<(), OracleError> {
@@ -73,7 +74,8 @@ impl DurableTimestampOracle {
                 Err(err) => {
                     // SUBTLE: an indeterminate error may hide a commit of `epoch`. We never take
                     // that epoch: the next attempt reads it and bumps above it, fencing the ghost.
-                    self.retry_wait("compare_and_set", &err, &mut backoff).await;
+                    self.retry_wait("compare_and_set", &err, &mut backoff)
+                        .await?;
                 }
             }
         }
@@ -164,12 +166,14 @@ impl DurableTimestampOracle {
                 }
                 Err(err) if err.is_indeterminate() => {
                     // SUBTLE: it may have happened. Read and decide (see the module docs).
-                    self.retry_wait("compare_and_set", &err, &mut backoff).await;
+                    self.retry_wait("compare_and_set", &err, &mut backoff)
+                        .await?;
                     self.reconcile(&mut backoff).await?;
                 }
                 Err(err) => {
                     // It did not happen: try again as is.
-                    self.retry_wait("compare_and_set", &err, &mut backoff).await;
+                    self.retry_wait("compare_and_set", &err, &mut backoff)
+                        .await?;
                 }
             }
         }
@@ -240,7 +244,8 @@ impl DurableTimestampOracle {
         Ok(true)
     }
 
-    /// Deletes every version below `seqno`, best-effort.
+    /// Deletes every version below `seqno`, best-effort (a permanent failure still breaks the
+    /// instance, for its next call).
     pub(super) async fn truncate(&self, seqno: SeqNo) {
         match self.consensus.truncate(&self.key, seqno).await {
             Ok(0) => {}
@@ -252,9 +257,15 @@ impl DurableTimestampOracle {
                     deleted,
                 });
             }
-            Err(err) => self.record(OracleEventKind::TruncateFailed {
-                error: err.to_string(),
-            }),
+            Err(err) => {
+                self.record(OracleEventKind::TruncateFailed {
+                    error: err.to_string(),
+                });
+                if let Some(permanent) = err.as_permanent() {
+                    // The window just written stands; the store is gone for the next call.
+                    let _ = self.note::<()>(Err(self.storage_broken(permanent)));
+                }
+            }
         }
     }
 
@@ -275,7 +286,7 @@ impl DurableTimestampOracle {
                         })?;
                     return Ok(Some((v.seqno, record)));
                 }
-                Err(err) => self.retry_wait("head", &err, backoff).await,
+                Err(err) => self.retry_wait("head", &err, backoff).await?,
             }
         }
     }
