@@ -38,7 +38,7 @@ fn change(pair: (Option<u64>, Option<u64>), what: &str) -> LibResult<FrontierCha
 pub struct CasOutcomeView {
     /// The kind.
     #[tsify(
-        type = "\"committed\" | \"mismatch\" | \"indeterminate\" | \"determinate\" | \"skipped\""
+        type = "\"committed\" | \"mismatch\" | \"indeterminate\" | \"determinate\" | \"permanent\" | \"skipped\""
     )]
     pub kind: String,
     /// The error or reason, for every kind but committed and mismatch.
@@ -52,6 +52,7 @@ impl From<&CasOutcome> for CasOutcomeView {
             CasOutcome::Mismatch => ("mismatch", None),
             CasOutcome::Indeterminate(m) => ("indeterminate", Some(m.clone())),
             CasOutcome::Determinate(m) => ("determinate", Some(m.clone())),
+            CasOutcome::Permanent(m) => ("permanent", Some(m.clone())),
             CasOutcome::Skipped(m) => ("skipped", Some(m.clone())),
         };
         CasOutcomeView {
