@@ -115,7 +115,9 @@ mod sync;
 pub use config::{DifferentialIntrospectionConfig, InitialDesired, RetryPolicy, WriteTaskConfig};
 pub use error::WriteTaskError;
 
-pub use events::{check_event_order, WriteCause, WriteTaskEvent, WriteTaskEventKind, WriteTaskLog};
+pub use events::{
+    check_event_order, events_of, WriteCause, WriteTaskEvent, WriteTaskEventKind, WriteTaskLog,
+};
 pub use ops::{apply_write_op, derive_to_write, fingerprint, DiffOverflow, StorageWriteOp};
 
 /// Answers one command: `Ok` once its change is durable, or why not.

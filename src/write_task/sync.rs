@@ -28,7 +28,7 @@ where
             InitialDesired::Empty => return Continue(()),
             InitialDesired::FromShard { retain } => retain,
         };
-        let mut backoff_ms = self.retry.initial_backoff_ms;
+        let mut backoff = self.retry.backoff();
         loop {
             let (write_handle, read_handle_fn) = (&mut self.write_handle, &mut self.read_handle_fn);
             let read = self.runtime.timeout(self.attempt_timeout_ms, async move {
@@ -75,8 +75,7 @@ where
                 self.handle_shutdown();
                 return Break(EndReason::Shutdown);
             }
-            self.runtime.sleep(backoff_ms).await;
-            backoff_ms = self.next_backoff(backoff_ms);
+            backoff.wait(&self.runtime).await;
         }
     }
 
@@ -84,7 +83,7 @@ where
     /// retries. When they are spent, the responders get an error and `to_write` stays pending.
     pub(super) async fn write_to_persist(&mut self, cause: WriteCause) -> ControlFlow<EndReason> {
         debug_assert!(!self.read_only, "read-only tasks never write");
-        let mut backoff_ms = self.retry.initial_backoff_ms;
+        let mut backoff = self.retry.backoff();
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -110,19 +109,8 @@ where
             if let Some(current) = mismatch {
                 self.sync_to_persist(current).await?;
             }
-            self.runtime.sleep(backoff_ms).await;
-            backoff_ms = self.next_backoff(backoff_ms);
+            backoff.wait(&self.runtime).await;
         }
-    }
-
-    fn next_backoff(&self, backoff_ms: u64) -> u64 {
-        (backoff_ms.saturating_mul(self.retry.factor_percent) / 100)
-            .max(backoff_ms)
-            .min(
-                self.retry
-                    .clamp_backoff_ms
-                    .max(self.retry.initial_backoff_ms),
-            )
     }
 
     /// One `compare_and_append` of `to_write` at `current_upper`, up to
