@@ -212,7 +212,13 @@ impl World {
         let (c, s, r) = (checker.clone(), self.shard.clone(), Rc::clone(reader));
         self.sim
             .block_on(async move {
-                let upper = *c.inspect_state(&s).await.upper().as_option().unwrap();
+                let upper = *c
+                    .inspect_state(&s)
+                    .await
+                    .unwrap()
+                    .upper()
+                    .as_option()
+                    .unwrap();
                 // Take the reader out for the read: no RefCell borrow across an await.
                 let mut read = r.borrow_mut().take().unwrap();
                 let snapshot = if upper == 0 {
@@ -410,6 +416,7 @@ fn one_task_run(seed: u64) -> Counts {
             let lower = *disturber_write
                 .fetch_recent_upper()
                 .await
+                .unwrap()
                 .as_option()
                 .unwrap();
             let updates: Vec<((Row, ()), u64, i64)> = (0..1 + drng.next_u64() % 3)
@@ -482,7 +489,13 @@ fn one_task_run(seed: u64) -> Counts {
         let mut reader = sample_reader;
         rt.sleep_until(lag_from.min(quiet_at)).await;
         loop {
-            let upper = *c.inspect_state(&s).await.upper().as_option().unwrap();
+            let upper = *c
+                .inspect_state(&s)
+                .await
+                .unwrap()
+                .upper()
+                .as_option()
+                .unwrap();
             let now = rt.now_ms();
             if now >= lag_from {
                 let lag = now.saturating_sub(upper);
@@ -574,7 +587,7 @@ fn one_task_run(seed: u64) -> Counts {
     }
 
     // Read-only wrote nothing and never ticked.
-    let ro_events = log.events_of("read-only");
+    let ro_events = events_of(&log, "read-only");
     assert_eq!(
         count_kind(&ro_events, |k| matches!(
             k,
@@ -605,7 +618,7 @@ fn one_task_run(seed: u64) -> Counts {
     );
 
     // Every commit made the shard equal desired; the events follow the grammar.
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     if std::env::var("WRITE_TASK_DUMP").is_ok() {
         println!("quiet at {quiet_at}, available at {available_at}, outage {outage_start:?}");
         for e in &events {
@@ -615,7 +628,7 @@ fn one_task_run(seed: u64) -> Counts {
     check_event_order(&events, true).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     check_event_order(&ro_events, true).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let reader = audit_reader.borrow_mut().take().unwrap();
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     let report = w
         .sim
         .block_on(async move { audit_commits(reader, &events).await })
@@ -628,7 +641,7 @@ fn one_task_run(seed: u64) -> Counts {
     );
     assert!(report.commits > 0);
 
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     Counts {
         seeds: 1,
         disturbances: disturbances.get(),
@@ -789,7 +802,7 @@ fn race_run(seed: u64) -> Counts {
         ..Counts::default()
     };
     for i in 0..tasks {
-        let events = log.events_of(&format!("task{i}"));
+        let events = events_of(&log, &format!("task{i}"));
         check_event_order(&events, true).unwrap_or_else(|e| panic!("seed {seed} task{i}: {e}"));
         counts.mismatches += count_kind(&events, |k| {
             matches!(k, WriteTaskEventKind::Mismatch { .. })
@@ -854,7 +867,7 @@ fn abort_answers_every_responder() {
     send(&tx, &one_row_cmd(2), &answers);
     send(&tx, &one_row_cmd(3), &answers);
     w.sim.run_for(500).unwrap();
-    assert!(log.events_of("task").iter().any(|e| matches!(
+    assert!(events_of(&log, "task").iter().any(|e| matches!(
         e.kind,
         WriteTaskEventKind::WriteAttempted { responders: 1, .. }
     )));
@@ -903,7 +916,7 @@ fn shutdown_answers_queued_commands() {
         matches!(results[1], Err(WriteTaskError::ShuttingDown { .. })),
         "{results:?}"
     );
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     assert!(events
         .iter()
         .any(|e| matches!(e.kind, WriteTaskEventKind::ShutDown { answered: 1 })));
@@ -946,7 +959,7 @@ fn spent_retries_leave_the_delta_for_the_tick() {
     w.sim.run_for(2 * TICK_MS).unwrap();
     let (_, have) = w.contents(&checker, &reader);
     assert_eq!(have, vec![(row(7, 0), 1)]);
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     assert!(events.iter().any(|e| matches!(
         e.kind,
         WriteTaskEventKind::Committed {
@@ -976,7 +989,7 @@ fn a_finished_shard_ends_the_task() {
     let mut other = w.open_writer(&w.client(42));
     w.sim
         .block_on(async move {
-            let upper = other.fetch_recent_upper().await.clone();
+            let upper = other.fetch_recent_upper().await.unwrap().clone();
             let none: Vec<((Row, ()), u64, i64)> = Vec::new();
             other
                 .compare_and_append(&none, upper, Antichain::new())
@@ -992,7 +1005,7 @@ fn a_finished_shard_ends_the_task() {
         collect_answers(&answers)[0],
         Err(WriteTaskError::ShardFinished { .. })
     ));
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     assert!(matches!(
         &events.last().unwrap().kind,
         WriteTaskEventKind::Ended { reason } if reason.contains("finished")
@@ -1035,7 +1048,7 @@ fn prepare_seeds_desired_from_the_shard() {
     w.sim.run_for(2 * TICK_MS).unwrap();
     let (_, have) = w.contents(&checker, &reader);
     assert_eq!(have, vec![(row(0, 0), 1), (row(2, 0), 1), (row(4, 0), 1)]);
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     assert!(events.iter().any(|e| matches!(
         e.kind,
         WriteTaskEventKind::Prepared {
