@@ -625,7 +625,7 @@ impl JsUpsertPipeline {
         future_to_promise(async move {
             let (upper, as_of, rows) = location
                 .run("contents", timeout.map(|ms| (&runtime, ms)), async move {
-                    let state = client.inspect_state(&shard).await;
+                    let state = client.inspect_state(&shard).await?;
                     let upper = state.upper().elements().first().copied();
                     let Some(u) = upper.filter(|u| *u > 0) else {
                         return Ok((upper, None, Vec::new()));
