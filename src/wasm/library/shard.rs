@@ -271,7 +271,7 @@ impl JsPersistClient {
     #[wasm_bindgen(js_name = openWriter, unchecked_return_type = "Promise<WriteHandle>")]
     pub fn open_writer(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "string")] shard: JsValue,
+        #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
         let ctx = self.ctx.clone();
         future_to_promise(async move {
@@ -291,7 +291,7 @@ impl JsPersistClient {
     #[wasm_bindgen(js_name = openReader, unchecked_return_type = "Promise<ReadHandle>")]
     pub fn open_reader(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "string")] shard: JsValue,
+        #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
         let ctx = self.ctx.clone();
         future_to_promise(async move {
@@ -310,7 +310,7 @@ impl JsPersistClient {
     #[wasm_bindgen(js_name = inspectState, unchecked_return_type = "Promise<ShardStateView>")]
     pub fn inspect_state(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "string")] shard: JsValue,
+        #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
         let ctx = self.ctx.clone();
         future_to_promise(async move {
