@@ -24,6 +24,8 @@ profile="${1:---release}"
 name=persist-playground
 crate=persist_playground
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)"
+# The repository field of the published package.json (no remote is configured here: set it).
+repository="${PACKAGE_REPOSITORY:-https://github.com/persist-playground/persist-playground}"
 out="dist/npm"
 build="dist/build"
 rm -rf "$out" "$build"
@@ -136,7 +138,7 @@ cat >"$out/package.json" <<EOF
   "version": "$version",
   "description": "A teaching-sized re-implementation of Materialize's storage layer (persist, the timestamp oracle, the differential write task) in Rust and WebAssembly, for browsers and Node: IndexedDB or in-memory storage, seeded fault injection, typed events.",
   "license": "MIT OR Apache-2.0",
-  "repository": { "type": "git", "url": "https://github.com/persist-playground/persist-playground" },
+  "repository": { "type": "git", "url": "git+$repository.git" },
   "keywords": ["materialize", "persist", "wasm", "indexeddb", "timestamp-oracle", "differential"],
   "type": "module",
   "sideEffects": ["./web/index.js", "./bundler/index.js", "./bundler/${crate}.js", "./node/index.cjs", "./node/index.mjs"],
