@@ -151,8 +151,8 @@ pub fn validate_merge<'a>(
 /// exactly as before, and they stay inside `[lower, upper)`, where readers look for them. `None`:
 /// no advancing (both frontiers empty).
 pub fn advance_to(desc: &Description) -> Option<Timestamp> {
-    let since = desc.since.elements().first().copied();
-    let last = desc.upper.elements().first().map(|u| u.saturating_sub(1));
+    let since = desc.since.as_option().copied();
+    let last = desc.upper.as_option().map(|u| u.saturating_sub(1));
     match (since, last) {
         (Some(s), Some(l)) => Some(s.min(l)),
         (s, l) => s.or(l),
