@@ -467,6 +467,43 @@ mod tests {
     }
 
     #[test]
+    fn merge_requests_that_are_not_merges_of_consecutive_batches_are_errors() {
+        let x = |d: Description| (d, vec![u("x", 1, 1)]);
+        // Not consecutive: a gap between [0, 5) and [6, 10).
+        let gap = merge_updates(&desc(0, 10, 0), vec![x(desc(0, 5, 0)), x(desc(6, 10, 0))]);
+        assert!(
+            matches!(gap, Err(MergeError::NotConsecutive { index: 1, .. })),
+            "{gap:?}"
+        );
+        // Out of order (an overlap).
+        let back = merge_updates(&desc(0, 10, 0), vec![x(desc(5, 10, 0)), x(desc(0, 5, 0))]);
+        assert!(
+            matches!(back, Err(MergeError::NotConsecutive { .. })),
+            "{back:?}"
+        );
+        // Bounds that do not match the request, on either side.
+        for req in [desc(0, 12, 0), desc(1, 10, 0)] {
+            let out = merge_updates(&req, vec![x(desc(0, 5, 0)), x(desc(5, 10, 0))]);
+            assert!(
+                matches!(out, Err(MergeError::BoundsMismatch { .. })),
+                "{out:?}"
+            );
+        }
+        // An output since before an input's since.
+        let since = merge_updates(&desc(0, 10, 2), vec![x(desc(0, 5, 0)), x(desc(5, 10, 4))]);
+        assert!(
+            matches!(since, Err(MergeError::SinceBeforeInput { index: 1, .. })),
+            "{since:?}"
+        );
+        assert_eq!(
+            merge_updates(&desc(0, 10, 0), vec![]),
+            Err(MergeError::NoInputs)
+        );
+        // The pure check is the one compaction runs before reading anything.
+        assert!(validate_merge(&desc(0, 10, 4), [&desc(0, 5, 0), &desc(5, 10, 4)]).is_ok());
+    }
+
+    #[test]
     fn merge_beyond_the_batch_collapses_onto_its_last_time() {
         let a = (desc(0, 5, 0), vec![u("x", 1, 1), u("x", 3, 1)]);
         let b = (desc(5, 10, 0), vec![u("x", 6, -1)]);
