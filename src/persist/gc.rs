@@ -31,6 +31,13 @@
 //!    `new` up to this command's, so they are deleted by a later collection (step 2 finds them
 //!    referenced below its target and not at it).
 //!
+//! **Routine collections** (the background work a commit assigns, `maintenance.rs`) collect up
+//! to the newest *listed rollup* at or below the request's target instead of the target itself:
+//! that rollup is already in Blob and listed, so step 3 writes and commits nothing, and routine
+//! rollups (every `rollup_threshold` seqnos) set the pace. They also start from the state at
+//! their process's previous target, when that is still the earliest live version, rather than
+//! reading its rollup back. A collection by hand ([`gc_now`]) goes to exactly its target.
+//!
 //! **Invariants**: no live version refers to a deleted blob (deletes come after the truncate
 //! that made every referring version dead); a rollup exists in Blob, listed in state, at exactly
 //! the earliest live seqno (step 3 lists it before step 4 makes it the earliest, and step 6 only

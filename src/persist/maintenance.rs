@@ -81,6 +81,9 @@ pub(crate) struct MaintenanceQueue {
     /// The state at the target of this process's last collection: the earliest live version
     /// after it, where the next collection starts (saves reading that rollup back).
     collected: Option<Rc<State>>,
+    /// The state of the last rollup this process listed: routine collections go up to the
+    /// newest listed rollup, often this one, and then need no replay to know the state there.
+    rolled: Option<Rc<State>>,
 }
 
 /// Resets the queue's `running` flag however the worker ends (done, or dropped mid-work).
@@ -122,7 +125,9 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
         };
         let ids = MaintenanceIds::for_commit(seqno);
         if let Some(state) = &rollup {
-            write_and_add_rollup(machine, state, &ids, "routine").await?;
+            if write_and_add_rollup(machine, state, &ids, "routine").await? {
+                machine.maintenance.borrow_mut().rolled = Some(Rc::clone(state));
+            }
         }
         if compaction {
             // Re-plan from the newest state this process knows: requests made against older
@@ -133,9 +138,12 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
             }
         }
         if let Some((req, known)) = gc {
-            let collected = machine.maintenance.borrow().collected.clone();
+            let (collected, rolled) = {
+                let q = machine.maintenance.borrow();
+                (q.collected.clone(), q.rolled.clone())
+            };
             let hints = GcHints {
-                states: [known.as_deref(), rollup.as_deref(), collected.as_deref()]
+                states: [known.as_deref(), rolled.as_deref(), collected.as_deref()]
                     .into_iter()
                     .flatten()
                     .collect(),
