@@ -183,7 +183,10 @@ impl Machine {
         } else {
             None
         };
-        let gc_to_here = gc.is_some_and(|req| req.new_seqno_since == new.seqno);
+        // Routine GC goes up to the newest rollup (`gc.rs`), so the state at the request's
+        // target helps it only when there are no routine rollups.
+        let gc_to_here = self.cfg.rollup_threshold == 0
+            && gc.is_some_and(|req| req.new_seqno_since == new.seqno);
         let state = (rollup || gc_to_here).then(|| Rc::new(new.clone()));
         RoutineMaintenance {
             seqno: new.seqno,
