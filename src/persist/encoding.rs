@@ -300,6 +300,21 @@ fn apply_batches(
 }
 
 impl StateDiff {
+    /// The Blob keys this diff starts referring to: the parts of the batches it inserts and the
+    /// rollups it lists.
+    pub fn inserted_blobs(&self) -> Vec<String> {
+        let parts = self
+            .batches
+            .iter()
+            .filter_map(|(_, b)| b.as_ref())
+            .flat_map(|b| b.part_keys().map(String::from));
+        let rollups = self
+            .rollups
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().map(|r| r.key.clone()));
+        parts.chain(rollups).collect()
+    }
+
     /// The diff that turns `old` into `new` (`new.seqno == old.seqno + 1`).
     pub fn from_diff(old: &State, new: &State) -> StateDiff {
         assert_eq!(new.seqno, old.seqno.next(), "diffs go one seqno at a time");

@@ -323,8 +323,22 @@ async fn walk(
     // Every blob some version in [earliest, new) refers to was referred to by the state at
     // `earliest` or was inserted by one of the diffs after it: no need to rebuild each version.
     let mut referenced_below_new: BTreeSet<String> = references(&state).collect();
+    // SUBTLE: what a version inserts is read from this process's memo of the versions it
+    // committed or decoded (`Machine::seen`) when it is there, so that routine collections do
+    // not decode every diff again; the diffs themselves are decoded only to replay to `new`.
+    let replay = known_at(new).is_none() && current.seqno != new;
     let mut diffs = Vec::new();
     for version in versions.iter().skip(1).take_while(|v| v.seqno <= new) {
+        let below = version.seqno < new;
+        if !replay {
+            if !below {
+                break;
+            }
+            if let Some(inserted) = machine.seen.borrow().get(&version.seqno) {
+                referenced_below_new.extend(inserted.iter().cloned());
+                continue;
+            }
+        }
         let at = BrokenAt::Version(version.seqno);
         let diff =
             decode_diff(&version.data).map_err(|e| undecodable(at.clone(), e.to_string()))?;
@@ -334,14 +348,8 @@ async fn walk(
                 format!("holds the diff to {}", diff.seqno_to),
             ));
         }
-        if version.seqno < new {
-            for (_, batch) in &diff.batches {
-                referenced_below_new
-                    .extend(batch.iter().flat_map(|b| b.part_keys().map(String::from)));
-            }
-            for (_, rollup) in &diff.rollups {
-                referenced_below_new.extend(rollup.iter().map(|r| r.key.clone()));
-            }
+        if below {
+            referenced_below_new.extend(diff.inserted_blobs());
         }
         diffs.push(diff);
     }
@@ -488,6 +496,7 @@ pub(crate) async fn gc_and_truncate_with(
         at_ms: machine.runtime.now_ms(),
     });
     report.versions_truncated = Some(deleted);
+    machine.forget_below(new);
 
     // 5: delete what only dead versions referred to.
     let (rollups, parts): (Vec<String>, Vec<String>) =
