@@ -68,6 +68,7 @@ fn round(seed: u64, maintenance: bool) -> (f64, usize) {
         let batches = client
             .inspect_state(&shard)
             .await
+            .expect("the shard is not broken")
             .collections
             .trace
             .batches()

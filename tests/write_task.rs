@@ -212,7 +212,13 @@ impl World {
         let (c, s, r) = (checker.clone(), self.shard.clone(), Rc::clone(reader));
         self.sim
             .block_on(async move {
-                let upper = *c.inspect_state(&s).await.upper().as_option().unwrap();
+                let upper = *c
+                    .inspect_state(&s)
+                    .await
+                    .unwrap()
+                    .upper()
+                    .as_option()
+                    .unwrap();
                 // Take the reader out for the read: no RefCell borrow across an await.
                 let mut read = r.borrow_mut().take().unwrap();
                 let snapshot = if upper == 0 {
@@ -410,6 +416,7 @@ fn one_task_run(seed: u64) -> Counts {
             let lower = *disturber_write
                 .fetch_recent_upper()
                 .await
+                .unwrap()
                 .as_option()
                 .unwrap();
             let updates: Vec<((Row, ()), u64, i64)> = (0..1 + drng.next_u64() % 3)
@@ -482,7 +489,13 @@ fn one_task_run(seed: u64) -> Counts {
         let mut reader = sample_reader;
         rt.sleep_until(lag_from.min(quiet_at)).await;
         loop {
-            let upper = *c.inspect_state(&s).await.upper().as_option().unwrap();
+            let upper = *c
+                .inspect_state(&s)
+                .await
+                .unwrap()
+                .upper()
+                .as_option()
+                .unwrap();
             let now = rt.now_ms();
             if now >= lag_from {
                 let lag = now.saturating_sub(upper);
@@ -976,7 +989,7 @@ fn a_finished_shard_ends_the_task() {
     let mut other = w.open_writer(&w.client(42));
     w.sim
         .block_on(async move {
-            let upper = other.fetch_recent_upper().await.clone();
+            let upper = other.fetch_recent_upper().await.unwrap().clone();
             let none: Vec<((Row, ()), u64, i64)> = Vec::new();
             other
                 .compare_and_append(&none, upper, Antichain::new())

@@ -209,6 +209,31 @@ pub enum PersistEvent {
         /// When.
         at_ms: u64,
     },
+    /// GC unlisted the rollups below the new earliest version.
+    RollupsUnlisted {
+        /// The collector.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// Every rollup below this seqno (but the newest) was unlisted.
+        below: SeqNo,
+        /// How many.
+        count: usize,
+        /// When.
+        at_ms: u64,
+    },
+    /// The shard was found broken for good (see `machine.rs`): nothing more is written to it
+    /// by this process.
+    ShardBroken {
+        /// Who found it.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// What is wrong.
+        error: crate::location::PermanentError,
+        /// When.
+        at_ms: u64,
+    },
 }
 
 /// A shared, bounded log of persist events (the crate's one event log, [`crate::event_log`]).

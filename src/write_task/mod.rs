@@ -100,7 +100,7 @@ use futures::StreamExt;
 use timely::progress::Antichain;
 
 use crate::persist::codec::{Diff, Row, Timestamp};
-use crate::persist::error::InvalidUsage;
+use crate::persist::error::PersistError;
 use crate::persist::read::ReadHandle;
 use crate::persist::write::WriteHandle;
 use crate::runtime::{Interval, JoinHandle, Runtime};
@@ -128,7 +128,7 @@ type CommandReceiver = mpsc::UnboundedReceiver<(StorageWriteOp, Responder)>;
 /// The task's clock: milliseconds, never decreasing. New uppers are `max(now, upper + 1)`.
 pub type NowFn = Rc<dyn Fn() -> Timestamp>;
 /// What a `read_handle_fn` returns: a fresh reader of the task's shard.
-pub type ReadHandleFuture = LocalBoxFuture<'static, Result<ReadHandle<Row, ()>, InvalidUsage>>;
+pub type ReadHandleFuture = LocalBoxFuture<'static, Result<ReadHandle<Row, ()>, PersistError>>;
 
 /// The runtime's clock as a [`NowFn`].
 pub fn now_fn(runtime: &Runtime) -> NowFn {

@@ -12,7 +12,7 @@ use super::{
     WriteTaskEventKind,
 };
 use crate::persist::codec::{Diff, Row, Timestamp};
-use crate::persist::error::InvalidUsage;
+use crate::persist::error::{InvalidUsage, PersistError};
 
 impl<R> DifferentialWriteTask<R>
 where
@@ -32,12 +32,12 @@ where
         loop {
             let (write_handle, read_handle_fn) = (&mut self.write_handle, &mut self.read_handle_fn);
             let read = self.runtime.timeout(self.attempt_timeout_ms, async move {
-                let upper = write_handle.fetch_recent_upper().await.clone();
+                let upper = write_handle.fetch_recent_upper().await?.clone();
                 let Some(upper_ts) = opt(&upper) else {
                     return Ok(None);
                 };
                 let snapshot = read_snapshot(read_handle_fn, upper_ts).await?;
-                Ok::<_, InvalidUsage>(Some((upper, snapshot)))
+                Ok::<_, PersistError>(Some((upper, snapshot)))
             });
             match read.await {
                 Ok(Ok(None)) => return Break(EndReason::ShardFinished),
@@ -254,7 +254,7 @@ where
 async fn read_snapshot<R>(
     read_handle_fn: &mut R,
     upper: Timestamp,
-) -> Result<Vec<(Row, Diff)>, InvalidUsage>
+) -> Result<Vec<(Row, Diff)>, PersistError>
 where
     R: FnMut() -> ReadHandleFuture,
 {
@@ -270,6 +270,6 @@ where
         .collect();
     // Persist consolidates already; this is cheap on sorted input and guards the invariant.
     ops::consolidate(&mut snapshot)
-        .map_err(|e| InvalidUsage::Corrupted(format!("snapshot: {e}")))?;
+        .map_err(|e| PersistError::from(InvalidUsage::Corrupted(format!("snapshot: {e}"))))?;
     Ok(snapshot)
 }

@@ -183,6 +183,23 @@ pub enum PersistEventView {
         deleted: f64,
         at_ms: f64,
     },
+    /// GC unlisted the rollups below `below` (but the newest).
+    #[serde(rename_all = "camelCase")]
+    RollupsUnlisted {
+        who: String,
+        shard: String,
+        below: u64,
+        count: f64,
+        at_ms: f64,
+    },
+    /// The shard was found broken for good: this process writes nothing more to it.
+    #[serde(rename_all = "camelCase")]
+    ShardBroken {
+        who: String,
+        shard: String,
+        error: String,
+        at_ms: f64,
+    },
 }
 
 impl PersistEventView {
@@ -363,6 +380,30 @@ impl PersistEventView {
                 shard,
                 seqno: seqno.0,
                 deleted: deleted as f64,
+                at_ms: t(at_ms)?,
+            },
+            PersistEvent::RollupsUnlisted {
+                who,
+                shard,
+                below,
+                count,
+                at_ms,
+            } => V::RollupsUnlisted {
+                who,
+                shard,
+                below: below.0,
+                count: count as f64,
+                at_ms: t(at_ms)?,
+            },
+            PersistEvent::ShardBroken {
+                who,
+                shard,
+                error,
+                at_ms,
+            } => V::ShardBroken {
+                who,
+                shard,
+                error: error.to_string(),
                 at_ms: t(at_ms)?,
             },
         })

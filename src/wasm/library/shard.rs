@@ -304,7 +304,7 @@ impl JsPersistClient {
             let client = ctx.client.clone();
             let state = ctx
                 .call("inspectState", async move {
-                    Ok(client.inspect_state(&shard).await)
+                    Ok(client.inspect_state(&shard).await?)
                 })
                 .await?;
             Ok(convert::to_js(&ShardStateView::new(&state)?)?)
@@ -351,7 +351,7 @@ type WriteFn = fn(
     Antichain<Timestamp>,
 ) -> futures::future::LocalBoxFuture<
     '_,
-    Result<Result<(), UpperMismatch>, crate::persist::error::InvalidUsage>,
+    Result<Result<(), UpperMismatch>, crate::persist::error::PersistError>,
 >;
 
 impl JsWriteHandle {
@@ -483,7 +483,7 @@ impl JsWriteHandle {
             let upper = ctx
                 .call(
                     op,
-                    slot.with(op, async |h| Ok(h.fetch_recent_upper().await.clone())),
+                    slot.with(op, async |h| Ok(h.fetch_recent_upper().await?.clone())),
                 )
                 .await?;
             *known.borrow_mut() = upper.clone();

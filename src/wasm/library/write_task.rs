@@ -323,7 +323,7 @@ impl JsWriteTask {
             let client = ctx.client.clone();
             let (upper, as_of, rows) = ctx
                 .call("snapshot", async move {
-                    let state = client.inspect_state(&shard).await;
+                    let state = client.inspect_state(&shard).await?;
                     let upper = state.upper().clone();
                     let Some(&u) = upper.elements().first() else {
                         return Ok((upper, None, Vec::new()));
