@@ -8,6 +8,7 @@
 //! ```text
 //!  www/ + index.html   the page: renders snapshots, sends commands; holds no protocol state
 //!  src/wasm.rs         the only #[wasm_bindgen] surface (wasm32 only)
+//!  src/playground/     the scenario engine the page drives: actors, processes, faults, snapshots
 //!  src/write_task/     the differential write task: keeps a shard equal to a desired collection
 //!  src/oracle/         the timestamp oracle, in memory and durable (pre-allocated windows)
 //!  src/persist/        shards: state machine, command loop, handles, compaction, GC, encodings
@@ -15,8 +16,7 @@
 //!  src/runtime/        clock, timers, tasks: the browser's and a deterministic simulator
 //! ```
 //!
-//! Each layer uses only the ones below it. Upsert with continual feedback and the playground's
-//! scenario driver come later; see `DESIGN.md` in the shared notes.
+//! Each layer uses only the ones below it. Upsert with continual feedback comes later; see `DESIGN.md` in the shared notes.
 //!
 //! ## Glossary
 //! - **shard**: a durable, time-varying collection of `((key, value), time, diff)` updates.
@@ -39,6 +39,7 @@
 pub mod location;
 pub mod oracle;
 pub mod persist;
+pub mod playground;
 pub mod runtime;
 pub mod write_task;
 
