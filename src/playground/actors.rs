@@ -270,7 +270,8 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
     let period_ms = (1_000 / u64::from(spec.rate_per_s.max(1))).max(1);
     let span = u64::from(spec.key_hi - spec.key_lo);
     let mut pending: Vec<(String, String)> = Vec::new();
-    let mut next_gen_ms = rt.now_ms();
+    // A seeded phase, so that writers of one rate do not all fire at the same instants.
+    let mut next_gen_ms = rt.now_ms() + rng.next_u64() % period_ms;
     let mut n = 0u64;
     let writer_id = write.writer_id().0.clone();
     loop {

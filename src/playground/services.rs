@@ -123,7 +123,7 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
                 *new_upper,
                 *updates,
                 e,
-                { format!("{updates} updates, upper now {}", fmt_frontier(*new_upper)) },
+                format!("{updates} updates, upper now {}", fmt_frontier(*new_upper)),
             ));
             Outcome::Committed
         }

@@ -1,0 +1,88 @@
+// One render entry point: draws every panel from the state module's data. Only render modules
+// touch the DOM.
+
+import { renderFrontiers } from "./frontiers.js";
+import { renderConsensus, renderLegend, renderLog, renderOracle, renderUpsert, renderWriters } from "./panels.js";
+import { renderProcesses } from "./processes.js";
+import { renderShard } from "./shard.js";
+import { esc, setHtml } from "./dom.js";
+import { fmtMs } from "../spec.js";
+
+export function findDom(doc) {
+  const $ = (id) => doc.getElementById(id);
+  return {
+    play: $("play"), step: $("step"), speed: $("speed"), clock: $("clock"), modePill: $("mode-pill"),
+    status: $("status"), seedForm: $("seed-form"), seed: $("seed"), toLive: $("to-live"), toSeed: $("to-seed"),
+    modeHint: $("mode-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
+    addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"),
+    presetBusy: $("preset-busy"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
+    shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
+    oracle: $("oracle-view"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
+    faults: {
+      blob: { fail: $("f-blob-fail"), timeout: $("f-blob-timeout"), latency: $("f-blob-latency"), outage: $("f-blob-outage") },
+      consensus: { fail: $("f-cons-fail"), timeout: $("f-cons-timeout"), latency: $("f-cons-latency"), outage: $("f-cons-outage") },
+    },
+  };
+}
+
+/** Keeps a <select>'s options equal to `values` (and its choice, if still there). */
+function syncSelect(select, values, labels = values, keepFirst = 0) {
+  const want = values.join("\u0000");
+  if (select.__values === want) return;
+  select.__values = want;
+  const chosen = select.value;
+  while (select.options.length > keepFirst) select.remove(keepFirst);
+  values.forEach((v, i) => select.add(new Option(labels[i], v)));
+  if (values.includes(chosen)) select.value = chosen;
+}
+
+export function renderAll(dom, state, view) {
+  const snap = state.latest();
+  if (!snap) return;
+  const t0 = view.t0;
+  syncSelect(dom.shardPick, snap.shards.map((s) => s.name));
+  const alive = snap.processes.filter((p) => p.alive).map((p) => p.id);
+  syncSelect(dom.intoProcess, alive, alive.map((p) => `process ${p}`), 1);
+  const keys = [...snap.shards.map((s) => s.name), ...snap.timelines.map((t) => `timestamp_oracle/${t.timeline}`)];
+  syncSelect(dom.corruptKey, keys);
+  renderShard(dom.shard, snap, dom.shardPick.value, t0);
+  renderWriters(dom.writers, snap, t0);
+  renderProcesses(dom.processes, snap);
+  renderConsensus(dom.consensus, snap, t0);
+  renderOracle(dom.oracle, snap, t0);
+  renderFrontiers(dom.frontiers, state.history(), t0);
+  renderUpsert(dom.upsert, snap);
+  renderLog(dom.log, state.events(), snap, t0);
+  renderLegend(dom.legend, snap);
+  renderRunbar(dom, snap, view);
+}
+
+export function renderRunbar(dom, snap, view) {
+  const clock = snap.mode === "seed" ? `t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since load`;
+  setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span data-testid="digest">${esc(view.digest)}</span>` : ""}`);
+  dom.play.textContent = view.playing ? "❚❚ Pause" : "▶ Play";
+  dom.play.setAttribute("aria-pressed", String(view.playing));
+  const live = snap.mode === "live";
+  dom.play.disabled = live;
+  dom.step.disabled = live || view.playing;
+  dom.speed.disabled = live;
+  dom.modePill.textContent = live ? `live · ${view.db}` : `seed ${snap.seed}`;
+  dom.modePill.dataset.mode = snap.mode;
+}
+
+/** The status line: `{ kind: "ok" | "error" | "busy", text }`. Notices from the engine show too. */
+export function renderStatus(dom, status) {
+  dom.status.dataset.kind = status.kind;
+  dom.status.textContent = status.text;
+}
+
+export function renderMode(dom, mode, db) {
+  const live = mode === "live";
+  dom.toLive.hidden = live;
+  dom.toSeed.hidden = !live;
+  dom.seedForm.querySelector("button").disabled = false;
+  dom.modeHint.textContent = live
+    ? `Live mode: IndexedDB database "${db}" and real timers. Reload the page: the shards and the oracle come back. Open a second tab: two processes race on one database.`
+    : "Seed mode: a simulator over memory. The same seed and the same clicks give the same run.";
+}
