@@ -192,7 +192,8 @@ impl Playground {
         if !(cursor >= 0.0 && cursor.fract() == 0.0) {
             return Err(js_error("the cursor must be a whole number >= 0"));
         }
-        let events = self.with(|s| s.events_after(cursor as u64, limit.min(MAX_EVENTS) as usize))?;
+        let events =
+            self.with(|s| s.events_after(cursor as u64, limit.min(MAX_EVENTS) as usize))?;
         to_js(&events)
     }
 
@@ -229,7 +230,9 @@ impl Playground {
         future_to_promise(async move {
             stopped?;
             let Some(db) = db else {
-                return Err(js_error("seed mode has no database (create a new playground)"));
+                return Err(js_error(
+                    "seed mode has no database (create a new playground)",
+                ));
             };
             db.close();
             IdbLocation::delete_database(db.name())

@@ -85,6 +85,12 @@ function main() {
     return snap;
   }
 
+  /** After a command or a step: draw at once, so the page never shows the state before it. */
+  function redraw() {
+    refreshDigest();
+    renderAll(dom, state, view);
+  }
+
   function saveLayout() {
     if (pg.mode !== "live") return;
     const snap = state.latest();
@@ -102,7 +108,7 @@ function main() {
     }
     pull();
     saveLayout();
-    if (!view.playing) refreshDigest();
+    redraw();
     report({ kind: "ok", text: okText ?? applied.message });
     return applied;
   }
@@ -141,7 +147,7 @@ function main() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: it cannot be paused");
       view.playing = !view.playing;
       lastFrame = performance.now();
-      refreshDigest();
+      redraw();
       report({ kind: "ok", text: view.playing ? "playing" : "paused" });
     },
     step() {
@@ -149,7 +155,7 @@ function main() {
       if (view.playing) throw new Error("pause first (space), then step");
       pg.runFor(STEP_MS);
       pull();
-      refreshDigest();
+      redraw();
       report({ kind: "ok", text: `stepped ${STEP_MS} ms` });
     },
     setSpeed(value) {

@@ -128,6 +128,7 @@ impl Scenario {
                 if let ActorSpec::Reader(s) = &mut self.actors[i].spec {
                     s.hold = *hold;
                 }
+                self.actors[i].view.borrow_mut().spec = self.actors[i].spec.clone();
                 self.actors[i].hold.set(*hold);
                 let what = if *hold {
                     "holds its since"

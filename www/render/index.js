@@ -2,7 +2,9 @@
 // touch the DOM.
 
 import { renderFrontiers } from "./frontiers.js";
-import { renderConsensus, renderLegend, renderLog, renderOracle, renderUpsert, renderWriters } from "./panels.js";
+import {
+  renderConsensus, renderLegend, renderLog, renderNotices, renderOracle, renderUpsert, renderVerify, renderWriters,
+} from "./panels.js";
 import { renderProcesses } from "./processes.js";
 import { renderShard } from "./shard.js";
 import { esc, setHtml } from "./dom.js";
@@ -18,7 +20,7 @@ export function findDom(doc) {
     presetBusy: $("preset-busy"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
-    oracle: $("oracle-view"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
+    oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
     faults: {
       blob: { fail: $("f-blob-fail"), timeout: $("f-blob-timeout"), latency: $("f-blob-latency"), outage: $("f-blob-outage") },
       consensus: { fail: $("f-cons-fail"), timeout: $("f-cons-timeout"), latency: $("f-cons-latency"), outage: $("f-cons-outage") },
@@ -48,6 +50,8 @@ export function renderAll(dom, state, view) {
   syncSelect(dom.corruptKey, keys);
   renderShard(dom.shard, snap, dom.shardPick.value, t0);
   renderWriters(dom.writers, snap, t0);
+  renderVerify(dom.verifyView, snap, t0);
+  renderNotices(dom.notices, snap, t0);
   renderProcesses(dom.processes, snap);
   renderConsensus(dom.consensus, snap, t0);
   renderOracle(dom.oracle, snap, t0);

@@ -158,3 +158,36 @@ export function renderLegend(el, snap) {
       `<span class="legend-item"><svg width="26" height="8"><line x1="0" x2="26" y1="4" y2="4" class="since"/></svg> since</span></div>`,
   );
 }
+
+export function renderVerify(el, snap, t0) {
+  const v = snap.verify;
+  if (!v) {
+    setHtml(el, `<p class="verify muted">Check acked writes (v) reads the shard and looks for every write a writer was told had committed.</p>`);
+    return;
+  }
+  if (v.error) {
+    setHtml(el, `<p class="verify err">Check at ${esc(fmtMs(v.atMs, t0))}: ${esc(v.error)}</p>`);
+    return;
+  }
+  const per = v.writers.map((w) => `${esc(w.actor)} ${w.found}/${w.acked}`).join(", ");
+  const verdict = v.lost === 0
+    ? `<b class="ok">no acknowledged write lost</b>`
+    : `<b class="err">${v.lost} acknowledged writes missing</b> (e.g. ${esc(v.lostExamples.join(", "))})`;
+  const appendNote = v.uncheckedAppendWriters.length
+    ? ` · not checked: ${esc(v.uncheckedAppendWriters.join(", "))} (append trims what a peer already wrote, by design)`
+    : "";
+  setHtml(
+    el,
+    `<p class="verify" data-lost="${v.lost}" data-acked="${v.acked}" data-foreign="${v.foreignRows}">Check at ${esc(fmtMs(v.atMs, t0))}: ${verdict}: ${v.acked} acknowledged updates checked against ${v.rows} rows of ${esc(v.shard)} at ${esc(fmtFrontier(v.asOf, t0))}` +
+      ` (${per || "no writers"}); ${v.foreignRows} rows written by other tabs${appendNote}.</p>`,
+  );
+}
+
+export function renderNotices(el, snap, t0) {
+  const items = snap.notices
+    .slice(-3)
+    .reverse()
+    .map((n) => `<li class="${n.error ? "err" : ""}"><span class="mono">${esc(fmtMs(n.atMs, t0))}</span> ${esc(n.text)}</li>`)
+    .join("");
+  setHtml(el, items);
+}
