@@ -16,8 +16,8 @@ const STEP_MS = 100;
 /** The most virtual time one frame may cover at a fixed speed (a slow frame does not jump). */
 const MAX_FRAME_VIRTUAL_MS = 250;
 /** At full speed: the wall-time budget the simulator gets per frame, and its slice. */
-const FULL_SPEED_BUDGET_MS = 7;
-const FULL_SPEED_SLICE_MS = 20;
+const FULL_SPEED_BUDGET_MS = 5;
+const FULL_SPEED_SLICE_STEPS = 50;
 
 export function readParams(search) {
   const p = new URLSearchParams(search);
@@ -64,7 +64,7 @@ function main() {
   const dom = findDom(document);
   const params = readParams(window.location.search);
   const state = makeState();
-  const view = { t0: 0, playing: false, speed: "1", digest: null, db: params.db, frameMs: [], busy: false };
+  const view = { t0: 0, playing: false, speed: "1", digest: null, db: params.db, frameMs: [], parts: [], busy: false };
   dom.seed.value = params.seed;
   renderMode(dom, params.mode, params.db);
   let wasm;
@@ -208,15 +208,20 @@ function main() {
       try {
         if (pg.mode === "seed" && view.playing) {
           if (view.speed === "max") {
-            do pg.runFor(FULL_SPEED_SLICE_MS);
+            // Whole simulator steps, a few at a time: the overshoot is at most one slow poll.
+            do pg.step(FULL_SPEED_SLICE_STEPS);
             while (performance.now() - start < FULL_SPEED_BUDGET_MS);
           } else {
             const ms = Math.min(Math.round((now - lastFrame) * Number(view.speed)), MAX_FRAME_VIRTUAL_MS);
             if (ms > 0) pg.runFor(ms);
           }
         }
+        const simmed = performance.now();
         pull();
+        const pulled = performance.now();
         renderAll(dom, state, view);
+        view.parts.push([simmed - start, pulled - simmed, performance.now() - pulled]);
+        if (view.parts.length > 2000) view.parts.splice(0, 1000);
       } catch (err) {
         view.playing = false;
         report({ kind: "error", text: `stopped: ${errorText(err)}` });
@@ -244,7 +249,7 @@ function main() {
     renderRunbar(dom, state.latest(), view);
     report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : `ready: seed ${pg.seed}` });
     // For the end-to-end tests and the page benchmark: read-only handles onto the page.
-    window.__playground = { view, state, pg: () => pg };
+    window.__playground = { view, state, pg: () => pg, readyMs: performance.now() };
     requestAnimationFrame(frame);
   })();
 }

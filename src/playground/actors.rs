@@ -347,7 +347,7 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
                     w.committed += 1;
                     w.acked_updates += count;
                 });
-                (Outcome::Committed, format!("{count} updates at {range}"))
+                (Outcome::Committed, format!("{} at {range}", plural(count, "update")))
             }
             Ok(Ok(Err(mismatch))) => {
                 ctx.writer_view(|w| w.mismatches += 1);
@@ -404,6 +404,15 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
             // upper it just learned.)
             rt.sleep(period_ms.min(50)).await;
         }
+    }
+}
+
+/// `1 update`, `2 updates`.
+pub fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 

@@ -123,7 +123,11 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
                 *new_upper,
                 *updates,
                 e,
-                format!("{updates} updates, upper now {}", fmt_frontier(*new_upper)),
+                format!(
+                    "{}, upper now {}",
+                    super::actors::plural(*updates, "update"),
+                    fmt_frontier(*new_upper)
+                ),
             ));
             Outcome::Committed
         }

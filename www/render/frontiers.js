@@ -3,14 +3,23 @@
 import { lagSeries, linear, pathOf, ticks, fmtMs } from "../spec.js";
 import { esc, setHtml, svgEl } from "./dom.js";
 
-const W = 940;
 const H = 190;
 const LEFT = 60;
 const RIGHT = 170;
 const TOP = 10;
 const BOTTOM = 24;
 
-export function renderFrontiers(el, history, t0) {
+/** Moves labels (sorted by y) apart by `gap`, keeping them within [top, bottom] where they fit. */
+export function spreadLabels(labels, top, bottom, gap) {
+  const out = labels.map((l) => ({ ...l })).sort((a, b) => a.y - b.y);
+  for (let i = 0; i < out.length; i++) out[i].y = Math.max(out[i].y, i ? out[i - 1].y + gap : top);
+  for (let i = out.length - 1; i >= 0; i--) out[i].y = Math.min(out[i].y, i < out.length - 1 ? out[i + 1].y - gap : bottom);
+  for (let i = 0; i < out.length; i++) out[i].y = Math.max(out[i].y, i ? out[i - 1].y + gap : top);
+  return out;
+}
+
+export function renderFrontiers(el, history, t0, width = 940) {
+  const W = Math.max(600, width);
   if (history.length < 2) {
     setHtml(el, `<p class="empty">Run for a moment to see the frontiers move.</p>`);
     return;
@@ -42,16 +51,8 @@ export function renderFrontiers(el, history, t0) {
     const [, lastLag] = s.points.at(-1);
     labels.push({ y: y(lastLag), text: `${s.label} ${Math.round(lastLag)} ms`, colour: s.colour, dashed: s.dashed });
   }
-  // Spread the end labels so they do not overlap.
-  labels.sort((a, b) => a.y - b.y);
-  let prev = -Infinity;
-  for (const l of labels) {
-    l.y = Math.max(l.y, prev + 11);
-    prev = l.y;
-  }
-  const shift = Math.max(0, prev - (H - BOTTOM));
-  for (const l of labels) {
-    parts.push(svgEl("text", { x: W - RIGHT + 6, y: (l.y - shift + 3).toFixed(1), class: "series-label", fill: l.colour }, `${l.dashed ? "┄ " : "— "}${l.text}`));
+  for (const l of spreadLabels(labels, TOP + 4, H - 4, 11)) {
+    parts.push(svgEl("text", { x: W - RIGHT + 6, y: (l.y + 3).toFixed(1), class: "series-label", fill: l.colour }, `${l.dashed ? "┄ " : "— "}${l.text}`));
   }
   parts.push(svgEl("text", { x: LEFT, y: TOP + 2, class: "axis-label" }, "lag behind the clock"));
   setHtml(el, `<svg viewBox="0 0 ${W} ${H}" class="frontiers-svg" role="img" aria-label="frontier lags over time">${parts.join("")}</svg>`);

@@ -39,25 +39,54 @@ function syncSelect(select, values, labels = values, keepFirst = 0) {
   if (values.includes(chosen)) select.value = chosen;
 }
 
+/** Which panels are on screen: off-screen panels are redrawn only twice a second. */
+const onScreen = new Map();
+const drawnAt = new Map();
+const OFFSCREEN_REDRAW_MS = 500;
+let observer = null;
+function visible(el) {
+  const panel = el.closest(".panel");
+  if (!panel) return true;
+  const now = performance.now();
+  if (onScreen.get(panel) === false && now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS) {
+    observe();
+    return false;
+  }
+  drawnAt.set(panel, now);
+  observe();
+  return true;
+}
+function observe() {
+  if (!observer && typeof IntersectionObserver === "function") {
+    observer = new IntersectionObserver((entries) => {
+      for (const e of entries) onScreen.set(e.target, e.isIntersecting);
+    });
+    for (const p of document.querySelectorAll(".panel")) observer.observe(p);
+  }
+}
+
 export function renderAll(dom, state, view) {
   const snap = state.latest();
   if (!snap) return;
   const t0 = view.t0;
+  // Measure before any write this frame (no forced layout), so SVG text keeps its native size.
+  const shardWidth = Math.round(dom.shard.clientWidth) || 940;
+  const frontiersWidth = Math.round(dom.frontiers.clientWidth) || 940;
   syncSelect(dom.shardPick, snap.shards.map((s) => s.name));
   const alive = snap.processes.filter((p) => p.alive).map((p) => p.id);
   syncSelect(dom.intoProcess, alive, alive.map((p) => `process ${p}`), 1);
   const keys = [...snap.shards.map((s) => s.name), ...snap.timelines.map((t) => `timestamp_oracle/${t.timeline}`)];
   syncSelect(dom.corruptKey, keys);
-  renderShard(dom.shard, snap, dom.shardPick.value, t0);
-  renderWriters(dom.writers, snap, t0);
+  if (visible(dom.shard)) renderShard(dom.shard, snap, dom.shardPick.value, t0, shardWidth);
+  if (visible(dom.writers)) renderWriters(dom.writers, snap, t0);
   renderVerify(dom.verifyView, snap, t0);
   renderNotices(dom.notices, snap, t0);
   renderProcesses(dom.processes, snap);
-  renderConsensus(dom.consensus, snap, t0);
-  renderOracle(dom.oracle, snap, t0);
-  renderFrontiers(dom.frontiers, state.history(), t0);
+  if (visible(dom.consensus)) renderConsensus(dom.consensus, snap, t0);
+  if (visible(dom.oracle)) renderOracle(dom.oracle, snap, t0);
+  if (visible(dom.frontiers)) renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth);
   renderUpsert(dom.upsert, snap);
-  renderLog(dom.log, state.events(), snap, t0);
+  if (visible(dom.log)) renderLog(dom.log, state.events(), snap, t0);
   renderLegend(dom.legend, snap);
   renderRunbar(dom, snap, view);
 }

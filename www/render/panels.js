@@ -45,19 +45,19 @@ export function renderWriters(el, snap, t0) {
     }
     const kind = a.spec.kind === "task" ? `task${a.detail.readOnly ? " (read-only)" : ""}` : a.spec.mode === "append" ? "append" : "c&a";
     rows.push(
-      `<tr data-actor="${esc(a.id)}"><td>${chip(a.id, c)}</td><td class="muted">${esc(kind)}</td>` +
+      `<tr data-actor="${esc(a.id)}"><td>${chip(a.id, c)}<span class="how">${esc(kind)}</span></td>` +
         `<td class="mono">${esc(fmtFrontier(w?.cachedUpper, t0))}</td>${lagCell(w?.cachedUpper, su)}` +
         `<td class="mono num" data-col="pending">${w ? w.pending : ""}</td>` +
         `<td class="mono num">${w ? `${w.committed}/${w.mismatches}/${w.indeterminate}` : ""}</td>` +
-        `<td class="last" data-col="last">${status}</td></tr>`,
+        `<td class="last" data-col="last" title="${esc(last?.detail ?? "")}">${status}</td></tr>`,
     );
   }
   const body = rows.length
     ? rows.join("")
-    : `<tr><td colspan="7" class="empty">No writers. Add one with + Writer (w).</td></tr>`;
+    : `<tr><td colspan="6" class="empty">No writers. Add one with + Writer (w).</td></tr>`;
   setHtml(
     el,
-    `<table class="grid writers"><thead><tr><th>actor</th><th>how</th><th>cached upper</th><th title="the dot is the cached upper; the bar ends at the shard's upper">vs shard upper</th><th title="to_write">pending</th><th title="committed / lost races / indeterminate">ok/✕/?</th><th>last attempt</th></tr></thead><tbody>${body}</tbody></table>`,
+    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="the dot is the cached upper; the bar ends at the shard's upper">vs shard</th><th title="to_write">pending</th><th title="committed / lost races / indeterminate">ok/✕/?</th><th>last attempt</th></tr></thead><tbody>${body}</tbody></table>`,
   );
 }
 
@@ -110,7 +110,7 @@ export function renderOracle(el, snap, t0) {
     .join("");
   setHtml(
     el,
-    `${timelines}<table class="grid"><thead><tr><th>instance</th><th>epoch</th><th>read_ts</th><th>write_ts</th><th>durable</th><th>handed out</th><th>windows (durable allocations)</th></tr></thead><tbody>${rows}</tbody></table>`,
+    `${timelines}<table class="grid"><thead><tr><th>instance</th><th>epoch</th><th>read_ts</th><th>write_ts</th><th title="the durable upper: nothing at or beyond it is handed out">durable</th><th title="write timestamps handed out">ts</th><th title="durable window allocations">windows</th></tr></thead><tbody>${rows}</tbody></table>`,
   );
 }
 
@@ -119,7 +119,7 @@ function windowsSvg(o) {
   if (!ws.length) return "";
   const lo = ws[0].forTs;
   const hi = Math.max(ws.at(-1).durableUpper, o.writeTs);
-  const w = 150;
+  const w = 110;
   const x = (v) => ((v - lo) / (hi - lo || 1)) * w;
   const bars = ws
     .map((win, i) => `<rect x="${x(win.forTs).toFixed(1)}" y="${i % 2 ? 7 : 1}" width="${Math.max(1, x(win.durableUpper) - x(win.forTs)).toFixed(1)}" height="6" class="window"><title>window [${win.forTs}, ${win.durableUpper})</title></rect>`)

@@ -4,12 +4,12 @@
 import { batchRects, fmtBytes, fmtFrontier, fmtMs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
 import { esc, setHtml, svgEl } from "./dom.js";
 
-const W = 940;
 const H = 232;
 const LEFT = 70;
 const RIGHT = 14;
 
-export function renderShard(el, snapshot, name, t0) {
+export function renderShard(el, snapshot, name, t0, width = 940) {
+  const W = Math.max(600, width);
   const shard = snapshot.shards.find((s) => s.name === name) ?? snapshot.shards[0];
   if (!shard) {
     setHtml(el, `<p class="empty">No shard yet.</p>`);
