@@ -5,6 +5,8 @@
 #   1. native:  cargo test (unit, integration and doc tests; the simulator's randomized suites)
 #   2. browser: wasm-pack test --headless --chrome (IndexedDB, the browser runtime), in Chromium
 #   3. page:    build pkg/ and drive index.html in Chromium with playwright-core (tests/e2e/)
+#   +  package: scripts/package.sh packs the npm package; examples/node installs the tarball and
+#               runs its tests under Node with no Rust toolchain on PATH (examples/node/run.sh)
 #
 # A browser test file without wasm_bindgen_test_configure!(run_in_browser) is silently skipped by
 # the runner, and a layer can "pass" having run nothing; so each layer's count is checked against
@@ -55,6 +57,17 @@ e2e=${e2e:-0}
 [ "$e2e" -ge "$e2e_expected" ] && [ "$e2e" -gt 0 ] \
   || fail "page layer passed $e2e tests; the test files declare $e2e_expected"
 
-total=$((native + browser + e2e))
-echo "[test] native $native, browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared)"
+echo "[test] package: npm pack the library, install it in examples/node, run it with no Rust on PATH"
+bash scripts/package.sh --release
+# Top-level test() calls, plus one test per bad( case of the bad-input list.
+pkg_expected=$(( $(cat examples/node/test/*.test.mjs | grep -cE '^test\(' || true) \
+  + $(cat examples/node/test/*.test.mjs | grep -cE '^\s*bad\(' || true) ))
+bash examples/node/run.sh 2>&1 | tee "$logs/package.log"
+pkg=$(grep -aoE '^# pass [0-9]+' "$logs/package.log" | awk '{print $3}' | tail -n1)
+pkg=${pkg:-0}
+[ "$pkg" -ge "$pkg_expected" ] && [ "$pkg" -gt 0 ] \
+  || fail "package layer passed $pkg tests; the test files declare $pkg_expected"
+
+total=$((native + browser + e2e + pkg))
+echo "[test] native $native, browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared), package $pkg (of $pkg_expected declared)"
 echo "test: $total passed, 0 failed"

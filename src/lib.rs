@@ -16,7 +16,10 @@
 //!  src/runtime/        clock, timers, tasks: the browser's and a deterministic simulator
 //! ```
 //!
-//! Each layer uses only the ones below it. Upsert with continual feedback comes later; see `DESIGN.md` in the shared notes.
+//! Shared plumbing used by every layer: [`retry`] (the one back-off, and which storage errors
+//! are worth retrying) and [`event_log`] (the one bounded, numbered event log).
+//!
+//! Each layer uses only the ones below it; see `DESIGN.md` in the shared notes.
 //!
 //! ## Glossary
 //! - **shard**: a durable, time-varying collection of `((key, value), time, diff)` updates.
@@ -36,11 +39,14 @@
 
 #![warn(missing_docs)]
 
+pub mod event_log;
 pub mod location;
 pub mod oracle;
 pub mod persist;
 pub mod playground;
+pub mod retry;
 pub mod runtime;
+pub mod upsert;
 pub mod write_task;
 
 #[cfg(target_arch = "wasm32")]

@@ -9,6 +9,9 @@
 //! integer number is accepted too). Live-mode seeds are drawn here, once per page, with
 //! `crypto.getRandomValues`: two tabs on one database never draw the same writer ids.
 
+// The library's JavaScript API (issue 12): one child module per component.
+pub mod library;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 

@@ -2,12 +2,14 @@
 //! (`wasm-pack test --headless --chrome`), with real timers. Each test uses its own database,
 //! deleted first, and every oracle instance its own connection (`IdbLocation::open` again):
 //! - the conformance suite;
-//! - restarts: instances crashed (dropped) after random work, some in the middle of an
-//!   allocation, then restarted over the same database; every timestamp checked, the key
-//!   truncated, durable writes bounded;
+//! - restarts: instances crashed (dropped) after random work in the middle of an allocation,
+//!   half of them with the allocation landed unheard (forced with a scripted lost
+//!   acknowledgement, not by timing), then restarted over the same database; every timestamp
+//!   checked, the key truncated, every durable write raising the upper by an interval;
 //! - a second instance fences the first at its next allocation;
-//! - two instances with `confirm_leadership` taking over from each other: no timestamp from
-//!   either is ever below one the other handed out earlier;
+//! - two instances with `confirm_leadership` taking over from each other, passing a baton so
+//!   that every takeover happens while the old instance is calling: no timestamp from either is
+//!   ever below one the other handed out earlier;
 //! - what `confirm_leadership` costs per call (logged, not asserted: tests never assert on
 //!   wall-clock time).
 #![cfg(target_arch = "wasm32")]
@@ -15,11 +17,14 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use futures::StreamExt;
 use persist_playground::location::idb::IdbLocation;
-use persist_playground::location::{SeqNo, SCAN_ALL};
+use persist_playground::location::unreliable::LostAckConsensus;
+use persist_playground::location::{CaSResult, SeqNo, SCAN_ALL};
 use persist_playground::oracle::conformance::{timestamp_oracle_impl_test, History};
 use persist_playground::oracle::{
-    DurableOracleConfig, DurableRecord, DurableTimestampOracle, NowFn, OracleError, TimestampOracle,
+    DurableOracleConfig, DurableRecord, DurableTimestampOracle, NowFn, OracleError,
+    OracleEventKind, TimestampOracle,
 };
 use persist_playground::runtime::browser::BrowserRuntime;
 use persist_playground::runtime::Runtime;
@@ -106,13 +111,43 @@ async fn idb_oracle_conformance() {
     assert!(opened.get() >= 10, "one connection per scenario");
 }
 
+/// The (seqno, durable upper) of every version an instance knows it wrote, from its events.
+fn known_writes(oracle: &DurableTimestampOracle) -> Vec<(u64, u64)> {
+    oracle
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            OracleEventKind::Opened {
+                seqno,
+                durable_upper,
+                ..
+            }
+            | OracleEventKind::Allocated {
+                seqno,
+                durable_upper,
+                ..
+            }
+            | OracleEventKind::AdoptedOwnWrite {
+                seqno,
+                durable_upper,
+            } => Some((seqno, durable_upper)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[wasm_bindgen_test]
 async fn idb_restarts_resume_above_every_timestamp() {
     // Goal: over IndexedDB and the browser's clock, no timestamp is handed out twice or below
-    // an earlier one across restarts, reads never go back, the key does not grow, and durable
-    // writes stay about one per interval. Method: eight instances one after the other, each on a
-    // new connection, doing random calls; most are dropped in the middle of an allocation (an
-    // apply_write far ahead, cancelled by a short timeout), some with their write landed.
+    // an earlier one across restarts, reads never go back, the key does not grow, and every
+    // durable write raises the stored upper by at least an interval. Method: eight instances one
+    // after the other, each on a new connection, doing random calls; each is then crashed in the
+    // middle of an allocation (an apply_write far ahead), forced rather than timed:
+    // - even instances: the allocation is polled once (it starts its compare_and_set) and
+    //   dropped;
+    // - odd instances: the allocation's compare_and_set commits and its acknowledgement is lost
+    //   (a scripted LostAckConsensus); the instance is dropped while it waits to re-read, so
+    //   its write has landed unheard.
     let db = "test-oracle-restarts";
     IdbLocation::delete_database(db).await.unwrap();
     let rt = BrowserRuntime::runtime();
@@ -121,9 +156,34 @@ async fn idb_restarts_resume_above_every_timestamp() {
     let history = History::new();
     let mut rng = Rng(Xoshiro256PlusPlus::seed_from_u64(4));
     let (mut cancelled, mut landed_unheard, mut opens) = (0, 0, 0u64);
+    let mut writes: Vec<(u64, u64)> = Vec::new();
     let first_ms = rt.now_ms();
     for instance in 0..8u64 {
-        let (loc, oracle) = open_instance(db, &rt, &config).await.unwrap();
+        let loc = IdbLocation::open(db).await.expect("open the database");
+        // Armed only for the crash below; until then every acknowledgement arrives.
+        let (lost_tx, lost_rx) = futures::channel::oneshot::channel::<()>();
+        let lost_tx = Rc::new(Cell::new(Some(lost_tx)));
+        let arm = Rc::new(Cell::new(false));
+        let (arm2, lost_tx2) = (Rc::clone(&arm), Rc::clone(&lost_tx));
+        let consensus = Rc::new(LostAckConsensus::new(loc.consensus(), move |_, result| {
+            let hit = arm2.get() && *result == Ok(CaSResult::Committed);
+            if hit {
+                arm2.set(false);
+                if let Some(tx) = lost_tx2.take() {
+                    let _ = tx.send(());
+                }
+            }
+            hit
+        }));
+        let oracle = DurableTimestampOracle::open(
+            consensus.clone(),
+            rt.clone(),
+            NowFn::from_runtime(&rt),
+            0,
+            config.clone(),
+        )
+        .await
+        .unwrap();
         opens += 1;
         for _ in 0..20 + rng.below(20) {
             match rng.below(4) {
@@ -143,16 +203,31 @@ async fn idb_restarts_resume_above_every_timestamp() {
         // Crash in the middle of an allocation.
         let ahead = rt.now_ms() + 5 * interval_ms;
         let before = oracle.snapshot().seqno;
-        if rt
-            .timeout(rng.below(3), oracle.apply_write(ahead))
-            .await
-            .is_err()
-        {
-            cancelled += 1;
-            let (seqno, _, _) = stored(db).await;
-            if seqno.0 > before {
-                landed_unheard += 1;
+        let mut allocation = Box::pin(oracle.apply_write(ahead));
+        if instance % 2 == 0 {
+            assert!(
+                futures::poll!(allocation.as_mut()).is_pending(),
+                "an allocation waits for IndexedDB"
+            );
+        } else {
+            arm.set(true);
+            // SUBTLE: `select` polls the allocation first; once its compare_and_set has committed
+            // and the acknowledgement is lost, the oracle waits out a back-off (at least 1 ms)
+            // before re-reading, so the same poll finds `lost_rx` ready and the allocation is
+            // dropped unheard.
+            match futures::future::select(allocation.as_mut(), lost_rx).await {
+                futures::future::Either::Right((Ok(()), _)) => {}
+                _ => panic!("the allocation finished before its acknowledgement was lost"),
             }
+            assert_eq!(consensus.lost(), 1);
+        }
+        drop(allocation);
+        cancelled += 1;
+        writes.extend(known_writes(&oracle));
+        let (seqno, record, _) = stored(db).await;
+        writes.push((seqno.0, record.upper));
+        if seqno.0 > before {
+            landed_unheard += 1;
         }
         drop(oracle);
         if instance % 2 == 0 {
@@ -174,14 +249,23 @@ async fn idb_restarts_resume_above_every_timestamp() {
     let (_, _, versions) = stored(db).await;
     assert_eq!(versions, 1, "old versions were truncated");
 
-    // Each durable write raises the stored upper by at least an interval; and with the clock
-    // driving timestamps, there are about as many as intervals elapsed, plus one per start.
+    // Each durable write raises the stored upper by at least an interval: between two known
+    // versions `g` seqnos apart, the upper rose by at least `g` intervals.
+    writes.sort();
+    writes.dedup();
+    for pair in writes.windows(2) {
+        let ((s0, u0), (s1, u1)) = (pair[0], pair[1]);
+        assert!(s1 > s0, "one upper per seqno: {pair:?}");
+        assert!(
+            u1 - u0 >= (s1 - s0) * interval_ms,
+            "versions {s0}..{s1} raised the upper by {} < {} intervals",
+            u1 - u0,
+            s1 - s0
+        );
+    }
+    assert_eq!(writes.last().map(|w| w.0), Some(seqno.0));
     let durable_writes = seqno.0;
     let intervals = (max_ts - first_ms) / interval_ms + 1;
-    assert!(
-        durable_writes <= intervals + 2 * opens + 2,
-        "{durable_writes} durable writes for {intervals} intervals and {opens} starts"
-    );
     web_sys::console::log_1(
         &format!(
             "oracle restarts over IndexedDB: {} calls, {durable_writes} durable writes for \
@@ -191,7 +275,11 @@ async fn idb_restarts_resume_above_every_timestamp() {
         )
         .into(),
     );
-    assert!(cancelled > 0, "allocations were cancelled mid-way");
+    assert_eq!(cancelled, 8, "every instance crashed mid-allocation");
+    assert!(
+        landed_unheard >= 4,
+        "every odd instance's allocation landed unheard: {landed_unheard}"
+    );
 }
 
 #[wasm_bindgen_test]
@@ -251,8 +339,13 @@ async fn idb_second_instance_fences_the_first() {
 async fn idb_two_instances_with_confirm_leadership_never_go_below_each_other() {
     // Goal: two "tabs" keep taking a timeline over from each other through separate
     // connections; with confirm_leadership no timestamp from either is below one the other
-    // handed out in a call that completed earlier. Method: two processes run concurrently for
-    // about 1.5 s; each opens an instance, calls it until fenced, pauses, and takes over again.
+    // handed out in a call that completed earlier. Method, forced by construction: the two
+    // processes pass a baton. A process holding it opens an instance (fencing the other's),
+    // completes CALLS calls, passes the baton on, and keeps calling until the other's next
+    // instance fences it. So every takeover happens while the old instance is still calling,
+    // every instance but the last is fenced, and each completes at least CALLS calls.
+    const ROUNDS: u64 = 4;
+    const CALLS: u64 = 15;
     let db = "test-oracle-takeovers";
     IdbLocation::delete_database(db).await.unwrap();
     let rt = BrowserRuntime::runtime();
@@ -260,22 +353,30 @@ async fn idb_two_instances_with_confirm_leadership_never_go_below_each_other() {
         .persist_interval_ms(10)
         .confirm_leadership(true);
     let history = History::new();
-    let deadline = rt.now_ms() + 1_500;
-    let (opens, fenced) = (Cell::new(0u64), Cell::new(0u64));
+    let (opens, fenced, completed) = (Cell::new(0u64), Cell::new(0u64), Cell::new(0u64));
+    let (to_0, from_1) = futures::channel::mpsc::unbounded::<()>();
+    let (to_1, from_0) = futures::channel::mpsc::unbounded::<()>();
 
-    let process = |p: u64| {
-        let (rt, config, history, opens, fenced) = (&rt, &config, &history, &opens, &fenced);
+    let process = |p: u64,
+                   mut baton: futures::channel::mpsc::UnboundedReceiver<()>,
+                   pass: futures::channel::mpsc::UnboundedSender<()>| {
+        let (rt, config, history, opens, fenced, completed) =
+            (&rt, &config, &history, &opens, &fenced, &completed);
         async move {
             let mut rng = Rng(Xoshiro256PlusPlus::seed_from_u64(p));
-            rt.sleep(rng.below(20)).await;
-            while rt.now_ms() < deadline {
+            for round in 0..ROUNDS {
+                if (p, round) != (0, 0) {
+                    baton
+                        .next()
+                        .await
+                        .expect("the other process passes the baton");
+                }
                 let (_loc, oracle) = open_instance(db, rt, config).await.unwrap();
                 opens.set(opens.get() + 1);
                 let instance = opens.get();
+                let last = (p, round) == (1, ROUNDS - 1);
+                let mut calls = 0u64;
                 loop {
-                    if rt.now_ms() >= deadline {
-                        return;
-                    }
                     let result = match rng.below(3) {
                         0 => history.read_ts(instance, &oracle).await.map(|_| ()),
                         _ => match history.write_ts(instance, &oracle).await {
@@ -284,8 +385,18 @@ async fn idb_two_instances_with_confirm_leadership_never_go_below_each_other() {
                         },
                     };
                     match result {
-                        Ok(()) => {}
+                        Ok(()) => {
+                            calls += 1;
+                            completed.set(completed.get() + 1);
+                            if calls == CALLS {
+                                if last {
+                                    break;
+                                }
+                                pass.unbounded_send(()).unwrap();
+                            }
+                        }
                         Err(OracleError::Fenced { .. }) => {
+                            assert!(calls >= CALLS, "fenced only after passing the baton");
                             fenced.set(fenced.get() + 1);
                             break;
                         }
@@ -295,27 +406,29 @@ async fn idb_two_instances_with_confirm_leadership_never_go_below_each_other() {
                         rt.sleep(rng.below(3)).await;
                     }
                 }
-                rt.sleep(20 + rng.below(60)).await;
             }
         }
     };
-    futures::join!(process(0), process(1));
+    futures::join!(process(0, from_1, to_1), process(1, from_0, to_0));
 
     let violations = history.violations();
     assert!(violations.is_empty(), "{violations:#?}");
-    let calls = history.calls();
-    let completed = calls.iter().filter(|c| c.responded.is_some()).count();
     web_sys::console::log_1(
         &format!(
-            "oracle takeovers over IndexedDB: {} starts, {} fenced, {completed} calls completed",
+            "oracle takeovers over IndexedDB: {} starts, {} fenced, {} calls completed",
             opens.get(),
-            fenced.get()
+            fenced.get(),
+            completed.get()
         )
         .into(),
     );
-    assert!(opens.get() > 4, "takeovers happened: {}", opens.get());
-    assert!(fenced.get() > 2, "instances were fenced: {}", fenced.get());
-    assert!(completed > 100);
+    assert_eq!(opens.get(), 2 * ROUNDS, "takeovers happened");
+    assert_eq!(
+        fenced.get(),
+        2 * ROUNDS - 1,
+        "every instance but the last was fenced"
+    );
+    assert!(completed.get() >= 2 * ROUNDS * CALLS);
 }
 
 #[wasm_bindgen_test]

@@ -30,6 +30,7 @@ fn describe(e: &PersistEvent, roles: &[(String, &str)]) -> Option<String> {
         CasOutcome::Skipped(why) => format!("skipped {why}"),
         CasOutcome::Indeterminate(_) => "indeterminate".to_string(),
         CasOutcome::Determinate(_) => "determinate".to_string(),
+        CasOutcome::Permanent(_) => "permanent".to_string(),
     };
     Some(match e {
         PersistEvent::Command {

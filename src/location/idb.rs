@@ -19,25 +19,23 @@
 //! reported success is durable and a reported error means the transaction aborted: IndexedDB errors
 //! are [`ExternalError::Determinate`].
 //!
-//! Opening handles first creation and version upgrades (`upgradeneeded`), waits out `blocked` (and
-//! logs it), and every connection closes itself on `versionchange` so that it never blocks another
-//! tab's upgrade or a deletion; a closed connection answers every later call with a clear error.
+//! Opening handles first creation and version upgrades (`upgradeneeded`) and waits out `blocked`
+//! (and logs it). A connection steps aside (closes itself) on `versionchange`, so that it never
+//! blocks another tab's upgrade or deletion, and its next call reopens it once if the database
+//! still exists; a connection closed for good answers every call at once with a permanent error
+//! (see the `connection` module).
 //!
 //! Bytes that are not a `Uint8Array` or `ArrayBuffer`, or keys of the wrong shape (data written by
 //! something else, or corrupted), give a determinate error naming the record, never a panic.
 
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::channel::oneshot;
 use js_sys::{Array, ArrayBuffer, Uint8Array};
-use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{
-    DomException, Event, IdbCursor, IdbCursorDirection, IdbCursorWithValue, IdbDatabase,
-    IdbFactory, IdbKeyRange, IdbObjectStore, IdbOpenDbRequest, IdbRequest, IdbTransaction,
+    IdbCursor, IdbCursorDirection, IdbCursorWithValue, IdbKeyRange, IdbObjectStore, IdbTransaction,
     IdbTransactionMode,
 };
 
@@ -47,134 +45,12 @@ use super::{
     SeqNo, VersionedData,
 };
 
-/// The schema version of the database. Bump it (and extend `upgrade`) to change the layout.
-pub const DB_VERSION: u32 = 1;
-const BLOB: &str = "blob";
-const BLOB_TRASH: &str = "blob_trash";
-const CONSENSUS: &str = "consensus";
+mod connection;
+mod request;
 
-fn js_err(context: &str, err: JsValue) -> ExternalError {
-    let detail = if let Some(dom) = err.dyn_ref::<DomException>() {
-        format!("{}: {}", dom.name(), dom.message())
-    } else if let Some(e) = err.dyn_ref::<js_sys::Error>() {
-        String::from(e.message())
-    } else if err.is_null() || err.is_undefined() {
-        "no error object".to_string()
-    } else {
-        format!("{err:?}")
-    };
-    ExternalError::determinate(format!("indexeddb {context}: {detail}"))
-}
-
-fn factory() -> Result<IdbFactory, ExternalError> {
-    let global = js_sys::global();
-    let factory = if let Some(window) = global.dyn_ref::<web_sys::Window>() {
-        window.indexed_db()
-    } else if let Some(worker) = global.dyn_ref::<web_sys::WorkerGlobalScope>() {
-        worker.indexed_db()
-    } else {
-        return Err(ExternalError::determinate(
-            "indexeddb is not available here (no window or worker global)",
-        ));
-    };
-    factory
-        .map_err(|e| js_err("open factory", e))?
-        .ok_or_else(|| ExternalError::determinate("indexeddb is not available in this browser"))
-}
-
-/// Waits for one `success` or `error` event of `req`. The handlers are removed when this returns
-/// or is dropped, so a cancelled wait never leaves a dangling Rust closure behind.
-async fn await_request(req: &IdbRequest, context: &str) -> Result<JsValue, ExternalError> {
-    let (tx, rx) = oneshot::channel::<Result<JsValue, JsValue>>();
-    let tx = Rc::new(RefCell::new(Some(tx)));
-    let (req_ok, tx_ok) = (req.clone(), Rc::clone(&tx));
-    let on_success = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
-        if let Some(tx) = tx_ok.borrow_mut().take() {
-            let _ = tx.send(req_ok.result());
-        }
-    });
-    let (req_err, tx_err) = (req.clone(), Rc::clone(&tx));
-    let on_error = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
-        if let Some(tx) = tx_err.borrow_mut().take() {
-            let err = match req_err.error() {
-                Ok(Some(dom)) => dom.into(),
-                Ok(None) => JsValue::NULL,
-                Err(e) => e,
-            };
-            let _ = tx.send(Err(err));
-        }
-    });
-    req.set_onsuccess(Some(on_success.as_ref().unchecked_ref()));
-    req.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-    let _guard = HandlerGuard(Box::new({
-        let req = req.clone();
-        move || {
-            req.set_onsuccess(None);
-            req.set_onerror(None);
-        }
-    }));
-    let result = rx.await;
-    drop((on_success, on_error));
-    match result {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) => Err(js_err(context, err)),
-        Err(_canceled) => Err(ExternalError::indeterminate(format!(
-            "indexeddb {context}: request dropped without an answer"
-        ))),
-    }
-}
-
-/// Runs its closure on drop (detaches JS event handlers before their Rust closures go away).
-struct HandlerGuard(Box<dyn Fn()>);
-
-impl Drop for HandlerGuard {
-    fn drop(&mut self) {
-        (self.0)()
-    }
-}
-
-/// Commits `tx` and waits for `complete` (success) or `abort`/`error` (nothing was written).
-async fn commit(tx: &IdbTransaction, context: &str) -> Result<(), ExternalError> {
-    let (send, recv) = oneshot::channel::<Result<(), JsValue>>();
-    let send = Rc::new(RefCell::new(Some(send)));
-    let s1 = Rc::clone(&send);
-    let on_complete = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
-        if let Some(s) = s1.borrow_mut().take() {
-            let _ = s.send(Ok(()));
-        }
-    });
-    let (s2, tx2) = (Rc::clone(&send), tx.clone());
-    let on_abort = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
-        if let Some(s) = s2.borrow_mut().take() {
-            let err = tx2.error().map(JsValue::from).unwrap_or(JsValue::NULL);
-            let _ = s.send(Err(err));
-        }
-    });
-    tx.set_oncomplete(Some(on_complete.as_ref().unchecked_ref()));
-    tx.set_onabort(Some(on_abort.as_ref().unchecked_ref()));
-    tx.set_onerror(Some(on_abort.as_ref().unchecked_ref()));
-    let _guard = HandlerGuard(Box::new({
-        let tx = tx.clone();
-        move || {
-            tx.set_oncomplete(None);
-            tx.set_onabort(None);
-            tx.set_onerror(None);
-        }
-    }));
-    // commit() throws if the transaction already finished; its outcome still arrives as an event.
-    // (web-sys marks `commit` deprecated, but it is standard IndexedDB and supported by Chromium.)
-    #[allow(deprecated)]
-    let _ = tx.commit();
-    let result = recv.await;
-    drop((on_complete, on_abort));
-    match result {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(err)) => Err(js_err(&format!("{context}: transaction aborted"), err)),
-        Err(_canceled) => Err(ExternalError::indeterminate(format!(
-            "indexeddb {context}: transaction outcome unknown"
-        ))),
-    }
-}
+pub use connection::DB_VERSION;
+use connection::{Connection, BLOB, BLOB_TRASH, CONSENSUS};
+use request::{await_request, commit, factory, js_err};
 
 fn bytes_from_js(value: &JsValue, what: &dyn Fn() -> String) -> Result<Bytes, ExternalError> {
     if let Some(arr) = value.dyn_ref::<Uint8Array>() {
@@ -249,32 +125,6 @@ fn all_versions(key: &str) -> Result<IdbKeyRange, ExternalError> {
     key_range(key, SeqNo(0), SeqNo(u64::MAX), false)
 }
 
-struct Connection {
-    name: String,
-    db: IdbDatabase,
-    closed: Rc<Cell<bool>>,
-    _on_versionchange: Closure<dyn FnMut(Event)>,
-}
-
-impl Connection {
-    fn transaction(
-        &self,
-        stores: &[&str],
-        mode: IdbTransactionMode,
-    ) -> Result<IdbTransaction, ExternalError> {
-        if self.closed.get() {
-            return Err(ExternalError::determinate(format!(
-                "indexeddb {}: connection closed (another connection upgraded or deleted the database)",
-                self.name
-            )));
-        }
-        let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
-        self.db
-            .transaction_with_str_sequence_and_mode(&names, mode)
-            .map_err(|e| js_err("begin transaction", e))
-    }
-}
-
 fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, ExternalError> {
     tx.object_store(name).map_err(|e| js_err("object store", e))
 }
@@ -289,50 +139,8 @@ pub struct IdbLocation {
 impl IdbLocation {
     /// Opens (creating or upgrading as needed) the database `name`.
     pub async fn open(name: &str) -> Result<IdbLocation, ExternalError> {
-        let open_req: IdbOpenDbRequest = factory()?
-            .open_with_u32(name, DB_VERSION)
-            .map_err(|e| js_err("open", e))?;
-        let upgrade_req = open_req.clone();
-        let upgrade_error: Rc<RefCell<Option<ExternalError>>> = Rc::new(RefCell::new(None));
-        let upgrade_error2 = Rc::clone(&upgrade_error);
-        let on_upgrade = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
-            if let Err(err) = upgrade(&upgrade_req) {
-                *upgrade_error2.borrow_mut() = Some(err);
-            }
-        });
-        let db_name = name.to_string();
-        let on_blocked = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
-            web_sys::console::warn_1(&JsValue::from_str(&format!(
-                "indexeddb {db_name}: open is blocked by another connection; waiting for it to close"
-            )));
-        });
-        open_req.set_onupgradeneeded(Some(on_upgrade.as_ref().unchecked_ref()));
-        open_req.set_onblocked(Some(on_blocked.as_ref().unchecked_ref()));
-        let result = await_request(&open_req, "open").await;
-        open_req.set_onupgradeneeded(None);
-        open_req.set_onblocked(None);
-        drop((on_upgrade, on_blocked));
-        if let Some(err) = upgrade_error.borrow_mut().take() {
-            return Err(err);
-        }
-        let db: IdbDatabase = result?
-            .dyn_into()
-            .map_err(|v| js_err("open: not a database", v))?;
-        let closed = Rc::new(Cell::new(false));
-        let (db2, closed2) = (db.clone(), Rc::clone(&closed));
-        let on_versionchange = Closure::<dyn FnMut(Event)>::new(move |_e: Event| {
-            // Step aside so the other connection's upgrade or deletion is not blocked.
-            closed2.set(true);
-            db2.close();
-        });
-        db.set_onversionchange(Some(on_versionchange.as_ref().unchecked_ref()));
         Ok(IdbLocation {
-            conn: Rc::new(Connection {
-                name: name.to_string(),
-                db,
-                closed,
-                _on_versionchange: on_versionchange,
-            }),
+            conn: Rc::new(Connection::open(name).await?),
         })
     }
 
@@ -346,18 +154,30 @@ impl IdbLocation {
 
     /// The database name.
     pub fn name(&self) -> &str {
-        &self.conn.name
+        self.conn.name()
     }
 
-    /// Whether this connection has closed (on `versionchange`, or through [`IdbLocation::close`]).
+    /// Whether this connection is not open now: it stepped aside for another connection (its
+    /// next call reopens it once, if the database still exists), or it is closed for good.
     pub fn is_closed(&self) -> bool {
-        self.conn.closed.get()
+        self.conn.is_closed()
     }
 
-    /// Closes the connection; later calls fail with a clear error.
+    /// Whether this connection is closed for good: every call fails at once with a permanent
+    /// error saying why.
+    pub fn is_closed_for_good(&self) -> bool {
+        self.conn.is_closed_for_good()
+    }
+
+    /// How many times this connection reopened after stepping aside.
+    pub fn reopens(&self) -> u64 {
+        self.conn.reopens()
+    }
+
+    /// Closes the connection for good; every later call (through any clone, and every Blob and
+    /// Consensus made from it) fails at once with a permanent error.
     pub fn close(&self) {
-        self.conn.closed.set(true);
-        self.conn.db.close();
+        self.conn.close("closed by its owner");
     }
 
     /// Writes one record as is, bypassing every encoding: for inspection tools and for tests that
@@ -375,7 +195,8 @@ impl IdbLocation {
         }
         let tx = self
             .conn
-            .transaction(&[store_name], IdbTransactionMode::Readwrite)?;
+            .transaction(&[store_name], IdbTransactionMode::Readwrite)
+            .await?;
         store(&tx, store_name)?
             .put_with_key(value, key)
             .map_err(|e| js_err("put_raw", e))?;
@@ -401,23 +222,6 @@ impl IdbLocation {
     }
 }
 
-/// Creates whatever object stores version [`DB_VERSION`] needs and the database lacks.
-fn upgrade(req: &IdbOpenDbRequest) -> Result<(), ExternalError> {
-    let db: IdbDatabase = req
-        .result()
-        .map_err(|e| js_err("upgrade", e))?
-        .dyn_into()
-        .map_err(|v| js_err("upgrade: not a database", v))?;
-    let existing = db.object_store_names();
-    for name in [BLOB, BLOB_TRASH, CONSENSUS] {
-        if !existing.contains(name) {
-            db.create_object_store(name)
-                .map_err(|e| js_err("create object store", e))?;
-        }
-    }
-    Ok(())
-}
-
 /// [`Blob`] over an [`IdbLocation`].
 pub struct IdbBlob {
     conn: IdbLocation,
@@ -429,7 +233,8 @@ impl Blob for IdbBlob {
         let tx = self
             .conn
             .conn
-            .transaction(&[BLOB], IdbTransactionMode::Readonly)?;
+            .transaction(&[BLOB], IdbTransactionMode::Readonly)
+            .await?;
         let req = store(&tx, BLOB)?
             .get(&JsValue::from_str(key))
             .map_err(|e| js_err("blob get", e))?;
@@ -448,7 +253,8 @@ impl Blob for IdbBlob {
         let tx = self
             .conn
             .conn
-            .transaction(&[BLOB], IdbTransactionMode::Readonly)?;
+            .transaction(&[BLOB], IdbTransactionMode::Readonly)
+            .await?;
         let os = store(&tx, BLOB)?;
         let (keys_req, values_req) = if key_prefix.is_empty() {
             (
@@ -497,7 +303,8 @@ impl Blob for IdbBlob {
         let tx = self
             .conn
             .conn
-            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)?;
+            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
+            .await?;
         let k = JsValue::from_str(key);
         store(&tx, BLOB)?
             .put_with_key(&bytes_to_js(&value), &k)
@@ -512,7 +319,8 @@ impl Blob for IdbBlob {
         let tx = self
             .conn
             .conn
-            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)?;
+            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
+            .await?;
         let k = JsValue::from_str(key);
         let live = store(&tx, BLOB)?;
         let value = await_request(
@@ -537,7 +345,8 @@ impl Blob for IdbBlob {
         let tx = self
             .conn
             .conn
-            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)?;
+            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
+            .await?;
         let k = JsValue::from_str(key);
         let live = store(&tx, BLOB)?;
         let trash = store(&tx, BLOB_TRASH)?;
@@ -620,7 +429,8 @@ impl Consensus for IdbConsensus {
         let tx = self
             .conn
             .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)?;
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)
+            .await?;
         head_in(&store(&tx, CONSENSUS)?, key).await
     }
 
@@ -634,7 +444,8 @@ impl Consensus for IdbConsensus {
         let tx = self
             .conn
             .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)?;
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)
+            .await?;
         let os = store(&tx, CONSENSUS)?;
         // SUBTLE: between this read and the put below, await nothing but this transaction's own
         // requests, or the transaction auto-commits and the compare-and-set is no longer atomic.
@@ -662,7 +473,8 @@ impl Consensus for IdbConsensus {
         let tx = self
             .conn
             .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)?;
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)
+            .await?;
         let os = store(&tx, CONSENSUS)?;
         let range = key_range(key, from, SeqNo(u64::MAX), false)?;
         let (keys_req, values_req) = match u32::try_from(limit) {
@@ -697,7 +509,8 @@ impl Consensus for IdbConsensus {
         let tx = self
             .conn
             .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)?;
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)
+            .await?;
         let os = store(&tx, CONSENSUS)?;
         let Some(head) = head_seqno_in(&os, key).await? else {
             return Err(ExternalError::determinate(format!(
@@ -728,7 +541,8 @@ impl Consensus for IdbConsensus {
         let tx = self
             .conn
             .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)?;
+            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)
+            .await?;
         let req = store(&tx, CONSENSUS)?
             .get_all_keys()
             .map_err(|e| js_err("consensus list_keys", e))?;

@@ -14,7 +14,12 @@
 //!
 //! Errors split by what the caller can do next: a [`ExternalError::Determinate`] error means the
 //! operation definitely did not happen (safe to retry as is); an [`ExternalError::Indeterminate`]
-//! error means it may or may not have happened (a timeout), so a retry must be idempotent.
+//! error means it may or may not have happened (a timeout), so a retry must be idempotent. Both
+//! are *transient*: they may heal, and callers retry them with back-off ([`crate::retry`]). An
+//! [`ExternalError::Permanent`] error will not heal (bytes that do not decode, a referenced blob
+//! that is gone, a connection closed for good): retrying cannot help, so it goes to the caller,
+//! and it names the shard (or Consensus key), the seqno or Blob key, and what is wrong. A
+//! component that meets one writes nothing more to what it concerns.
 
 use std::fmt;
 use std::rc::Rc;
@@ -58,9 +63,17 @@ impl SeqNo {
         SeqNo(i64::MAX as u64)
     }
 
-    /// The next seqno.
+    /// The next seqno, or `None` past the largest one Consensus accepts ([`SeqNo::maximum`]).
+    /// Seqnos come from stored bytes, so this never overflows or wraps.
+    pub fn checked_next(self) -> Option<SeqNo> {
+        (self < SeqNo::maximum()).then(|| SeqNo(self.0 + 1))
+    }
+
+    /// The next seqno, saturating at `u64::MAX` (which no Consensus accepts, so a version
+    /// written there is refused rather than wrapping onto an old one). Code holding a seqno that
+    /// came from stored bytes uses [`SeqNo::checked_next`] and turns `None` into an error.
     pub fn next(self) -> SeqNo {
-        SeqNo(self.0 + 1)
+        SeqNo(self.0.saturating_add(1))
     }
 }
 
@@ -94,12 +107,88 @@ pub enum CaSResult {
 /// An error from a Blob or Consensus call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExternalError {
-    /// The operation definitely did not happen. Safe to retry.
+    /// The operation definitely did not happen. Safe to retry; may heal.
     #[error("determinate: {0}")]
     Determinate(String),
-    /// The operation may or may not have happened (for example, a timeout).
+    /// The operation may or may not have happened (for example, a timeout). May heal.
     #[error("indeterminate: {0}")]
     Indeterminate(String),
+    /// Will not heal: see [`PermanentError`]. Never retried.
+    #[error("{0}")]
+    Permanent(Box<PermanentError>),
+}
+
+/// Where a [`PermanentError`] was found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum BrokenAt {
+    /// A Consensus version of the shard's key.
+    Version(SeqNo),
+    /// A Blob key.
+    BlobKey(String),
+    /// The store as a whole (a connection closed for good, a database deleted).
+    Store,
+}
+
+impl fmt::Display for BrokenAt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BrokenAt::Version(seqno) => write!(f, "version {seqno}"),
+            BrokenAt::BlobKey(key) => write!(f, "blob {key}"),
+            BrokenAt::Store => f.write_str("the store"),
+        }
+    }
+}
+
+/// What kind of thing is wrong, for callers that branch on it (the message says more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum PermanentKind {
+    /// Stored bytes do not decode (garbage, truncated, empty, a foreign format).
+    Undecodable,
+    /// Bytes that decode but contradict what they must be (a seqno chain with a gap, a
+    /// rollup of another shard, numbers out of range).
+    Inconsistent,
+    /// Something a live record refers to is gone (a rollup or batch part blob).
+    Missing,
+    /// The connection to the store is closed for good.
+    Closed,
+}
+
+/// A failure that will not heal: the caller hears it once, with what it concerns, and nothing
+/// more is written to what it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize)]
+#[error("shard {shard}, {at}: {kind:?}: {detail} (permanent: will not heal)")]
+pub struct PermanentError {
+    /// The shard (its Consensus key); below persist, the Consensus key or the store's name.
+    pub shard: String,
+    /// The seqno or Blob key.
+    pub at: BrokenAt,
+    /// The kind of problem.
+    pub kind: PermanentKind,
+    /// What is wrong, in words.
+    pub detail: String,
+}
+
+impl PermanentError {
+    /// A permanent error.
+    pub fn new(
+        shard: impl Into<String>,
+        at: BrokenAt,
+        kind: PermanentKind,
+        detail: impl Into<String>,
+    ) -> Self {
+        PermanentError {
+            shard: shard.into(),
+            at,
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl From<PermanentError> for ExternalError {
+    fn from(e: PermanentError) -> Self {
+        ExternalError::Permanent(Box::new(e))
+    }
 }
 
 impl ExternalError {
@@ -113,9 +202,37 @@ impl ExternalError {
         ExternalError::Indeterminate(msg.into())
     }
 
+    /// A permanent error (see [`PermanentError`]).
+    pub fn permanent(
+        shard: impl Into<String>,
+        at: BrokenAt,
+        kind: PermanentKind,
+        detail: impl Into<String>,
+    ) -> Self {
+        PermanentError::new(shard, at, kind, detail).into()
+    }
+
     /// Whether this error says the outcome is unknown.
     pub fn is_indeterminate(&self) -> bool {
         matches!(self, ExternalError::Indeterminate(_))
+    }
+
+    /// Whether this error may heal (and so is worth retrying with back-off).
+    pub fn is_transient(&self) -> bool {
+        !self.is_permanent()
+    }
+
+    /// Whether this error will not heal.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, ExternalError::Permanent(_))
+    }
+
+    /// The permanent error, if this is one.
+    pub fn as_permanent(&self) -> Option<&PermanentError> {
+        match self {
+            ExternalError::Permanent(e) => Some(e),
+            _ => None,
+        }
     }
 
     /// Whether this is a timeout (its message says "timeout", as in the original).
@@ -124,6 +241,7 @@ impl ExternalError {
             ExternalError::Determinate(m) | ExternalError::Indeterminate(m) => {
                 m.contains("timeout")
             }
+            ExternalError::Permanent(_) => false,
         }
     }
 }

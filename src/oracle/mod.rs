@@ -83,16 +83,17 @@ use serde::Serialize;
 
 use crate::runtime::Runtime;
 
+pub mod config;
 pub mod conformance;
 pub mod durable;
 pub mod encoding;
+pub mod events;
 pub mod state;
 
-pub use durable::{
-    DurableOracleConfig, DurableTimestampOracle, OracleEvent, OracleEventKind, OracleSnapshot,
-    OracleStats,
-};
+pub use config::DurableOracleConfig;
+pub use durable::DurableTimestampOracle;
 pub use encoding::{DecodeError, DurableRecord};
+pub use events::{OracleEvent, OracleEventKind, OracleSnapshot, OracleStats};
 pub use state::TimestampState;
 
 /// A write timestamp and the upper to advance to after writing at it.

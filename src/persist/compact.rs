@@ -34,7 +34,7 @@ use timely::progress::Antichain;
 use super::codec::Timestamp;
 use super::encoding::{decode_part, encode_part, EncodedUpdate};
 use super::events::{frontier, PersistEvent};
-use super::machine::{Backoff, Machine};
+use super::machine::Machine;
 use super::maintenance::MaintenanceIds;
 use super::state::{BatchPart, Description, HollowBatch};
 use super::trace::{ApplyMergeResult, FueledMergeReq};
@@ -100,12 +100,14 @@ async fn fetch_updates(
         let decoded = match part {
             BatchPart::Inline { encoded } => decode_part(encoded),
             BatchPart::Hollow { key, .. } => {
-                let mut backoff = Backoff::new(&machine.cfg);
+                let mut backoff = machine.cfg.backoff();
                 let bytes = loop {
                     match machine.location.blob.get(key).await {
                         Ok(Some(bytes)) => break bytes,
                         Ok(None) => return Ok(None),
-                        Err(_) => backoff.wait(&machine.runtime).await,
+                        Err(_) => {
+                            backoff.wait(&machine.runtime).await;
+                        }
                     }
                 };
                 decode_part(&bytes)

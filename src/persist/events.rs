@@ -2,10 +2,6 @@
 //! on: every command attempt and its compare_and_set outcome, every batch written, every state
 //! fetch. Frontiers appear as `Option<u64>` (`None` is the empty frontier: "finished").
 
-use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::rc::Rc;
-
 use serde::Serialize;
 use timely::progress::Antichain;
 
@@ -28,6 +24,9 @@ pub enum CasOutcome {
     Indeterminate(String),
     /// The compare_and_set definitely did not happen; retried after a back-off.
     Determinate(String),
+    /// A failure that will not heal (see `location::PermanentError`): the command gave up and
+    /// nothing more is written.
+    Permanent(String),
     /// The transition broke: nothing to commit, no seqno spent.
     Skipped(String),
 }
@@ -212,60 +211,9 @@ pub enum PersistEvent {
     },
 }
 
-/// A shared, bounded log of events. Clones share it.
-#[derive(Clone, Default)]
-pub struct EventLog {
-    inner: Rc<RefCell<EventLogInner>>,
-}
-
-#[derive(Default)]
-struct EventLogInner {
-    events: VecDeque<PersistEvent>,
-    dropped: u64,
-    enabled: bool,
-}
+/// A shared, bounded log of persist events (the crate's one event log, [`crate::event_log`]).
+/// Clones share it.
+pub type EventLog = crate::event_log::EventLog<PersistEvent>;
 
 /// How many events a log keeps before it drops the oldest.
-pub const EVENT_LOG_CAPACITY: usize = 100_000;
-
-impl EventLog {
-    /// A log that records.
-    pub fn new() -> Self {
-        let log = EventLog::default();
-        log.inner.borrow_mut().enabled = true;
-        log
-    }
-
-    /// A log that records nothing (benchmarks).
-    pub fn disabled() -> Self {
-        EventLog::default()
-    }
-
-    /// Records `event`.
-    pub fn record(&self, event: impl FnOnce() -> PersistEvent) {
-        let mut inner = self.inner.borrow_mut();
-        if !inner.enabled {
-            return;
-        }
-        if inner.events.len() == EVENT_LOG_CAPACITY {
-            inner.events.pop_front();
-            inner.dropped += 1;
-        }
-        inner.events.push_back(event());
-    }
-
-    /// Everything recorded and still kept.
-    pub fn events(&self) -> Vec<PersistEvent> {
-        self.inner.borrow().events.iter().cloned().collect()
-    }
-
-    /// Takes everything recorded so far.
-    pub fn take(&self) -> Vec<PersistEvent> {
-        self.inner.borrow_mut().events.drain(..).collect()
-    }
-
-    /// How many events were dropped for capacity.
-    pub fn dropped(&self) -> u64 {
-        self.inner.borrow().dropped
-    }
-}
+pub const EVENT_LOG_CAPACITY: usize = crate::event_log::DEFAULT_CAPACITY;

@@ -53,7 +53,7 @@ use serde::Serialize;
 
 use super::encoding::{decode_diff, decode_rollup};
 use super::events::PersistEvent;
-use super::machine::{Backoff, Machine};
+use super::machine::Machine;
 use super::maintenance::{write_rollup_blob, MaintenanceIds};
 use super::state::{BatchPart, HollowRollup, State};
 use super::{PersistClient, ShardId};
@@ -120,7 +120,7 @@ enum Walk {
 }
 
 async fn scan_all_retrying(machine: &Machine) -> Vec<VersionedData> {
-    let mut backoff = Backoff::new(&machine.cfg);
+    let mut backoff = machine.cfg.backoff();
     loop {
         match machine
             .location
@@ -129,7 +129,9 @@ async fn scan_all_retrying(machine: &Machine) -> Vec<VersionedData> {
             .await
         {
             Ok(versions) => return versions,
-            Err(_) => backoff.wait(&machine.runtime).await,
+            Err(_) => {
+                backoff.wait(&machine.runtime).await;
+            }
         }
     }
 }
@@ -161,14 +163,16 @@ async fn walk(machine: &Machine, new: SeqNo, known: Option<&State>) -> Walk {
             "no rollup is listed at the earliest version {earliest}"
         ));
     };
-    let mut backoff = Backoff::new(&machine.cfg);
+    let mut backoff = machine.cfg.backoff();
     let bytes = loop {
         match machine.location.blob.get(&rollup.key).await {
             Ok(Some(bytes)) => break bytes,
             Ok(None) => {
                 return Walk::Rescan(format!("the rollup at {earliest} is gone"));
             }
-            Err(_) => backoff.wait(&machine.runtime).await,
+            Err(_) => {
+                backoff.wait(&machine.runtime).await;
+            }
         }
     };
     let state = match decode_rollup(&bytes) {
@@ -255,7 +259,7 @@ pub(crate) async fn gc_and_truncate_with(
     };
 
     // 1 and 2: the live versions and what they refer to.
-    let mut backoff = Backoff::new(&machine.cfg);
+    let mut backoff = machine.cfg.backoff();
     let mut walked = None;
     let mut last_reason = String::new();
     for _ in 0..MAX_RESCANS {
@@ -348,7 +352,7 @@ pub(crate) async fn gc_and_truncate_with(
         .await;
 
     // 5, last: truncate. A collector that got further first makes this a no-op.
-    let mut backoff = Backoff::new(&machine.cfg);
+    let mut backoff = machine.cfg.backoff();
     let deleted = loop {
         match machine
             .location
@@ -357,7 +361,9 @@ pub(crate) async fn gc_and_truncate_with(
             .await
         {
             Ok(deleted) => break deleted,
-            Err(_) => backoff.wait(&machine.runtime).await,
+            Err(_) => {
+                backoff.wait(&machine.runtime).await;
+            }
         }
     };
     machine.events.record(|| PersistEvent::ConsensusTruncated {

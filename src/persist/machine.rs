@@ -37,26 +37,6 @@ use super::{PersistConfig, ShardId};
 use crate::location::{CaSResult, ExternalError, Location, SeqNo, VersionedData, SCAN_ALL};
 use crate::runtime::Runtime;
 
-/// Exponential back-off on the runtime clock, capped.
-pub(crate) struct Backoff {
-    next_ms: u64,
-    max_ms: u64,
-}
-
-impl Backoff {
-    pub(crate) fn new(cfg: &PersistConfig) -> Self {
-        Backoff {
-            next_ms: cfg.backoff_min_ms.max(1),
-            max_ms: cfg.backoff_max_ms.max(1),
-        }
-    }
-
-    pub(crate) async fn wait(&mut self, runtime: &Runtime) {
-        runtime.sleep(self.next_ms).await;
-        self.next_ms = (self.next_ms * 2).min(self.max_ms);
-    }
-}
-
 /// The outcome of a compare_and_append at the machine level.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CaaOutcome {
@@ -111,7 +91,7 @@ impl Machine {
     /// `compare_and_set(None, v1)`. Losing the race is fine (someone else created it). On return
     /// the cache holds the shard's state as of now (the new one, or the one found).
     pub(crate) async fn maybe_init_shard(&self) {
-        let mut backoff = Backoff::new(&self.cfg);
+        let mut backoff = self.cfg.backoff();
         loop {
             match self.try_init_shard().await {
                 Ok(()) => return,
@@ -235,7 +215,7 @@ impl Machine {
     async fn fetch_from_rollup(&self) -> Result<(), ExternalError> {
         let consensus = &self.location.consensus;
         let shard = &self.shard_id.0;
-        let mut backoff = Backoff::new(&self.cfg);
+        let mut backoff = self.cfg.backoff();
         loop {
             let Some(head) = consensus.head(shard).await? else {
                 return Ok(());
@@ -279,7 +259,7 @@ impl Machine {
 
     /// [`Machine::fetch_and_update_state`], retrying storage errors until it succeeds.
     pub async fn fetch_and_update_state_retrying(&self) {
-        let mut backoff = Backoff::new(&self.cfg);
+        let mut backoff = self.cfg.backoff();
         while self.fetch_and_update_state().await.is_err() {
             backoff.wait(&self.runtime).await;
         }
@@ -293,7 +273,7 @@ impl Machine {
         cmd: &str,
         work: &mut impl FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<B, R>,
     ) -> Result<(SeqNo, ControlFlow<B, R>), ExternalError> {
-        let mut backoff = Backoff::new(&self.cfg);
+        let mut backoff = self.cfg.backoff();
         loop {
             let now = self.runtime.now_ms();
             // Compute under a borrow of the cache: one clone of the state per attempt.
@@ -401,7 +381,7 @@ impl Machine {
         cmd: &str,
         mut work: impl FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<B, R>,
     ) -> (SeqNo, ControlFlow<B, R>) {
-        let mut backoff = Backoff::new(&self.cfg);
+        let mut backoff = self.cfg.backoff();
         loop {
             match self.apply_unbatched_cmd(cmd, &mut work).await {
                 Ok(out) => return out,
@@ -438,7 +418,7 @@ impl Machine {
     ) -> Result<CaaOutcome, InvalidUsage> {
         let lease = self.cfg.writer_lease_duration_ms;
         let mut indeterminate_seen: Option<ExternalError> = None;
-        let mut backoff = Backoff::new(&self.cfg);
+        let mut backoff = self.cfg.backoff();
         loop {
             let result = self
                 .apply_unbatched_cmd("compare_and_append", &mut |_, now, c| {
@@ -550,6 +530,7 @@ fn retry_outcome(err: &ExternalError) -> CasOutcome {
     match err {
         ExternalError::Determinate(m) => CasOutcome::Determinate(m.clone()),
         ExternalError::Indeterminate(m) => CasOutcome::Indeterminate(m.clone()),
+        ExternalError::Permanent(e) => CasOutcome::Permanent(e.to_string()),
     }
 }
 

@@ -36,7 +36,7 @@ use bytes::Bytes;
 use super::encoding::encode_rollup;
 use super::events::PersistEvent;
 use super::gc::GcReq;
-use super::machine::{Backoff, Machine};
+use super::machine::Machine;
 use super::state::{HollowRollup, State, StateCollections};
 use super::trace::FueledMergeReq;
 use super::PersistClient;
@@ -273,7 +273,7 @@ impl Machine {
         cmd: &str,
         mut work: impl FnMut(&mut StateCollections) -> ControlFlow<B, R>,
     ) -> (SeqNo, ControlFlow<B, R>, bool) {
-        let mut backoff = Backoff::new(&self.cfg);
+        let mut backoff = self.cfg.backoff();
         let mut maybe_committed = false;
         loop {
             match self.apply_unbatched_cmd(cmd, &mut |_, _, c| work(c)).await {
@@ -292,7 +292,7 @@ impl Machine {
     /// Sets `key` to `bytes` in Blob, retrying until it is stored (a fresh key, so retrying is
     /// safe), and records the write.
     pub(crate) async fn write_blob_retrying(&self, key: &str, bytes: Bytes, kind: &str) {
-        let mut backoff = Backoff::new(&self.cfg);
+        let mut backoff = self.cfg.backoff();
         while self.location.blob.set(key, bytes.clone()).await.is_err() {
             backoff.wait(&self.runtime).await;
         }
@@ -313,7 +313,7 @@ impl Machine {
             return;
         }
         for key in keys {
-            let mut backoff = Backoff::new(&self.cfg);
+            let mut backoff = self.cfg.backoff();
             while self.location.blob.delete(key).await.is_err() {
                 backoff.wait(&self.runtime).await;
             }

@@ -121,6 +121,14 @@ pub struct PersistConfig {
     pub gc_enabled: bool,
 }
 
+impl PersistConfig {
+    /// The back-off for retrying transient storage errors (doubling from `backoff_min_ms` to
+    /// `backoff_max_ms`).
+    pub fn backoff(&self) -> crate::retry::Backoff {
+        crate::retry::Backoff::new(self.backoff_min_ms, self.backoff_max_ms)
+    }
+}
+
 impl Default for PersistConfig {
     fn default() -> Self {
         PersistConfig {

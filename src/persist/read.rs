@@ -23,7 +23,7 @@ use timely::PartialOrder;
 use super::codec::{Codec, Diff, Timestamp};
 use super::encoding::decode_part;
 use super::error::InvalidUsage;
-use super::machine::{Backoff, Machine};
+use super::machine::Machine;
 use super::state::{BatchPart, HollowBatch, LeasedReaderId, SchemaId, SnapshotErr};
 use super::{PersistClient, ShardId};
 use crate::location::SeqNo;
@@ -176,7 +176,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
                 since: self.since.clone(),
             });
         }
-        let mut backoff = Backoff::new(self.client.cfg());
+        let mut backoff = self.client.cfg().backoff();
         loop {
             let state = self.machine.state();
             if !state
@@ -327,7 +327,7 @@ async fn fetch_batch<K: Codec, V: Codec>(
         let encoded = match part {
             BatchPart::Inline { encoded } => encoded.clone(),
             BatchPart::Hollow { key, .. } => {
-                let mut backoff = Backoff::new(client.cfg());
+                let mut backoff = client.cfg().backoff();
                 loop {
                     match client.location().blob.get(key).await {
                         Ok(Some(bytes)) => break bytes.to_vec(),
@@ -336,7 +336,9 @@ async fn fetch_batch<K: Codec, V: Codec>(
                                 "batch part {key} is missing from Blob"
                             )))
                         }
-                        Err(_) => backoff.wait(client.runtime()).await,
+                        Err(_) => {
+                            backoff.wait(client.runtime()).await;
+                        }
                     }
                 }
             }
@@ -373,7 +375,7 @@ impl<K: Codec, V: Codec> Listen<K, V> {
         if self.frontier.is_empty() {
             return Ok(Vec::new());
         }
-        let mut backoff = Backoff::new(self.handle.client.cfg());
+        let mut backoff = self.handle.client.cfg().backoff();
         let (seqno, batch) = loop {
             let state = self.handle.machine.state();
             if let Some(batch) = state.collections.next_listen_batch(&self.frontier) {

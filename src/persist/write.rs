@@ -25,7 +25,7 @@ use super::codec::{Codec, Diff, Timestamp};
 use super::encoding::{encode_part, EncodedUpdate};
 use super::error::{InvalidUsage, UpperMismatch};
 use super::events::PersistEvent;
-use super::machine::{upper_mismatch, Backoff, CaaOutcome, Machine};
+use super::machine::{upper_mismatch, CaaOutcome, Machine};
 use super::state::{BatchPart, Description, HollowBatch, IdempotencyToken, SchemaId, WriterId};
 use super::{PersistClient, ShardId};
 
@@ -257,7 +257,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
             self.client.new_id("")
         );
         let bytes = Bytes::from(encoded);
-        let mut backoff = Backoff::new(self.client.cfg());
+        let mut backoff = self.client.cfg().backoff();
         while self
             .client
             .location()
@@ -471,7 +471,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
 
     /// Waits until the shard's upper is beyond `frontier`, polling Consensus with back-off.
     pub async fn wait_for_upper_past(&mut self, frontier: &Antichain<Timestamp>) {
-        let mut backoff = Backoff::new(self.client.cfg());
+        let mut backoff = self.client.cfg().backoff();
         loop {
             self.upper = self.machine.upper();
             if PartialOrder::less_than(frontier, &self.upper) {

@@ -347,7 +347,10 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
                     w.committed += 1;
                     w.acked_updates += count;
                 });
-                (Outcome::Committed, format!("{} at {range}", plural(count, "update")))
+                (
+                    Outcome::Committed,
+                    format!("{} at {range}", plural(count, "update")),
+                )
             }
             Ok(Ok(Err(mismatch))) => {
                 ctx.writer_view(|w| w.mismatches += 1);

@@ -344,6 +344,7 @@ impl Consensus for ProcessGate {
         let (outcome, error) = match &result {
             Ok(CaSResult::Committed) => (Outcome::Committed, None),
             Ok(CaSResult::ExpectationMismatch) => (Outcome::Mismatch, None),
+            Err(e) if e.is_permanent() => (Outcome::Error, Some(e.to_string())),
             Err(e) if e.is_indeterminate() => (Outcome::Indeterminate, Some(e.to_string())),
             Err(e) => (Outcome::Retrying, Some(e.to_string())),
         };

@@ -11,11 +11,11 @@
 //! go back within one pump (across pumps, a component may report an event with an earlier time
 //! than one already logged: it is logged with its own time, after it).
 //!
-//! This log stands alone so that it can be swapped for a crate-wide bounded event log later.
-
-use std::collections::VecDeque;
+//! Storage and numbering are the crate's shared [`crate::event_log::EventLog`].
 
 use serde::{Deserialize, Serialize};
+
+use crate::event_log::EventLog;
 
 /// How many events the log keeps before it drops the oldest.
 pub const LOG_CAPACITY: usize = 20_000;
@@ -80,21 +80,26 @@ pub struct Pending {
     pub detail: String,
 }
 
-/// The merged, bounded log. See the module docs.
-#[derive(Debug, Default)]
+/// The merged, bounded log. See the module docs. It keeps its events in the crate's shared
+/// [`EventLog`], which numbers them.
+#[derive(Debug)]
 pub struct MergedLog {
     pending: Vec<Pending>,
-    events: VecDeque<PlayEvent>,
-    next_seq: u64,
-    dropped: u64,
+    events: EventLog<PlayEvent>,
+}
+
+impl Default for MergedLog {
+    fn default() -> Self {
+        MergedLog::new()
+    }
 }
 
 impl MergedLog {
     /// An empty log.
     pub fn new() -> Self {
         MergedLog {
-            next_seq: 1,
-            ..MergedLog::default()
+            pending: Vec::new(),
+            events: EventLog::with_capacity(LOG_CAPACITY),
         }
     }
 
@@ -109,10 +114,6 @@ impl MergedLog {
         pending.sort_by_key(|e| e.at_ms); // stable: same-time events keep their order
         let added = pending.len();
         for p in pending {
-            if self.events.len() == LOG_CAPACITY {
-                self.events.pop_front();
-                self.dropped += 1;
-            }
             let Pending {
                 at_ms,
                 actor,
@@ -122,8 +123,10 @@ impl MergedLog {
                 outcome,
                 detail,
             } = p;
-            self.events.push_back(PlayEvent {
-                seq: self.next_seq,
+            // The log's numbering is its own (not shared), so the next number is known.
+            let seq = self.events.last_seq() + 1;
+            let given = self.events.record(|| PlayEvent {
+                seq,
                 at_ms,
                 actor,
                 process,
@@ -132,31 +135,29 @@ impl MergedLog {
                 outcome,
                 detail,
             });
-            self.next_seq += 1;
+            debug_assert_eq!(given, Some(seq), "the merged log numbers its own events");
         }
         added
     }
 
     /// Up to `limit` events with a sequence number above `cursor`, oldest first.
     pub fn after(&self, cursor: u64, limit: usize) -> Vec<PlayEvent> {
-        // Sequence numbers are consecutive, so the first wanted event's index is computable.
-        let first_kept = self.events.front().map_or(self.next_seq, |e| e.seq);
-        let skip = cursor.saturating_add(1).saturating_sub(first_kept) as usize;
-        self.events.iter().skip(skip).take(limit).cloned().collect()
+        let after = self.events.events_after(cursor);
+        after
+            .events
+            .into_iter()
+            .take(limit)
+            .map(|l| l.event)
+            .collect()
     }
 
     /// The sequence number of the newest event (0 if none).
     pub fn last_seq(&self) -> u64 {
-        self.next_seq - 1
+        self.events.last_seq()
     }
 
     /// How many events were dropped for capacity.
     pub fn dropped(&self) -> u64 {
-        self.dropped
-    }
-
-    /// Every event kept, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = &PlayEvent> {
-        self.events.iter()
+        self.events.dropped()
     }
 }

@@ -150,6 +150,7 @@ fn cas_outcome(o: &CasOutcome) -> Outcome {
         CasOutcome::Mismatch => Outcome::Mismatch,
         CasOutcome::Indeterminate(_) => Outcome::Indeterminate,
         CasOutcome::Determinate(_) => Outcome::Retrying,
+        CasOutcome::Permanent(_) => Outcome::Error,
         CasOutcome::Skipped(_) => Outcome::Info,
     }
 }

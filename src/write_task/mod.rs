@@ -97,7 +97,6 @@ use std::rc::Rc;
 use futures::channel::{mpsc, oneshot};
 use futures::future::{FutureExt, LocalBoxFuture};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 
 use crate::persist::codec::{Diff, Row, Timestamp};
@@ -107,8 +106,14 @@ use crate::persist::write::WriteHandle;
 use crate::runtime::{Interval, JoinHandle, Runtime};
 
 pub mod audit;
+pub mod config;
+pub mod error;
 pub mod events;
 pub mod ops;
+mod sync;
+
+pub use config::{DifferentialIntrospectionConfig, InitialDesired, RetryPolicy, WriteTaskConfig};
+pub use error::WriteTaskError;
 
 pub use events::{check_event_order, WriteCause, WriteTaskEvent, WriteTaskEventKind, WriteTaskLog};
 pub use ops::{apply_write_op, derive_to_write, fingerprint, DiffOverflow, StorageWriteOp};
@@ -131,166 +136,6 @@ pub fn now_fn(runtime: &Runtime) -> NowFn {
 
 fn opt(f: &Antichain<Timestamp>) -> Option<Timestamp> {
     f.as_option().copied()
-}
-
-/// Why a command was not (known to be) made durable.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
-#[non_exhaustive]
-pub enum WriteTaskError {
-    /// The task is read-only: `desired` took the change, but nothing is written.
-    #[error(
-        "collection {id} is read-only: the change is kept in its desired state but not written"
-    )]
-    ReadOnly {
-        /// The collection.
-        id: String,
-    },
-    /// The task is shutting down (the original's `IdentifierInvalid`): the change was not applied.
-    #[error("collection {id} is shutting down: the change was not applied")]
-    ShuttingDown {
-        /// The collection.
-        id: String,
-    },
-    /// The write's retries were spent on upper mismatches or timeouts. The change is in
-    /// `desired` and a later write (a command or the upper tick) will carry it.
-    #[error("collection {id}: not durable after {attempts} attempts (last known upper {current_upper:?}); the change stays in the desired state for a later write")]
-    InvalidUppers {
-        /// The collection.
-        id: String,
-        /// Attempts made.
-        attempts: u32,
-        /// The shard's upper as last seen.
-        current_upper: Option<Timestamp>,
-    },
-    /// The shard is finished (its upper is the empty frontier): nothing more can be written.
-    #[error("collection {id}: the shard is finished; nothing more can be written")]
-    ShardFinished {
-        /// The collection.
-        id: String,
-    },
-    /// The task ended for another reason before the change was durable.
-    #[error("collection {id}: the write task ended ({reason}); the change was not written")]
-    TaskEnded {
-        /// The collection.
-        id: String,
-        /// Why it ended.
-        reason: String,
-    },
-    /// The task was aborted (its handle dropped) before the change was known durable.
-    #[error("collection {id}: the write task was aborted; the change may or may not be durable")]
-    Aborted {
-        /// The collection.
-        id: String,
-    },
-    /// The command itself is invalid (a diff overflow); nothing changed.
-    #[error("collection {id}: command rejected: {message}")]
-    InvalidCommand {
-        /// The collection.
-        id: String,
-        /// What was wrong.
-        message: String,
-    },
-    /// [`DifferentialWriteTask::spawn`] was given a bad configuration.
-    #[error("invalid write task configuration: {0}")]
-    InvalidConfig(String),
-}
-
-/// How a write retries (the original: 1 s initial back-off, factor 1.25, clamp 3 s, 20 tries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetryPolicy {
-    /// The back-off before the second attempt.
-    pub initial_backoff_ms: u64,
-    /// Each back-off is the previous one times this, in percent.
-    pub factor_percent: u64,
-    /// The longest back-off.
-    pub clamp_backoff_ms: u64,
-    /// Attempts per write, at least 1.
-    pub max_tries: u32,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            initial_backoff_ms: 1_000,
-            factor_percent: 125,
-            clamp_backoff_ms: 3_000,
-            max_tries: 20,
-        }
-    }
-}
-
-/// Knobs and the environment of a task.
-#[derive(Clone)]
-pub struct WriteTaskConfig {
-    /// Timers and spawning.
-    pub runtime: Runtime,
-    /// The upper tick's period (the original: 1 s).
-    pub upper_tick_interval_ms: u64,
-    /// After a write for commands, the task waits until this long after it started, so that
-    /// commands arriving meanwhile batch into one write (the original's
-    /// `STORAGE_MANAGED_COLLECTIONS_BATCH_DURATION_DEFAULT`).
-    pub batch_duration_ms: u64,
-    /// Retries of one write.
-    pub retry: RetryPolicy,
-    /// The bound on one attempt (a `compare_and_append`, or the snapshot of a re-sync).
-    pub attempt_timeout_ms: u64,
-    /// Where events go. Several tasks may share one log.
-    pub log: WriteTaskLog,
-}
-
-impl WriteTaskConfig {
-    /// The original's settings on `runtime`, with a new, enabled log.
-    pub fn new(runtime: Runtime) -> Self {
-        WriteTaskConfig {
-            runtime,
-            upper_tick_interval_ms: 1_000,
-            batch_duration_ms: 1_000,
-            retry: RetryPolicy::default(),
-            attempt_timeout_ms: 30_000,
-            log: WriteTaskLog::new(),
-        }
-    }
-
-    fn validate(&self) -> Result<(), WriteTaskError> {
-        let bad = |m: &str| Err(WriteTaskError::InvalidConfig(m.to_string()));
-        if self.upper_tick_interval_ms == 0 {
-            return bad("upper_tick_interval_ms must be at least 1");
-        }
-        if self.attempt_timeout_ms == 0 {
-            return bad("attempt_timeout_ms must be at least 1");
-        }
-        if self.retry.max_tries == 0 {
-            return bad("retry.max_tries must be at least 1");
-        }
-        if self.retry.factor_percent < 100 {
-            return bad("retry.factor_percent must be at least 100 (back-off never shrinks)");
-        }
-        Ok(())
-    }
-}
-
-/// What `desired` starts as, before the task writes (the original's per-introspection-type
-/// `prepare`).
-#[derive(Default)]
-pub enum InitialDesired {
-    /// Empty: the first write retracts whatever the shard holds, and the driver sends the full
-    /// desired state as commands (most differential introspection collections).
-    #[default]
-    Empty,
-    /// The shard's current contents, consolidated, keeping the rows `retain` accepts (collections
-    /// whose state carries over a restart, like the original's statistics, which seed their
-    /// scrapers from the shard). Rows not kept are retracted by the first write.
-    FromShard {
-        /// Which rows to keep.
-        retain: Box<dyn Fn(&Row) -> bool>,
-    },
-}
-
-/// What `prepare` does before the first write (never in read-only mode).
-#[derive(Default)]
-pub struct DifferentialIntrospectionConfig {
-    /// The initial `desired`.
-    pub initial_desired: InitialDesired,
 }
 
 /// Why the task ended.
@@ -495,68 +340,6 @@ where
         batch
     }
 
-    /// `prepare`: seeds `desired` from the shard when asked to. Retries until it can read the
-    /// shard (starting without it would retract what the shard holds), watching for shutdown.
-    async fn prepare(
-        &mut self,
-        introspection_config: DifferentialIntrospectionConfig,
-    ) -> ControlFlow<EndReason> {
-        let retain = match introspection_config.initial_desired {
-            InitialDesired::Empty => return Continue(()),
-            InitialDesired::FromShard { retain } => retain,
-        };
-        let mut backoff_ms = self.retry.initial_backoff_ms;
-        loop {
-            let (write_handle, read_handle_fn) = (&mut self.write_handle, &mut self.read_handle_fn);
-            let read = self.runtime.timeout(self.attempt_timeout_ms, async move {
-                let upper = write_handle.fetch_recent_upper().await.clone();
-                let Some(upper_ts) = opt(&upper) else {
-                    return Ok(None);
-                };
-                let snapshot = read_snapshot(read_handle_fn, upper_ts).await?;
-                Ok::<_, InvalidUsage>(Some((upper, snapshot)))
-            });
-            match read.await {
-                Ok(Ok(None)) => return Break(EndReason::ShardFinished),
-                Ok(Ok(Some((upper, snapshot)))) => {
-                    let shard_rows = snapshot.len() as u64;
-                    let desired: Vec<(Row, Diff)> = snapshot
-                        .iter()
-                        .filter(|(r, _)| retain(r))
-                        .cloned()
-                        .collect();
-                    let to_write = match derive_to_write(&desired, &snapshot) {
-                        Ok(w) => w,
-                        Err(e) => return Break(EndReason::Failed(format!("prepare: {e}"))),
-                    };
-                    self.desired = desired;
-                    self.to_write = to_write;
-                    self.current_upper = upper;
-                    self.record(|t| WriteTaskEventKind::Prepared {
-                        upper: opt(&t.current_upper),
-                        shard_rows,
-                        desired_rows: t.desired.len() as u64,
-                        to_write_rows: t.to_write.len() as u64,
-                    });
-                    return Continue(());
-                }
-                Ok(Err(e)) => {
-                    return Break(EndReason::Failed(format!(
-                        "prepare could not read the shard: {e}"
-                    )))
-                }
-                Err(_elapsed) => {}
-            }
-            // A send or a dropped sender both mean shut down.
-            if !matches!(self.shutdown_rx.try_recv(), Ok(None)) {
-                self.handle_shutdown();
-                return Break(EndReason::Shutdown);
-            }
-            self.runtime.sleep(backoff_ms).await;
-            backoff_ms = self.next_backoff(backoff_ms);
-        }
-    }
-
     /// Applies a batch of commands, then writes them all in one write.
     async fn handle_updates(
         &mut self,
@@ -639,183 +422,6 @@ where
         }
     }
 
-    /// Writes `to_write` for the responders in flight, re-syncing on mismatches, with bounded
-    /// retries. When they are spent, the responders get an error and `to_write` stays pending.
-    async fn write_to_persist(&mut self, cause: WriteCause) -> ControlFlow<EndReason> {
-        debug_assert!(!self.read_only, "read-only tasks never write");
-        let mut backoff_ms = self.retry.initial_backoff_ms;
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let mismatch = match self.attempt_write(cause, attempt).await? {
-                Attempt::Committed => return Continue(()),
-                Attempt::Mismatch(current) => Some(current),
-                Attempt::TimedOut => None,
-            };
-            if attempt >= self.retry.max_tries {
-                let responders = self.in_flight.len() as u64;
-                let current_upper = opt(&self.current_upper);
-                self.answer_in_flight(|id| WriteTaskError::InvalidUppers {
-                    id,
-                    attempts: attempt,
-                    current_upper,
-                });
-                self.record(|_| WriteTaskEventKind::GaveUp {
-                    attempts: attempt,
-                    responders,
-                });
-                return Continue(());
-            }
-            if let Some(current) = mismatch {
-                self.sync_to_persist(current).await?;
-            }
-            self.runtime.sleep(backoff_ms).await;
-            backoff_ms = self.next_backoff(backoff_ms);
-        }
-    }
-
-    fn next_backoff(&self, backoff_ms: u64) -> u64 {
-        (backoff_ms.saturating_mul(self.retry.factor_percent) / 100)
-            .max(backoff_ms)
-            .min(
-                self.retry
-                    .clamp_backoff_ms
-                    .max(self.retry.initial_backoff_ms),
-            )
-    }
-
-    /// One `compare_and_append` of `to_write` at `current_upper`, up to
-    /// `max(now, current_upper + 1)`. A commit answers the responders in flight.
-    async fn attempt_write(
-        &mut self,
-        cause: WriteCause,
-        attempt: u32,
-    ) -> ControlFlow<EndReason, Attempt> {
-        let Some(&expected) = self.current_upper.as_option() else {
-            return Break(EndReason::ShardFinished);
-        };
-        let Some(next) = expected.checked_add(1) else {
-            return Break(EndReason::Failed(
-                "the shard's upper reached the last timestamp".into(),
-            ));
-        };
-        let new_upper = (self.now)().max(next);
-        // Every update goes at `expected`, the lower of the batch.
-        let updates: Vec<((Row, ()), Timestamp, Diff)> = self
-            .to_write
-            .iter()
-            .map(|(row, diff)| ((row.clone(), ()), expected, *diff))
-            .collect();
-        self.record(|t| WriteTaskEventKind::WriteAttempted {
-            cause,
-            attempt,
-            expected_upper: Some(expected),
-            new_upper: Some(new_upper),
-            updates: updates.len() as u64,
-            responders: t.in_flight.len() as u64,
-        });
-        let result = self
-            .runtime
-            .timeout(
-                self.attempt_timeout_ms,
-                self.write_handle.compare_and_append(
-                    &updates,
-                    Antichain::from_elem(expected),
-                    Antichain::from_elem(new_upper),
-                ),
-            )
-            .await;
-        drop(updates);
-        match result {
-            Ok(Ok(Ok(()))) => {
-                self.current_upper = Antichain::from_elem(new_upper);
-                let updates = self.to_write.len() as u64;
-                self.to_write.clear();
-                let responders = self.in_flight.len() as u64;
-                for responder in self.in_flight.drain(..) {
-                    let _ = responder.send(Ok(()));
-                }
-                self.record(|t| WriteTaskEventKind::Committed {
-                    cause,
-                    expected_upper: Some(expected),
-                    new_upper: Some(new_upper),
-                    updates,
-                    responders,
-                    desired_rows: t.desired.len() as u64,
-                    desired_fingerprint: fingerprint(&t.desired),
-                });
-                Continue(Attempt::Committed)
-            }
-            Ok(Ok(Err(mismatch))) => {
-                self.record(|_| WriteTaskEventKind::Mismatch {
-                    expected_upper: Some(expected),
-                    current_upper: opt(&mismatch.current),
-                });
-                if mismatch.current.is_empty() {
-                    return Break(EndReason::ShardFinished);
-                }
-                Continue(Attempt::Mismatch(mismatch.current))
-            }
-            Ok(Err(usage)) => Break(EndReason::Failed(format!(
-                "persist refused the write: {usage}"
-            ))),
-            Err(elapsed) => {
-                self.record(|_| WriteTaskEventKind::AttemptTimedOut {
-                    expected_upper: Some(expected),
-                    after_ms: elapsed.after_ms,
-                });
-                Continue(Attempt::TimedOut)
-            }
-        }
-    }
-
-    /// `sync_to_persist`: adopts the shard's upper `upper` and re-derives
-    /// `to_write = desired - snapshot(upper - 1)`. If the snapshot cannot be read in time, the
-    /// task keeps its old upper, so the next attempt mismatches and re-syncs again.
-    async fn sync_to_persist(&mut self, upper: Antichain<Timestamp>) -> ControlFlow<EndReason> {
-        let Some(&upper_ts) = upper.as_option() else {
-            return Break(EndReason::ShardFinished);
-        };
-        let read = self.runtime.timeout(
-            self.attempt_timeout_ms,
-            read_snapshot(&mut self.read_handle_fn, upper_ts),
-        );
-        let snapshot = match read.await {
-            Ok(Ok(snapshot)) => snapshot,
-            Ok(Err(e)) => {
-                // The original panics here (a since violation, say); we end the task and say why.
-                return Break(EndReason::Failed(format!(
-                    "re-sync could not read the shard: {e}"
-                )));
-            }
-            Err(elapsed) => {
-                self.record(|_| WriteTaskEventKind::ResyncFailed {
-                    reason: elapsed.to_string(),
-                });
-                return Continue(());
-            }
-        };
-        let to_write = match derive_to_write(&self.desired, &snapshot) {
-            Ok(w) => w,
-            Err(e) => return Break(EndReason::Failed(format!("re-sync: {e}"))),
-        };
-        debug_assert!(
-            timely::PartialOrder::less_equal(&self.current_upper, &upper),
-            "current_upper never regresses"
-        );
-        self.current_upper = upper;
-        self.to_write = to_write;
-        let snapshot_rows = snapshot.len() as u64;
-        self.record(|t| WriteTaskEventKind::Resynced {
-            upper: Some(upper_ts),
-            as_of: upper_ts.checked_sub(1),
-            snapshot_rows,
-            desired_rows: t.desired.len() as u64,
-            to_write_rows: t.to_write.len() as u64,
-        });
-        Continue(())
-    }
-
     /// Closes the command channel and answers every queued command with an error.
     fn handle_shutdown(&mut self) {
         let answered = self.drain_queue(|id| WriteTaskError::ShuttingDown { id });
@@ -865,29 +471,4 @@ where
         self.answer_in_flight(|id| WriteTaskError::Aborted { id });
         self.drain_queue(|id| WriteTaskError::Aborted { id });
     }
-}
-
-/// The shard's contents at `upper - 1`, consolidated, through a fresh reader (which expires in
-/// the background when dropped, as the original's does). Nothing can be there below time 0.
-async fn read_snapshot<R>(
-    read_handle_fn: &mut R,
-    upper: Timestamp,
-) -> Result<Vec<(Row, Diff)>, InvalidUsage>
-where
-    R: FnMut() -> ReadHandleFuture,
-{
-    let Some(as_of) = upper.checked_sub(1) else {
-        return Ok(Vec::new());
-    };
-    let mut read = read_handle_fn().await?;
-    let fetched = read.snapshot_and_fetch(Antichain::from_elem(as_of)).await?;
-    drop(read);
-    let mut snapshot: Vec<(Row, Diff)> = fetched
-        .into_iter()
-        .map(|((row, ()), _, diff)| (row, diff))
-        .collect();
-    // Persist consolidates already; this is cheap on sorted input and guards the invariant.
-    ops::consolidate(&mut snapshot)
-        .map_err(|e| InvalidUsage::Corrupted(format!("snapshot: {e}")))?;
-    Ok(snapshot)
 }

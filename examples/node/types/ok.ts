@@ -1,0 +1,97 @@
+// Uses the package's declarations as a user would; `tsc --noEmit` must accept it, under Node's
+// resolution (tsconfig.json) and a browser bundler's (tsconfig.browser.json).
+import init, {
+  PersistLocation,
+  PersistClient,
+  WriteTask,
+  TimestampOracle,
+  type AppendOutcome,
+  type DatumView,
+  type ErrorCode,
+  type Frontier,
+  type ListenEventView,
+  type PersistEventView,
+  type PersistPlaygroundError,
+  type ShardStateView,
+  type UpdateView,
+  type WriteTaskEventView,
+  type OracleEventView,
+} from "persist-playground";
+
+export async function main(): Promise<number> {
+  await init();
+  const location: PersistLocation = PersistLocation.inMemory({
+    faults: { seed: 1n, shouldHappen: 1, shouldTimeout: 0 },
+  });
+  const client = new PersistClient(location, { seed: 7, callTimeoutMs: 5_000 });
+  const writer = await client.openWriter("orders");
+  const outcome: AppendOutcome = await writer.compareAndAppend(
+    [{ key: "apple", value: "3", time: 0, diff: 1n }, { key: "pear", value: "1", time: 0 }],
+    0,
+    1,
+  );
+  const upper: Frontier = outcome.upper;
+  const reader = await client.openReader("orders");
+  const rows: UpdateView[] = await reader.snapshot(0);
+  const total: bigint = rows.reduce((sum, u) => sum + u.diff, 0n);
+  const { snapshot, listen } = await reader.subscribe(0);
+  for await (const events of listen) {
+    for (const e of events satisfies ListenEventView[]) {
+      if (e.type === "updates") {
+        const firstKey: string | undefined = e.updates[0]?.key;
+        void firstKey;
+      } else {
+        const frontier: number | null = e.frontier;
+        void frontier;
+      }
+    }
+    break;
+  }
+  await listen.expire();
+
+  const state: ShardStateView = await client.inspectState("orders");
+  const seqno: bigint = state.seqno;
+  const events: PersistEventView[] = client.takeEvents();
+  for (const e of events) {
+    if (e.type === "command") {
+      const after: number | null = e.upper.after;
+      const kind: "committed" | "mismatch" | "indeterminate" | "determinate" | "skipped" = e.outcome.kind;
+      void after;
+      void kind;
+    }
+  }
+
+  const task = await WriteTask.spawn(client, "mz_sessions", { upperTickIntervalMs: 100, initialDesired: "empty" });
+  await task.append([{ row: ["alice", 1, 2n, true, null] }, { row: ["bob"], diff: -1 }]);
+  await task.deleteWhere((row: DatumView[]) => row[0] === "alice");
+  const held = await task.snapshot();
+  const firstDiff: bigint | undefined = held.rows[0]?.diff;
+  const taskEvents: WriteTaskEventView[] = task.takeEvents();
+  if (taskEvents[0]?.event.type === "committed") {
+    const fp: bigint = taskEvents[0].event.desiredFingerprint;
+    void fp;
+  }
+  task.shutdown();
+
+  const oracle = await TimestampOracle.open(location, { timeline: "t", persistIntervalMs: 1000 });
+  const w = await oracle.writeTs();
+  const advance: number = w.advanceTo;
+  await oracle.applyWrite(w.timestamp);
+  const read: number = await oracle.readTs();
+  const oracleEvents: OracleEventView[] = oracle.takeEvents();
+  const epoch: number | undefined = oracle.snapshot()?.epoch;
+  const inMemory = TimestampOracle.inMemory({ initially: 5, clock: "none" });
+  await inMemory.peekWriteTs();
+
+  try {
+    await writer.expire();
+  } catch (e) {
+    const code: ErrorCode = (e as PersistPlaygroundError).code;
+    void code;
+  }
+  location.setFaults({ shouldHappen: 0.9, shouldTimeout: 0.1 });
+  const failed: number | undefined = location.faultCounts()?.failed;
+  location.close();
+  void [upper, total, snapshot, seqno, firstDiff, advance, read, oracleEvents, epoch, failed];
+  return rows.length;
+}

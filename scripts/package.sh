@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Assembles the npm package `persist-playground` into dist/npm/ from wasm-pack's outputs for the
+# three targets, and packs it with `npm pack` into dist/persist-playground-<version>.tgz.
+#
+#   bash scripts/package.sh            # release build (opt-level "z", lto: slow on 2 cores)
+#   bash scripts/package.sh --dev      # dev build, for iterating
+#
+# Layout of the package (one import path picks the build through conditional exports):
+#   web/      wasm-pack --target web: ES module; call `await init()` once before use
+#   bundler/  wasm-pack --target bundler: for bundlers that import .wasm as a module
+#   node/     wasm-pack --target nodejs (CommonJS, loads the .wasm synchronously), with an ES
+#             module wrapper (index.mjs) whose default export `init()` is a no-op, so code that
+#             calls `await init()` runs unchanged in Node and in browsers
+# Every entry point adds `Listen.prototype[Symbol.asyncIterator]` (scripts/npm/listen-iterator.js).
+# The package's package.json is generated here; the repository's root package.json is only the
+# private dev-dependency manifest of the end-to-end tests.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+export PATH="$HOME/.cargo/bin:$PATH"
+profile="${1:---release}"
+
+name=persist-playground
+crate=persist_playground
+version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)"
+out="dist/npm"
+build="dist/build"
+rm -rf "$out" "$build"
+mkdir -p "$out" "$build"
+
+for target in web bundler nodejs; do
+  echo "[package] wasm-pack build --target $target $profile"
+  wasm-pack build --mode no-install --no-pack --weak-refs --target "$target" "$profile" \
+    --out-dir "$root/$build/$target" --out-name "$crate" >"$build/$target.log" 2>&1 \
+    || { cat "$build/$target.log" >&2; exit 1; }
+done
+
+copy() { # from-dir to-dir
+  mkdir -p "$2"
+  cp "$1/$crate.js" "$1/${crate}_bg.wasm" "$1/$crate.d.ts" "$2/"
+  if [ -f "$1/${crate}_bg.js" ]; then cp "$1/${crate}_bg.js" "$2/"; fi
+  if [ -f "$1/${crate}_bg.wasm.d.ts" ]; then cp "$1/${crate}_bg.wasm.d.ts" "$2/"; fi
+}
+copy "$build/web" "$out/web"
+copy "$build/bundler" "$out/bundler"
+copy "$build/nodejs" "$out/node"
+# The raw wasm exports (the web build's InitOutput and the *_bg.wasm.d.ts files) take and return
+# externrefs, which wasm-bindgen declares as `any`: they are unknown JS values, so say `unknown`.
+sed -i '/^export interface InitOutput/,/^}/ s/\bany\b/unknown/g' "$out/web/$crate.d.ts"
+sed -i 's/\bany\b/unknown/g' "$out"/*/"${crate}_bg.wasm.d.ts"
+# wasm-bindgen declares `[Symbol.dispose]()` on every class: pull in that lib for the user.
+for f in "$out"/*/"$crate.d.ts"; do
+  sed -i '1i /// <reference lib="esnext.disposable" />' "$f"
+done
+cp scripts/npm/listen-iterator.js "$out/listen-iterator.js"
+cp scripts/npm/listen-iterator.cjs "$out/node/listen-iterator.cjs"
+
+# ES module entry points of the web and bundler builds: the module plus the iterator.
+for dir in web bundler; do
+  cat >"$out/$dir/index.js" <<EOF
+import * as m from "./$crate.js";
+import { addListenIterator } from "../listen-iterator.js";
+addListenIterator(m.Listen);
+export * from "./$crate.js";
+EOF
+  cat >"$out/$dir/index.d.ts" <<EOF
+export * from "./$crate.js";
+import type { ListenEventView } from "./$crate.js";
+declare module "./$crate.js" {
+    interface Listen {
+        /** Yields each batch's events until the shard is finished. */
+        [Symbol.asyncIterator](): AsyncIterator<ListenEventView[]>;
+    }
+}
+EOF
+done
+# The web build's default export is wasm-bindgen's init (fetches and instantiates the .wasm).
+echo "export { default } from \"./$crate.js\";" >>"$out/web/index.js"
+echo "export { default } from \"./$crate.js\";" >>"$out/web/index.d.ts"
+# Bundlers instantiate the module on import: init is a no-op there.
+echo "export default async function init() {}" >>"$out/bundler/index.js"
+printf '%s\n' "/** A no-op: a bundler instantiates the module on import. */" \
+  "export default function init(): Promise<void>;" >>"$out/bundler/index.d.ts"
+
+# Node: CommonJS module (nodejs target), a CommonJS entry and an ES module wrapper whose named
+# exports are listed from the module itself.
+echo '{ "type": "commonjs" }' >"$out/node/package.json"
+cat >"$out/node/index.cjs" <<EOF
+const m = require("./$crate.js");
+require("./listen-iterator.cjs").addListenIterator(m.Listen);
+module.exports = m;
+EOF
+names="$(node -e "console.log(Object.keys(require('./$out/node/$crate.js')).filter(n => /^[A-Za-z_]\w*\$/.test(n) && !n.startsWith('__')).join(', '))")"
+[ -n "$names" ] || { echo "[package] no exports found in the nodejs build" >&2; exit 1; }
+cat >"$out/node/index.mjs" <<EOF
+import { createRequire } from "node:module";
+const m = createRequire(import.meta.url)("./index.cjs");
+export const { $names } = m;
+/** A no-op under Node: the module is instantiated when it is imported. */
+export default async function init() {}
+EOF
+cat >"$out/node/index.d.mts" <<EOF
+export * from "./$crate.js";
+import type { ListenEventView } from "./$crate.js";
+declare module "./$crate.js" {
+    interface Listen {
+        /** Yields each batch's events until the shard is finished. */
+        [Symbol.asyncIterator](): AsyncIterator<ListenEventView[]>;
+    }
+}
+/** A no-op under Node: the module is instantiated when it is imported. */
+export default function init(): Promise<void>;
+EOF
+cp "$out/node/index.d.mts" "$out/node/index.d.cts"
+sed -i '/no-op under Node/,$d' "$out/node/index.d.cts"
+
+cp README.md "$out/README.md"
+cat >"$out/package.json" <<EOF
+{
+  "name": "$name",
+  "version": "$version",
+  "description": "A teaching-sized re-implementation of Materialize's storage layer (persist, the timestamp oracle, the differential write task) in Rust and WebAssembly, for browsers and Node: IndexedDB or in-memory storage, seeded fault injection, typed events.",
+  "license": "MIT OR Apache-2.0",
+  "repository": { "type": "git", "url": "https://github.com/persist-playground/persist-playground" },
+  "keywords": ["materialize", "persist", "wasm", "indexeddb", "timestamp-oracle", "differential"],
+  "type": "module",
+  "sideEffects": ["./web/index.js", "./bundler/index.js", "./bundler/${crate}.js", "./node/index.cjs", "./node/index.mjs"],
+  "files": ["web/", "bundler/", "node/", "listen-iterator.js", "README.md"],
+  "main": "./node/index.cjs",
+  "module": "./bundler/index.js",
+  "browser": "./web/index.js",
+  "types": "./web/index.d.ts",
+  "exports": {
+    ".": {
+      "node": {
+        "import": { "types": "./node/index.d.mts", "default": "./node/index.mjs" },
+        "require": { "types": "./node/index.d.cts", "default": "./node/index.cjs" }
+      },
+      "webpack": { "types": "./bundler/index.d.ts", "default": "./bundler/index.js" },
+      "browser": { "types": "./web/index.d.ts", "default": "./web/index.js" },
+      "default": { "types": "./web/index.d.ts", "default": "./web/index.js" }
+    },
+    "./web": { "types": "./web/index.d.ts", "default": "./web/index.js" },
+    "./bundler": { "types": "./bundler/index.d.ts", "default": "./bundler/index.js" },
+    "./node": {
+      "import": { "types": "./node/index.d.mts", "default": "./node/index.mjs" },
+      "require": { "types": "./node/index.d.cts", "default": "./node/index.cjs" }
+    },
+    "./package.json": "./package.json"
+  },
+  "engines": { "node": ">=20" }
+}
+EOF
+
+rm -f dist/"$name"-*.tgz
+(cd dist && npm pack ./npm --silent >/dev/null)
+tgz="$(ls dist/"$name"-"$version".tgz)"
+echo "[package] $tgz ($(du -k "$tgz" | cut -f1) KiB): web, bundler and node builds"

@@ -1,0 +1,151 @@
+//! What a [`DurableTimestampOracle`](super::DurableTimestampOracle) records and shows: its
+//! events (a bounded log), its counters and its snapshot, all plain data (the playground's data
+//! contract).
+
+use serde::Serialize;
+
+/// One thing a [`DurableTimestampOracle`](super::DurableTimestampOracle) did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OracleEvent {
+    /// The runtime's clock when it happened.
+    pub at_ms: u64,
+    /// The timeline.
+    pub timeline: String,
+    /// The instance's epoch (0 while it is still opening).
+    pub epoch: u64,
+    /// What happened.
+    pub kind: OracleEventKind,
+}
+
+/// What a [`OracleEvent`] records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type")]
+pub enum OracleEventKind {
+    /// The instance started: it took its epoch and its first window.
+    Opened {
+        /// The stored upper it resumed at, if the timeline existed.
+        resumed_from: Option<u64>,
+        /// Its first read and write timestamp.
+        start_ts: u64,
+        /// Its first durable upper.
+        durable_upper: u64,
+        /// The seqno it wrote.
+        seqno: u64,
+    },
+    /// Another instance wrote between this one's read and its compare_and_set at start.
+    OpenConflict {
+        /// The seqno this instance expected.
+        expected_seqno: Option<u64>,
+    },
+    /// A new window was made durable.
+    Allocated {
+        /// The timestamp the window was needed for.
+        for_ts: u64,
+        /// The new durable upper.
+        durable_upper: u64,
+        /// The seqno written.
+        seqno: u64,
+    },
+    /// A write of this instance that it had not heard about (a timed-out or cancelled
+    /// compare_and_set that landed) was found in the store and adopted.
+    AdoptedOwnWrite {
+        /// Its seqno.
+        seqno: u64,
+        /// Its durable upper.
+        durable_upper: u64,
+    },
+    /// Old versions of the key were deleted.
+    Truncated {
+        /// Every version below this seqno is gone.
+        below_seqno: u64,
+        /// How many were deleted.
+        deleted: u64,
+    },
+    /// A truncation failed; the next allocation tries again.
+    TruncateFailed {
+        /// The error.
+        error: String,
+    },
+    /// A storage call failed and will be retried after a back-off.
+    StorageRetry {
+        /// The call (`head`, `compare_and_set`).
+        op: String,
+        /// The error.
+        error: String,
+        /// Whether the call may have happened.
+        indeterminate: bool,
+        /// The back-off before the retry.
+        backoff_ms: u64,
+    },
+    /// Another instance took over: this one hands out nothing more.
+    Fenced {
+        /// The epoch found in the store.
+        current_epoch: u64,
+    },
+    /// The stored upper is more than two intervals ahead of the clock: waiting.
+    ClockGuardWait {
+        /// The stored upper.
+        stored_upper: u64,
+        /// The oracle's clock.
+        now_ms: u64,
+        /// This wait.
+        wait_ms: u64,
+    },
+    /// The clock guard reached its bound with the clock still far behind; starting anyway.
+    ClockGuardGaveUp {
+        /// The stored upper.
+        stored_upper: u64,
+        /// The oracle's clock.
+        now_ms: u64,
+        /// The total wait.
+        waited_ms: u64,
+    },
+}
+
+/// Counters of what an instance did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OracleStats {
+    /// Write timestamps handed out.
+    pub write_timestamps: u64,
+    /// compare_and_sets this instance saw commit (its start included).
+    pub durable_writes: u64,
+    /// compare_and_sets attempted.
+    pub cas_attempts: u64,
+    /// Unheard own writes found and adopted.
+    pub adopted_own_writes: u64,
+    /// Storage errors retried.
+    pub storage_retries: u64,
+    /// Leadership checks (Consensus reads) made by `write_ts`, `read_ts` or on request.
+    pub leadership_checks: u64,
+    /// Old versions deleted.
+    pub truncated_versions: u64,
+    /// Clock guard waits.
+    pub clock_guard_waits: u64,
+}
+
+/// A plain description of an instance, for display.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OracleSnapshot {
+    /// The timeline.
+    pub timeline: String,
+    /// This instance's epoch.
+    pub epoch: u64,
+    /// The seqno of the latest version this instance knows it wrote.
+    pub seqno: u64,
+    /// The read timestamp.
+    pub read_ts: u64,
+    /// The latest write timestamp.
+    pub write_ts: u64,
+    /// The durable upper this instance knows of.
+    pub durable_upper: u64,
+    /// The window size.
+    pub persist_interval_ms: u64,
+    /// Whether calls check the epoch first.
+    pub confirm_leadership: bool,
+    /// The epoch that fenced this instance, once it knows.
+    pub fenced_by: Option<u64>,
+    /// Whether an allocation is in flight.
+    pub allocating: bool,
+    /// The counters.
+    pub stats: OracleStats,
+}

@@ -1,0 +1,155 @@
+//! Runs a [`Replica`] on the runtime: its worker, sink and persist source driven together.
+//!
+//! [`start_replica`] opens a writer on the shard, takes the shard's current upper as the resume
+//! upper, spawns the persist source (snapshot at `resume_upper - 1`, then listen) and the driver
+//! loop, and returns a [`RunningReplica`]. The loop:
+//!
+//! ```text
+//! loop {
+//!     step the replica: feedback -> persist input, source -> source input, worker.step() until
+//!                       quiet, output -> sink
+//!     if the sink has a complete range: compare_and_append it (bounded by caa_timeout_ms)
+//!         committed -> the sink moves on;  UpperMismatch -> drop what lies below the new upper
+//!         timed out -> the replica crashes (its host may restart it from the shard's upper)
+//!     else sleep tick_ms
+//! }
+//! ```
+//!
+//! Dropping a [`RunningReplica`] is a crash: both tasks are aborted, the replica is gone, and a
+//! new one restarts from whatever upper the shard then has.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use futures::channel::mpsc;
+use serde::Serialize;
+
+use super::observe::UpsertLog;
+use super::operator::ShutdownButton;
+use super::persist_source::run_persist_source;
+use super::replica::{Replica, ReplicaConfig};
+use super::sink::append;
+use super::source::SourceLog;
+use super::types::SourceData;
+use crate::persist::codec::Timestamp;
+use crate::persist::write::WriteHandle;
+use crate::persist::{PersistClient, ShardId};
+use crate::runtime::{JoinHandle, Runtime};
+
+/// How a driver loop ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum ReplicaExit {
+    /// The replica halted (an operator health error or a persist error).
+    Halted(String),
+    /// A compare_and_append took too long: the replica gave up, as a crash.
+    TimedOut,
+}
+
+/// A started replica: the shared [`Replica`] and its two tasks. Dropping it aborts both.
+pub struct RunningReplica {
+    /// The replica, for snapshots and checks (borrow it only between runtime steps).
+    pub replica: Rc<RefCell<Replica>>,
+    driver: JoinHandle<ReplicaExit>,
+    _persist_source: JoinHandle<()>,
+}
+
+impl RunningReplica {
+    /// Waits for the driver loop to end.
+    pub async fn join(self) -> ReplicaExit {
+        let RunningReplica {
+            driver,
+            _persist_source,
+            ..
+        } = self;
+        driver.await
+    }
+}
+
+/// Starts a replica of `shard` over `source`. See the module docs.
+pub async fn start_replica(
+    client: PersistClient,
+    shard: ShardId,
+    source: Rc<RefCell<SourceLog>>,
+    cfg: ReplicaConfig,
+    generation: u64,
+    log: UpsertLog<Timestamp>,
+) -> Result<RunningReplica, String> {
+    let runtime = client.runtime().clone();
+    let mut write = client
+        .open_writer::<SourceData, ()>(&shard)
+        .await
+        .map_err(|e| e.to_string())?;
+    let resume_upper = write.fetch_recent_upper().await.clone();
+    let (tx, rx) = mpsc::unbounded();
+    let (button, token) = ShutdownButton::new();
+    let name = format!("{}#{generation}", cfg.name);
+    let persist_source = runtime.spawn(
+        &format!("{name}/persist_source"),
+        run_persist_source(client.clone(), shard, resume_upper.clone(), tx, token),
+    );
+    let replica = Rc::new(RefCell::new(Replica::new(
+        cfg,
+        generation,
+        resume_upper,
+        &source.borrow(),
+        rx,
+        Some(button),
+        log,
+        Some(runtime.clone()),
+    )));
+    let driver = runtime.spawn(
+        &format!("{name}/driver"),
+        drive(Rc::clone(&replica), write, source, runtime.clone()),
+    );
+    Ok(RunningReplica {
+        replica,
+        driver,
+        _persist_source: persist_source,
+    })
+}
+
+async fn drive(
+    replica: Rc<RefCell<Replica>>,
+    mut write: WriteHandle<SourceData, ()>,
+    source: Rc<RefCell<SourceLog>>,
+    runtime: Runtime,
+) -> ReplicaExit {
+    let (tick_ms, caa_timeout_ms) = {
+        let r = replica.borrow();
+        (r.config().tick_ms, r.config().caa_timeout_ms)
+    };
+    loop {
+        // SUBTLE: no borrow of the replica or the source is held across an await.
+        let next = {
+            let mut r = replica.borrow_mut();
+            if let Some(e) = r.halted() {
+                return ReplicaExit::Halted(e);
+            }
+            r.step(&source.borrow());
+            r.next_write()
+        };
+        let Some(w) = next else {
+            runtime.sleep(tick_ms).await;
+            continue;
+        };
+        match runtime
+            .timeout(caa_timeout_ms, append(&mut write, &w))
+            .await
+        {
+            Ok(Ok(Ok(()))) => replica.borrow_mut().write_committed(&w),
+            Ok(Ok(Err(mismatch))) => replica.borrow_mut().write_mismatch(&w, &mismatch.current),
+            Ok(Err(e)) => {
+                let reason = format!("persist sink: {e}");
+                replica.borrow_mut().halt(reason.clone());
+                return ReplicaExit::Halted(reason);
+            }
+            Err(_) => {
+                replica.borrow_mut().halt(format!(
+                    "compare_and_append timed out after {caa_timeout_ms} ms"
+                ));
+                write.abandon();
+                return ReplicaExit::TimedOut;
+            }
+        }
+    }
+}

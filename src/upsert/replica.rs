@@ -1,0 +1,357 @@
+//! [`Replica`]: one ingestion replica as a value with explicit steps: an [`UpsertWorker`], its
+//! [`PersistSink`], its cursor into the source, and the receiving end of its persist source.
+//!
+//! Nothing here is async and nothing happens on its own: [`Replica::step`] moves available
+//! feedback into the operator's persist input, reads the next source messages at this replica's
+//! pace, steps the worker until it is quiet, and hands the output to the sink; the host then
+//! asks [`Replica::next_write`] for a range to `compare_and_append` and reports the outcome
+//! ([`Replica::write_committed`], [`Replica::write_mismatch`]). The async loop that does that on
+//! the runtime is in [`super::driver`]; the playground may call the same methods itself to step
+//! a replica one phase at a time, and draws [`Replica::snapshot`].
+//!
+//! There is no timely cycle: the loop closes through the shard. A replica learns its state only
+//! from what the shard holds, which is why racing replicas stay consistent.
+
+use futures::channel::mpsc::UnboundedReceiver;
+use serde::Serialize;
+use timely::progress::Antichain;
+
+use super::core::CoreObserver;
+use super::observe::{OperatorSnapshot, UpsertCounters, UpsertEventKind, UpsertLog};
+use super::operator::ShutdownButton;
+use super::persist_source::FeedbackEvent;
+use super::sink::{PersistSink, SinkSnapshot, SinkWrite};
+use super::source::{SourceLog, SourceReader};
+use super::worker::{UpsertWorker, UpsertWorkerConfig};
+use crate::persist::codec::Timestamp;
+use crate::runtime::Runtime;
+
+/// How one replica behaves.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaConfig {
+    /// Its name (events carry `name#generation`).
+    pub name: String,
+    /// Source messages it reads per step: its speed.
+    pub read_batch: usize,
+    /// Milliseconds its driver waits between steps with nothing to write.
+    pub tick_ms: u64,
+    /// How long one compare_and_append may take before the replica gives up (and crashes).
+    pub caa_timeout_ms: u64,
+    /// Messages before the resume upper it re-reads on start (the operator drops them).
+    pub replay: usize,
+    /// Seeds its reader's shuffles.
+    pub seed: u64,
+    /// Allow partial emission.
+    pub prevent_snapshot_buffering: bool,
+    /// Source messages per operator activation, if bounded.
+    pub snapshot_buffering_max: Option<usize>,
+    /// The most `worker.step()`s per step.
+    pub step_budget: u32,
+}
+
+impl ReplicaConfig {
+    /// Defaults for a replica named `name`.
+    pub fn new(name: &str, seed: u64) -> Self {
+        ReplicaConfig {
+            name: name.to_string(),
+            read_batch: 4,
+            tick_ms: 5,
+            caa_timeout_ms: 2_000,
+            replay: 2,
+            seed,
+            prevent_snapshot_buffering: true,
+            snapshot_buffering_max: None,
+            step_budget: 64,
+        }
+    }
+}
+
+/// What one [`Replica::step`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StepReport {
+    /// Feedback updates moved into the operator.
+    pub fed_back: u64,
+    /// Source messages read.
+    pub read: u64,
+    /// `worker.step()`s taken.
+    pub worker_steps: u32,
+    /// Output updates handed to the sink.
+    pub output: u64,
+}
+
+/// A replica as plain data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplicaSnapshot {
+    /// Its name.
+    pub name: String,
+    /// Which start this is (0 first).
+    pub generation: u64,
+    /// The shard's upper it started from.
+    pub resume_upper: Option<Timestamp>,
+    /// How far its source input has advanced.
+    pub source_frontier: Timestamp,
+    /// Source messages it has not read yet.
+    pub source_unread: u64,
+    /// The persist input's upper it has fed to the operator.
+    pub persist_fed_upper: Option<Timestamp>,
+    /// The operator's output frontier.
+    pub output_frontier: Option<Timestamp>,
+    /// The operator.
+    pub operator: Option<OperatorSnapshot<Timestamp>>,
+    /// The sink.
+    pub sink: SinkSnapshot,
+    /// Replica and operator counters, added.
+    pub counters: UpsertCounters,
+    /// Why it stopped, if it did.
+    pub halted: Option<String>,
+}
+
+/// See the module docs.
+pub struct Replica {
+    cfg: ReplicaConfig,
+    generation: u64,
+    resume_upper: Antichain<Timestamp>,
+    worker: UpsertWorker,
+    sink: PersistSink,
+    reader: SourceReader,
+    source_frontier: Timestamp,
+    feedback: UnboundedReceiver<FeedbackEvent>,
+    persist_fed: Antichain<Timestamp>,
+    observer: CoreObserver<Timestamp>,
+    counters: UpsertCounters,
+    halted: Option<String>,
+    _persist_source: Option<ShutdownButton>,
+}
+
+impl Replica {
+    /// A replica starting at the shard's `resume_upper`, fed by `feedback` (from
+    /// [`super::persist_source::run_persist_source`], whose button it holds: dropping the replica
+    /// stops its persist source).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: ReplicaConfig,
+        generation: u64,
+        resume_upper: Antichain<Timestamp>,
+        source: &SourceLog,
+        feedback: UnboundedReceiver<FeedbackEvent>,
+        persist_source: Option<ShutdownButton>,
+        log: UpsertLog<Timestamp>,
+        clock: Option<Runtime>,
+    ) -> Self {
+        let who = format!("{}#{generation}", cfg.name);
+        let observer = CoreObserver {
+            who: who.clone(),
+            log,
+            clock,
+        };
+        let mut wcfg = UpsertWorkerConfig::new(&who, resume_upper.clone());
+        wcfg.prevent_snapshot_buffering = cfg.prevent_snapshot_buffering;
+        wcfg.snapshot_buffering_max = cfg.snapshot_buffering_max;
+        wcfg.step_budget = cfg.step_budget;
+        let worker = UpsertWorker::new(wcfg, observer.clone());
+        let resume = resume_upper.elements().first().copied().unwrap_or(0);
+        let reader = SourceReader::new(
+            source,
+            resume,
+            cfg.replay,
+            cfg.seed ^ generation.wrapping_mul(0x9e37_79b9),
+        );
+        let mut counters = UpsertCounters::default();
+        if generation > 0 {
+            counters.restarts = 1;
+        }
+        observer.log.record(|| super::observe::UpsertEvent {
+            who: observer.who.clone(),
+            at_ms: observer.clock.as_ref().map_or(0, |c| c.now_ms()),
+            kind: UpsertEventKind::Started {
+                resume_upper: resume_upper.elements().first().copied(),
+                generation,
+            },
+        });
+        Replica {
+            sink: PersistSink::new(resume_upper.clone()),
+            cfg,
+            generation,
+            resume_upper,
+            worker,
+            reader,
+            source_frontier: 0,
+            feedback,
+            persist_fed: Antichain::from_elem(0),
+            observer,
+            counters,
+            halted: None,
+            _persist_source: persist_source,
+        }
+    }
+
+    fn record(&self, kind: UpsertEventKind<Timestamp>) {
+        self.observer.log.record(|| super::observe::UpsertEvent {
+            who: self.observer.who.clone(),
+            at_ms: self.observer.clock.as_ref().map_or(0, |c| c.now_ms()),
+            kind,
+        });
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &ReplicaConfig {
+        &self.cfg
+    }
+
+    /// Why it stopped (an operator health error, a persist error), if it did.
+    pub fn halted(&self) -> Option<String> {
+        self.halted.clone().or_else(|| self.worker.halted())
+    }
+
+    /// Stops it with `reason` (it will do nothing more).
+    pub fn halt(&mut self, reason: String) {
+        if self.halted.is_none() {
+            self.record(UpsertEventKind::Crashed {
+                reason: reason.clone(),
+            });
+            self.halted = Some(reason);
+        }
+    }
+
+    /// Moves every feedback event that has arrived into the operator's persist input.
+    pub fn feed(&mut self) -> u64 {
+        let mut moved = 0;
+        let mut upper = None;
+        while let Ok(event) = self.feedback.try_recv() {
+            match event {
+                FeedbackEvent::Updates(updates) => {
+                    moved += updates.len() as u64;
+                    if let Err(e) = self.worker.send_persist(updates) {
+                        self.halt(format!("persist source: {e}"));
+                        return moved;
+                    }
+                }
+                FeedbackEvent::Progress(p) => {
+                    if let Some(&t) = p.elements().first() {
+                        self.worker.advance_persist(t);
+                    }
+                    upper = Some(p.clone());
+                    self.persist_fed = p;
+                }
+                FeedbackEvent::Error(e) => {
+                    self.halt(format!("persist source: {e}"));
+                    return moved;
+                }
+            }
+        }
+        if moved > 0 || upper.is_some() {
+            self.counters.fed_back += moved;
+            self.record(UpsertEventKind::FedBack {
+                updates: moved,
+                upper: upper.and_then(|u| u.elements().first().copied()),
+            });
+        }
+        moved
+    }
+
+    /// Reads up to `read_batch` source messages into the operator and advances its source
+    /// frontier as far as the reader allows.
+    pub fn read_source(&mut self, source: &SourceLog) -> u64 {
+        let (updates, frontier) = self.reader.read(source, self.cfg.read_batch);
+        let n = updates.len() as u64;
+        if let Err(e) = self.worker.send_source(updates) {
+            self.halt(format!("source: {e}"));
+            return n;
+        }
+        if frontier > self.source_frontier {
+            self.source_frontier = frontier;
+            self.worker.advance_source(frontier);
+        }
+        n
+    }
+
+    /// Steps the worker until it is quiet, then hands its output to the sink.
+    pub fn step_worker(&mut self) -> (u32, u64) {
+        let steps = self.worker.step(self.cfg.step_budget);
+        let out = self.worker.take_output();
+        let n = out.len() as u64;
+        let dropped = self.sink.ingest(out, self.worker.output_frontier());
+        self.counters.sink_dropped += dropped;
+        (steps, n)
+    }
+
+    /// One step: feed, read, step the worker, collect. Does nothing once halted.
+    pub fn step(&mut self, source: &SourceLog) -> StepReport {
+        if self.halted().is_some() {
+            return StepReport::default();
+        }
+        let fed_back = self.feed();
+        let read = if self.halted.is_none() {
+            self.read_source(source)
+        } else {
+            0
+        };
+        let (worker_steps, output) = self.step_worker();
+        StepReport {
+            fed_back,
+            read,
+            worker_steps,
+            output,
+        }
+    }
+
+    /// The complete range the sink would write now, if any (none once halted).
+    pub fn next_write(&mut self) -> Option<SinkWrite> {
+        if self.halted().is_some() {
+            return None;
+        }
+        self.sink.next_write()
+    }
+
+    /// `write` committed.
+    pub fn write_committed(&mut self, write: &SinkWrite) {
+        self.sink.committed(&write.upper);
+        self.counters.sink_appends += 1;
+        self.record(UpsertEventKind::SinkAppended {
+            lower: write.lower.elements().first().copied().unwrap_or(0),
+            upper: write.upper.elements().first().copied(),
+            updates: write.updates.len() as u64,
+        });
+    }
+
+    /// `write` lost: the shard's upper was `current`.
+    pub fn write_mismatch(&mut self, write: &SinkWrite, current: &Antichain<Timestamp>) {
+        let dropped = self.sink.mismatch(current);
+        self.counters.sink_mismatches += 1;
+        self.counters.sink_dropped += dropped;
+        self.record(UpsertEventKind::SinkMismatch {
+            expected: write.lower.elements().first().copied().unwrap_or(0),
+            current: current.elements().first().copied(),
+            dropped,
+        });
+    }
+
+    /// Checks that every state cell decodes.
+    pub fn check_cells(&self) -> Result<usize, String> {
+        self.worker.check_cells()
+    }
+
+    /// Replica and operator counters, added.
+    pub fn counters(&self) -> UpsertCounters {
+        let mut c = self.worker.counters();
+        c.add(&self.counters);
+        c
+    }
+
+    /// As plain data.
+    pub fn snapshot(&self, source: &SourceLog) -> ReplicaSnapshot {
+        ReplicaSnapshot {
+            name: self.cfg.name.clone(),
+            generation: self.generation,
+            resume_upper: self.resume_upper.elements().first().copied(),
+            source_frontier: self.source_frontier,
+            source_unread: self.reader.unread(source) as u64,
+            persist_fed_upper: self.persist_fed.elements().first().copied(),
+            output_frontier: self.worker.output_frontier().elements().first().copied(),
+            operator: self.worker.snapshot(),
+            sink: self.sink.snapshot(),
+            counters: self.counters(),
+            halted: self.halted(),
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The external source the replicas ingest: an append-only log of upserts, each with its
+//! offset (the FromTime) and the time it was reclocked to, like a Kafka topic with its remap.
+//!
+//! - [`SourceLog`] is shared by every replica (it is "outside" them). Messages are appended in
+//!   time order, offsets increase; [`SourceLog::seal`] moves its upper (every message before it
+//!   is in). Upserts come from a [`SourceGenerator`] (seeded: keys, values, deletes, errors,
+//!   bursts at one time) or by hand ([`SourceLog::push`]).
+//! - [`SourceReader`] is one replica's cursor: it reads at its own pace, hands its replica the
+//!   next messages (shuffled within each read, so FromTime order and arrival order differ), and
+//!   says how far the replica's source frontier may go: the time of the next unread message, or
+//!   the log's upper once everything is read.
+
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::Serialize;
+
+use super::types::{kv_row, UpsertError, UpsertKey, UpsertValue};
+use super::worker::SourceUpdate;
+use crate::persist::codec::{Datum, Row, Timestamp};
+
+/// One upsert of the source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceMessage {
+    /// The key (an integer key column).
+    pub key: i64,
+    /// The new value, or `None` for a delete.
+    pub value: Option<UpsertValue>,
+    /// Its offset: the FromTime, unique and increasing in the log.
+    pub offset: u64,
+    /// The time it was reclocked to.
+    pub ts: Timestamp,
+}
+
+impl SourceMessage {
+    /// The key row (`[key]`).
+    pub fn key_row(&self) -> Row {
+        Row::new([Datum::Int(self.key)])
+    }
+
+    /// As an update of the operator's source input.
+    pub fn to_update(&self) -> SourceUpdate {
+        (
+            (
+                UpsertKey::from_key(&self.key_row()),
+                self.value.clone(),
+                self.offset,
+            ),
+            self.ts,
+            1,
+        )
+    }
+}
+
+/// The shared log. See the module docs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SourceLog {
+    messages: Vec<SourceMessage>,
+    upper: Timestamp,
+    next_offset: u64,
+}
+
+impl SourceLog {
+    /// An empty log with upper 0.
+    pub fn new() -> Self {
+        SourceLog {
+            messages: Vec::new(),
+            upper: 0,
+            next_offset: 1,
+        }
+    }
+
+    /// Every message.
+    pub fn messages(&self) -> &[SourceMessage] {
+        &self.messages
+    }
+
+    /// Every message before this time is in the log.
+    pub fn upper(&self) -> Timestamp {
+        self.upper
+    }
+
+    /// Appends an upsert of `key` at `ts` (at or beyond the upper and the last message's time).
+    pub fn push(
+        &mut self,
+        key: i64,
+        value: Option<UpsertValue>,
+        ts: Timestamp,
+    ) -> Result<u64, String> {
+        let last = self.messages.last().map_or(0, |m| m.ts);
+        if ts < self.upper || ts < last {
+            return Err(format!(
+                "cannot append at {ts}: the log is sealed to {} and its last message is at {last}",
+                self.upper
+            ));
+        }
+        let offset = self.next_offset;
+        self.next_offset += 1;
+        self.messages.push(SourceMessage {
+            key,
+            value,
+            offset,
+            ts,
+        });
+        Ok(offset)
+    }
+
+    /// Moves the upper to `upper` (never back).
+    pub fn seal(&mut self, upper: Timestamp) {
+        self.upper = self.upper.max(upper);
+    }
+}
+
+/// Knobs of the generator.
+#[derive(Debug, Clone, Serialize)]
+pub struct GeneratorConfig {
+    /// Keys are drawn from `0..keys`.
+    pub keys: u64,
+    /// Percent of upserts that are deletes.
+    pub delete_percent: u64,
+    /// Percent of upserts whose value is an error.
+    pub error_percent: u64,
+    /// Upserts per time: from 1 to this many (a burst at one time).
+    pub burst_max: u64,
+    /// Times advance by 1 to this many between bursts.
+    pub ts_step_max: u64,
+}
+
+impl Default for GeneratorConfig {
+    fn default() -> Self {
+        GeneratorConfig {
+            keys: 8,
+            delete_percent: 15,
+            error_percent: 5,
+            burst_max: 6,
+            ts_step_max: 2,
+        }
+    }
+}
+
+/// A seeded generator of upserts. See the module docs.
+pub struct SourceGenerator {
+    rng: Xoshiro256PlusPlus,
+    cfg: GeneratorConfig,
+    next_ts: Timestamp,
+    values: u64,
+}
+
+impl SourceGenerator {
+    /// A generator whose first burst is at `start_ts`.
+    pub fn new(seed: u64, cfg: GeneratorConfig, start_ts: Timestamp) -> Self {
+        SourceGenerator {
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            cfg,
+            next_ts: start_ts,
+            values: 0,
+        }
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.rng.next_u64() % n.max(1)
+    }
+
+    /// One burst of upserts at the next time, then seals the log past it. Returns its time.
+    pub fn burst(&mut self, log: &mut SourceLog) -> Timestamp {
+        let ts = self.next_ts.max(log.upper);
+        let n = 1 + self.below(self.cfg.burst_max);
+        for _ in 0..n {
+            let key = self.below(self.cfg.keys) as i64;
+            let roll = self.below(100);
+            let value = if roll < self.cfg.delete_percent {
+                None
+            } else if roll < self.cfg.delete_percent + self.cfg.error_percent {
+                Some(Err(UpsertError::Value {
+                    for_key: Row::new([Datum::Int(key)]),
+                    message: format!("bad bytes #{}", self.values),
+                }))
+            } else {
+                Some(Ok(kv_row(key, &format!("v{}", self.values))))
+            };
+            self.values += 1;
+            // The log accepts it: ts is at or beyond its upper and its last message.
+            let _ = log.push(key, value, ts);
+        }
+        log.seal(ts + 1);
+        self.next_ts = ts + 1 + self.below(self.cfg.ts_step_max);
+        ts
+    }
+}
+
+/// One replica's cursor into the log. See the module docs.
+#[derive(Debug, Clone)]
+pub struct SourceReader {
+    next: usize,
+    rng: Xoshiro256PlusPlus,
+}
+
+impl SourceReader {
+    /// A reader that starts at the first message at or after `resume_upper`, backed up by
+    /// `replay` messages (a restarted source re-reads a little; the operator drops those).
+    pub fn new(log: &SourceLog, resume_upper: Timestamp, replay: usize, seed: u64) -> Self {
+        let first = log.messages.partition_point(|m| m.ts < resume_upper);
+        SourceReader {
+            next: first.saturating_sub(replay),
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+        }
+    }
+
+    /// Reads up to `max` messages, shuffled; returns them and the frontier the replica's source
+    /// may advance to.
+    pub fn read(&mut self, log: &SourceLog, max: usize) -> (Vec<SourceUpdate>, Timestamp) {
+        let end = (self.next + max).min(log.messages.len());
+        let mut out: Vec<SourceUpdate> = log.messages[self.next..end]
+            .iter()
+            .map(SourceMessage::to_update)
+            .collect();
+        self.next = end;
+        // Fisher-Yates with the reader's own seed: arrival order differs from offset order.
+        for i in (1..out.len()).rev() {
+            let j = (self.rng.next_u64() % (i as u64 + 1)) as usize;
+            out.swap(i, j);
+        }
+        let frontier = log.messages.get(self.next).map_or(log.upper, |m| m.ts);
+        (out, frontier)
+    }
+
+    /// Messages not yet read.
+    pub fn unread(&self, log: &SourceLog) -> usize {
+        log.messages.len() - self.next.min(log.messages.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generator_appends_bursts_in_time_order_and_readers_see_them_all() {
+        let mut log = SourceLog::new();
+        let mut gen = SourceGenerator::new(3, GeneratorConfig::default(), 1);
+        for _ in 0..20 {
+            gen.burst(&mut log);
+        }
+        let ms = log.messages();
+        assert!(ms
+            .windows(2)
+            .all(|w| w[0].ts <= w[1].ts && w[0].offset < w[1].offset));
+        assert!(ms.iter().any(|m| m.value.is_none()));
+        assert_eq!(log.upper(), ms.last().unwrap().ts + 1);
+        let mut r = SourceReader::new(&log, 0, 0, 9);
+        let mut seen = 0;
+        let mut last_frontier = 0;
+        while r.unread(&log) > 0 {
+            let (batch, frontier) = r.read(&log, 4);
+            assert!(batch.iter().all(|(_, t, _)| *t >= last_frontier));
+            assert!(frontier >= last_frontier);
+            last_frontier = frontier;
+            seen += batch.len();
+        }
+        assert_eq!(seen, ms.len());
+        assert_eq!(last_frontier, log.upper());
+        assert!(log.push(0, None, 0).is_err(), "before the upper");
+    }
+}

@@ -1,0 +1,534 @@
+//! `TimestampOracle` in JS: monotone read and write timestamps for one timeline.
+//!
+//! - `TimestampOracle.inMemory(options?)`: in memory; nothing survives.
+//! - `TimestampOracle.open(location, options)`: durable on the location's Consensus, with
+//!   pre-allocated windows (`persistIntervalMs`): a restart (a new `open` on the same timeline)
+//!   resumes above every timestamp ever handed out, and fences the instance it took over from
+//!   (its calls reject with code `"Fenced"`).
+//!
+//! The contract: `writeTs()` is above every earlier read or write timestamp (and tracks the wall
+//! clock unless `clock: "none"`), `readTs()` is at least every applied write, and
+//! `applyWrite(t)` raises both to `t`. Timestamps are milliseconds, as numbers.
+
+use std::rc::Rc;
+
+use js_sys::Promise;
+use serde::Serialize;
+use tsify::Tsify;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use super::convert::{self, ms, opt_ms, Options};
+use super::errors::{LibError, LibResult};
+use super::location::{JsPersistLocation, LocationShared};
+use crate::oracle::{
+    DurableOracleConfig, DurableTimestampOracle, InMemoryTimestampOracle, NowFn, OracleEvent,
+    OracleEventKind, OracleSnapshot, OracleStats, TimestampOracle,
+};
+use crate::runtime::browser::BrowserRuntime;
+use crate::runtime::Runtime;
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_ORACLE: &'static str = r#"
+/** Options of `TimestampOracle.inMemory`. */
+export interface InMemoryOracleOptions {
+    /** Where the timeline starts (both timestamps). Default 0. */
+    initially?: Time;
+    /** "wall": write timestamps track Date.now(); "none": only monotonicity. Default "wall". */
+    clock?: "wall" | "none";
+}
+/** Options of `TimestampOracle.open`. */
+export interface DurableOracleOptions extends InMemoryOracleOptions {
+    /** The timeline (its record's Consensus key is derived from it). */
+    timeline: string;
+    /** Timestamps served from memory per durable write. Default 5000. */
+    persistIntervalMs?: number;
+    /** Check the epoch (one Consensus read) before every writeTs and readTs. Default false. */
+    confirmLeadership?: boolean;
+    /** Bound every call, in ms (rejects with code "Timeout"). */
+    callTimeoutMs?: number;
+}
+"#;
+
+/// A write timestamp and the upper to advance the written shard to.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+#[tsify(missing_as_null, large_number_types_as_bigints)]
+pub struct WriteTimestampView {
+    /// The time the write takes place at.
+    pub timestamp: f64,
+    /// `timestamp + 1`.
+    pub advance_to: f64,
+}
+
+/// Counters of what a durable instance did.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+#[tsify(missing_as_null, large_number_types_as_bigints)]
+#[allow(missing_docs)]
+pub struct OracleStatsView {
+    pub write_timestamps: f64,
+    pub durable_writes: f64,
+    pub cas_attempts: f64,
+    pub adopted_own_writes: f64,
+    pub storage_retries: f64,
+    pub leadership_checks: f64,
+    pub truncated_versions: f64,
+    pub clock_guard_waits: f64,
+}
+
+/// A durable instance as plain data.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+#[tsify(missing_as_null, large_number_types_as_bigints)]
+pub struct OracleSnapshotView {
+    /// The timeline.
+    pub timeline: String,
+    /// This instance's epoch (each open takes the next).
+    pub epoch: f64,
+    /// The seqno of the latest version it knows it wrote.
+    pub seqno: u64,
+    /// The read timestamp.
+    pub read_ts: f64,
+    /// The latest write timestamp.
+    pub write_ts: f64,
+    /// Every timestamp handed out is below this (it is durable).
+    pub durable_upper: f64,
+    /// The window size.
+    pub persist_interval_ms: f64,
+    /// Whether calls check the epoch first.
+    pub confirm_leadership: bool,
+    /// The epoch that fenced this instance, once it knows.
+    pub fenced_by: Option<f64>,
+    /// Whether an allocation is in flight.
+    pub allocating: bool,
+    /// The counters.
+    pub stats: OracleStatsView,
+}
+
+/// What a durable instance did (`type` names the kind; the other fields depend on it).
+#[derive(Serialize, Tsify)]
+#[serde(tag = "type", rename_all = "camelCase")]
+#[tsify(missing_as_null, large_number_types_as_bigints)]
+#[allow(missing_docs)]
+pub enum OracleEventKindView {
+    #[serde(rename_all = "camelCase")]
+    Opened {
+        resumed_from: Option<f64>,
+        start_ts: f64,
+        durable_upper: f64,
+        seqno: u64,
+    },
+    #[serde(rename_all = "camelCase")]
+    OpenConflict { expected_seqno: Option<u64> },
+    #[serde(rename_all = "camelCase")]
+    Allocated {
+        for_ts: f64,
+        durable_upper: f64,
+        seqno: u64,
+    },
+    #[serde(rename_all = "camelCase")]
+    AdoptedOwnWrite { seqno: u64, durable_upper: f64 },
+    #[serde(rename_all = "camelCase")]
+    Truncated { below_seqno: u64, deleted: f64 },
+    #[serde(rename_all = "camelCase")]
+    TruncateFailed { error: String },
+    #[serde(rename_all = "camelCase")]
+    StorageRetry {
+        op: String,
+        error: String,
+        indeterminate: bool,
+        backoff_ms: f64,
+    },
+    #[serde(rename_all = "camelCase")]
+    Fenced { current_epoch: f64 },
+    #[serde(rename_all = "camelCase")]
+    ClockGuardWait {
+        stored_upper: f64,
+        now_ms: f64,
+        wait_ms: f64,
+    },
+    #[serde(rename_all = "camelCase")]
+    ClockGuardGaveUp {
+        stored_upper: f64,
+        now_ms: f64,
+        waited_ms: f64,
+    },
+}
+
+/// One thing a durable instance did.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+#[tsify(missing_as_null, large_number_types_as_bigints)]
+pub struct OracleEventView {
+    /// When (the runtime's clock).
+    pub at_ms: f64,
+    /// The timeline.
+    pub timeline: String,
+    /// The instance's epoch (0 while opening).
+    pub epoch: f64,
+    /// What happened.
+    pub event: OracleEventKindView,
+}
+
+fn event_view(e: OracleEvent) -> LibResult<OracleEventView> {
+    use OracleEventKindView as V;
+    let OracleEvent {
+        at_ms,
+        timeline,
+        epoch,
+        kind,
+    } = e;
+    let t = |t: u64| ms(t, "a timestamp in an oracle event");
+    let event = match kind {
+        OracleEventKind::Opened {
+            resumed_from,
+            start_ts,
+            durable_upper,
+            seqno,
+        } => V::Opened {
+            resumed_from: opt_ms(resumed_from, "a timestamp in an oracle event")?,
+            start_ts: t(start_ts)?,
+            durable_upper: t(durable_upper)?,
+            seqno,
+        },
+        OracleEventKind::OpenConflict { expected_seqno } => V::OpenConflict { expected_seqno },
+        OracleEventKind::Allocated {
+            for_ts,
+            durable_upper,
+            seqno,
+        } => V::Allocated {
+            for_ts: t(for_ts)?,
+            durable_upper: t(durable_upper)?,
+            seqno,
+        },
+        OracleEventKind::AdoptedOwnWrite {
+            seqno,
+            durable_upper,
+        } => V::AdoptedOwnWrite {
+            seqno,
+            durable_upper: t(durable_upper)?,
+        },
+        OracleEventKind::Truncated {
+            below_seqno,
+            deleted,
+        } => V::Truncated {
+            below_seqno,
+            deleted: deleted as f64,
+        },
+        OracleEventKind::TruncateFailed { error } => V::TruncateFailed { error },
+        OracleEventKind::StorageRetry {
+            op,
+            error,
+            indeterminate,
+            backoff_ms,
+        } => V::StorageRetry {
+            op,
+            error,
+            indeterminate,
+            backoff_ms: t(backoff_ms)?,
+        },
+        OracleEventKind::Fenced { current_epoch } => V::Fenced {
+            current_epoch: current_epoch as f64,
+        },
+        OracleEventKind::ClockGuardWait {
+            stored_upper,
+            now_ms,
+            wait_ms,
+        } => V::ClockGuardWait {
+            stored_upper: t(stored_upper)?,
+            now_ms: t(now_ms)?,
+            wait_ms: t(wait_ms)?,
+        },
+        OracleEventKind::ClockGuardGaveUp {
+            stored_upper,
+            now_ms,
+            waited_ms,
+        } => V::ClockGuardGaveUp {
+            stored_upper: t(stored_upper)?,
+            now_ms: t(now_ms)?,
+            waited_ms: t(waited_ms)?,
+        },
+    };
+    Ok(OracleEventView {
+        at_ms: t(at_ms)?,
+        timeline,
+        epoch: epoch as f64,
+        event,
+    })
+}
+
+fn snapshot_view(s: OracleSnapshot) -> LibResult<OracleSnapshotView> {
+    let OracleSnapshot {
+        timeline,
+        epoch,
+        seqno,
+        read_ts,
+        write_ts,
+        durable_upper,
+        persist_interval_ms,
+        confirm_leadership,
+        fenced_by,
+        allocating,
+        stats,
+    } = s;
+    let OracleStats {
+        write_timestamps,
+        durable_writes,
+        cas_attempts,
+        adopted_own_writes,
+        storage_retries,
+        leadership_checks,
+        truncated_versions,
+        clock_guard_waits,
+    } = stats;
+    let t = |v: u64| ms(v, "an oracle timestamp");
+    Ok(OracleSnapshotView {
+        timeline,
+        epoch: epoch as f64,
+        seqno,
+        read_ts: t(read_ts)?,
+        write_ts: t(write_ts)?,
+        durable_upper: t(durable_upper)?,
+        persist_interval_ms: t(persist_interval_ms)?,
+        confirm_leadership,
+        fenced_by: fenced_by.map(|e| e as f64),
+        allocating,
+        stats: OracleStatsView {
+            write_timestamps: write_timestamps as f64,
+            durable_writes: durable_writes as f64,
+            cas_attempts: cas_attempts as f64,
+            adopted_own_writes: adopted_own_writes as f64,
+            storage_retries: storage_retries as f64,
+            leadership_checks: leadership_checks as f64,
+            truncated_versions: truncated_versions as f64,
+            clock_guard_waits: clock_guard_waits as f64,
+        },
+    })
+}
+
+fn clock(o: &Options, runtime: &Runtime) -> LibResult<NowFn> {
+    match o.get("clock") {
+        None => Ok(NowFn::from_runtime(runtime)),
+        Some(v) => match convert::string(&v, &o.name("clock"))?.as_str() {
+            "wall" => Ok(NowFn::from_runtime(runtime)),
+            "none" => Ok(NowFn::constant(0)),
+            other => Err(LibError::type_error(format!(
+                "{} must be \"wall\" or \"none\", got {other:?}",
+                o.name("clock")
+            ))),
+        },
+    }
+}
+
+/// A timestamp oracle. See the module docs.
+#[wasm_bindgen(js_name = TimestampOracle)]
+pub struct JsTimestampOracle {
+    oracle: Rc<dyn TimestampOracle>,
+    durable: Option<Rc<DurableTimestampOracle>>,
+    location: Option<Rc<LocationShared>>,
+    runtime: Runtime,
+    call_timeout_ms: Option<u64>,
+}
+
+impl JsTimestampOracle {
+    /// Runs one oracle call: on the location (if durable) and within the call bound.
+    fn call<T: 'static>(
+        &self,
+        op: &'static str,
+        f: impl AsyncFnOnce(Rc<dyn TimestampOracle>) -> LibResult<T> + 'static,
+        out: impl FnOnce(T) -> LibResult<JsValue> + 'static,
+    ) -> Promise {
+        let (oracle, location) = (Rc::clone(&self.oracle), self.location.clone());
+        let (runtime, timeout) = (self.runtime.clone(), self.call_timeout_ms);
+        future_to_promise(async move {
+            let value = match &location {
+                Some(l) => {
+                    l.run(op, timeout.map(|ms| (&runtime, ms)), f(oracle))
+                        .await?
+                }
+                None => f(oracle).await?,
+            };
+            Ok(out(value)?)
+        })
+    }
+}
+
+#[wasm_bindgen(js_class = TimestampOracle)]
+impl JsTimestampOracle {
+    /// An oracle in memory.
+    #[wasm_bindgen(js_name = inMemory)]
+    pub fn in_memory(
+        #[wasm_bindgen(unchecked_optional_param_type = "InMemoryOracleOptions")] options: JsValue,
+    ) -> Result<JsTimestampOracle, JsValue> {
+        let o = Options::new(&options, "options", &["initially", "clock"])?;
+        let initially = o.parse_or("initially", 0, convert::time)?;
+        let runtime = BrowserRuntime::runtime();
+        let now = clock(&o, &runtime)?;
+        Ok(JsTimestampOracle {
+            oracle: Rc::new(InMemoryTimestampOracle::new(initially, now)),
+            durable: None,
+            location: None,
+            runtime,
+            call_timeout_ms: None,
+        })
+    }
+
+    /// Opens a durable instance on `location`: bumps the timeline's epoch (fencing the previous
+    /// instance) and resumes above every timestamp handed out before.
+    #[wasm_bindgen(unchecked_return_type = "Promise<TimestampOracle>")]
+    pub fn open(
+        location: &JsPersistLocation,
+        #[wasm_bindgen(unchecked_param_type = "DurableOracleOptions")] options: JsValue,
+    ) -> Promise {
+        let shared = Rc::clone(&location.shared);
+        future_to_promise(async move {
+            let o = Options::required(
+                &options,
+                "options",
+                &[
+                    "timeline",
+                    "initially",
+                    "clock",
+                    "persistIntervalMs",
+                    "confirmLeadership",
+                    "callTimeoutMs",
+                ],
+            )?;
+            let timeline = o.parse_required("timeline", convert::string)?;
+            if timeline.is_empty() {
+                return Err(LibError::range("options.timeline must not be empty").into());
+            }
+            let initially = o.parse_or("initially", 0, convert::time)?;
+            let interval = o.parse_or("persistIntervalMs", 5_000, convert::time)?;
+            let confirm = o.parse_or("confirmLeadership", false, convert::boolean)?;
+            let timeout = o
+                .get("callTimeoutMs")
+                .map(|v| convert::time(&v, &o.name("callTimeoutMs")))
+                .transpose()?;
+            let runtime = BrowserRuntime::runtime();
+            let now = clock(&o, &runtime)?;
+            let config = DurableOracleConfig::new(timeline)
+                .persist_interval_ms(interval)
+                .confirm_leadership(confirm);
+            let consensus = Rc::clone(&shared.location().consensus);
+            let rt = runtime.clone();
+            let durable = shared
+                .run(
+                    "TimestampOracle.open",
+                    timeout.map(|ms| (&runtime, ms)),
+                    async move {
+                        Ok(
+                            DurableTimestampOracle::open(consensus, rt, now, initially, config)
+                                .await?,
+                        )
+                    },
+                )
+                .await?;
+            let durable = Rc::new(durable);
+            Ok(JsTimestampOracle {
+                oracle: Rc::clone(&durable) as Rc<dyn TimestampOracle>,
+                durable: Some(durable),
+                location: Some(shared),
+                runtime,
+                call_timeout_ms: timeout,
+            }
+            .into())
+        })
+    }
+
+    /// Whether this instance is durable (opened with `open`).
+    #[wasm_bindgen(getter)]
+    pub fn durable(&self) -> bool {
+        self.durable.is_some()
+    }
+
+    /// A new write timestamp, above every earlier read and write timestamp.
+    #[wasm_bindgen(js_name = writeTs, unchecked_return_type = "Promise<WriteTimestampView>")]
+    pub fn write_ts(&self) -> Promise {
+        self.call(
+            "writeTs",
+            async |o| Ok(o.write_ts().await?),
+            |w| {
+                convert::to_js(&WriteTimestampView {
+                    timestamp: ms(w.timestamp, "the write timestamp")?,
+                    advance_to: ms(w.advance_to, "advanceTo")?,
+                })
+            },
+        )
+    }
+
+    /// The latest write timestamp, not advanced.
+    #[wasm_bindgen(js_name = peekWriteTs, unchecked_return_type = "Promise<number>")]
+    pub fn peek_write_ts(&self) -> Promise {
+        self.call(
+            "peekWriteTs",
+            async |o| Ok(o.peek_write_ts().await?),
+            |t| Ok(JsValue::from_f64(ms(t, "the write timestamp")?)),
+        )
+    }
+
+    /// A read timestamp: at least every applied write.
+    #[wasm_bindgen(js_name = readTs, unchecked_return_type = "Promise<number>")]
+    pub fn read_ts(&self) -> Promise {
+        self.call(
+            "readTs",
+            async |o| Ok(o.read_ts().await?),
+            |t| Ok(JsValue::from_f64(ms(t, "the read timestamp")?)),
+        )
+    }
+
+    /// Marks a write at `timestamp` complete: afterwards `readTs() >= timestamp`.
+    #[wasm_bindgen(js_name = applyWrite, unchecked_return_type = "Promise<void>")]
+    pub fn apply_write(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Time")] timestamp: JsValue,
+    ) -> Promise {
+        match convert::time(&timestamp, "timestamp") {
+            Ok(t) => self.call(
+                "applyWrite",
+                async move |o| Ok(o.apply_write(t).await?),
+                |()| Ok(JsValue::UNDEFINED),
+            ),
+            Err(e) => Promise::reject(&e.into()),
+        }
+    }
+
+    /// Durable only: checks (one Consensus read) that no other instance took over.
+    #[wasm_bindgen(js_name = confirmLeadership, unchecked_return_type = "Promise<void>")]
+    pub fn confirm_leadership(&self) -> Promise {
+        let Some(durable) = self.durable.clone() else {
+            let e = LibError::new(
+                "OracleError",
+                "confirmLeadership: an in-memory oracle has no leadership to confirm",
+            );
+            return Promise::reject(&e.into());
+        };
+        self.call(
+            "confirmLeadership",
+            async move |_| Ok(durable.confirm_leadership().await?),
+            |()| Ok(JsValue::UNDEFINED),
+        )
+    }
+
+    /// Durable only: the instance as plain data (`null` for an in-memory oracle).
+    #[wasm_bindgen(unchecked_return_type = "OracleSnapshotView | null")]
+    pub fn snapshot(&self) -> Result<JsValue, JsValue> {
+        match &self.durable {
+            Some(d) => Ok(convert::to_js(&snapshot_view(d.snapshot())?)?),
+            None => Ok(JsValue::NULL),
+        }
+    }
+
+    /// Durable only: takes the recorded events, oldest first (`[]` for an in-memory oracle).
+    #[wasm_bindgen(js_name = takeEvents, unchecked_return_type = "OracleEventView[]")]
+    pub fn take_events(&self) -> Result<JsValue, JsValue> {
+        let out = js_sys::Array::new();
+        if let Some(d) = &self.durable {
+            for e in d.take_events() {
+                out.push(&convert::to_js(&event_view(e)?)?);
+            }
+        }
+        Ok(out.into())
+    }
+}

@@ -1,0 +1,521 @@
+//! `PersistClient` and `WriteHandle` in JS: opening shards and writing to them.
+//!
+//! A shard here holds `((key, value), time, diff)` updates with string keys and values, times
+//! in milliseconds (numbers) and diffs as `bigint` (a `number` is accepted on input). Every
+//! handle method is `async` and runs as a call on the client's location (refused, or aborted,
+//! once it is closed; bounded by the client's `callTimeoutMs` if set). Calls on one handle run
+//! one at a time, in the order they were made.
+//!
+//! Writes return `{ committed, upper }`: `committed` is false on an upper mismatch (another
+//! writer moved the upper first; nothing was written), and `upper` is the shard's upper as the
+//! handle now knows it. Misuse (bad bounds, an expired handle) rejects with an Error.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+
+use js_sys::Promise;
+use serde::Serialize;
+use timely::progress::Antichain;
+use tsify::Tsify;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use super::convert::{self, Options};
+use super::errors::{LibError, LibResult};
+use super::events::{PersistEventView, ShardStateView};
+use super::location::{JsPersistLocation, LocationShared};
+use super::read::JsReadHandle;
+use crate::persist::codec::{Diff, Timestamp};
+use crate::persist::error::UpperMismatch;
+use crate::persist::write::WriteHandle;
+use crate::persist::{PersistClient, PersistConfig, ShardId};
+use crate::runtime::browser::BrowserRuntime;
+use crate::runtime::Runtime;
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_SHARD: &'static str = r#"
+/** A time in milliseconds (an integer in [0, Number.MAX_SAFE_INTEGER]). */
+export type Time = number;
+/** A frontier of times: every time before it is complete; `null` is the empty frontier. */
+export type Frontier = Time | null;
+/** One update to write: `diff` defaults to 1 (a safe-integer number or a bigint). */
+export interface UpdateInput {
+    key: string;
+    value: string;
+    time: Time;
+    diff?: number | bigint;
+}
+/** Options of `new PersistClient(location, options)`. */
+export interface PersistClientOptions {
+    /** Seeds the ids the client draws (writers, readers, parts). Default 0. */
+    seed?: number | bigint;
+    /** Bound every call of this client's handles, in ms (rejects with code "Timeout"). */
+    callTimeoutMs?: number;
+    writerLeaseDurationMs?: number;
+    readerLeaseDurationMs?: number;
+    /** Background compaction after appends. Default true. */
+    compaction?: boolean;
+    /** Garbage collection of unused blobs and versions. Default true. */
+    gc?: boolean;
+    /** A rollup every this many seqnos (0: none routinely). Default 16. */
+    rollupThreshold?: number;
+    /** Record persist events (`takeEvents`). Default true. */
+    events?: boolean;
+}
+"#;
+
+/// The result of a write.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+#[tsify(missing_as_null, large_number_types_as_bigints)]
+pub struct AppendOutcome {
+    /// Whether the updates are now in the shard (false: an upper mismatch; nothing written).
+    pub committed: bool,
+    /// The shard's upper as the handle now knows it (`null`: finished).
+    pub upper: Option<f64>,
+}
+
+/// What the handles of one client share: the core client, its location and its call bound.
+#[derive(Clone)]
+pub(crate) struct ClientCtx {
+    pub client: PersistClient,
+    pub location: Rc<LocationShared>,
+    pub runtime: Runtime,
+    pub call_timeout_ms: Option<u64>,
+}
+
+impl ClientCtx {
+    /// Runs `fut` as a call on the location (see [`LocationShared::run`]).
+    pub async fn call<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = LibResult<T>>,
+    ) -> LibResult<T> {
+        let timeout = self.call_timeout_ms.map(|ms| (&self.runtime, ms));
+        self.location.run(what, timeout, fut).await
+    }
+}
+
+/// A handle that is taken by the calls that consume it (expire, listen) and queued otherwise.
+pub(crate) struct Slot<H> {
+    what: &'static str,
+    id: String,
+    handle: futures::lock::Mutex<Option<H>>,
+    gone: RefCell<&'static str>,
+}
+
+impl<H> Slot<H> {
+    pub fn new(what: &'static str, id: String, handle: H) -> Rc<Self> {
+        Rc::new(Slot {
+            what,
+            id,
+            handle: futures::lock::Mutex::new(Some(handle)),
+            gone: RefCell::new(""),
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn gone_error(&self, op: &str) -> LibError {
+        LibError::expired(format!(
+            "{op}: {} {} {}; open a new one",
+            self.what,
+            self.id,
+            self.gone.borrow()
+        ))
+    }
+
+    /// Whether the handle was taken.
+    pub fn is_gone(&self) -> bool {
+        !self.gone.borrow().is_empty()
+    }
+
+    /// Runs `f` on the handle once earlier calls are done.
+    pub async fn with<T>(
+        &self,
+        op: &str,
+        f: impl AsyncFnOnce(&mut H) -> LibResult<T>,
+    ) -> LibResult<T> {
+        let mut guard = self.handle.lock().await;
+        match guard.as_mut() {
+            Some(h) => f(h).await,
+            None => Err(self.gone_error(op)),
+        }
+    }
+
+    /// Takes the handle (once earlier calls are done); later calls fail saying `why`.
+    pub async fn take(&self, op: &str, why: &'static str) -> LibResult<H> {
+        let mut guard = self.handle.lock().await;
+        let h = guard.take().ok_or_else(|| self.gone_error(op))?;
+        *self.gone.borrow_mut() = why;
+        Ok(h)
+    }
+}
+
+pub(crate) fn shard_id(v: &JsValue) -> LibResult<ShardId> {
+    let name = convert::string(v, "shardId")?;
+    ShardId::new(&name).map_err(LibError::range)
+}
+
+/// Parses `updates` (an array of `UpdateInput`).
+pub(crate) fn updates(v: &JsValue) -> LibResult<Vec<((String, String), Timestamp, Diff)>> {
+    convert::array(v, "updates")?
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            let what = format!("updates[{i}]");
+            let o = Options::required(u, &what, &["key", "value", "time", "diff"])?;
+            let key = o.parse_required("key", convert::string)?;
+            let value = o.parse_required("value", convert::string)?;
+            let time = o.parse_required("time", convert::time)?;
+            let diff = o.parse_or("diff", 1, convert::int64)?;
+            Ok(((key, value), time, diff))
+        })
+        .collect()
+}
+
+/// Opens handles onto shards of one location; see the module docs.
+#[wasm_bindgen(js_name = PersistClient)]
+pub struct JsPersistClient {
+    ctx: ClientCtx,
+}
+
+#[wasm_bindgen(js_class = PersistClient)]
+impl JsPersistClient {
+    /// A client over `location`. Clients on one location share its data, like processes.
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        location: &JsPersistLocation,
+        #[wasm_bindgen(unchecked_optional_param_type = "PersistClientOptions")] options: JsValue,
+    ) -> Result<JsPersistClient, JsValue> {
+        let o = Options::new(
+            &options,
+            "options",
+            &[
+                "seed",
+                "callTimeoutMs",
+                "writerLeaseDurationMs",
+                "readerLeaseDurationMs",
+                "compaction",
+                "gc",
+                "rollupThreshold",
+                "events",
+            ],
+        )?;
+        let d = PersistConfig::default();
+        let positive = |v: &JsValue, what: &str| match convert::time(v, what)? {
+            0 => Err(LibError::range(format!("{what} must be at least 1"))),
+            ms => Ok(ms),
+        };
+        let cfg = PersistConfig {
+            writer_lease_duration_ms: o.parse_or(
+                "writerLeaseDurationMs",
+                d.writer_lease_duration_ms,
+                positive,
+            )?,
+            reader_lease_duration_ms: o.parse_or(
+                "readerLeaseDurationMs",
+                d.reader_lease_duration_ms,
+                positive,
+            )?,
+            compaction_enabled: o.parse_or("compaction", d.compaction_enabled, convert::boolean)?,
+            gc_enabled: o.parse_or("gc", d.gc_enabled, convert::boolean)?,
+            rollup_threshold: o.parse_or("rollupThreshold", d.rollup_threshold, convert::time)?,
+            ..d
+        };
+        let seed = o.parse_or("seed", 0, convert::uint64)?;
+        let call_timeout_ms = o
+            .get("callTimeoutMs")
+            .map(|v| positive(&v, &o.name("callTimeoutMs")))
+            .transpose()?;
+        let events = o.parse_or("events", true, convert::boolean)?;
+        location.shared.check_open("new PersistClient")?;
+        let runtime = BrowserRuntime::runtime();
+        let mut client = PersistClient::new(
+            location.shared.location().clone(),
+            runtime.clone(),
+            cfg,
+            seed,
+        );
+        if !events {
+            client = client.with_events(crate::persist::events::EventLog::disabled());
+        }
+        Ok(JsPersistClient {
+            ctx: ClientCtx {
+                client,
+                location: Rc::clone(&location.shared),
+                runtime,
+                call_timeout_ms,
+            },
+        })
+    }
+
+    /// Opens a writer on `shardId` (1 to 128 characters, no `/`), creating the shard if needed.
+    #[wasm_bindgen(js_name = openWriter, unchecked_return_type = "Promise<WriteHandle>")]
+    pub fn open_writer(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string")] shard: JsValue,
+    ) -> Promise {
+        let ctx = self.ctx.clone();
+        future_to_promise(async move {
+            let shard = shard_id(&shard)?;
+            let client = ctx.client.clone();
+            let handle = ctx
+                .call("openWriter", async move {
+                    Ok(client.open_writer::<String, String>(&shard).await?)
+                })
+                .await?;
+            Ok(JsWriteHandle::new(ctx, handle).into())
+        })
+    }
+
+    /// Opens a leased reader on `shardId`, creating the shard if needed. Its since starts at the
+    /// shard's since.
+    #[wasm_bindgen(js_name = openReader, unchecked_return_type = "Promise<ReadHandle>")]
+    pub fn open_reader(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string")] shard: JsValue,
+    ) -> Promise {
+        let ctx = self.ctx.clone();
+        future_to_promise(async move {
+            let shard = shard_id(&shard)?;
+            let client = ctx.client.clone();
+            let handle = ctx
+                .call("openReader", async move {
+                    Ok(client.open_leased_reader::<String, String>(&shard).await?)
+                })
+                .await?;
+            Ok(JsReadHandle::new(ctx, handle).into())
+        })
+    }
+
+    /// The shard's state, freshly read from Consensus.
+    #[wasm_bindgen(js_name = inspectState, unchecked_return_type = "Promise<ShardStateView>")]
+    pub fn inspect_state(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string")] shard: JsValue,
+    ) -> Promise {
+        let ctx = self.ctx.clone();
+        future_to_promise(async move {
+            let shard = shard_id(&shard)?;
+            let client = ctx.client.clone();
+            let state = ctx
+                .call("inspectState", async move {
+                    Ok(client.inspect_state(&shard).await)
+                })
+                .await?;
+            Ok(convert::to_js(&ShardStateView::new(&state)?)?)
+        })
+    }
+
+    /// Takes every persist event recorded since the last call (oldest first).
+    #[wasm_bindgen(js_name = takeEvents, unchecked_return_type = "PersistEventView[]")]
+    pub fn take_events(&self) -> Result<JsValue, JsValue> {
+        let events = self.ctx.client.events().take();
+        let out = js_sys::Array::new();
+        for e in &events {
+            out.push(&convert::to_js(&PersistEventView::new(e)?)?);
+        }
+        Ok(out.into())
+    }
+
+    /// How many events were dropped because the log was full (it keeps 100,000).
+    #[wasm_bindgen(getter, js_name = droppedEvents)]
+    pub fn dropped_events(&self) -> f64 {
+        self.ctx.client.events().dropped() as f64
+    }
+}
+
+impl JsPersistClient {
+    pub(crate) fn ctx(&self) -> &ClientCtx {
+        &self.ctx
+    }
+}
+
+/// A writer of one shard. See the module docs.
+#[wasm_bindgen(js_name = WriteHandle)]
+pub struct JsWriteHandle {
+    ctx: ClientCtx,
+    slot: Rc<Slot<WriteHandle<String, String>>>,
+    shard: String,
+    upper: Rc<RefCell<Antichain<Timestamp>>>,
+}
+
+type WriteFn = fn(
+    &mut WriteHandle<String, String>,
+    Vec<((String, String), Timestamp, Diff)>,
+    Antichain<Timestamp>,
+    Antichain<Timestamp>,
+) -> futures::future::LocalBoxFuture<
+    '_,
+    Result<Result<(), UpperMismatch>, crate::persist::error::InvalidUsage>,
+>;
+
+impl JsWriteHandle {
+    fn new(ctx: ClientCtx, handle: WriteHandle<String, String>) -> Self {
+        let upper = Rc::new(RefCell::new(handle.upper().clone()));
+        JsWriteHandle {
+            shard: handle.shard_id().0.clone(),
+            slot: Slot::new("writer", handle.writer_id().0.clone(), handle),
+            ctx,
+            upper,
+        }
+    }
+
+    fn write(
+        &self,
+        op: &'static str,
+        names: [&'static str; 2],
+        updates: JsValue,
+        lower: JsValue,
+        upper: JsValue,
+        f: WriteFn,
+    ) -> Promise {
+        let (ctx, slot, known) = (
+            self.ctx.clone(),
+            Rc::clone(&self.slot),
+            Rc::clone(&self.upper),
+        );
+        future_to_promise(async move {
+            let updates = self::updates(&updates)?;
+            let lower = convert::frontier(&lower, names[0], false)?;
+            let upper = convert::frontier(&upper, names[1], true)?;
+            let result = ctx
+                .call(
+                    op,
+                    slot.with(op, async |h| {
+                        let r = f(h, updates, lower, upper).await;
+                        *known.borrow_mut() = h.upper().clone();
+                        Ok(r?)
+                    }),
+                )
+                .await?;
+            let upper = convert::frontier_out(&known.borrow(), "the upper")?;
+            Ok(convert::to_js(&AppendOutcome {
+                committed: result.is_ok(),
+                upper,
+            })?)
+        })
+    }
+}
+
+#[wasm_bindgen(js_class = WriteHandle)]
+impl JsWriteHandle {
+    /// The writer's id.
+    #[wasm_bindgen(getter, js_name = writerId)]
+    pub fn writer_id(&self) -> String {
+        self.slot.id().to_string()
+    }
+
+    /// The shard.
+    #[wasm_bindgen(getter, js_name = shardId)]
+    pub fn shard_id(&self) -> String {
+        self.shard.clone()
+    }
+
+    /// The most recent upper this handle knows (`null`: the shard is finished).
+    #[wasm_bindgen(getter, unchecked_return_type = "Frontier")]
+    pub fn upper(&self) -> Result<JsValue, JsValue> {
+        let upper = convert::frontier_out(&self.upper.borrow(), "the upper")?;
+        Ok(upper.map_or(JsValue::NULL, JsValue::from_f64))
+    }
+
+    /// Whether `expire()` was called.
+    #[wasm_bindgen(getter)]
+    pub fn expired(&self) -> bool {
+        self.slot.is_gone()
+    }
+
+    /// Writes `updates` and moves the upper from `expectedUpper` to `newUpper` (`null` finishes
+    /// the shard), iff the shard's upper is exactly `expectedUpper`. Every update's time must be
+    /// in `[expectedUpper, newUpper)`. Linearized with every other writer, at most once.
+    #[wasm_bindgen(js_name = compareAndAppend, unchecked_return_type = "Promise<AppendOutcome>")]
+    pub fn compare_and_append(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "UpdateInput[]")] updates: JsValue,
+        #[wasm_bindgen(js_name = expectedUpper, unchecked_param_type = "Time")]
+        expected_upper: JsValue,
+        #[wasm_bindgen(js_name = newUpper, unchecked_param_type = "Frontier")] new_upper: JsValue,
+    ) -> Promise {
+        self.write(
+            "compareAndAppend",
+            ["expectedUpper", "newUpper"],
+            updates,
+            expected_upper,
+            new_upper,
+            |h, u, l, r| Box::pin(async move { h.compare_and_append(&u, l, r).await }),
+        )
+    }
+
+    /// Writes `updates` at `[lower, upper)` for replicas writing identical data: a shard already
+    /// past `lower` is no mismatch (the batch is trimmed, or the call is a no-op once the shard
+    /// reaches `upper`); only a gap (the shard's upper is before `lower`) gives `committed: false`.
+    #[wasm_bindgen(unchecked_return_type = "Promise<AppendOutcome>")]
+    pub fn append(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "UpdateInput[]")] updates: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "Time")] lower: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "Frontier")] upper: JsValue,
+    ) -> Promise {
+        self.write(
+            "append",
+            ["lower", "upper"],
+            updates,
+            lower,
+            upper,
+            |h, u, l, r| Box::pin(async move { h.append(&u, l, r).await }),
+        )
+    }
+
+    /// Reads the shard's current upper from Consensus.
+    #[wasm_bindgen(js_name = fetchRecentUpper, unchecked_return_type = "Promise<Frontier>")]
+    pub fn fetch_recent_upper(&self) -> Promise {
+        let (ctx, slot, known) = (
+            self.ctx.clone(),
+            Rc::clone(&self.slot),
+            Rc::clone(&self.upper),
+        );
+        future_to_promise(async move {
+            let op = "fetchRecentUpper";
+            let upper = ctx
+                .call(
+                    op,
+                    slot.with(op, async |h| Ok(h.fetch_recent_upper().await.clone())),
+                )
+                .await?;
+            *known.borrow_mut() = upper.clone();
+            let upper = convert::frontier_out(&upper, "the upper")?;
+            Ok(upper.map_or(JsValue::NULL, JsValue::from_f64))
+        })
+    }
+
+    /// Keeps the writer's lease alive; an expired writer rejects with code `"Expired"`.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn heartbeat(&self) -> Promise {
+        let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
+        future_to_promise(async move {
+            let op = "heartbeat";
+            ctx.call(op, slot.with(op, async |h| Ok(h.heartbeat().await?)))
+                .await?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// Removes the writer from the shard. Every later call rejects with code `"Expired"`.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn expire(&self) -> Promise {
+        let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
+        future_to_promise(async move {
+            let handle = slot.take("expire", "has expired").await?;
+            ctx.call("expire", async move {
+                handle.expire().await;
+                Ok(())
+            })
+            .await?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+}
