@@ -506,3 +506,86 @@ fn the_merged_log_is_sequenced_and_read_after_a_cursor() {
     assert_eq!(v.unchecked_append_writers, vec!["W2".to_string()]);
     assert_eq!(v.lost, 0);
 }
+
+#[test]
+fn upsert_replicas_race_through_crashes_and_match_the_reference_model() {
+    use persist_playground::playground::command::ReplicaSpec;
+    let mut s = Scenario::seeded(12);
+    let replica = || Command::AddActor {
+        spec: ActorSpec::Replica(ReplicaSpec::default()),
+        process: None,
+    };
+    let u1 = add(&mut s, replica());
+    let u2 = add(&mut s, replica());
+    s.apply(Command::SetGenerator { on: true }).unwrap();
+    s.apply(Command::PushUpsert {
+        key: 3,
+        value: Some("by hand".into()),
+    })
+    .unwrap();
+    s.run_for(3_000).unwrap();
+    let snap = s.snapshot();
+    let up = snap.upsert.clone().expect("the pipeline shows");
+    assert!(up.source_messages > 10, "{up:?}");
+    assert!(up.recent.iter().any(|m| m.key >= 0));
+    assert!(
+        up.checker.checks > 0,
+        "the checker compared the shard: {up:?}"
+    );
+    assert!(
+        up.checker.violations.is_empty(),
+        "{:?}",
+        up.checker.violations
+    );
+    for id in [&u1, &u2] {
+        let a = snap.actors.iter().find(|a| &a.id == id).unwrap();
+        let ActorDetail::Replica(r) = &a.detail else {
+            panic!("{a:?}")
+        };
+        assert!(
+            r.counters.emitted > 0 || r.counters.fed_back > 0,
+            "{id} worked: {:?}",
+            r.counters
+        );
+    }
+    assert!(shard(&snap, "upsert_out").upper.unwrap() > 1);
+    // Crash one replica's process mid-run and restart it: it resumes from the shard's upper.
+    let p = snap
+        .actors
+        .iter()
+        .find(|a| a.id == u1)
+        .unwrap()
+        .process
+        .clone();
+    s.apply(Command::CrashProcess { process: p.clone() })
+        .unwrap();
+    s.run_for(1_000).unwrap();
+    s.apply(Command::RestartProcess { process: p }).unwrap();
+    s.run_for(2_000).unwrap();
+    let snap = s.snapshot();
+    let up = snap.upsert.clone().unwrap();
+    assert!(
+        up.checker.violations.is_empty(),
+        "{:?}",
+        up.checker.violations
+    );
+    let ActorDetail::Replica(r) = &snap.actors.iter().find(|a| a.id == u1).unwrap().detail else {
+        panic!()
+    };
+    assert_eq!(r.generation, 1, "a new generation after the restart");
+    // By hand: with the generator off and the run paused, one manual step moves a replica.
+    s.apply(Command::SetGenerator { on: false }).unwrap();
+    s.apply(Command::PushUpsert {
+        key: 7,
+        value: None,
+    })
+    .unwrap();
+    let stepped = s.apply(Command::StepReplicas).unwrap();
+    assert!(stepped.message.contains("read"), "{}", stepped.message);
+    assert!(s
+        .apply(Command::PushUpsert {
+            key: 5000,
+            value: None
+        })
+        .is_err());
+}

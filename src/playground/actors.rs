@@ -131,6 +131,8 @@ pub enum ActorDetail {
     Task(super::services::TaskView),
     /// An oracle instance.
     Oracle(super::services::OracleView),
+    /// An upsert replica (its own snapshot: operator, stash, state, sink, counters).
+    Replica(Box<crate::upsert::replica::ReplicaSnapshot>),
 }
 
 /// Everything the page shows about an actor.

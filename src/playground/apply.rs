@@ -95,6 +95,7 @@ impl Scenario {
                 let a = self.actors.remove(i);
                 // Dropping the task's handle aborts it; its persist handles expire on drop.
                 drop(a.task);
+                *a.replica.borrow_mut() = None;
                 Ok(applied(Some(actor), None, format!("removed {actor}")))
             }
             Command::SetWriter { actor, spec } => {
@@ -211,6 +212,44 @@ impl Scenario {
                 self.start_verify();
                 Ok(applied(None, None, "checking acknowledged writes".into()))
             }
+            Command::PushUpsert { key, value } => {
+                let hub = self.upsert_hub();
+                let offset = hub.push(*key, value.as_deref()).map_err(CommandError)?;
+                let what = value
+                    .as_ref()
+                    .map_or("delete".to_string(), |v| format!("{v:?}"));
+                Ok(applied(
+                    None,
+                    None,
+                    format!("pushed upsert #{offset}: key {key} → {what}"),
+                ))
+            }
+            Command::SetGenerator { on } => {
+                self.upsert_hub().set_generating(*on);
+                let what = if *on { "on" } else { "off" };
+                Ok(applied(None, None, format!("upsert generator {what}")))
+            }
+            Command::StepReplicas => {
+                let source = Rc::clone(&self.upsert_hub().source);
+                let mut stepped = Vec::new();
+                for a in &self.actors {
+                    let slot = a.replica.borrow();
+                    let Some(r) = slot.as_ref() else { continue };
+                    let report = r.borrow_mut().step(&source.borrow());
+                    stepped.push(format!(
+                        "{}: fed back {}, read {}, {} worker steps, {} out",
+                        a.id, report.fed_back, report.read, report.worker_steps, report.output
+                    ));
+                }
+                if stepped.is_empty() {
+                    return refuse("no running replica to step: add one with + Replica");
+                }
+                Ok(applied(
+                    None,
+                    None,
+                    format!("stepped {}", stepped.join("; ")),
+                ))
+            }
         }
     }
 
@@ -270,9 +309,13 @@ impl Scenario {
             ops: None,
             task: None,
             incarnation: 0,
+            replica: Rc::default(),
         });
         match spec {
             ActorSpec::Oracle(o) => self.observe_timeline(&o.timeline.clone()),
+            ActorSpec::Replica(_) => {
+                self.upsert_hub();
+            }
             other => self.observe_shard(&other.target().to_string()),
         }
         let i = self.actors.len() - 1;
@@ -319,7 +362,12 @@ impl Scenario {
 
     /// (Re)starts actor `i`'s task in its process, replacing any earlier incarnation.
     fn spawn_actor(&mut self, i: usize) {
+        let hub = self
+            .upsert
+            .as_ref()
+            .map(|h| (Rc::clone(&h.source), h.log.clone()));
         let a = &mut self.actors[i];
+        *a.replica.borrow_mut() = None;
         // The old incarnation goes first: its handles expire as it is dropped.
         drop(a.task.take());
         a.ops = None;
@@ -368,6 +416,20 @@ impl Scenario {
                 &name,
                 services::run_oracle(ctx, s.clone(), Rc::clone(&p.location.consensus)),
             ),
+            ActorSpec::Replica(s) => {
+                let (source, log) = hub.expect("the hub starts with the first replica");
+                self.runtime.spawn(
+                    &name,
+                    super::upsert::run_replica(
+                        ctx,
+                        s.read_batch,
+                        source,
+                        log,
+                        Rc::clone(&a.replica),
+                        a.incarnation - 1,
+                    ),
+                )
+            }
         };
         a.task = Some(task);
     }
@@ -384,6 +446,7 @@ impl Scenario {
         for a in self.actors.iter_mut().filter(|a| a.process == p) {
             drop(a.task.take());
             a.ops = None;
+            *a.replica.borrow_mut() = None;
             let mut view = a.view.borrow_mut();
             view.state = ActorState::Crashed;
             if let ActorDetail::Writer(w) = &mut view.detail {

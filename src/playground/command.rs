@@ -119,6 +119,21 @@ impl Default for OracleSpec {
     }
 }
 
+/// An upsert replica: reads the shared source log, writes the upsert shard, and learns its
+/// state from what the shard holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ReplicaSpec {
+    /// Source messages it reads per driver step: its speed.
+    pub read_batch: u32,
+}
+
+impl Default for ReplicaSpec {
+    fn default() -> Self {
+        ReplicaSpec { read_batch: 4 }
+    }
+}
+
 /// What an actor is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
@@ -131,6 +146,8 @@ pub enum ActorSpec {
     Task(TaskSpec),
     /// See [`OracleSpec`].
     Oracle(OracleSpec),
+    /// See [`ReplicaSpec`].
+    Replica(ReplicaSpec),
 }
 
 impl ActorSpec {
@@ -141,6 +158,7 @@ impl ActorSpec {
             ActorSpec::Reader(_) => 'R',
             ActorSpec::Task(_) => 'T',
             ActorSpec::Oracle(_) => 'O',
+            ActorSpec::Replica(_) => 'U',
         }
     }
 
@@ -151,6 +169,7 @@ impl ActorSpec {
             ActorSpec::Reader(s) => &s.shard,
             ActorSpec::Task(s) => &s.shard,
             ActorSpec::Oracle(s) => &s.timeline,
+            ActorSpec::Replica(_) => super::upsert::UPSERT_SHARD,
         }
     }
 }
@@ -285,6 +304,24 @@ pub enum Command {
     },
     /// Reads the writers' shard and checks that every acknowledged write is in it.
     Verify,
+    /// Pushes one upsert into the source log at its upper (`value: None` deletes the key).
+    #[serde(rename_all = "camelCase")]
+    PushUpsert {
+        /// The key, 0 to 1000.
+        key: i64,
+        /// The value, or `None` for a delete.
+        #[serde(default)]
+        value: Option<String>,
+    },
+    /// Turns the seeded upsert generator on or off.
+    #[serde(rename_all = "camelCase")]
+    SetGenerator {
+        /// On?
+        on: bool,
+    },
+    /// Takes one driver step of every running replica by hand: feed back what the shard
+    /// delivered, read source messages, step the timely worker until it is quiet, collect output.
+    StepReplicas,
 }
 
 /// Why a command was refused. Nothing changed.
@@ -359,6 +396,15 @@ impl ActorSpec {
                 check_name("shard", &s.shard)?;
                 check_tick(s.tick_interval_ms)
             }
+            ActorSpec::Replica(s) => {
+                if !(1..=64).contains(&s.read_batch) {
+                    return bad(format!(
+                        "a replica reads 1 to 64 messages per step, not {}",
+                        s.read_batch
+                    ));
+                }
+                Ok(())
+            }
             ActorSpec::Oracle(s) => {
                 check_name("timeline", &s.timeline)?;
                 check_rate("oracle", s.rate_per_s)?;
@@ -409,6 +455,16 @@ impl Command {
                 }
                 Ok(())
             }
+            Command::PushUpsert { key, value } => {
+                if !(0..=1_000).contains(key) {
+                    return bad(format!("an upsert key must be 0 to 1000, not {key}"));
+                }
+                if value.as_ref().is_some_and(|v| v.is_empty() || v.len() > 64) {
+                    return bad("an upsert value must be 1 to 64 characters (or none, to delete)");
+                }
+                Ok(())
+            }
+            Command::SetGenerator { .. } | Command::StepReplicas => Ok(()),
             Command::RemoveActor { .. }
             | Command::SetReaderHold { .. }
             | Command::TaskPush { .. }

@@ -39,6 +39,7 @@ pub mod log;
 pub mod observe;
 pub mod services;
 pub mod snapshot;
+pub mod upsert;
 
 pub use command::{Command, CommandError, Stamp, Stamped};
 pub use snapshot::Snapshot;
@@ -147,6 +148,7 @@ pub(crate) struct Actor {
     pub(crate) ops: Option<futures::channel::mpsc::UnboundedSender<command::TaskOp>>,
     pub(crate) task: Option<JoinHandle<()>>,
     pub(crate) incarnation: u64,
+    pub(crate) replica: upsert::ReplicaSlot,
 }
 
 /// A running scenario. See the module docs.
@@ -169,6 +171,7 @@ pub struct Scenario {
     stamped: Vec<Stamped>,
     verify: Rc<RefCell<Option<snapshot::VerifyView>>>,
     cfg: PersistConfig,
+    upsert: Option<upsert::UpsertHub>,
 }
 
 /// The configuration every playground process uses.
@@ -234,6 +237,7 @@ impl Scenario {
             stamped: Vec::new(),
             verify: Rc::default(),
             cfg,
+            upsert: None,
         };
         scenario.observe_shard(DEFAULT_SHARD);
         let now = scenario.runtime.now_ms();
@@ -379,6 +383,17 @@ impl Scenario {
         } else {
             200
         }
+    }
+
+    /// The upsert source, generator and checker, started with the first replica.
+    fn upsert_hub(&mut self) -> &upsert::UpsertHub {
+        if self.upsert.is_none() {
+            let seed = self.next_seed();
+            let hub = upsert::UpsertHub::start(&self.runtime, self.observer_client.clone(), seed);
+            self.upsert = Some(hub);
+            self.observe_shard(upsert::UPSERT_SHARD);
+        }
+        self.upsert.as_ref().expect("just set")
     }
 
     fn next_seed(&mut self) -> u64 {

@@ -129,6 +129,8 @@ pub struct Snapshot {
     pub verify: Option<VerifyView>,
     /// Messages, oldest first.
     pub notices: Vec<Notice>,
+    /// The upsert source and checker, once there is a replica.
+    pub upsert: Option<super::upsert::UpsertView>,
 }
 
 impl Snapshot {
@@ -358,6 +360,14 @@ impl Scenario {
                 });
             }
         }
+        if let Some(hub) = &self.upsert {
+            hub.pump_into(&mut journal.log);
+            for a in &self.actors {
+                if let Some(snap) = hub.replica_snapshot(&a.replica) {
+                    a.view.borrow_mut().detail = ActorDetail::Replica(Box::new(snap));
+                }
+            }
+        }
         journal.log.pump();
     }
 
@@ -417,6 +427,7 @@ impl Scenario {
             faults: self.faults.view(),
             verify: self.verify.borrow().clone(),
             notices: journal.notices.iter().cloned().collect(),
+            upsert: self.upsert.as_ref().map(|h| h.view()),
         }
     }
 
