@@ -2,12 +2,11 @@
 // measures
 //   - time to interactive: from navigation start until the page says "ready" (wasm loaded, the
 //     scenario created, controls wired), median of several loads;
-//   - frame times with eight writers over a thousand keys (plus two listening readers) at full
+//   - frame times with eight writers over a thousand keys and two upsert replicas (generator on) at full
 //     speed: the script time of each animation frame (simulation + snapshot + render), and the
 //     interval between frames, p50/p95/p99 over the measured window;
 //   - the size of the .wasm, gzipped (level 9).
 // Usage: bash scripts/build.sh && node scripts/bench-page.mjs [seconds=10] [width=1280] [height=800]
-// Upsert replicas are not part of the load yet: the upsert operator has not landed on this branch.
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -38,8 +37,9 @@ try {
   const ctx = await launch();
   const page = await openPage(ctx, server.url("?seed=1&empty=1"), viewport);
   await page.getByTestId("preset-busy").click();
-  await page.getByTestId("add-reader").click();
-  await page.getByTestId("add-reader").click();
+  await page.getByTestId("add-replica").click();
+  await page.getByTestId("add-replica").click();
+  await page.getByTestId("u-generator").check();
   await page.getByTestId("speed").selectOption("max");
   // Warm up until the shard has a thousand keys' worth of updates.
   await waitFor(page, () => window.__playground.state.latest().shards.find((s) => s.name === "data").updates >= 1000, "1000 updates in the shard", null, 60_000);
@@ -68,6 +68,8 @@ try {
       intervals,
       virtualMs: snap.nowMs - startVirtual,
       writers: snap.actors.filter((a) => a.spec.kind === "writer").length,
+      replicas: snap.actors.filter((a) => a.spec.kind === "replica").length,
+      upsertMessages: snap.upsert?.sourceMessages ?? 0,
       commits: snap.actors.reduce((n, a) => n + (a.detail.committed ?? 0), 0),
       updates: data.updates,
       seqno: data.seqno,
@@ -81,7 +83,7 @@ try {
   const sorted = [...tti].sort((a, b) => a - b);
   console.log(`viewport ${viewport.width}x${viewport.height}, ${seconds} s at full speed`);
   console.log(`time to interactive: median ${fmt(sorted[2])} ms (${tti.map(fmt).join(", ")})`);
-  console.log(`load: ${result.writers} writers over 1000 keys + 2 readers; ${result.virtualMs} ms of virtual time in ${seconds} s, shard at seqno ${result.seqno} with ${result.updates} updates`);
+  console.log(`load: ${result.writers} writers over 1000 keys + ${result.replicas} upsert replicas (${result.upsertMessages} source messages); ${result.virtualMs} ms of virtual time in ${seconds} s, shard at seqno ${result.seqno} with ${result.updates} updates`);
   console.log(`frame script time: p50 ${fmt(pct(result.work, 50))} ms, p95 ${fmt(pct(result.work, 95))} ms, p99 ${fmt(pct(result.work, 99))} ms over ${result.work.length} frames`);
   const part = (i) => result.parts.map((p) => p[i]);
   console.log(`  of which p95: simulation ${fmt(pct(part(0), 95))} ms, snapshot + events ${fmt(pct(part(1), 95))} ms, render ${fmt(pct(part(2), 95))} ms`);

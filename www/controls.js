@@ -76,6 +76,15 @@ export function wireControls(dom, app) {
   dom.addTask.addEventListener("click", guarded(() => addActor({ kind: "task", shard: "mz_task", tickIntervalMs: 1000, readOnly: false })));
   dom.addOracle.addEventListener("click", guarded(() => addActor({ kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4 })));
   dom.presetBusy.addEventListener("click", guarded(() => app.presetBusy()));
+  dom.addReplica.addEventListener("click", guarded(() => addActor({ kind: "replica", readBatch: 4 })));
+  dom.upsertForm.addEventListener("submit", guarded((e) => {
+    e.preventDefault();
+    const key = wholeNumber("upsert key", dom.upsertKey.value);
+    const value = dom.upsertValue.value.trim();
+    app.send({ type: "pushUpsert", key, value: value === "" ? null : value });
+  }));
+  dom.generator.addEventListener("change", guarded(() => app.send({ type: "setGenerator", on: dom.generator.checked })));
+  dom.stepReplicas.addEventListener("click", guarded(() => app.send({ type: "stepReplicas" })));
   dom.verify.addEventListener("click", guarded(() => app.send({ type: "verify" })));
   dom.faultsForm.addEventListener("submit", guarded((e) => {
     e.preventDefault();
@@ -118,6 +127,9 @@ export function wireControls(dom, app) {
       r: () => dom.addReader.click(),
       t: () => dom.addTask.click(),
       o: () => dom.addOracle.click(),
+      u: () => dom.addReplica.click(),
+      g: () => app.send({ type: "setGenerator", on: !app.latest()?.upsert?.generating }),
+      j: () => dom.stepReplicas.click(),
       v: () => dom.verify.click(),
       c: () => crashNewest(app),
       x: () => restartNewest(app),

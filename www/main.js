@@ -37,6 +37,8 @@ export const DEFAULT_ACTORS = [
   { kind: "reader", shard: "data", hold: false },
   { kind: "task", shard: "mz_task", tickIntervalMs: 1000, readOnly: false },
   { kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4 },
+  { kind: "replica", readBatch: 4 },
+  { kind: "replica", readBatch: 2 },
 ];
 
 async function loadWasm() {
@@ -88,7 +90,7 @@ function main() {
   /** After a command or a step: draw at once, so the page never shows the state before it. */
   function redraw() {
     refreshDigest();
-    renderAll(dom, state, view);
+    renderAll(dom, state, view, true);
   }
 
   function saveLayout() {
@@ -135,6 +137,11 @@ function main() {
     } else {
       pg = wasm.Playground.seeded(params.seed);
       addLayout(layout ?? defaultLayout());
+    }
+    // With replicas, the source starts generating upserts (the newcomer sees the feedback loop).
+    if (state.latest().actors.some((a) => a.spec.kind === "replica")) {
+      pg.send({ type: "setGenerator", on: true });
+      pull();
     }
     view.t0 = pg.mode === "live" ? state.latest().nowMs : 0;
   }

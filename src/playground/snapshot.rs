@@ -134,11 +134,13 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A stable fingerprint (FNV-1a over the snapshot's debug form), as 16 hex digits.
+    /// A stable fingerprint (FNV-1a over the snapshot's bincode encoding), as 16 hex digits.
     pub fn digest(&self) -> String {
-        let text = format!("{self:?}");
+        // Serialize can only fail on maps of unknown length, which snapshots do not contain;
+        // an error would still give a (constant) digest rather than a panic.
+        let bytes = bincode::serialize(self).unwrap_or_default();
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in text.bytes() {
+        for b in bytes {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
         }

@@ -35,8 +35,11 @@ test("a newcomer's first view: every panel with its caption, moving, legible at 
   const upper0 = ms(await stat(page, "upper"));
   await waitFor(page, () => window.__playground.state.latest().nowMs > 2500, "2.5 s of the run");
   assert.ok(ms(await stat(page, "upper")) > upper0, "the upper moves");
-  // The default scenario: two writers, a reader, a write task, an oracle, each in its process.
-  assert.deepEqual(await actorIds(page), ["W1", "W2", "R1", "T1", "O1"]);
+  // The default scenario: two writers, a reader, a write task, an oracle and two upsert
+  // replicas, each in its process, with the upsert generator on.
+  assert.deepEqual(await actorIds(page), ["W1", "W2", "R1", "T1", "O1", "U1", "U2"]);
+  await waitFor(page, () => /matches the reference model at [1-9]/.test(document.querySelector("[data-testid=upsert-source]")?.textContent ?? ""), "the upsert shard checked against the model");
+  await waitFor(page, () => document.querySelectorAll("#upsert-view .up-replica").length === 2, "two replica cards");
   for (const p of PANELS) {
     const panel = page.locator(`#panel-${p}`);
     assert.ok(await panel.isVisible(), `${p} panel visible`);
@@ -187,17 +190,17 @@ test("crash and restart processes: actors stop mid-command and come back with a 
   await waitFor(page, () => /crashed/.test(document.querySelector('#processes-view .proc[data-process="P1"]').textContent), "P1 shown crashed");
   assert.match(await page.locator('#writers-view tr[data-actor="W1"]').textContent(), /crashed/);
   await page.locator('button[data-action="restart"][data-process="P1"]').click();
-  await waitForStatus(page, "ok", /restarted P1 as P6 with a fresh client/);
-  await waitFor(page, () => /restarted as P6/.test(document.querySelector('#processes-view .proc[data-process="P1"]').textContent), "P1 restarted as P6");
+  await waitForStatus(page, "ok", /restarted P1 as P8 with a fresh client/);
+  await waitFor(page, () => /restarted as P8/.test(document.querySelector('#processes-view .proc[data-process="P1"]').textContent), "P1 restarted as P8");
   await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "W1").state === "running", "W1 running again");
   const afterRestart = (await latest(page)).actors.find((a) => a.id === "W1");
-  assert.equal(afterRestart.process, "P6");
+  assert.equal(afterRestart.process, "P8");
   assert.notEqual(afterRestart.handleId, before, "a new writer id in the new process");
   // Keys: c crashes the newest running process, x restarts the newest crashed one.
   await page.keyboard.press("c");
-  await waitForStatus(page, "ok", /crashed P6/);
+  await waitForStatus(page, "ok", /crashed P8/);
   await page.keyboard.press("x");
-  await waitForStatus(page, "ok", /restarted P6 as P7/);
+  await waitForStatus(page, "ok", /restarted P8 as P9/);
   noErrors(page);
 });
 
@@ -291,7 +294,7 @@ test("a corrupted record shows a clear message; the rest runs on; reset database
   await page.getByTestId("reset-db").click();
   await waitForStatus(page, "ok", /^reset: a fresh in-memory location$/);
   await waitFor(page, () => !document.querySelector("[data-testid=shard-error]"), "the error is gone");
-  assert.deepEqual(await actorIds(page), ["W1", "W2", "R1", "T1", "O1"]);
+  assert.deepEqual(await actorIds(page), ["W1", "W2", "R1", "T1", "O1", "U1", "U2"]);
   await waitFor(page, () => /●/.test(document.getElementById("writers-view").textContent), "writers commit again");
   noErrors(page);
 });
@@ -343,5 +346,55 @@ test("eight writers over a thousand keys at full speed, then every acknowledged 
   assert.match(await el.textContent(), /no acknowledged write lost/);
   await shot(page, "busy-writers", "#panel-writers");
   await shot(page, "busy-shard", "#panel-shard");
+  noErrors(page);
+});
+
+test("upsert controls: add replicas, push upserts by hand, the generator, step the replicas, crash one", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=10&empty=1&autoplay=0"));
+  await page.getByTestId("add-replica").click();
+  await waitForStatus(page, "ok", /added U1 to P1 on upsert_out/);
+  await page.keyboard.press("u");
+  await waitForStatus(page, "ok", /added U2 to P2/);
+  for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
+  // By hand: key 3 -> "hello", then step the replicas (one driver step each) while paused.
+  await page.getByTestId("u-key").fill("3");
+  await page.getByTestId("u-value").fill("hello");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "ok", /pushed upsert #\d+: key 3 → "hello"/);
+  assert.match(await page.getByTestId("upsert-source").textContent(), /source: 1 messages, frontier 1, generator off/);
+  await page.getByTestId("step-replicas").click();
+  await waitForStatus(page, "ok", /stepped U1: fed back \d+, read 1, \d+ worker steps, \d+ out; U2: fed back \d+, read 1/);
+  await page.keyboard.press("j");
+  await waitForStatus(page, "ok", /stepped U1/);
+  // Run: the replicas write, read it back, and the shard matches the model.
+  for (let i = 0; i < 10; i++) await page.getByTestId("step").click();
+  await waitFor(page, () => /hello/.test(document.querySelector('#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-state]')?.textContent ?? ""), "U1's state holds key 3 = hello");
+  assert.match(await page.getByTestId("upsert-source").textContent(), /matches the reference model/);
+  // A delete (empty value), then a bad key.
+  await page.getByTestId("u-value").fill("");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "ok", /key 3 → delete/);
+  await page.getByTestId("u-key").fill("x");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "error", /upsert key must be a whole number, not "x"/);
+  await page.getByTestId("u-key").fill("5000");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "error", /an upsert key must be 0 to 1000, not 5000/);
+  // The generator (checkbox and g), then play and crash a replica's process.
+  await page.getByTestId("u-generator").check();
+  await waitForStatus(page, "ok", /upsert generator on/);
+  await page.getByTestId("play").click();
+  await waitFor(page, () => window.__playground.state.latest().upsert.sourceMessages > 20, "generated upserts");
+  await page.locator('button[data-action="crash"][data-process="P1"]').click();
+  await waitForStatus(page, "ok", /crashed P1 \(U1\)/);
+  await page.locator('button[data-action="restart"][data-process="P1"]').click();
+  await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "U1").detail.generation === 1, "U1 back as generation 1");
+  await waitFor(page, (n) => window.__playground.state.latest().upsert.checker.checks > n, "more checks after the restart", (await latest(page)).upsert.checker.checks);
+  const up = (await latest(page)).upsert;
+  assert.deepEqual(up.checker.violations, [], "racing replicas through a crash still match the model");
+  await page.keyboard.press("g");
+  await waitForStatus(page, "ok", /upsert generator off/);
+  await shot(page, "panel-upsert-running", "#panel-upsert");
   noErrors(page);
 });

@@ -3,8 +3,9 @@
 
 import { renderFrontiers } from "./frontiers.js";
 import {
-  renderConsensus, renderLegend, renderLog, renderNotices, renderOracle, renderUpsert, renderVerify, renderWriters,
+  renderConsensus, renderLegend, renderLog, renderNotices, renderOracle, renderVerify, renderWriters,
 } from "./panels.js";
+import { renderUpsert } from "./upsert.js";
 import { renderProcesses } from "./processes.js";
 import { renderShard } from "./shard.js";
 import { esc, setHtml } from "./dom.js";
@@ -17,7 +18,8 @@ export function findDom(doc) {
     status: $("status"), seedForm: $("seed-form"), seed: $("seed"), toLive: $("to-live"), toSeed: $("to-seed"),
     modeHint: $("mode-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"),
-    presetBusy: $("preset-busy"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
+    upsertValue: $("u-value"), generator: $("u-generator"), stepReplicas: $("step-replicas"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
     oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
@@ -44,11 +46,12 @@ const onScreen = new Map();
 const drawnAt = new Map();
 const OFFSCREEN_REDRAW_MS = 500;
 let observer = null;
+let forceAll = false;
 function visible(el) {
   const panel = el.closest(".panel");
   if (!panel) return true;
   const now = performance.now();
-  if (onScreen.get(panel) === false && now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS) {
+  if (!forceAll && onScreen.get(panel) === false && now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS) {
     observe();
     return false;
   }
@@ -65,9 +68,11 @@ function observe() {
   }
 }
 
-export function renderAll(dom, state, view) {
+/** Draws every panel from the latest snapshot; `force` redraws off-screen panels too. */
+export function renderAll(dom, state, view, force = false) {
   const snap = state.latest();
   if (!snap) return;
+  forceAll = force;
   const t0 = view.t0;
   // Measure before any write this frame (no forced layout), so SVG text keeps its native size.
   const shardWidth = Math.round(dom.shard.clientWidth) || 940;
@@ -85,7 +90,8 @@ export function renderAll(dom, state, view) {
   if (visible(dom.consensus)) renderConsensus(dom.consensus, snap, t0);
   if (visible(dom.oracle)) renderOracle(dom.oracle, snap, t0);
   if (visible(dom.frontiers)) renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth);
-  renderUpsert(dom.upsert, snap);
+  if (visible(dom.upsert)) renderUpsert(dom.upsert, snap, state.history().at(-2));
+  dom.generator.checked = Boolean(snap.upsert?.generating);
   if (visible(dom.log)) renderLog(dom.log, state.events(), snap, t0);
   renderLegend(dom.legend, snap);
   renderRunbar(dom, snap, view);

@@ -127,13 +127,6 @@ function windowsSvg(o) {
   return `<svg viewBox="0 0 ${w + 4} 14" width="${w + 4}" height="14" class="windows">${bars}<line x1="${x(o.writeTs).toFixed(1)}" x2="${x(o.writeTs).toFixed(1)}" y1="0" y2="14" class="write-ts"/></svg>`;
 }
 
-export function renderUpsert(el, snap) {
-  setHtml(
-    el,
-    `<p class="pending-feature" data-testid="upsert-pending">The upsert operator (issue 9) has not landed on this branch yet, so there are no replicas to add. When it does, this panel shows each replica's source input and frontier, its stash, the input upper against the persist upper, its state per key (provisional values marked), what it emitted, discarded and fed back, and the feedback edge from the shard into each replica.</p>`,
-  );
-}
-
 export function renderLog(el, events, snap, t0) {
   const rows = events
     .slice(-60)

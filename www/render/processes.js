@@ -34,6 +34,7 @@ function describe(a) {
   if (s.kind === "writer") return `writer on ${s.shard}, keys ${s.keyLo}–${s.keyHi - 1}, ${s.mode === "append" ? "append" : "compare_and_append"}`;
   if (s.kind === "reader") return `reader on ${s.shard}${s.hold ? ", holding its since" : ""}`;
   if (s.kind === "task") return `write task on ${s.shard}${s.readOnly ? ", read-only" : ""}`;
+  if (s.kind === "replica") return `upsert replica on upsert_out, ${s.readBatch} messages per step`;
   return `oracle instance on ${s.timeline}, window ${s.persistIntervalMs} ms`;
 }
 
