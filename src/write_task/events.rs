@@ -15,7 +15,9 @@
 //! ```
 //!
 //! A write stops at the first `Committed`, at `GaveUp` once its retries are spent, or when the
-//! task ends. Every `Mismatch` that does not end the task is followed by a re-sync attempt.
+//! task ends. Every `Mismatch` that does not end the task is followed by a re-sync attempt. An
+//! attempt whose persist call fails for good (the shard is broken, or persist refused it) is
+//! followed directly by `Ended`, which says why.
 
 use serde::Serialize;
 
@@ -229,6 +231,8 @@ pub fn check_event_order(events: &[WriteTaskEvent], ended: bool) -> Result<(), S
                     expected_upper: m, ..
                 }) if m == expected_upper => {}
                 Some(K::AttemptTimedOut { .. }) => {}
+                // Persist failed for good: the task ended at once.
+                Some(K::Ended { .. }) => {}
                 _ => return fail(i, "an attempt is followed by its outcome"),
             },
             K::Mismatch {

@@ -63,11 +63,7 @@ where
                     });
                     return Continue(());
                 }
-                Ok(Err(e)) => {
-                    return Break(EndReason::Failed(format!(
-                        "prepare could not read the shard: {e}"
-                    )))
-                }
+                Ok(Err(e)) => return Break(EndReason::persist_failed("prepare", e)),
                 Err(_elapsed) => {}
             }
             // A send or a dropped sender both mean shut down.
@@ -185,9 +181,7 @@ where
                 }
                 Continue(Attempt::Mismatch(mismatch.current))
             }
-            Ok(Err(usage)) => Break(EndReason::Failed(format!(
-                "persist refused the write: {usage}"
-            ))),
+            Ok(Err(e)) => Break(EndReason::persist_failed("write", e)),
             Err(elapsed) => {
                 self.record(|_| WriteTaskEventKind::AttemptTimedOut {
                     expected_upper: Some(expected),
@@ -216,9 +210,7 @@ where
             Ok(Ok(snapshot)) => snapshot,
             Ok(Err(e)) => {
                 // The original panics here (a since violation, say); we end the task and say why.
-                return Break(EndReason::Failed(format!(
-                    "re-sync could not read the shard: {e}"
-                )));
+                return Break(EndReason::persist_failed("re-sync", e));
             }
             Err(elapsed) => {
                 self.record(|_| WriteTaskEventKind::ResyncFailed {

@@ -109,6 +109,7 @@ impl CheckerReportView {
             checks,
             upper,
             violations,
+            registered: _,
         } = r;
         Ok(CheckerReportView {
             checks: checks as f64,
