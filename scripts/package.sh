@@ -55,6 +55,10 @@ copy "$build/web" "$out/web"
 copy "$build/bundler" "$out/bundler"
 copy "$build/nodejs" "$out/node"
 cp "$build/bundler/$wasm" "$build/bundler/$wasm.d.ts" "$out/bundler/"
+if [ "$profile" = "--release" ]; then
+  # Debug names only (~40% of the file): nothing reads them at run time.
+  python3 scripts/strip-wasm-names.py "$out/bundler/$wasm"
+fi
 repoint() { # file old-reference new-reference
   grep -qF "$2" "$1" || { echo "[package] $1 does not load the .wasm as $2" >&2; exit 1; }
   sed -i "s#$2#$3#" "$1"
