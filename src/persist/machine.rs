@@ -111,6 +111,10 @@ impl Machine {
     }
 
     fn remember(&self, seqno: SeqNo, diff: &StateDiff) {
+        if !self.cfg.gc_enabled {
+            // No routine collector in this process reads it (one by hand decodes instead).
+            return;
+        }
         let mut seen = self.seen.borrow_mut();
         seen.insert(seqno, diff.inserted_blobs());
         while seen.len() > SEEN_CAPACITY {
