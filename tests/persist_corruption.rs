@@ -425,3 +425,62 @@ fn compaction_and_gc_answer_permanent_errors() {
         );
     }
 }
+
+/// Background maintenance that meets damage breaks its process: a writer whose compaction finds
+/// a part gone that the state still lists answers the permanent error on its next write, and
+/// neither it nor its maintenance writes anything after.
+#[test]
+fn background_compaction_meeting_damage_stops_the_writer() {
+    let mut w = world(400);
+    w.cfg.compaction_enabled = true;
+    let client = w.client(5);
+    let c = client.clone();
+    let mut writer = w
+        .sim
+        .block_on(async move {
+            let mut writer = c.open_writer::<String, ()>(&shard()).await.unwrap();
+            write(&mut writer, 1).await;
+            writer
+        })
+        .unwrap();
+    // The first batch's only part goes missing; the second append assigns the merge of both.
+    let state = w.state();
+    let key = state.part_keys().next().unwrap().to_string();
+    w.blob.delete(&key).now_or_never().unwrap().unwrap();
+    writer = w
+        .sim
+        .block_on(async move {
+            write(&mut writer, 1).await;
+            writer
+        })
+        .unwrap();
+    w.sim.run_for(2_000).unwrap();
+    let after = w.footprint();
+    let (out, writer) = w
+        .sim
+        .block_on(async move {
+            let out = append_one(&mut writer).await;
+            (out, writer)
+        })
+        .unwrap();
+    let err = permanent(out, "the write after the broken compaction");
+    check_error(
+        Damage::MissingPart,
+        "background",
+        &err,
+        &(BrokenAt::BlobKey(key), PermanentKind::Missing),
+    );
+    drop(writer);
+    w.sim.run_for(10_000).unwrap();
+    assert_eq!(w.footprint(), after, "wrote after the error");
+}
+
+/// One more one-update batch at `handle`'s upper.
+async fn append_one(handle: &mut WriteHandle<String, ()>) -> Result<(), PersistError> {
+    let lo = *handle.upper().elements().first().unwrap();
+    let updates = vec![(("more".to_string(), ()), lo, 1)];
+    handle
+        .compare_and_append(&updates, f(lo), f(lo + 1))
+        .await
+        .map(|_| ())
+}
