@@ -82,7 +82,7 @@ pub struct Machine {
     pub(crate) seen: Rc<RefCell<BTreeMap<SeqNo, Vec<String>>>>,
 }
 
-/// How many versions [`Machine::seen`] remembers at most (the oldest are forgotten first: a
+/// How many versions `Machine::seen` remembers at most (the oldest are forgotten first: a
 /// collector then decodes them again).
 pub const SEEN_CAPACITY: usize = 4096;
 

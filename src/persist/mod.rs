@@ -11,8 +11,17 @@
 //! - [`state`]: the pure transitions (`ControlFlow`, no I/O, no clock) and the invariants;
 //! - [`trace`]: the batches of a shard and their contiguity;
 //! - [`encoding`]: every stored byte, versioned and checksummed;
-//! - [`machine`]: the command loop, the only caller of `compare_and_set` on shard state;
-//! - [`write`] and [`read`]: the handles a user holds.
+//! - [`machine`]: the command loop, the only caller of `compare_and_set` on shard state; it
+//!   tells transient storage errors (retried) from permanent ones (the shard is broken: a typed
+//!   [`error::PersistError::Permanent`], and nothing more is written);
+//! - [`write`](mod@write) and [`read`]: the handles a user holds;
+//! - [`maintenance`] (which work a commit assigns, and when it runs), built from the steps in
+//!   `background.rs` and `rollup.rs` and the work in [`compact`] and [`gc`] (which also has the
+//!   leak check, [`gc::leaked_blobs`]).
+//!
+//! A shard whose upper and since are both empty is a tombstone
+//! ([`PersistClient::finalize_shard`], [`PersistClient::is_finalized`]): every later command on
+//! it is a no-op that spends no seqno.
 //!
 //! ```
 //! use persist_playground::location::{Location, mem::{MemBlob, MemConsensus}};
