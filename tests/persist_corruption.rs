@@ -433,6 +433,8 @@ fn compaction_and_gc_answer_permanent_errors() {
 fn background_compaction_meeting_damage_stops_the_writer() {
     let mut w = world(400);
     w.cfg.compaction_enabled = true;
+    // Merge the first two batches (the spine plans it) without waiting for more inputs.
+    w.cfg.compaction_min_inputs = 2;
     let client = w.client(5);
     let c = client.clone();
     let mut writer = w

@@ -108,6 +108,7 @@ impl fmt::Display for ShardId {
 
 /// Knobs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PersistConfig {
     /// A writer that stays silent this long may be expired by others.
     pub writer_lease_duration_ms: u64,
@@ -124,6 +125,13 @@ pub struct PersistConfig {
     /// Whether writers compact their shard in the background after each compare_and_append that
     /// appends a batch (see `compact.rs`). Off for benchmarks of the write path.
     pub compaction_enabled: bool,
+    /// A routine merge runs only once it has at least this many inputs, or at least
+    /// [`PersistConfig::compaction_min_updates`] updates: merging every two tiny batches would
+    /// cost a state command per append (the spine still bounds the trace: the groups it plans
+    /// grow until they pass the threshold). 2 merges whatever the spine plans.
+    pub compaction_min_inputs: usize,
+    /// See [`PersistConfig::compaction_min_inputs`].
+    pub compaction_min_updates: u64,
     /// A rollup of the whole state is written every this many seqnos (see `maintenance.rs`); 0
     /// writes none routinely (GC still writes the ones it needs).
     pub rollup_threshold: u64,
@@ -150,6 +158,8 @@ impl Default for PersistConfig {
             backoff_min_ms: 4,
             backoff_max_ms: 1_000,
             compaction_enabled: true,
+            compaction_min_inputs: 8,
+            compaction_min_updates: 1024,
             rollup_threshold: 16,
             gc_enabled: true,
         }
