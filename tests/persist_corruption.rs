@@ -21,6 +21,7 @@ use persist_playground::location::{
 };
 use persist_playground::persist::error::PersistError;
 use persist_playground::persist::gc::gc_now;
+use persist_playground::persist::state::{IdempotencyToken, WriterId, WriterState};
 use persist_playground::persist::write::WriteHandle;
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
 use persist_playground::runtime::sim::Simulator;
@@ -485,4 +486,57 @@ async fn append_one(handle: &mut WriteHandle<String, ()>) -> Result<(), PersistE
         .compare_and_append(&updates, f(lo), f(lo + 1))
         .await
         .map(|_| ())
+}
+
+/// A head version that is checksummed and decodes but is wrong (a writer's upper beyond the
+/// shard's upper, a seqno that cannot follow) is an `Inconsistent` permanent error, never a
+/// panic in a transition, for a fresh open.
+#[test]
+fn well_formed_but_wrong_versions_are_inconsistent() {
+    use persist_playground::persist::encoding::{decode_diff, encode_diff};
+    type Edit = fn(&mut persist_playground::persist::encoding::StateDiff);
+    let edits: [(&str, Edit); 3] = [
+        ("writer upper beyond the shard upper", |d| {
+            d.writers = vec![(
+                WriterId("w-forged".into()),
+                Some(WriterState {
+                    last_heartbeat_ms: 0,
+                    lease_duration_ms: 1,
+                    most_recent_write_token: IdempotencyToken("i-forged".into()),
+                    most_recent_write_upper: Antichain::from_elem(u64::MAX),
+                }),
+            )];
+        }),
+        ("a walltime that goes back", |d| d.walltime_ms = 0),
+        ("a rollup listed past the version", |d| {
+            let (seqno, rollup) = d.latest_rollup.clone().unwrap();
+            d.rollups = vec![(SeqNo(seqno.0 + 1_000), Some(rollup))];
+        }),
+    ];
+    for (i, (what, edit)) in edits.into_iter().enumerate() {
+        let w = world(500 + i as u64);
+        let (_, a, _, _) = prepare(&w, Damage::CorruptHead);
+        a.abandon();
+        let head = w.head();
+        let stored = w
+            .consensus
+            .scan(SHARD, head, 1)
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        let mut diff = decode_diff(&stored[0].data).unwrap();
+        edit(&mut diff);
+        assert!(w.consensus.tamper(SHARD, head, encode_diff(&diff).into()));
+        let fresh = w.client(8);
+        let err = w
+            .sim
+            .block_on(async move { fresh.open_writer::<String, ()>(&shard()).await.map(|_| ()) })
+            .unwrap();
+        let err = permanent(err, what);
+        assert_eq!(
+            (err.at.clone(), err.kind),
+            (BrokenAt::Version(head), PermanentKind::Inconsistent),
+            "{what}: {err}"
+        );
+    }
 }
