@@ -540,3 +540,61 @@ fn well_formed_but_wrong_versions_are_inconsistent() {
         );
     }
 }
+
+/// Random damage to the head version, end to end: random bytes, and real versions with bytes
+/// flipped and the checksum recomputed (so the payload decoder sees them). A fresh open answers
+/// within the deadline, with a permanent error or (when the damage happens to leave a valid
+/// version) a handle; it never panics and never retries for ever.
+#[test]
+fn random_damage_to_the_head_never_panics_or_hangs() {
+    use rand_core::{RngCore, SeedableRng};
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(0xbad);
+    let (mut permanent_errors, mut opened) = (0, 0);
+    for i in 0..60u64 {
+        let w = world(600 + i);
+        let (_, a, _, _) = prepare(&w, Damage::CorruptHead);
+        a.abandon();
+        let head = w.head();
+        let stored = w
+            .consensus
+            .scan(SHARD, head, 1)
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        let mut bytes = stored[0].data.to_vec();
+        if i % 3 == 0 {
+            let len = (rng.next_u64() % 64) as usize;
+            bytes = (0..len).map(|_| rng.next_u64() as u8).collect();
+        } else {
+            for _ in 0..=(rng.next_u64() % 3) {
+                let at = 8 + (rng.next_u64() as usize) % (bytes.len() - 8);
+                bytes[at] ^= 1 << (rng.next_u64() % 8);
+            }
+            let crc = crc32fast::hash(&bytes[8..]);
+            bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+        }
+        assert!(w.consensus.tamper(SHARD, head, bytes.into()));
+        let (fresh, rt) = (w.client(9), w.sim.runtime());
+        let out = w
+            .sim
+            .block_on(async move {
+                rt.timeout(DEADLINE_MS, fresh.open_writer::<String, ()>(&shard()))
+                    .await
+                    .map(|r| r.map(|_| ()))
+            })
+            .unwrap()
+            .unwrap_or_else(|_| panic!("damage {i}: timed out"));
+        match out {
+            Ok(()) => opened += 1,
+            Err(PersistError::Permanent(e)) => {
+                // The damaged version itself, or the rollup a damaged key in it now names.
+                let named = e.at == BrokenAt::Version(head) || matches!(e.at, BrokenAt::BlobKey(_));
+                assert!(named, "damage {i}: {e}");
+                permanent_errors += 1;
+            }
+            Err(e) => panic!("damage {i}: {e}"),
+        }
+    }
+    println!("{permanent_errors} permanent errors, {opened} opened anyway");
+    assert!(permanent_errors > 40);
+}
