@@ -488,6 +488,21 @@ async fn append_one(handle: &mut WriteHandle<String, ()>) -> Result<(), PersistE
         .map(|_| ())
 }
 
+/// The shard with some history (see [`prepare`]), its handles abandoned: the head's seqno and
+/// bytes.
+fn prepared_head(w: &World) -> (SeqNo, Bytes) {
+    let (_, a, _, _) = prepare(w, Damage::CorruptHead);
+    a.abandon();
+    let head = w.head();
+    let stored = w
+        .consensus
+        .scan(SHARD, head, 1)
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    (head, stored[0].data.clone())
+}
+
 /// A head version that is checksummed and decodes but is wrong (a writer's upper beyond the
 /// shard's upper, a seqno that cannot follow) is an `Inconsistent` permanent error, never a
 /// panic in a transition, for a fresh open.
@@ -515,16 +530,8 @@ fn well_formed_but_wrong_versions_are_inconsistent() {
     ];
     for (i, (what, edit)) in edits.into_iter().enumerate() {
         let w = world(500 + i as u64);
-        let (_, a, _, _) = prepare(&w, Damage::CorruptHead);
-        a.abandon();
-        let head = w.head();
-        let stored = w
-            .consensus
-            .scan(SHARD, head, 1)
-            .now_or_never()
-            .unwrap()
-            .unwrap();
-        let mut diff = decode_diff(&stored[0].data).unwrap();
+        let (head, bytes) = prepared_head(&w);
+        let mut diff = decode_diff(&bytes).unwrap();
         edit(&mut diff);
         assert!(w.consensus.tamper(SHARD, head, encode_diff(&diff).into()));
         let fresh = w.client(8);
@@ -552,16 +559,8 @@ fn random_damage_to_the_head_never_panics_or_hangs() {
     let (mut permanent_errors, mut opened) = (0, 0);
     for i in 0..60u64 {
         let w = world(600 + i);
-        let (_, a, _, _) = prepare(&w, Damage::CorruptHead);
-        a.abandon();
-        let head = w.head();
-        let stored = w
-            .consensus
-            .scan(SHARD, head, 1)
-            .now_or_never()
-            .unwrap()
-            .unwrap();
-        let mut bytes = stored[0].data.to_vec();
+        let (head, bytes) = prepared_head(&w);
+        let mut bytes = bytes.to_vec();
         if i % 3 == 0 {
             let len = (rng.next_u64() % 64) as usize;
             bytes = (0..len).map(|_| rng.next_u64() as u8).collect();
