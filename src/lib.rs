@@ -8,6 +8,9 @@
 //! ```text
 //!  www/ + index.html   the page: renders snapshots, sends commands; holds no protocol state
 //!  src/wasm.rs         the only #[wasm_bindgen] surface (wasm32 only)
+//!  src/playground/     the scenario engine the page drives: actors, processes, faults, snapshots
+//!  src/upsert/         upsert with continual feedback: a stepped timely operator, its persist
+//!                      sink and source, racing replicas, a reference-model checker
 //!  src/write_task/     the differential write task: keeps a shard equal to a desired collection
 //!  src/oracle/         the timestamp oracle, in memory and durable (pre-allocated windows)
 //!  src/persist/        shards: state machine, command loop, handles, compaction, GC, encodings
@@ -18,8 +21,7 @@
 //! Shared plumbing used by every layer: [`retry`] (the one back-off, and which storage errors
 //! are worth retrying) and [`event_log`] (the one bounded, numbered event log).
 //!
-//! Each layer uses only the ones below it. Upsert with continual feedback and the playground's
-//! scenario driver come later; see `DESIGN.md` in the shared notes.
+//! Each layer uses only the ones below it; see `DESIGN.md` in the shared notes.
 //!
 //! ## Glossary
 //! - **shard**: a durable, time-varying collection of `((key, value), time, diff)` updates.
@@ -43,6 +45,7 @@ pub mod event_log;
 pub mod location;
 pub mod oracle;
 pub mod persist;
+pub mod playground;
 pub mod retry;
 pub mod runtime;
 pub mod upsert;

@@ -2,7 +2,12 @@
 //! call checks its JS input, calls the core, and hands back plain data (serde structs through
 //! serde-wasm-bindgen) or a JS `Error` with a message. Nothing here holds protocol state.
 //!
-//! Numbers: seqnos are `u64` and may exceed 2^53, so they cross the boundary as decimal strings.
+//! - [`Playground`]: the facade of the playground engine ([`crate::playground::Scenario`]).
+//! - [`BenchWriter`]: a writer for the browser benchmark page (`www/bench.html`).
+//!
+//! Seeds are `u64` and may exceed 2^53, so they cross the boundary as decimal strings (a safe
+//! integer number is accepted too). Live-mode seeds are drawn here, once per page, with
+//! `crypto.getRandomValues`: two tabs on one database never draw the same writer ids.
 
 // The library's JavaScript API (issue 12): one child module per component.
 pub mod library;
@@ -10,52 +15,36 @@ pub mod library;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use bytes::Bytes;
-use futures::FutureExt;
 use js_sys::Promise;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::location::idb::IdbLocation;
-use crate::location::{BlobMetadata, CaSResult, ExternalError, SeqNo, VersionedData, SCAN_ALL};
 use crate::persist::write::WriteHandle;
 use crate::persist::{PersistClient, PersistConfig, ShardId};
+use crate::playground::{Command, Scenario};
 use crate::runtime::browser::BrowserRuntime;
 
-/// The longest key the page accepts.
-const MAX_KEY_CHARS: usize = 256;
-/// The largest value the page accepts, in bytes.
-const MAX_VALUE_BYTES: usize = 1 << 20;
-/// How much of a value a snapshot shows.
-const PREVIEW_BYTES: usize = 64;
+/// The longest database name the page accepts.
+const MAX_DB_CHARS: usize = 128;
+/// The most events one `eventsAfter` call returns.
+const MAX_EVENTS: u32 = 5_000;
+/// The most virtual time one `runFor` call may cover.
+const MAX_RUN_MS: f64 = 600_000.0;
+/// The most simulator steps one `step` call may take.
+const MAX_STEPS: u32 = 1_000_000;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
-/** One Consensus key: its head seqno (a decimal string: seqnos may exceed 2^53), live versions, bytes. */
-export interface ConsensusKeyView {
-    key: string;
-    headSeqno: string;
-    versions: number;
-    bytes: number;
-    headPreview: string;
-}
-/** A Blob key and the size of its value. */
-export interface BlobView {
-    key: string;
-    sizeInBytes: number;
-}
-/** What an IndexedDB location holds, keys sorted. */
-export interface LocationView {
-    dbName: string;
-    consensus: ConsensusKeyView[];
-    blobs: BlobView[];
-}
-/** The outcome of writeVersion: committed is false if another writer took that seqno first. */
-export interface WriteOutcome {
-    key: string;
-    seqno: string;
-    committed: boolean;
+/** A command: see src/playground/command.rs (`{ type: "addActor", spec: { kind: "writer", ... } }`). */
+export type PlaygroundCommand = { type: string; [field: string]: unknown };
+/** What an applied command reports. */
+export interface Applied { actor: string | null; process: string | null; message: string }
+/** One event of the merged log. */
+export interface PlayEvent {
+    seq: number; atMs: number; actor: string | null; process: string | null;
+    component: string; kind: string; outcome: string; detail: string;
 }
 "#;
 
@@ -74,224 +63,187 @@ fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
         .map_err(js_error)
 }
 
-fn check_key(what: &str, key: &str) -> Result<(), JsValue> {
-    if key.is_empty() {
-        return Err(js_error(format!("{what} key must not be empty")));
-    }
-    if key.chars().count() > MAX_KEY_CHARS {
+fn check_db_name(name: &str) -> Result<(), JsValue> {
+    if name.is_empty() || name.chars().count() > MAX_DB_CHARS {
         return Err(js_error(format!(
-            "{what} key is longer than {MAX_KEY_CHARS} characters"
+            "the database name must be 1 to {MAX_DB_CHARS} characters"
         )));
     }
     Ok(())
 }
 
-fn check_value(value: &str) -> Result<(), JsValue> {
-    if value.len() > MAX_VALUE_BYTES {
+/// A seed from a decimal string or a safe non-negative integer.
+fn parse_seed(seed: &JsValue) -> Result<u64, JsValue> {
+    if let Some(s) = seed.as_string() {
+        return s.trim().parse::<u64>().map_err(|_| {
+            js_error(format!(
+                "seed {s:?} is not a whole number between 0 and 18446744073709551615"
+            ))
+        });
+    }
+    if let Some(n) = seed.as_f64() {
+        if n.fract() == 0.0 && (0.0..=9_007_199_254_740_991.0).contains(&n) {
+            return Ok(n as u64);
+        }
         return Err(js_error(format!(
-            "value is larger than {MAX_VALUE_BYTES} bytes"
+            "seed {n} is not a whole number between 0 and 2^53 (pass larger seeds as strings)"
         )));
     }
-    Ok(())
+    Err(js_error("the seed must be a number or a decimal string"))
 }
 
-/// The start of `data` as text: at most [`PREVIEW_BYTES`] bytes, cut at a character boundary
-/// when the data is UTF-8 (bytes that are not UTF-8 show as U+FFFD).
-fn preview(data: &[u8]) -> String {
-    let text = String::from_utf8_lossy(data);
-    let mut end = text.len().min(PREVIEW_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut s = text[..end].to_string();
-    if end < text.len() {
-        s.push('…');
-    }
-    s
+/// 64 bits from `crypto.getRandomValues`: the one place real randomness enters.
+fn random_seed() -> Result<u64, JsValue> {
+    let crypto = js_sys::Reflect::get(&js_sys::global(), &"crypto".into())?;
+    let get: js_sys::Function = js_sys::Reflect::get(&crypto, &"getRandomValues".into())?
+        .dyn_into()
+        .map_err(|_| js_error("crypto.getRandomValues is not available"))?;
+    let words = js_sys::Uint32Array::new_with_length(2);
+    get.call1(&crypto, &words)?;
+    Ok((u64::from(words.get_index(0)) << 32) | u64::from(words.get_index(1)))
 }
 
-/// One Consensus key as the page shows it.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ConsensusKeyView {
-    key: String,
-    /// The head seqno, as a decimal string (exact for every u64).
-    head_seqno: String,
-    /// Live versions (after truncation).
-    versions: usize,
-    /// Bytes over all live versions.
-    bytes: usize,
-    /// The start of the head version's data, as text.
-    head_preview: String,
-}
-
-/// One Blob key as the page shows it.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct BlobView {
-    key: String,
-    size_in_bytes: u64,
-}
-
-impl From<BlobMetadata> for BlobView {
-    fn from(m: BlobMetadata) -> Self {
-        let BlobMetadata { key, size_in_bytes } = m;
-        BlobView { key, size_in_bytes }
-    }
-}
-
-/// What an IndexedDB location holds, as the page shows it.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct LocationView {
-    db_name: String,
-    consensus: Vec<ConsensusKeyView>,
-    blobs: Vec<BlobView>,
-}
-
-/// The result of [`LocationInspector::write_version`].
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct WriteOutcome {
-    key: String,
-    /// The seqno the write tried to take, as a decimal string.
-    seqno: String,
-    /// Whether it committed (false: another writer took that seqno first).
-    committed: bool,
-}
-
-/// Opens an IndexedDB location and shows what it holds: the first page's window onto storage.
+/// The playground engine, for the page. See `src/playground/`.
 #[wasm_bindgen]
-pub struct LocationInspector {
-    location: Rc<IdbLocation>,
+pub struct Playground {
+    scenario: RefCell<Scenario>,
+    db: Option<Rc<IdbLocation>>,
 }
 
 #[wasm_bindgen]
-impl LocationInspector {
-    /// Opens (creating if needed) the IndexedDB database `dbName`.
-    /// Resolves to a `LocationInspector`.
-    #[wasm_bindgen(unchecked_return_type = "Promise<LocationInspector>")]
-    pub fn open(#[wasm_bindgen(js_name = dbName)] db_name: String) -> Promise {
+impl Playground {
+    /// A seed-mode scenario (the simulator over memory): a function of its seed and commands.
+    pub fn seeded(seed: JsValue) -> Result<Playground, JsValue> {
+        let seed = parse_seed(&seed)?;
+        Ok(Playground {
+            scenario: RefCell::new(Scenario::seeded(seed)),
+            db: None,
+        })
+    }
+
+    /// A live-mode scenario over IndexedDB database `dbName`, on real timers, with a seed drawn
+    /// from `crypto.getRandomValues`. Resolves to a `Playground`.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Playground>")]
+    pub fn live(#[wasm_bindgen(js_name = dbName)] db_name: String) -> Promise {
         future_to_promise(async move {
-            check_key("database", &db_name)?;
-            let location = IdbLocation::open(&db_name).await.map_err(js_error)?;
-            Ok(LocationInspector {
-                location: Rc::new(location),
+            check_db_name(&db_name)?;
+            let seed = random_seed()?;
+            let db = IdbLocation::open(&db_name).await.map_err(js_error)?;
+            let scenario = Scenario::live(BrowserRuntime::runtime(), db.location(), seed);
+            Ok(Playground {
+                scenario: RefCell::new(scenario),
+                db: Some(Rc::new(db)),
             }
             .into())
         })
     }
 
-    /// The database name.
-    #[wasm_bindgen(getter, js_name = dbName)]
-    pub fn db_name(&self) -> String {
-        self.location.name().to_string()
+    fn with<R>(&self, f: impl FnOnce(&mut Scenario) -> R) -> Result<R, JsValue> {
+        let mut s = self
+            .scenario
+            .try_borrow_mut()
+            .map_err(|_| js_error("the playground is busy (a call is already running)"))?;
+        Ok(f(&mut s))
     }
 
-    /// Whether the connection has closed (for example because another tab deleted the
-    /// database); every later call then fails, and the page should open a new inspector.
+    /// Applies a command (plain object, see `PlaygroundCommand`). Returns `Applied`, or throws an
+    /// `Error` saying why it was refused (then nothing changed).
+    #[wasm_bindgen(unchecked_return_type = "Applied")]
+    pub fn send(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "PlaygroundCommand")] command: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let command: Command = serde_wasm_bindgen::from_value(command)
+            .map_err(|e| js_error(format!("bad command: {e}")))?;
+        let applied = self.with(|s| s.apply(command))?.map_err(js_error)?;
+        to_js(&applied)
+    }
+
+    /// Takes `steps` simulator steps (seed mode).
+    pub fn step(&self, steps: u32) -> Result<(), JsValue> {
+        if steps > MAX_STEPS {
+            return Err(js_error(format!("at most {MAX_STEPS} steps at a time")));
+        }
+        self.with(|s| s.step(u64::from(steps)))?.map_err(js_error)
+    }
+
+    /// Runs `ms` milliseconds of virtual time (seed mode).
+    #[wasm_bindgen(js_name = runFor)]
+    pub fn run_for(&self, ms: f64) -> Result<(), JsValue> {
+        if !(0.0..=MAX_RUN_MS).contains(&ms) || ms.fract() != 0.0 {
+            return Err(js_error(format!(
+                "runFor takes a whole number of ms from 0 to {MAX_RUN_MS}"
+            )));
+        }
+        self.with(|s| s.run_for(ms as u64))?.map_err(js_error)
+    }
+
+    /// The snapshot the page draws (plain data; see `src/playground/snapshot.rs`).
+    pub fn snapshot(&self) -> Result<JsValue, JsValue> {
+        let snap = self.with(|s| s.snapshot())?;
+        to_js(&snap)
+    }
+
+    /// A fingerprint of the current snapshot (16 hex digits).
+    pub fn digest(&self) -> Result<String, JsValue> {
+        self.with(|s| s.snapshot().digest())
+    }
+
+    /// Up to `limit` events with a sequence number above `cursor`, oldest first.
+    #[wasm_bindgen(js_name = eventsAfter, unchecked_return_type = "PlayEvent[]")]
+    pub fn events_after(&self, cursor: f64, limit: u32) -> Result<JsValue, JsValue> {
+        if !(cursor >= 0.0 && cursor.fract() == 0.0) {
+            return Err(js_error("the cursor must be a whole number >= 0"));
+        }
+        let events =
+            self.with(|s| s.events_after(cursor as u64, limit.min(MAX_EVENTS) as usize))?;
+        to_js(&events)
+    }
+
+    /// The commands applied so far with their stamps (in seed mode, a run is a function of the
+    /// seed and these).
+    #[wasm_bindgen(js_name = stampedCommands)]
+    pub fn stamped_commands(&self) -> Result<JsValue, JsValue> {
+        let stamped = self.with(|s| s.stamped().to_vec())?;
+        to_js(&stamped)
+    }
+
+    /// `seed` or `live`.
     #[wasm_bindgen(getter)]
-    pub fn closed(&self) -> bool {
-        self.location.is_closed()
+    pub fn mode(&self) -> String {
+        if self.db.is_some() { "live" } else { "seed" }.into()
     }
 
-    /// Resolves to `{ dbName, consensus: [{ key, headSeqno, versions, bytes, headPreview }],
-    /// blobs: [{ key, sizeInBytes }] }`, keys sorted.
-    #[wasm_bindgen(unchecked_return_type = "Promise<LocationView>")]
-    pub fn snapshot(&self) -> Promise {
-        let location = Rc::clone(&self.location);
-        future_to_promise(async move { to_js(&snapshot(&location).await.map_err(js_error)?) })
+    /// The seed, as a decimal string.
+    #[wasm_bindgen(getter)]
+    pub fn seed(&self) -> Result<String, JsValue> {
+        self.with(|s| s.seed().to_string())
     }
 
-    /// Writes `data` as the next version of Consensus key `key` (reads the head, then
-    /// compare_and_set at head + 1). Resolves to `{ key, seqno, committed }`; `committed` is false
-    /// if another writer took that seqno in between.
-    #[wasm_bindgen(js_name = writeVersion, unchecked_return_type = "Promise<WriteOutcome>")]
-    pub fn write_version(&self, key: String, data: String) -> Promise {
-        let location = Rc::clone(&self.location);
-        future_to_promise(
-            async move {
-                check_key("consensus", &key)?;
-                check_value(&data)?;
-                let consensus = location.consensus();
-                let head = consensus.head(&key).await.map_err(js_error)?;
-                let expected = head.map(|v| v.seqno);
-                let next = expected.map_or(SeqNo(1), SeqNo::next);
-                let new = VersionedData {
-                    seqno: next,
-                    data: Bytes::from(data.into_bytes()),
-                };
-                let result = consensus
-                    .compare_and_set(&key, expected, new)
-                    .await
-                    .map_err(js_error)?;
-                to_js(&WriteOutcome {
-                    key,
-                    seqno: next.0.to_string(),
-                    committed: result == CaSResult::Committed,
-                })
-            }
-            .boxed_local(),
-        )
-    }
-
-    /// Sets Blob key `key` to `data`.
-    #[wasm_bindgen(js_name = writeBlob, unchecked_return_type = "Promise<void>")]
-    pub fn write_blob(&self, key: String, data: String) -> Promise {
-        let location = Rc::clone(&self.location);
-        future_to_promise(async move {
-            check_key("blob", &key)?;
-            check_value(&data)?;
-            location
-                .blob()
-                .set(&key, Bytes::from(data.into_bytes()))
-                .await
-                .map_err(js_error)?;
-            Ok(JsValue::UNDEFINED)
-        })
-    }
-
-    /// Closes this connection and deletes the whole database. The inspector is unusable after.
+    /// Live mode: stops this page's actors, closes the connection and deletes the database.
+    /// The playground is unusable after; create a new one.
     #[wasm_bindgen(js_name = deleteDatabase, unchecked_return_type = "Promise<void>")]
     pub fn delete_database(&self) -> Promise {
-        let location = Rc::clone(&self.location);
+        let db = self.db.clone();
+        // Stop every actor now: a fresh, empty scenario replaces this one.
+        let stopped = self.with(|s| {
+            let seed = s.seed();
+            *s = Scenario::seeded(seed);
+        });
         future_to_promise(async move {
-            location.close();
-            IdbLocation::delete_database(location.name())
+            stopped?;
+            let Some(db) = db else {
+                return Err(js_error(
+                    "seed mode has no database (create a new playground)",
+                ));
+            };
+            db.close();
+            IdbLocation::delete_database(db.name())
                 .await
                 .map_err(js_error)?;
             Ok(JsValue::UNDEFINED)
         })
     }
-}
-
-async fn snapshot(location: &IdbLocation) -> Result<LocationView, ExternalError> {
-    let consensus = location.consensus();
-    let mut keys = Vec::new();
-    for key in consensus.list_keys().await? {
-        let versions = consensus.scan(&key, SeqNo::minimum(), SCAN_ALL).await?;
-        let Some(head) = versions.last() else {
-            continue;
-        };
-        keys.push(ConsensusKeyView {
-            head_seqno: head.seqno.0.to_string(),
-            versions: versions.len(),
-            bytes: versions.iter().map(|v| v.data.len()).sum(),
-            head_preview: preview(&head.data),
-            key,
-        });
-    }
-    let mut blobs = Vec::new();
-    location
-        .blob()
-        .list_keys_and_metadata("", &mut |m| blobs.push(BlobView::from(m)))
-        .await?;
-    blobs.sort_by(|a, b| a.key.cmp(&b.key));
-    Ok(LocationView {
-        db_name: location.name().to_string(),
-        consensus: keys,
-        blobs,
-    })
 }
 
 /// A writer for the browser benchmark (`www/bench.html`): small compare_and_appends over
@@ -306,6 +258,7 @@ pub struct BenchWriter {
 impl BenchWriter {
     /// Opens a writer on shard `shard` of IndexedDB database `dbName` (the event log is off).
     /// With `maintenance` false, compaction, rollups and GC are off: the write path alone.
+    /// Its ids come from a seed drawn with `crypto.getRandomValues`.
     #[wasm_bindgen(unchecked_return_type = "Promise<BenchWriter>")]
     pub fn open(
         #[wasm_bindgen(js_name = dbName)] db_name: String,
@@ -313,7 +266,7 @@ impl BenchWriter {
         maintenance: bool,
     ) -> Promise {
         future_to_promise(async move {
-            check_key("database", &db_name)?;
+            check_db_name(&db_name)?;
             let shard = ShardId::new(&shard).map_err(js_error)?;
             let location = IdbLocation::open(&db_name).await.map_err(js_error)?;
             let cfg = if maintenance {
@@ -326,8 +279,10 @@ impl BenchWriter {
                     ..PersistConfig::default()
                 }
             };
-            let client = PersistClient::new(location.location(), BrowserRuntime::runtime(), cfg, 1)
-                .with_events(crate::persist::events::EventLog::disabled());
+            let seed = random_seed()?;
+            let client =
+                PersistClient::new(location.location(), BrowserRuntime::runtime(), cfg, seed)
+                    .with_events(crate::persist::events::EventLog::disabled());
             let writer = client
                 .open_writer::<String, ()>(&shard)
                 .await
@@ -344,6 +299,7 @@ impl BenchWriter {
     /// state machine): the storage cost alone, from Rust.
     #[wasm_bindgen(js_name = casMany, unchecked_return_type = "Promise<void>")]
     pub fn cas_many(&self, key: String, n: u32) -> Promise {
+        use crate::location::{CaSResult, SeqNo, VersionedData};
         let consensus = self.location.consensus();
         future_to_promise(async move {
             let mut head = consensus
@@ -355,7 +311,7 @@ impl BenchWriter {
                 let next = head.map_or(SeqNo(1), SeqNo::next);
                 let new = VersionedData {
                     seqno: next,
-                    data: Bytes::from(vec![0u8; 200]),
+                    data: bytes::Bytes::from(vec![0u8; 200]),
                 };
                 match consensus
                     .compare_and_set(&key, head, new)

@@ -367,3 +367,61 @@ fn broken_bytes_are_permanent_errors_for_fresh_and_warm_handles() {
         }
     }
 }
+
+/// Compaction and GC, run by hand on a fresh process, meet the damage too: a typed error, and
+/// nothing written after it.
+#[test]
+fn compaction_and_gc_answer_permanent_errors() {
+    use persist_playground::persist::compact::compact_now;
+    let cases = [
+        (Damage::MissingPart, "compact"),
+        (Damage::CorruptMidChain, "gc"),
+        (Damage::CorruptHead, "compact"),
+    ];
+    for (i, (damage, work)) in cases.into_iter().enumerate() {
+        let w = world(300 + i as u64);
+        let (_, a, r, warm_seqno) = prepare(&w, damage);
+        a.abandon();
+        if let Some(r) = r {
+            r.abandon();
+        }
+        let expected = damage.apply(&w, warm_seqno);
+        let before = w.footprint();
+        let client = w.client(91);
+        let rt = w.sim.runtime();
+        let start = w.sim.now_ms();
+        let out = w
+            .sim
+            .block_on(async move {
+                let out = if work == "gc" {
+                    rt.timeout(DEADLINE_MS, gc_now(&client, &shard()))
+                        .await
+                        .map(|r| r.map(|_| ()))
+                } else {
+                    rt.timeout(DEADLINE_MS, compact_now(&client, &shard()))
+                        .await
+                        .map(|r| r.map(|_| ()))
+                };
+                let again = compact_now(&client, &shard()).await.map(|_| ());
+                (out, again)
+            })
+            .unwrap();
+        let err = out
+            .0
+            .unwrap_or_else(|_| panic!("{damage:?} {work}: timed out"))
+            .unwrap_err();
+        assert!(w.sim.now_ms() - start < ANSWER_BOUND_MS);
+        check_error(damage, work, &err, &expected);
+        assert_eq!(
+            out.1,
+            Err(err),
+            "{damage:?} {work}: the process stays broken"
+        );
+        w.sim.run_for(10_000).unwrap();
+        assert_eq!(
+            w.footprint(),
+            before,
+            "{damage:?} {work}: wrote after the error"
+        );
+    }
+}

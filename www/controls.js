@@ -1,77 +1,207 @@
-// Controls: DOM events -> calls into the store -> re-render. Nothing here draws; all drawing goes
-// through render.js. Actions run one at a time (controls are disabled while one runs), so the
-// page never has two of its own writes in flight.
+// Controls: DOM events and keys -> commands for the engine (through `app`). Nothing here draws:
+// the frame loop renders whatever the engine's next snapshot says. A field whose value does not
+// parse is refused here with a message; values that parse are checked again by the engine.
 
-import {
-  errorStatus,
-  renderBusy,
-  renderSnapshot,
-  renderStatus,
-  writeBlobStatus,
-  writeVersionStatus,
-} from "./render.js";
+/** A whole number from a text field, or an Error naming the field. */
+export function wholeNumber(label, text) {
+  const t = String(text).trim();
+  if (!/^\d+$/.test(t)) throw new Error(`${label} must be a whole number, not ${JSON.stringify(t)}`);
+  return Number(t);
+}
+
+/** A percentage 0-100 as a rate 0-1. */
+export function percent(label, text) {
+  const t = String(text).trim();
+  const n = Number(t);
+  if (t === "" || !Number.isFinite(n)) throw new Error(`${label} must be a percentage, not ${JSON.stringify(t)}`);
+  if (n < 0 || n > 100) throw new Error(`${label} must be between 0 and 100 %, not ${n}`);
+  return n / 100;
+}
+
+/** "lo-hi" (inclusive) as { keyLo, keyHi } (exclusive). */
+export function keyRange(text) {
+  const m = /^\s*(\d+)\s*[-–]\s*(\d+)\s*$/.exec(String(text));
+  if (!m) throw new Error(`keys must look like 0-16, not ${JSON.stringify(String(text).trim())}`);
+  return { keyLo: Number(m[1]), keyHi: Number(m[2]) + 1 };
+}
+
+export function writerSpec(dom) {
+  return {
+    kind: "writer",
+    shard: "data",
+    ratePerS: wholeNumber("writer rate/s", dom.wRate.value),
+    ...keyRange(dom.wKeys.value),
+    mode: dom.wMode.value,
+  };
+}
+
+function faultKnobs(f, name) {
+  return {
+    failRate: percent(`${name} fail %`, f.fail.value),
+    timeoutRate: percent(`${name} timeout %`, f.timeout.value),
+    latencyMs: wholeNumber(`${name} latency ms`, f.latency.value),
+    outage: f.outage.checked,
+  };
+}
 
 /**
- * Wires the page's controls. `store` is main.js's thin wrapper over the wasm inspector:
- * `{ writeVersion(key, data), writeBlob(key, data), snapshot(), reset() }`, all async.
+ * Wires the controls. `app` is main.js's thin layer over the engine:
+ * `send(command, okText?)`, `report(status)`, `togglePlay()`, `step()`, `faster(dir)`,
+ * `setSpeed(value)`, `newRun(seed)`, `switchMode()`, `resetDatabase()`, `latest()`.
  */
-export function wireControls(dom, store) {
-  let running = false;
+export function wireControls(dom, app) {
+  // Runs `f`; a thrown Error becomes an error status (the running state is left as it was).
+  const guarded = (f) => (...args) => {
+    try {
+      return f(...args);
+    } catch (err) {
+      app.report({ kind: "error", text: err instanceof Error ? err.message : String(err) });
+      return undefined;
+    }
+  };
+  const into = () => dom.intoProcess.value || null;
+  const addActor = (spec) => app.send({ type: "addActor", spec, process: into() });
 
-  // Runs `action` (async, resolves to { status, highlight }), then re-renders from a fresh
-  // snapshot. Any rejection becomes an error status; the page stays usable.
-  async function run(busyText, action) {
-    if (running) return;
-    running = true;
-    renderBusy(dom, true);
-    renderStatus(dom, { kind: "busy", text: busyText });
-    let status;
-    let highlight = null;
-    try {
-      ({ status, highlight = null } = await action());
-    } catch (err) {
-      status = errorStatus(err);
+  dom.play.addEventListener("click", guarded(() => app.togglePlay()));
+  dom.step.addEventListener("click", guarded(() => app.step()));
+  dom.speed.addEventListener("change", guarded(() => app.setSpeed(dom.speed.value)));
+  dom.seedForm.addEventListener("submit", guarded((e) => {
+    e.preventDefault();
+    app.newRun(dom.seed.value);
+  }));
+  dom.toLive.addEventListener("click", guarded(() => app.switchMode()));
+  dom.toSeed.addEventListener("click", guarded(() => app.switchMode()));
+  dom.addWriter.addEventListener("click", guarded(() => addActor(writerSpec(dom))));
+  dom.addReader.addEventListener("click", guarded(() => addActor({ kind: "reader", shard: "data", hold: false })));
+  dom.addTask.addEventListener("click", guarded(() => addActor({ kind: "task", shard: "mz_task", tickIntervalMs: 1000, readOnly: false })));
+  dom.addOracle.addEventListener("click", guarded(() => addActor({ kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4 })));
+  dom.presetBusy.addEventListener("click", guarded(() => app.presetBusy()));
+  dom.addReplica.addEventListener("click", guarded(() => addActor({ kind: "replica", readBatch: 4 })));
+  dom.upsertForm.addEventListener("submit", guarded((e) => {
+    e.preventDefault();
+    const key = wholeNumber("upsert key", dom.upsertKey.value);
+    const value = dom.upsertValue.value.trim();
+    app.send({ type: "pushUpsert", key, value: value === "" ? null : value });
+  }));
+  dom.generator.addEventListener("change", guarded(() => app.send({ type: "setGenerator", on: dom.generator.checked })));
+  dom.stepReplicas.addEventListener("click", guarded(() => app.send({ type: "stepReplicas" })));
+  dom.verify.addEventListener("click", guarded(() => app.send({ type: "verify" })));
+  dom.faultsForm.addEventListener("submit", guarded((e) => {
+    e.preventDefault();
+    // Parse both rows before sending either: a bad field changes nothing.
+    const blob = faultKnobs(dom.faults.blob, "Blob");
+    const consensus = faultKnobs(dom.faults.consensus, "Consensus");
+    app.send({ type: "setFaults", service: "blob", knobs: blob });
+    app.send({ type: "setFaults", service: "consensus", knobs: consensus }, "faults applied");
+  }));
+  dom.faultsOff.addEventListener("click", guarded(() => allFaultsOff(dom, app)));
+  dom.corrupt.addEventListener("click", guarded(() => {
+    if (!dom.corruptKey.value) throw new Error("nothing to corrupt yet");
+    app.send({ type: "corruptRecord", key: dom.corruptKey.value });
+  }));
+  dom.resetDb.addEventListener("click", guarded(() => app.resetDatabase()));
+
+  // Per-actor and per-process buttons are re-rendered, so listen on their container.
+  dom.processes.addEventListener("click", guarded((e) => {
+    const b = e.target.closest("[data-action]");
+    if (!b || b.tagName === "INPUT") return;
+    actorAction(dom, app, b);
+  }));
+  dom.processes.addEventListener("change", guarded((e) => {
+    const b = e.target.closest("input[data-action]");
+    if (b) actorAction(dom, app, b);
+  }));
+
+  document.addEventListener("keydown", guarded((e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    const tag = e.target?.tagName;
+    if (tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA") return;
+    const key = e.key;
+    const actions = {
+      " ": () => app.togglePlay(),
+      s: () => app.step(),
+      "+": () => app.faster(1),
+      "=": () => app.faster(1),
+      "-": () => app.faster(-1),
+      w: () => addActor(writerSpec(dom)),
+      r: () => dom.addReader.click(),
+      t: () => dom.addTask.click(),
+      o: () => dom.addOracle.click(),
+      u: () => dom.addReplica.click(),
+      g: () => app.send({ type: "setGenerator", on: !app.latest()?.upsert?.generating }),
+      j: () => dom.stepReplicas.click(),
+      v: () => dom.verify.click(),
+      c: () => crashNewest(app),
+      x: () => restartNewest(app),
+      0: () => allFaultsOff(dom, app),
+      n: () => app.newRun(dom.seed.value),
+      l: () => app.switchMode(),
+    };
+    const act = actions[key];
+    if (act) {
+      e.preventDefault();
+      act();
     }
-    try {
-      renderSnapshot(dom, await store.snapshot(), highlight);
-    } catch (err) {
-      // Keep the action's own error if it had one: that is the more useful message.
-      if (status.kind !== "error") status = errorStatus(err);
-    }
-    renderStatus(dom, status);
-    running = false;
-    renderBusy(dom, false);
+  }));
+}
+
+function allFaultsOff(dom, app) {
+  for (const f of [dom.faults.blob, dom.faults.consensus]) {
+    f.fail.value = "0";
+    f.timeout.value = "0";
+    f.latency.value = "0";
+    f.outage.checked = false;
   }
+  const off = { failRate: 0, timeoutRate: 0, latencyMs: 0, outage: false };
+  app.send({ type: "setFaults", service: "blob", knobs: off });
+  app.send({ type: "setFaults", service: "consensus", knobs: off }, "all faults off");
+}
 
-  dom.versionForm.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const key = dom.versionKey.value;
-    const data = dom.versionData.value;
-    run(`writing the next version of ${key || "(empty key)"}…`, async () => {
-      const outcome = await store.writeVersion(key, data);
-      return { status: writeVersionStatus(outcome), highlight: { table: "consensus", key } };
-    });
-  });
+function crashNewest(app) {
+  const p = app.latest()?.processes.filter((x) => x.alive).at(-1);
+  if (!p) throw new Error("no running process to crash");
+  app.send({ type: "crashProcess", process: p.id });
+}
 
-  dom.blobForm.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const key = dom.blobKey.value;
-    const data = dom.blobData.value;
-    run(`writing blob ${key || "(empty key)"}…`, async () => {
-      await store.writeBlob(key, data);
-      const bytes = new TextEncoder().encode(data).length;
-      return { status: writeBlobStatus(key, bytes), highlight: { table: "blobs", key } };
-    });
-  });
+function restartNewest(app) {
+  const p = app.latest()?.processes.filter((x) => !x.alive && !x.restartedAs).at(-1);
+  if (!p) throw new Error("no crashed process to restart");
+  app.send({ type: "restartProcess", process: p.id });
+}
 
-  dom.refresh.addEventListener("click", () => {
-    run("refreshing…", async () => ({ status: { kind: "ok", text: "refreshed" } }));
-  });
+function field(dom, actor, name) {
+  const input = dom.processes.querySelector(`input[data-field="${name}"][data-actor="${actor}"]`);
+  return input ? input.value : "";
+}
 
-  dom.reset.addEventListener("click", () => {
-    run("deleting the database…", async () => {
-      const name = await store.reset();
-      return { status: { kind: "ok", text: `reset: deleted ${name} and opened it again, empty` } };
-    });
-  });
+function actorAction(dom, app, el) {
+  const { action, actor, process } = el.dataset;
+  const spec = app.latest()?.actors.find((a) => a.id === actor)?.spec;
+  switch (action) {
+    case "crash":
+      return app.send({ type: "crashProcess", process });
+    case "restart":
+      return app.send({ type: "restartProcess", process });
+    case "remove":
+      return app.send({ type: "removeActor", actor });
+    case "set-rate": {
+      const ratePerS = wholeNumber(`${actor} rate/s`, field(dom, actor, "rate"));
+      const { kind: _kind, ...fields } = spec;
+      return app.send({ type: "setWriter", actor, spec: { ...fields, ratePerS } });
+    }
+    case "hold":
+      return app.send({ type: "setReaderHold", actor, hold: el.dataset.hold === "true" });
+    case "push":
+      return app.send({ type: "taskPush", actor, op: { op: "append", rows: Number(el.dataset.rows) } });
+    case "delete-row":
+      return app.send({ type: "taskPush", actor, op: { op: "deleteOldest" } });
+    case "read-only":
+      return app.send({ type: "setTask", actor, tickIntervalMs: spec.tickIntervalMs, readOnly: el.checked });
+    case "set-tick": {
+      const tickIntervalMs = wholeNumber(`${actor} tick ms`, field(dom, actor, "tick"));
+      return app.send({ type: "setTask", actor, tickIntervalMs, readOnly: spec.readOnly });
+    }
+    default:
+      return undefined;
+  }
 }

@@ -1,31 +1,51 @@
-// Entry point: load the wasm package, open the IndexedDB location, wire the controls, render.
-// The page holds no protocol state: everything shown comes from a fresh snapshot.
+// Entry point: load the wasm package, create the playground (seed or live mode, from the URL),
+// start the default scenario, wire the controls and run the frame loop. The page holds no
+// protocol state: every frame draws the engine's latest snapshot.
+//
+// URL parameters: ?seed=N (seed mode), ?mode=live&db=NAME (live mode over IndexedDB),
+// ?autoplay=0 (start paused), ?empty=1 (start with no actors).
 
 import { wireControls } from "./controls.js";
-import {
-  errorStatus,
-  findDom,
-  renderBusy,
-  renderDbName,
-  renderFailed,
-  renderSnapshot,
-  renderStatus,
-} from "./render.js";
+import { findDom, renderAll, renderMode, renderRunbar, renderStatus } from "./render/index.js";
+import { makeState } from "./state.js";
 
 const DEFAULT_DB = "persist-playground";
+const SPEEDS = ["0.25", "1", "4", "16", "max"];
+/** Virtual time one Step advances. */
+const STEP_MS = 100;
+/** The most virtual time one frame may cover at a fixed speed (a slow frame does not jump). */
+const MAX_FRAME_VIRTUAL_MS = 250;
+/** At full speed: the wall-time budget the simulator gets per frame, and its slice. */
+const FULL_SPEED_BUDGET_MS = 5;
+const FULL_SPEED_SLICE_STEPS = 50;
 
-/** `?db=NAME` picks the database (tests use it to start clean); else the default. */
-export function dbNameFrom(search) {
-  const name = new URLSearchParams(search).get("db");
-  return name ? name : DEFAULT_DB;
+export function readParams(search) {
+  const p = new URLSearchParams(search);
+  return {
+    mode: p.get("mode") === "live" ? "live" : "seed",
+    db: p.get("db") || DEFAULT_DB,
+    seed: p.get("seed") || "1",
+    autoplay: p.get("autoplay") !== "0",
+    empty: p.get("empty") === "1",
+  };
 }
 
+/** The scenario a newcomer meets: two writers racing, a reader, a write task, an oracle. */
+export const DEFAULT_ACTORS = [
+  { kind: "writer", shard: "data", ratePerS: 4, keyLo: 0, keyHi: 16, mode: "compareAndAppend" },
+  { kind: "writer", shard: "data", ratePerS: 4, keyLo: 0, keyHi: 16, mode: "compareAndAppend" },
+  { kind: "reader", shard: "data", hold: false },
+  { kind: "task", shard: "mz_task", tickIntervalMs: 1000, readOnly: false },
+  { kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4 },
+  { kind: "replica", readBatch: 4 },
+  { kind: "replica", readBatch: 2 },
+];
+
 async function loadWasm() {
-  // A dynamic import, so that a missing pkg/ shows up on the page rather than as a silent failure.
-  let wasm;
   try {
-    wasm = await import("../pkg/persist_playground.js");
+    const wasm = await import("../pkg/persist_playground.js");
     await wasm.default();
+    return wasm;
   } catch (err) {
     throw new Error(
       `could not load the WebAssembly package from pkg/ (build it with: bash scripts/build.sh): ${
@@ -33,58 +53,212 @@ async function loadWasm() {
       }`,
     );
   }
-  return wasm;
 }
 
-/** The store the controls call: the inspector, reopened lazily after a reset. */
-function makeStore(LocationInspector, dbName) {
-  let inspector = null;
-  const current = async () => {
-    if (!inspector) inspector = await LocationInspector.open(dbName);
-    return inspector;
-  };
-  return {
-    current,
-    writeVersion: async (key, data) => (await current()).writeVersion(key, data),
-    writeBlob: async (key, data) => (await current()).writeBlob(key, data),
-    snapshot: async () => (await current()).snapshot(),
-    async reset() {
-      const old = await current();
-      inspector = null; // whatever happens next, never use the deleted one again
-      try {
-        await old.deleteDatabase();
-      } finally {
-        old.free();
+const layoutKey = (db) => `persist-playground:layout:${db}`;
+
+/** The actors of a snapshot as a restorable layout: specs, grouped by process. */
+function layoutOf(snap) {
+  return snap.actors.map((a) => ({ spec: a.spec, group: a.process }));
+}
+
+function main() {
+  const dom = findDom(document);
+  const params = readParams(window.location.search);
+  const state = makeState();
+  const view = { t0: 0, playing: false, speed: "1", digest: null, db: params.db, frameMs: [], parts: [], busy: false };
+  dom.seed.value = params.seed;
+  renderMode(dom, params.mode, params.db);
+  let wasm;
+  let pg;
+  let lastFrame = performance.now();
+
+  const report = (status) => renderStatus(dom, status);
+  const errorText = (err) => (err instanceof Error ? err.message : String(err));
+
+  function refreshDigest() {
+    view.digest = pg.mode === "seed" && !view.playing ? pg.digest() : null;
+  }
+
+  function pull() {
+    const snap = pg.snapshot();
+    state.push(snap);
+    state.addEvents(pg.eventsAfter(state.cursor(), 500));
+    return snap;
+  }
+
+  /** After a command or a step: draw at once, so the page never shows the state before it. */
+  function redraw() {
+    refreshDigest();
+    renderAll(dom, state, view, true);
+  }
+
+  function saveLayout() {
+    if (pg.mode !== "live") return;
+    const snap = state.latest();
+    if (snap) sessionStorage.setItem(layoutKey(params.db), JSON.stringify(layoutOf(snap)));
+  }
+
+  /** Sends one command; returns what it reported, or throws an Error with the engine's message. */
+  function send(command, okText) {
+    let applied;
+    try {
+      applied = pg.send(command);
+    } catch (err) {
+      report({ kind: "error", text: errorText(err) });
+      throw err;
+    }
+    pull();
+    saveLayout();
+    redraw();
+    report({ kind: "ok", text: okText ?? applied.message });
+    return applied;
+  }
+
+  /** Adds `layout` (specs grouped by process): the first actor of a group starts its process. */
+  function addLayout(layout) {
+    const processOf = new Map();
+    for (const { spec, group } of layout) {
+      const applied = pg.send({ type: "addActor", spec, process: processOf.get(group) ?? null });
+      if (!processOf.has(group)) processOf.set(group, applied.process);
+    }
+    pull();
+    saveLayout();
+  }
+
+  const defaultLayout = () => (params.empty ? [] : DEFAULT_ACTORS.map((spec, i) => ({ spec, group: `g${i}` })));
+
+  /** Creates the playground and starts `layout` (default: this tab's saved one, or the default). */
+  async function create(layout = null) {
+    if (params.mode === "live") {
+      pg = await wasm.Playground.live(params.db);
+      const saved = sessionStorage.getItem(layoutKey(params.db));
+      addLayout(layout ?? (saved ? JSON.parse(saved) : defaultLayout()));
+    } else {
+      pg = wasm.Playground.seeded(params.seed);
+      addLayout(layout ?? defaultLayout());
+    }
+    // With replicas, the source starts generating upserts (the newcomer sees the feedback loop).
+    if (state.latest().actors.some((a) => a.spec.kind === "replica")) {
+      pg.send({ type: "setGenerator", on: true });
+      pull();
+    }
+    view.t0 = pg.mode === "live" ? state.latest().nowMs : 0;
+  }
+
+  const app = {
+    send,
+    report,
+    latest: () => state.latest(),
+    togglePlay() {
+      if (pg.mode === "live") throw new Error("live mode runs on real timers: it cannot be paused");
+      view.playing = !view.playing;
+      lastFrame = performance.now();
+      redraw();
+      report({ kind: "ok", text: view.playing ? "playing" : "paused" });
+    },
+    step() {
+      if (pg.mode === "live") throw new Error("live mode runs on real timers: there is nothing to step");
+      if (view.playing) throw new Error("pause first (space), then step");
+      pg.runFor(STEP_MS);
+      pull();
+      redraw();
+      report({ kind: "ok", text: `stepped ${STEP_MS} ms` });
+    },
+    setSpeed(value) {
+      if (!SPEEDS.includes(value)) throw new Error(`unknown speed ${value}`);
+      view.speed = value;
+      dom.speed.value = value;
+    },
+    faster(dir) {
+      const i = Math.min(Math.max(SPEEDS.indexOf(view.speed) + dir, 0), SPEEDS.length - 1);
+      app.setSpeed(SPEEDS[i]);
+    },
+    newRun(seedText) {
+      const seed = String(seedText).trim();
+      if (!/^\d{1,20}$/.test(seed)) throw new Error(`the seed must be a whole number, not ${JSON.stringify(seed)}`);
+      const next = new URLSearchParams({ seed });
+      if (!view.playing) next.set("autoplay", "0");
+      window.location.search = next.toString();
+    },
+    switchMode() {
+      window.location.search = pg.mode === "live" ? `seed=${encodeURIComponent(dom.seed.value || "1")}` : `mode=live&db=${encodeURIComponent(params.db)}`;
+    },
+    presetBusy() {
+      const layout = [];
+      for (let i = 0; i < 8; i++) {
+        layout.push({ spec: { kind: "writer", shard: "data", ratePerS: 50, keyLo: 0, keyHi: 1000, mode: "compareAndAppend" }, group: `busy${i}` });
       }
-      await current();
-      return dbName;
+      addLayout(layout);
+      report({ kind: "ok", text: "added eight writers over a thousand keys" });
+    },
+    async resetDatabase() {
+      const layout = state.latest() ? layoutOf(state.latest()) : [];
+      view.busy = true;
+      try {
+        if (pg.mode === "live") await pg.deleteDatabase();
+        pg.free();
+        state.clear();
+        await create(layout);
+        report({ kind: "ok", text: pg.mode === "live" ? `reset: deleted ${params.db} and started again, empty` : "reset: a fresh in-memory location" });
+      } catch (err) {
+        report({ kind: "error", text: `reset failed: ${errorText(err)}` });
+      } finally {
+        view.busy = false;
+      }
     },
   };
-}
 
-async function main() {
-  const dom = findDom(document);
-  const dbName = dbNameFrom(window.location.search);
-  renderDbName(dom, dbName);
-  renderBusy(dom, true);
-  let store;
-  try {
-    const { LocationInspector } = await loadWasm();
-    store = makeStore(LocationInspector, dbName);
-    await store.current();
-  } catch (err) {
-    renderFailed(dom, errorStatus(err)); // nothing to work with: controls stay disabled
-    return;
+  function frame(now) {
+    const start = performance.now();
+    if (!view.busy && pg) {
+      try {
+        if (pg.mode === "seed" && view.playing) {
+          if (view.speed === "max") {
+            // Whole simulator steps, a few at a time: the overshoot is at most one slow poll.
+            do pg.step(FULL_SPEED_SLICE_STEPS);
+            while (performance.now() - start < FULL_SPEED_BUDGET_MS);
+          } else {
+            const ms = Math.min(Math.round((now - lastFrame) * Number(view.speed)), MAX_FRAME_VIRTUAL_MS);
+            if (ms > 0) pg.runFor(ms);
+          }
+        }
+        const simmed = performance.now();
+        pull();
+        const pulled = performance.now();
+        renderAll(dom, state, view);
+        view.parts.push([simmed - start, pulled - simmed, performance.now() - pulled]);
+        if (view.parts.length > 2000) view.parts.splice(0, 1000);
+      } catch (err) {
+        view.playing = false;
+        report({ kind: "error", text: `stopped: ${errorText(err)}` });
+      }
+      const took = performance.now() - start;
+      view.frameMs.push(took);
+      if (view.frameMs.length > 2000) view.frameMs.splice(0, 1000);
+    }
+    lastFrame = now;
+    requestAnimationFrame(frame);
   }
-  wireControls(dom, store);
-  try {
-    renderSnapshot(dom, await store.snapshot());
-    renderStatus(dom, { kind: "ok", text: `ready: opened IndexedDB database ${dbName}` });
-  } catch (err) {
-    // The database opened but could not be read: keep the controls, Reset may fix it.
-    renderStatus(dom, errorStatus(err));
-  }
-  renderBusy(dom, false);
+
+  (async () => {
+    try {
+      wasm = await loadWasm();
+      await create();
+    } catch (err) {
+      report({ kind: "error", text: errorText(err) });
+      return;
+    }
+    wireControls(dom, app);
+    view.playing = pg.mode === "seed" && params.autoplay;
+    refreshDigest();
+    renderAll(dom, state, view);
+    renderRunbar(dom, state.latest(), view);
+    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : `ready: seed ${pg.seed}` });
+    // For the end-to-end tests and the page benchmark: read-only handles onto the page.
+    window.__playground = { view, state, pg: () => pg, readyMs: performance.now() };
+    requestAnimationFrame(frame);
+  })();
 }
 
 main();

@@ -151,8 +151,8 @@ pub fn validate_merge<'a>(
 /// exactly as before, and they stay inside `[lower, upper)`, where readers look for them. `None`:
 /// no advancing (both frontiers empty).
 pub fn advance_to(desc: &Description) -> Option<Timestamp> {
-    let since = desc.since.elements().first().copied();
-    let last = desc.upper.elements().first().map(|u| u.saturating_sub(1));
+    let since = desc.since.as_option().copied();
+    let last = desc.upper.as_option().map(|u| u.saturating_sub(1));
     match (since, last) {
         (Some(s), Some(l)) => Some(s.min(l)),
         (s, l) => s.or(l),
@@ -464,6 +464,43 @@ mod tests {
         // x: +1 at 1 -> 6, -1 at 6: cancels. y: +1 at 2 -> 6, +1 at 8. z is outside its input.
         assert_eq!(out, vec![u("y", 6, 1), u("y", 8, 1)]);
         // Contents at every time >= since are unchanged: at 6, y=1; at 8, y=2.
+    }
+
+    #[test]
+    fn merge_requests_that_are_not_merges_of_consecutive_batches_are_errors() {
+        let x = |d: Description| (d, vec![u("x", 1, 1)]);
+        // Not consecutive: a gap between [0, 5) and [6, 10).
+        let gap = merge_updates(&desc(0, 10, 0), vec![x(desc(0, 5, 0)), x(desc(6, 10, 0))]);
+        assert!(
+            matches!(gap, Err(MergeError::NotConsecutive { index: 1, .. })),
+            "{gap:?}"
+        );
+        // Out of order (an overlap).
+        let back = merge_updates(&desc(0, 10, 0), vec![x(desc(5, 10, 0)), x(desc(0, 5, 0))]);
+        assert!(
+            matches!(back, Err(MergeError::NotConsecutive { .. })),
+            "{back:?}"
+        );
+        // Bounds that do not match the request, on either side.
+        for req in [desc(0, 12, 0), desc(1, 10, 0)] {
+            let out = merge_updates(&req, vec![x(desc(0, 5, 0)), x(desc(5, 10, 0))]);
+            assert!(
+                matches!(out, Err(MergeError::BoundsMismatch { .. })),
+                "{out:?}"
+            );
+        }
+        // An output since before an input's since.
+        let since = merge_updates(&desc(0, 10, 2), vec![x(desc(0, 5, 0)), x(desc(5, 10, 4))]);
+        assert!(
+            matches!(since, Err(MergeError::SinceBeforeInput { index: 1, .. })),
+            "{since:?}"
+        );
+        assert_eq!(
+            merge_updates(&desc(0, 10, 0), vec![]),
+            Err(MergeError::NoInputs)
+        );
+        // The pure check is the one compaction runs before reading anything.
+        assert!(validate_merge(&desc(0, 10, 4), [&desc(0, 5, 0), &desc(5, 10, 4)]).is_ok());
     }
 
     #[test]

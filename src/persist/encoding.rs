@@ -277,15 +277,44 @@ fn batch_key(b: &HollowBatch) -> Timestamp {
         .unwrap_or(Timestamp::MAX)
 }
 
-fn batch_map(trace: &Trace) -> BTreeMap<Timestamp, Rc<HollowBatch>> {
-    trace
-        .batches()
-        .iter()
-        .map(|b| (batch_key(b), Rc::clone(b)))
-        .collect()
+/// Applies batch changes to a trace's batches, which are sorted by lower (the trace's own
+/// invariant), with the same meaning as [`apply_map`] on a map keyed by lower: a binary search
+/// per change instead of rebuilding a map, so a command that appends one batch costs one search.
+fn apply_batches(
+    batches: &[Rc<HollowBatch>],
+    diff: &MapDiff<Timestamp, Rc<HollowBatch>>,
+) -> Result<Vec<Rc<HollowBatch>>, String> {
+    let mut out = batches.to_vec();
+    for (key, change) in diff {
+        let found = out.binary_search_by_key(key, |b| batch_key(b));
+        match (found, change) {
+            (Ok(i), Some(b)) => out[i] = Rc::clone(b),
+            (Err(i), Some(b)) => out.insert(i, Rc::clone(b)),
+            (Ok(i), None) => {
+                out.remove(i);
+            }
+            (Err(_), None) => return Err(format!("batches: removes {key:?}, which is absent")),
+        }
+    }
+    Ok(out)
 }
 
 impl StateDiff {
+    /// The Blob keys this diff starts referring to: the parts of the batches it inserts and the
+    /// rollups it lists.
+    pub fn inserted_blobs(&self) -> Vec<String> {
+        let parts = self
+            .batches
+            .iter()
+            .filter_map(|(_, b)| b.as_ref())
+            .flat_map(|b| b.part_keys().map(String::from));
+        let rollups = self
+            .rollups
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().map(|r| r.key.clone()));
+        parts.chain(rollups).collect()
+    }
+
     /// The diff that turns `old` into `new` (`new.seqno == old.seqno + 1`).
     pub fn from_diff(old: &State, new: &State) -> StateDiff {
         assert_eq!(new.seqno, old.seqno.next(), "diffs go one seqno at a time");
@@ -342,8 +371,7 @@ impl StateDiff {
             "critical readers",
         )?;
         apply_map(&mut c.writers, &self.writers, "writers")?;
-        let mut batches = batch_map(&c.trace);
-        apply_map(&mut batches, &self.batches, "batches")?;
+        let batches = apply_batches(c.trace.batches(), &self.batches)?;
         let since = self
             .since
             .clone()
@@ -352,8 +380,9 @@ impl StateDiff {
             .upper
             .clone()
             .unwrap_or_else(|| c.trace.upper().clone());
-        c.trace = Trace::from_parts(since, upper, batches.into_values())?;
-        next.validate(Some(state))?;
+        // `from_parts` checks the trace; the rest of the state is checked once, here.
+        c.trace = Trace::from_parts(since, upper, batches)?;
+        next.validate_given_trace(Some(state))?;
         *state = next;
         Ok(())
     }

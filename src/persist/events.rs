@@ -10,7 +10,7 @@ use crate::location::SeqNo;
 
 /// A frontier of a totally ordered time as plain data: `None` is the empty frontier.
 pub fn frontier(f: &Antichain<Timestamp>) -> Option<Timestamp> {
-    f.elements().first().copied()
+    f.as_option().copied()
 }
 
 /// What came of one attempt to commit a command.

@@ -31,6 +31,13 @@
 //!    `new` up to this command's, so they are deleted by a later collection (step 2 finds them
 //!    referenced below its target and not at it).
 //!
+//! **Routine collections** (the background work a commit assigns, `maintenance.rs`) collect up
+//! to the newest *listed rollup* at or below the request's target instead of the target itself:
+//! that rollup is already in Blob and listed, so step 3 writes and commits nothing, and routine
+//! rollups (every `rollup_threshold` seqnos) set the pace. They also start from the state at
+//! their process's previous target, when that is still the earliest live version, rather than
+//! reading its rollup back. A collection by hand ([`gc_now`]) goes to exactly its target.
+//!
 //! **Invariants**: no live version refers to a deleted blob (deletes come after the truncate
 //! that made every referring version dead); a rollup exists in Blob, listed in state, at exactly
 //! the earliest live seqno (step 3 lists it before step 4 makes it the earliest, and step 6 only
@@ -107,7 +114,9 @@ pub async fn gc_now(
         old_seqno_since: state.collections.last_gc_req,
         new_seqno_since: state.collections.seqno_since(state.seqno),
     };
-    gc_and_truncate_with(&machine, req, &MaintenanceIds::from_client(client), None).await
+    let ids = MaintenanceIds::from_client(client);
+    let (report, _) = gc_and_truncate_with(&machine, req, &ids, GcHints::default()).await?;
+    Ok(report)
 }
 
 /// Runs the collector for `req` (see the module docs). Its future may be dropped at any point.
@@ -117,7 +126,9 @@ pub async fn gc_and_truncate(
     req: GcReq,
 ) -> Result<GcReport, PermanentError> {
     let machine = client.machine(shard_id, "gc".into());
-    gc_and_truncate_with(&machine, req, &MaintenanceIds::from_client(client), None).await
+    let ids = MaintenanceIds::from_client(client);
+    let (report, _) = gc_and_truncate_with(&machine, req, &ids, GcHints::default()).await?;
+    Ok(report)
 }
 
 /// The blobs under the shard's prefix that no live state version refers to (as a rollup it
@@ -164,7 +175,7 @@ pub async fn live_references(machine: &Machine) -> Result<BTreeSet<String>, Perm
             }
             last = format!("the head moved past {head}");
         } else {
-            match walk(machine, &versions, head, None).await? {
+            match walk(machine, &versions, head, &[]).await? {
                 Walk::Walked {
                     state_at_new,
                     mut referenced_below_new,
@@ -214,13 +225,62 @@ fn references(state: &State) -> impl Iterator<Item = String> + '_ {
         .chain(state.collections.rollups.values().map(|r| r.key.clone()))
 }
 
-/// Steps 1 and 2 of the module docs over `versions` (a scan of every live version). `known` is
-/// the state at `new`, if the caller has it.
+/// The state at `earliest`, from the rollup `current` lists there; `Err(rescan)` if none is
+/// listed or it is gone because someone collected past `earliest` meanwhile.
+async fn read_rollup_at(
+    machine: &Machine,
+    current: &State,
+    earliest: SeqNo,
+) -> Result<Result<State, Walk>, PermanentError> {
+    let Some(rollup) = current.collections.rollups.get(&earliest).cloned() else {
+        return Ok(Err(Walk::Rescan(format!(
+            "no rollup is listed at the earliest version {earliest}"
+        ))));
+    };
+    let blob = &machine.location.blob;
+    let at_rollup = BrokenAt::BlobKey(rollup.key.clone());
+    let Some(bytes) = machine.retrying(|| blob.get(&rollup.key)).await? else {
+        // Gone: fine if someone collected past `earliest` meanwhile, broken if not.
+        let again = scan_all_retrying(machine).await?;
+        if again.first().map(|v| v.seqno) != Some(earliest) {
+            return Ok(Err(Walk::Rescan(format!(
+                "the rollup at {earliest} is gone"
+            ))));
+        }
+        let err = machine.permanent(
+            at_rollup,
+            PermanentKind::Missing,
+            format!("the rollup at the earliest live version {earliest} is gone"),
+        );
+        return Err(machine.mark_broken(err));
+    };
+    let state = decode_rollup(&bytes).map_err(|e| {
+        machine.mark_broken(machine.permanent(
+            at_rollup.clone(),
+            PermanentKind::Undecodable,
+            e.to_string(),
+        ))
+    })?;
+    if state.shard_id != machine.shard_id || state.seqno != earliest {
+        return Err(machine.mark_broken(machine.permanent(
+            at_rollup,
+            PermanentKind::Inconsistent,
+            format!(
+                "holds {} at {}, not {} at {earliest}",
+                state.shard_id, state.seqno, machine.shard_id
+            ),
+        )));
+    }
+    Ok(Ok(state))
+}
+
+/// Steps 1 and 2 of the module docs over `versions` (a scan of every live version). `known` are
+/// states the caller has (see [`GcHints`]).
 async fn walk(
     machine: &Machine,
     versions: &[VersionedData],
     new: SeqNo,
-    known: Option<&State>,
+    known: &[&State],
 ) -> Result<Walk, PermanentError> {
     let Some(first) = versions.first() else {
         return Ok(Walk::Done("the shard has no versions".into()));
@@ -240,50 +300,45 @@ async fn walk(
             "the scanned versions are not contiguous".into(),
         ));
     }
-    // The state's rollup list, at least as new as the scan.
-    machine.fetch_and_update_state_retrying().await?;
-    let current = machine.state();
-    let Some(rollup) = current.collections.rollups.get(&earliest).cloned() else {
-        return Ok(Walk::Rescan(format!(
-            "no rollup is listed at the earliest version {earliest}"
-        )));
-    };
-    let blob = &machine.location.blob;
-    let at_rollup = BrokenAt::BlobKey(rollup.key.clone());
-    let Some(bytes) = machine.retrying(|| blob.get(&rollup.key)).await? else {
-        // Gone: fine if someone collected past `earliest` meanwhile, broken if not.
-        let again = scan_all_retrying(machine).await?;
-        if again.first().map(|v| v.seqno) != Some(earliest) {
-            return Ok(Walk::Rescan(format!("the rollup at {earliest} is gone")));
+    let known_at = |seqno: SeqNo| known.iter().find(|s| s.seqno == seqno).copied();
+    let (state, current) = match known_at(earliest) {
+        // This process collected up to `earliest` itself: it has the state there.
+        Some(state) => (state.clone(), machine.state()),
+        None => {
+            // The state's rollup list, at least as new as the scan.
+            machine.fetch_and_update_state_retrying().await?;
+            let current = machine.state();
+            match read_rollup_at(machine, &current, earliest).await? {
+                Ok(state) => (state, current),
+                Err(rescan) => return Ok(rescan),
+            }
         }
-        let err = machine.permanent(
-            at_rollup,
-            PermanentKind::Missing,
-            format!("the rollup at the earliest live version {earliest} is gone"),
-        );
-        return Err(machine.mark_broken(err));
-    };
-    let undecodable = |at: BrokenAt, e: String| {
-        machine.mark_broken(machine.permanent(at, PermanentKind::Undecodable, e))
     };
     let inconsistent = |at: BrokenAt, e: String| {
         machine.mark_broken(machine.permanent(at, PermanentKind::Inconsistent, e))
     };
-    let state = decode_rollup(&bytes).map_err(|e| undecodable(at_rollup.clone(), e.to_string()))?;
-    if state.shard_id != machine.shard_id || state.seqno != earliest {
-        return Err(inconsistent(
-            at_rollup,
-            format!(
-                "holds {} at {}, not {} at {earliest}",
-                state.shard_id, state.seqno, machine.shard_id
-            ),
-        ));
-    }
+    let undecodable = |at: BrokenAt, e: String| {
+        machine.mark_broken(machine.permanent(at, PermanentKind::Undecodable, e))
+    };
     // Every blob some version in [earliest, new) refers to was referred to by the state at
     // `earliest` or was inserted by one of the diffs after it: no need to rebuild each version.
     let mut referenced_below_new: BTreeSet<String> = references(&state).collect();
+    // SUBTLE: what a version inserts is read from this process's memo of the versions it
+    // committed or decoded (`Machine::seen`) when it is there, so that routine collections do
+    // not decode every diff again; the diffs themselves are decoded only to replay to `new`.
+    let replay = known_at(new).is_none() && current.seqno != new;
     let mut diffs = Vec::new();
     for version in versions.iter().skip(1).take_while(|v| v.seqno <= new) {
+        let below = version.seqno < new;
+        if !replay {
+            if !below {
+                break;
+            }
+            if let Some(inserted) = machine.seen.borrow().get(&version.seqno) {
+                referenced_below_new.extend(inserted.iter().cloned());
+                continue;
+            }
+        }
         let at = BrokenAt::Version(version.seqno);
         let diff =
             decode_diff(&version.data).map_err(|e| undecodable(at.clone(), e.to_string()))?;
@@ -293,20 +348,14 @@ async fn walk(
                 format!("holds the diff to {}", diff.seqno_to),
             ));
         }
-        if version.seqno < new {
-            for (_, batch) in &diff.batches {
-                referenced_below_new
-                    .extend(batch.iter().flat_map(|b| b.part_keys().map(String::from)));
-            }
-            for (_, rollup) in &diff.rollups {
-                referenced_below_new.extend(rollup.iter().map(|r| r.key.clone()));
-            }
+        if below {
+            referenced_below_new.extend(diff.inserted_blobs());
         }
         diffs.push(diff);
     }
     // The state at `new`: the caller's, the cache if it is there, or the diffs replayed.
-    let state_at_new = match (known, current.seqno == new) {
-        (Some(known), _) if known.seqno == new => known.clone(),
+    let state_at_new = match (known_at(new), current.seqno == new) {
+        (Some(known), _) => known.clone(),
         (_, true) => current,
         _ => {
             let mut state = state;
@@ -330,14 +379,45 @@ async fn walk(
     })
 }
 
-/// The collector (see the module docs), with ids for the rollup it may write.
+/// What a collector may start from, besides storage.
+#[derive(Default)]
+pub(crate) struct GcHints<'a> {
+    /// States this process already has (the one at the target saves replaying diffs; the one at
+    /// the earliest live version saves reading and decoding its rollup).
+    pub(crate) states: Vec<&'a State>,
+    /// Routine collection: collect only up to the newest listed rollup at or below the request's
+    /// target (no rollup to write, no command to list it), and skip if that rollup is already
+    /// the earliest listed one. By hand (`false`), collect up to exactly the target, writing a
+    /// rollup there if none is listed.
+    pub(crate) at_latest_rollup: bool,
+}
+
+/// The collector (see the module docs), with ids for the rollup it may write. On success it
+/// also returns the state at its target: the earliest live version after its truncate, which
+/// the next collection of this process starts from.
 pub(crate) async fn gc_and_truncate_with(
     machine: &Machine,
     req: GcReq,
     ids: &MaintenanceIds,
-    known: Option<&State>,
-) -> Result<GcReport, PermanentError> {
-    let new = req.new_seqno_since;
+    hints: GcHints<'_>,
+) -> Result<(GcReport, Option<State>), PermanentError> {
+    let mut new = req.new_seqno_since;
+    if hints.at_latest_rollup && machine.cfg.rollup_threshold > 0 {
+        let state = machine.state();
+        let rollups = &state.collections.rollups;
+        let first = rollups.keys().next().copied();
+        match rollups.range(..=new).next_back().map(|(s, _)| *s) {
+            Some(latest) if Some(latest) != first => new = latest,
+            _ => {
+                let report = GcReport {
+                    new_seqno_since: new,
+                    skipped: Some("no rollup above the earliest one yet".into()),
+                    ..GcReport::default()
+                };
+                return Ok((report, None));
+            }
+        }
+    }
     let mut report = GcReport {
         new_seqno_since: new,
         ..GcReport::default()
@@ -351,7 +431,7 @@ pub(crate) async fn gc_and_truncate_with(
             at_ms: machine.runtime.now_ms(),
         });
         report.skipped = Some(reason);
-        Ok(report)
+        Ok((report, None))
     };
 
     // 1 and 2: the live versions and what they refer to.
@@ -360,7 +440,7 @@ pub(crate) async fn gc_and_truncate_with(
     let mut last_reason = String::new();
     for _ in 0..MAX_RESCANS {
         let versions = scan_all_retrying(machine).await?;
-        match walk(machine, &versions, new, known).await? {
+        match walk(machine, &versions, new, &hints.states).await? {
             Walk::Done(reason) => return skip(report, reason),
             Walk::Rescan(reason) => {
                 last_reason = reason;
@@ -416,6 +496,7 @@ pub(crate) async fn gc_and_truncate_with(
         at_ms: machine.runtime.now_ms(),
     });
     report.versions_truncated = Some(deleted);
+    machine.forget_below(new);
 
     // 5: delete what only dead versions referred to.
     let (rollups, parts): (Vec<String>, Vec<String>) =
@@ -439,7 +520,7 @@ pub(crate) async fn gc_and_truncate_with(
             at_ms: machine.runtime.now_ms(),
         });
     }
-    Ok(report)
+    Ok((report, Some(*state_at_new)))
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 //! the transition answered.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ops::ControlFlow::{self, Break, Continue};
 use std::rc::Rc;
 
@@ -76,7 +77,14 @@ pub struct Machine {
     /// The first permanent error this process found on the shard. Once set, every command and
     /// fetch answers it and nothing more is written.
     pub(crate) broken: Rc<RefCell<Option<PermanentError>>>,
+    /// What each version this process committed or decoded inserts into Blob, by seqno (see
+    /// `gc.rs`): forgotten below each truncate, and bounded by [`SEEN_CAPACITY`].
+    pub(crate) seen: Rc<RefCell<BTreeMap<SeqNo, Vec<String>>>>,
 }
+
+/// How many versions [`Machine::seen`] remembers at most (the oldest are forgotten first: a
+/// collector then decodes them again).
+pub const SEEN_CAPACITY: usize = 4096;
 
 impl Machine {
     /// The cached state's seqno.
@@ -100,6 +108,20 @@ impl Machine {
         if state.seqno > cache.seqno {
             *cache = state;
         }
+    }
+
+    fn remember(&self, seqno: SeqNo, diff: &StateDiff) {
+        let mut seen = self.seen.borrow_mut();
+        seen.insert(seqno, diff.inserted_blobs());
+        while seen.len() > SEEN_CAPACITY {
+            seen.pop_first();
+        }
+    }
+
+    /// Forgets what versions below `seqno` inserted (they were truncated).
+    pub(crate) fn forget_below(&self, seqno: SeqNo) {
+        let mut seen = self.seen.borrow_mut();
+        *seen = seen.split_off(&seqno);
     }
 
     /// The permanent error this process found on the shard, if any.
@@ -324,6 +346,7 @@ impl Machine {
             }
             diff.apply(state)
                 .map_err(|e| self.permanent(at, PermanentKind::Inconsistent, e))?;
+            self.remember(v.seqno, &diff);
         }
         Ok(())
     }
@@ -523,6 +546,7 @@ impl Machine {
                         Some((before, frontiers(&new))),
                     );
                     let seqno = new.seqno;
+                    self.remember(seqno, &diff);
                     self.install(new);
                     // Maintenance hook (maintenance.rs): start the assigned work.
                     self.start_maintenance(maintenance);

@@ -38,7 +38,7 @@ use std::rc::Rc;
 
 use super::background::MaintenanceIds;
 use super::events::PersistEvent;
-use super::gc::GcReq;
+use super::gc::{gc_and_truncate_with, GcHints, GcReq};
 use super::machine::Machine;
 use super::rollup::write_and_add_rollup;
 use super::state::State;
@@ -78,6 +78,12 @@ pub(crate) struct MaintenanceQueue {
     gc: Option<(GcReq, Option<Rc<State>>)>,
     /// Whether some append asked for a merge.
     compaction: bool,
+    /// The state at the target of this process's last collection: the earliest live version
+    /// after it, where the next collection starts (saves reading that rollup back).
+    collected: Option<Rc<State>>,
+    /// The state of the last rollup this process listed: routine collections go up to the
+    /// newest listed rollup, often this one, and then need no replay to know the state there.
+    rolled: Option<Rc<State>>,
 }
 
 /// Resets the queue's `running` flag however the worker ends (done, or dropped mid-work).
@@ -118,8 +124,10 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
             )
         };
         let ids = MaintenanceIds::for_commit(seqno);
-        if let Some(state) = rollup {
-            write_and_add_rollup(machine, &state, &ids, "routine").await?;
+        if let Some(state) = &rollup {
+            if write_and_add_rollup(machine, state, &ids, "routine").await? {
+                machine.maintenance.borrow_mut().rolled = Some(Rc::clone(state));
+            }
         }
         if compaction {
             // Re-plan from the newest state this process knows: requests made against older
@@ -130,7 +138,21 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
             }
         }
         if let Some((req, known)) = gc {
-            super::gc::gc_and_truncate_with(machine, req, &ids, known.as_deref()).await?;
+            let (collected, rolled) = {
+                let q = machine.maintenance.borrow();
+                (q.collected.clone(), q.rolled.clone())
+            };
+            let hints = GcHints {
+                states: [known.as_deref(), rolled.as_deref(), collected.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+                at_latest_rollup: true,
+            };
+            let (_, at_target) = gc_and_truncate_with(machine, req, &ids, hints).await?;
+            if let Some(state) = at_target {
+                machine.maintenance.borrow_mut().collected = Some(Rc::new(state));
+            }
         }
     }
 }
@@ -161,7 +183,10 @@ impl Machine {
         } else {
             None
         };
-        let gc_to_here = gc.is_some_and(|req| req.new_seqno_since == new.seqno);
+        // Routine GC goes up to the newest rollup (`gc.rs`), so the state at the request's
+        // target helps it only when there are no routine rollups.
+        let gc_to_here = self.cfg.rollup_threshold == 0
+            && gc.is_some_and(|req| req.new_seqno_since == new.seqno);
         let state = (rollup || gc_to_here).then(|| Rc::new(new.clone()));
         RoutineMaintenance {
             seqno: new.seqno,

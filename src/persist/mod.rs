@@ -165,6 +165,7 @@ struct ShardCache {
     state: Rc<RefCell<State>>,
     maintenance: Rc<RefCell<maintenance::MaintenanceQueue>>,
     broken: Rc<RefCell<Option<crate::location::PermanentError>>>,
+    seen: Rc<RefCell<BTreeMap<crate::location::SeqNo, Vec<String>>>>,
 }
 
 impl PersistClient {
@@ -225,6 +226,7 @@ impl PersistClient {
                 state: Rc::new(RefCell::new(State::uninitialized(shard_id.clone()))),
                 maintenance: Rc::default(),
                 broken: Rc::default(),
+                seen: Rc::default(),
             })
             .clone();
         Machine {
@@ -237,6 +239,7 @@ impl PersistClient {
             cache: shared.state,
             maintenance: shared.maintenance,
             broken: shared.broken,
+            seen: shared.seen,
         }
     }
 

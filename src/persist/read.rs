@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::ControlFlow::{Break, Continue};
 
+use differential_dataflow::lattice::Lattice;
 use timely::progress::Antichain;
 use timely::PartialOrder;
 
@@ -225,12 +226,15 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
         }
         release(&mut self.leased_seqnos, seqno);
         result?;
-        // `snapshot_batches` refused an empty as_of, so it has one element.
-        let as_of_ts = as_of.elements().first().copied().unwrap_or(Timestamp::MAX);
+        // Every update at a time not beyond `as_of`, its time advanced to `as_of` (differential's
+        // `advance_by`: the least time at or beyond `as_of` that accumulates the same).
         let mut updates: Vec<Update<K, V>> = out
             .into_iter()
-            .filter(|(_, t, _)| *t <= as_of_ts)
-            .map(|(kv, _, d)| (kv, as_of_ts, d))
+            .filter(|(_, t, _)| !as_of.less_than(t))
+            .map(|(kv, mut t, d)| {
+                t.advance_by(as_of.borrow());
+                (kv, t, d)
+            })
             .collect();
         super::consolidate::consolidate_checked(&mut updates)?;
         Ok(updates)
@@ -403,8 +407,7 @@ impl<K: Codec, V: Codec> Listen<K, V> {
         // Only times beyond as_of and at or beyond our frontier: a compacted batch may re-deliver
         // updates we already emitted.
         let (as_of, frontier) = (&self.as_of, &self.frontier);
-        fetched
-            .retain(|(_, t, _)| frontier.less_equal(t) && as_of.elements().iter().all(|a| a < t));
+        fetched.retain(|(_, t, _)| frontier.less_equal(t) && as_of.less_than(t));
         let emitted_from = std::mem::replace(&mut self.frontier, batch.desc.upper.clone());
         let progress = self.frontier.clone();
         // SUBTLE: the since stays at the frontier we emitted from, strictly below the new one (as

@@ -354,15 +354,16 @@ fn is_empty_batch(b: &HollowBatch) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::persist::state::BatchPart;
 
-    fn f(t: u64) -> Antichain<u64> {
+    pub(crate) fn f(t: u64) -> Antichain<u64> {
         Antichain::from_elem(t)
     }
 
-    fn batch(lower: u64, upper: u64, len: u64) -> HollowBatch {
+    /// A batch over `[lower, upper)` with `len` updates in one hollow part (none if empty).
+    pub(crate) fn batch(lower: u64, upper: u64, len: u64) -> HollowBatch {
         HollowBatch {
             desc: Description::new(f(lower), f(upper)),
             len,

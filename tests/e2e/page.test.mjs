@@ -1,258 +1,400 @@
-// End-to-end test of the first page: serves the repository with scripts/serve.sh, drives
-// index.html in headless Chromium through playwright-core, and checks that writes land in
-// IndexedDB, errors show on the page, and the data survives a reload.
+// End-to-end tests of the playground page in seed mode: every control is clicked (or its key
+// pressed) and the test asserts what the page then shows, with no console error. Each test gets
+// a fresh browser profile. Screenshots of every panel go to target/e2e-artifacts/.
 //
 // Run: node --test tests/e2e/     (needs pkg/: bash scripts/build.sh)
 
-import { test } from "node:test";
+import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { existsSync, mkdirSync } from "node:fs";
-import { createServer } from "node:net";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
+import {
+  checkBuilt, launch, latest, noErrors, openPage, shot, startServer, stopServer, waitFor, waitForStatus,
+} from "./helpers.mjs";
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_ARGS = [
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-dev-shm-usage",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-  "--disable-quic",
-  "--no-first-run",
-];
-const STEP_TIMEOUT_MS = 10_000;
+let server;
+before(async () => {
+  checkBuilt();
+  server = await startServer();
+});
+after(() => stopServer(server));
 
-/** A port that was free a moment ago: listen on port 0, read it, close. */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
+const PANELS = ["shard", "writers", "processes", "consensus", "oracle", "frontiers", "upsert", "log"];
+
+/** Text of one shard stat (seqno, upper, since, ...). */
+const stat = (page, name) => page.locator(`[data-stat="${name}"] .v`).first().textContent();
+const ms = (text) => Number(String(text).replace(/[^\d.]/g, "")) * (/ s$/.test(text) ? 1000 : 1);
+const clockMs = async (page) => Number(/t = (\d+) ms|t = ([\d.]+) s/.exec(await page.locator("#clock").textContent()).slice(1).find(Boolean)) * (/t = [\d.]+ s/.test(await page.locator("#clock").textContent()) ? 1000 : 1);
+
+async function actorIds(page) {
+  return page.locator("#processes-view li[data-actor]").evaluateAll((els) => els.map((e) => e.dataset.actor));
 }
 
-/** Starts `bash scripts/serve.sh PORT` in its own process group; resolves once it answers HTTP. */
-async function startServer(port) {
-  const child = spawn("bash", ["scripts/serve.sh", String(port)], {
-    cwd: ROOT,
-    detached: true, // own process group, so stopServer can kill it and anything it started
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let output = "";
-  child.stdout.on("data", (d) => (output += d));
-  child.stderr.on("data", (d) => (output += d));
-  let exited = null;
-  child.on("exit", (code, signal) => (exited = { code, signal }));
-
-  const server = { child, port, output: () => output };
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    if (exited) {
-      throw new Error(`scripts/serve.sh exited early (${JSON.stringify(exited)}):\n${output}`);
-    }
-    try {
-      const res = await fetch(`http://127.0.0.1:${port}/index.html`);
-      await res.arrayBuffer();
-      if (res.ok) return server;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) {
-      await stopServer(server);
-      throw new Error(`scripts/serve.sh did not answer on port ${port} within 15 s:\n${output}`);
-    }
-    await new Promise((r) => setTimeout(r, 100)); // polling interval for the server only
+test("a newcomer's first view: every panel with its caption, moving, legible at 1280x800 and 1920x1080", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=1"));
+  // Playing from the start: the clock and the shard's upper move.
+  const upper0 = ms(await stat(page, "upper"));
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 2500, "2.5 s of the run");
+  assert.ok(ms(await stat(page, "upper")) > upper0, "the upper moves");
+  // The default scenario: two writers, a reader, a write task, an oracle and two upsert
+  // replicas, each in its process, with the upsert generator on.
+  assert.deepEqual(await actorIds(page), ["W1", "W2", "R1", "T1", "O1", "U1", "U2"]);
+  await waitFor(page, () => /matches the reference model at [1-9]/.test(document.querySelector("[data-testid=upsert-source]")?.textContent ?? ""), "the upsert shard checked against the model");
+  await waitFor(page, () => document.querySelectorAll("#upsert-view .up-replica").length === 2, "two replica cards");
+  for (const p of PANELS) {
+    const panel = page.locator(`#panel-${p}`);
+    assert.ok(await panel.isVisible(), `${p} panel visible`);
+    const caption = await panel.locator(".caption").textContent();
+    assert.ok(caption.trim().length > 40, `${p} panel has a one-line caption`);
   }
-}
+  await waitFor(page, () => document.querySelectorAll("#writers-view tr[data-actor]").length === 3, "three rows in the writers panel");
+  await waitFor(page, () => /●/.test(document.getElementById("consensus-view").textContent), "a committed compare_and_set");
+  await waitFor(page, () => document.querySelectorAll("#log-view li[data-seq]").length > 20, "events in the log");
+  await waitFor(page, () => document.querySelector("#oracle-view [data-testid=durable-upper]")?.textContent !== "∅", "the oracle's durable upper");
+  // The legend lists the marks and the shortcuts are on the page.
+  assert.match(await page.locator("[data-testid=legend]").textContent(), /committed.*lost the race.*indeterminate/s);
+  assert.match(await page.locator("[data-testid=shortcuts]").textContent(), /space.*play/);
+  for (const p of PANELS) await shot(page, `panel-${p}-1280`, `#panel-${p}`);
+  await shot(page, "page-1280x800");
+  // Nothing overflows the viewport sideways at either size.
+  const overflow = () => document.documentElement.scrollWidth - window.innerWidth;
+  assert.ok((await page.evaluate(overflow)) <= 0, "no horizontal scroll at 1280x800");
+  await page.setViewportSize({ width: 1920, height: 1080 });
+  await page.waitForTimeout(300);
+  assert.ok((await page.evaluate(overflow)) <= 0, "no horizontal scroll at 1920x1080");
+  await shot(page, "page-1920x1080");
+  for (const p of PANELS) await shot(page, `panel-${p}-1920`, `#panel-${p}`);
+  noErrors(page);
+});
 
-/** Kills the server's whole process group: TERM, then KILL if it lingers. */
-async function stopServer(server) {
-  const { child } = server;
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once("exit", resolve));
-  const killGroup = (signal) => {
-    try {
-      process.kill(-child.pid, signal);
-    } catch {
-      // already gone
-    }
-  };
-  killGroup("SIGTERM");
-  const timer = setTimeout(() => killGroup("SIGKILL"), 3_000);
-  await exited;
-  clearTimeout(timer);
-}
+test("run controls: pause, step, speed and their keys", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=2"));
+  await page.getByTestId("play").click();
+  await waitForStatus(page, "ok", /^paused$/);
+  assert.match(await page.getByTestId("play").textContent(), /Play/);
+  const paused = await clockMs(page);
+  await page.waitForTimeout(400);
+  assert.equal(await clockMs(page), paused, "paused: the clock stands still");
+  await page.getByTestId("step").click();
+  await waitForStatus(page, "ok", /^stepped 100 ms$/);
+  assert.equal(await clockMs(page), paused + 100, "Step advances 100 ms");
+  await page.keyboard.press("s");
+  await waitFor(page, (want) => window.__playground.state.latest().nowMs === want, "s steps", paused + 200);
+  assert.equal(await clockMs(page), paused + 200);
+  // A digest of the snapshot shows while paused.
+  assert.match(await page.getByTestId("digest").textContent(), /^[0-9a-f]{16}$/);
+  // Speed: the select and + / -.
+  await page.getByTestId("speed").selectOption("16");
+  await page.keyboard.press("-");
+  assert.equal(await page.getByTestId("speed").inputValue(), "4");
+  await page.keyboard.press("+");
+  await page.keyboard.press("+");
+  assert.equal(await page.getByTestId("speed").inputValue(), "max");
+  // Space plays again; at full speed virtual time runs far ahead of the wall clock.
+  await page.keyboard.press(" ");
+  await waitForStatus(page, "ok", /^playing$/);
+  await waitFor(page, (from) => window.__playground.state.latest().nowMs > from + 5000, "full speed", paused);
+  assert.ok(await page.getByTestId("step").isDisabled(), "Step is disabled while playing");
+  noErrors(page);
+});
 
-// Polling helpers (playwright-core has no `expect`): wait until the DOM matches, with a message
-// that says what was expected and what the page showed instead.
-
-function cellSelector(table, key, col) {
-  return `#${table} tbody tr[data-key="${key}"] td[data-col="${col}"]`;
-}
-
-async function describePage(page) {
-  return page
-    .evaluate(() => {
-      const rows = (id) =>
-        [...document.querySelectorAll(`#${id} tbody tr`)].map((tr) => tr.innerText.replace(/\s+/g, " ").trim());
-      return JSON.stringify({
-        status: document.getElementById("status")?.textContent,
-        consensus: rows("consensus-table"),
-        blobs: rows("blobs-table"),
-      });
-    })
-    .catch((e) => `(could not read the page: ${e.message})`);
-}
-
-async function waitForCell(page, table, key, col, expected) {
-  const sel = cellSelector(table, key, col);
-  try {
-    await page.waitForFunction(
-      ([s, want]) => document.querySelector(s)?.textContent.trim() === want,
-      [sel, expected],
-      { timeout: STEP_TIMEOUT_MS },
-    );
-  } catch (err) {
-    assert.fail(`expected ${sel} to read ${JSON.stringify(expected)}; page: ${await describePage(page)} (${err.message})`);
-  }
-}
-
-async function waitForStatus(page, kind, pattern) {
-  try {
-    await page.waitForFunction(
-      ([k, src]) => {
-        const el = document.getElementById("status");
-        return el?.dataset.kind === k && new RegExp(src).test(el.textContent);
-      },
-      [kind, pattern.source],
-      { timeout: STEP_TIMEOUT_MS },
-    );
-  } catch (err) {
-    assert.fail(`expected a ${kind} status matching ${pattern}; page: ${await describePage(page)} (${err.message})`);
-  }
-}
-
-async function waitForEmptyTables(page) {
-  try {
-    await page.waitForFunction(
-      () =>
-        ["consensus-table", "blobs-table"].every((id) => {
-          const rows = document.querySelectorAll(`#${id} tbody tr`);
-          return rows.length === 1 && rows[0].classList.contains("empty");
-        }),
-      null,
-      { timeout: STEP_TIMEOUT_MS },
-    );
-  } catch (err) {
-    assert.fail(`expected both tables to be empty; page: ${await describePage(page)} (${err.message})`);
-  }
-}
-
-async function writeVersion(page, key, data) {
-  await page.locator("#version-key").fill(key);
-  await page.locator("#version-data").fill(data);
-  await page.getByRole("button", { name: "Write version" }).click();
-}
-
-async function writeBlob(page, key, data) {
-  await page.locator("#blob-key").fill(key);
-  await page.locator("#blob-data").fill(data);
-  await page.getByRole("button", { name: "Write blob" }).click();
-}
-
-test("the first page writes Consensus versions and Blobs to IndexedDB and keeps them across a reload", { timeout: 60_000 }, async (t) => {
-  for (const file of ["pkg/persist_playground.js", "pkg/persist_playground_bg.wasm"]) {
-    assert.ok(
-      existsSync(join(ROOT, file)),
-      `${file} is missing: build the wasm package first with \`bash scripts/build.sh\``,
-    );
-  }
-  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: this test drives the system Chromium`);
-
-  const server = await startServer(await freePort());
-  t.after(() => stopServer(server));
-  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
-  t.after(() => browser.close());
-
-  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
-  page.setDefaultTimeout(STEP_TIMEOUT_MS);
-  const consoleErrors = [];
-  const pageErrors = [];
-  page.on("console", (msg) => {
-    if (msg.type() === "error") consoleErrors.push(`${msg.text()} (${msg.location().url})`);
-  });
-  page.on("pageerror", (err) => pageErrors.push(String(err)));
-
-  const dbName = `e2e-${process.pid}`;
-  const url = `http://127.0.0.1:${server.port}/index.html?db=${dbName}`;
-  await page.goto(url);
-
-  // Ready: the database is named on the page, and both tables show their empty row.
-  await waitForStatus(page, "ok", /^ready/);
-  assert.equal(await page.locator("#db-name").textContent(), dbName);
-  await waitForEmptyTables(page);
-
-  // First version of "demo".
-  await writeVersion(page, "demo", "hello");
-  await waitForStatus(page, "ok", /^committed v1 of demo$/);
-  await waitForCell(page, "consensus-table", "demo", "headSeqno", "1");
-  await waitForCell(page, "consensus-table", "demo", "versions", "1");
-  await waitForCell(page, "consensus-table", "demo", "headPreview", "hello");
-
-  // Second version: compare_and_set at head + 1.
-  await writeVersion(page, "demo", "hello again");
-  await waitForStatus(page, "ok", /^committed v2 of demo$/);
-  await waitForCell(page, "consensus-table", "demo", "headSeqno", "2");
-  await waitForCell(page, "consensus-table", "demo", "versions", "2");
-  await waitForCell(page, "consensus-table", "demo", "bytes", String("hello".length + "hello again".length));
-  await waitForCell(page, "consensus-table", "demo", "headPreview", "hello again");
-
-  // A blob.
-  await writeBlob(page, "part-0", "some bytes");
-  await waitForStatus(page, "ok", /^wrote blob part-0 \(10 bytes\)$/);
-  await waitForCell(page, "blobs-table", "part-0", "size", "10");
-
-  // An empty key: the wasm API rejects it, the page says so and keeps working.
-  await writeVersion(page, "", "no key");
-  await waitForStatus(page, "error", /key must not be empty/);
-  await waitForCell(page, "consensus-table", "demo", "headSeqno", "2");
-  await writeVersion(page, "after-error", "still works");
-  await waitForStatus(page, "ok", /^committed v1 of after-error$/);
-  await waitForCell(page, "consensus-table", "after-error", "headSeqno", "1");
-
-  // Durable: a reload reads everything back from IndexedDB.
-  await page.reload();
-  await waitForStatus(page, "ok", /^ready/);
-  await waitForCell(page, "consensus-table", "demo", "headSeqno", "2");
-  await waitForCell(page, "consensus-table", "demo", "versions", "2");
-  await waitForCell(page, "consensus-table", "after-error", "headSeqno", "1");
-  await waitForCell(page, "blobs-table", "part-0", "size", "10");
+test("add and remove writers, readers, write tasks and oracle instances (buttons and keys)", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=3&empty=1"));
+  assert.deepEqual(await actorIds(page), []);
+  await page.getByTestId("add-writer").click();
+  await waitForStatus(page, "ok", /added W1 to P1 on data/);
+  await page.getByTestId("add-reader").click();
+  await page.getByTestId("add-task").click();
+  await page.getByTestId("add-oracle").click();
+  await page.keyboard.press("w");
+  await page.keyboard.press("r");
+  await page.keyboard.press("t");
+  await page.keyboard.press("o");
+  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 8, "eight actors");
+  assert.deepEqual(await actorIds(page), ["W1", "R1", "T1", "O1", "W2", "R2", "T2", "O2"]);
+  // Into an existing process.
+  await page.getByTestId("into-process").selectOption("P1");
+  await page.getByTestId("add-writer").click();
+  await waitForStatus(page, "ok", /added W3 to P1/);
   assert.deepEqual(
-    await page.locator("#consensus-table tbody tr").evaluateAll((trs) => trs.map((tr) => tr.dataset.key)),
-    ["after-error", "demo"],
-    "consensus keys, sorted",
+    await page.locator('#processes-view .proc[data-process="P1"] li[data-actor]').evaluateAll((e) => e.map((x) => x.dataset.actor)),
+    ["W1", "W3"],
   );
+  // Each new writer shows up in the writers panel and commits.
+  await waitFor(page, () => document.querySelectorAll("#writers-view tr[data-actor]").length === 5, "W1-W3, T1, T2 in the writers panel");
+  await waitFor(page, () => /●/.test(document.querySelector('#writers-view tr[data-actor="W3"]')?.textContent ?? ""), "W3 commits");
+  // A second oracle instance fenced the first.
+  await waitFor(page, () => /fenced/.test(document.querySelector('#oracle-view tr[data-actor="O1"]')?.textContent ?? ""), "O1 fenced by O2");
+  // Remove.
+  await page.locator('#processes-view button[data-action="remove"][data-actor="R2"]').click();
+  await waitForStatus(page, "ok", /removed R2/);
+  assert.ok(!(await actorIds(page)).includes("R2"));
+  noErrors(page);
+});
 
-  mkdirSync(join(ROOT, "artifacts"), { recursive: true });
-  await page.screenshot({ path: join(ROOT, "artifacts", "e2e-page.png"), fullPage: true });
+test("actor knobs: a writer's rate, a reader holding its since, a write task's rows, read-only and tick", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=4&empty=1"));
+  await page.getByTestId("add-writer").click();
+  await page.getByTestId("add-reader").click();
+  await page.getByTestId("add-task").click();
+  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 3, "three actors");
+  // Writer rate.
+  await page.locator('input[data-field="rate"][data-actor="W1"]').fill("40");
+  await page.locator('button[data-action="set-rate"][data-actor="W1"]').click();
+  await waitForStatus(page, "ok", /W1 now writes 40 per second/);
+  const w1 = await latest(page).then((s) => s.actors.find((a) => a.id === "W1"));
+  assert.equal(w1.spec.ratePerS, 40);
+  // Reader hold: the since stops; release: it moves again.
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 1500, "a moment of running");
+  await page.locator('button[data-action="hold"][data-actor="R1"]').click();
+  await waitForStatus(page, "ok", /R1 holds its since/);
+  await page.waitForTimeout(500);
+  const held = await stat(page, "since");
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 5000, "time passes");
+  assert.equal(await stat(page, "since"), held, "a held reader pins the shard's since");
+  await page.locator('button[data-action="hold"][data-actor="R1"]').click();
+  await waitForStatus(page, "ok", /R1 releases its since/);
+  await waitFor(page, (h) => document.querySelector('[data-stat="since"] .v').textContent !== h, "the since moves again", held);
+  // Write task: rows, then read-only, then a new tick interval.
+  await page.getByTestId("shard-pick").selectOption("mz_task");
+  await page.locator('button[data-action="push"][data-actor="T1"][data-rows="10"]').click();
+  await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
+  await page.locator('button[data-action="delete-row"][data-actor="T1"]').click();
+  await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "T1").detail.desiredRows === 10, "desired holds 10 rows");
+  await waitFor(page, () => document.querySelector('[data-stat="updates"] .v').textContent !== "0", "the task's shard holds its rows");
+  await page.locator('input[data-action="read-only"][data-actor="T1"]').check();
+  await waitForStatus(page, "ok", /T1 restarted: tick 1000 ms, read-only true/);
+  await waitFor(page, () => /task \(read-only\)/.test(document.querySelector('#writers-view tr[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows read-only");
+  await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
+  await waitFor(page, () => [...document.querySelectorAll("#log-view li")].some((li) => /T1/.test(li.textContent) && /read-only/.test(li.textContent)), "the log shows the read-only refusal");
+  await page.locator('input[data-field="tick"][data-actor="T1"]').fill("250");
+  await page.locator('button[data-action="set-tick"][data-actor="T1"]').click();
+  await waitForStatus(page, "ok", /T1 restarted: tick 250 ms/);
+  // A bad tick interval is refused with a message; the task keeps its settings.
+  await page.locator('input[data-field="tick"][data-actor="T1"]').fill("5");
+  await page.locator('button[data-action="set-tick"][data-actor="T1"]').click();
+  await waitForStatus(page, "error", /tick interval must be 10 to 60000 ms, not 5/);
+  assert.equal((await latest(page)).actors.find((a) => a.id === "T1").spec.tickIntervalMs, 250);
+  noErrors(page);
+});
 
-  // Reset: the database is deleted and reopened empty, and writes start again at v1.
-  await page.getByRole("button", { name: "Reset database" }).click();
-  await waitForStatus(page, "ok", /^reset:/);
-  await waitForEmptyTables(page);
-  await writeVersion(page, "demo", "fresh");
-  await waitForStatus(page, "ok", /^committed v1 of demo$/);
-  await waitForCell(page, "consensus-table", "demo", "headSeqno", "1");
+test("crash and restart processes: actors stop mid-command and come back with a fresh client", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=5"));
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 1000, "a moment of running");
+  const before = (await latest(page)).actors.find((a) => a.id === "W1").handleId;
+  await page.locator('button[data-action="crash"][data-process="P1"]').click();
+  await waitForStatus(page, "ok", /crashed P1 \(W1\) mid-command/);
+  await waitFor(page, () => /crashed/.test(document.querySelector('#processes-view .proc[data-process="P1"]').textContent), "P1 shown crashed");
+  assert.match(await page.locator('#writers-view tr[data-actor="W1"]').textContent(), /crashed/);
+  await page.locator('button[data-action="restart"][data-process="P1"]').click();
+  await waitForStatus(page, "ok", /restarted P1 as P8 with a fresh client/);
+  await waitFor(page, () => /restarted as P8/.test(document.querySelector('#processes-view .proc[data-process="P1"]').textContent), "P1 restarted as P8");
+  await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "W1").state === "running", "W1 running again");
+  const afterRestart = (await latest(page)).actors.find((a) => a.id === "W1");
+  assert.equal(afterRestart.process, "P8");
+  assert.notEqual(afterRestart.handleId, before, "a new writer id in the new process");
+  // Keys: c crashes the newest running process, x restarts the newest crashed one.
+  await page.keyboard.press("c");
+  await waitForStatus(page, "ok", /crashed P8/);
+  await page.keyboard.press("x");
+  await waitForStatus(page, "ok", /restarted P8 as P9/);
+  noErrors(page);
+});
 
-  assert.deepEqual(pageErrors, [], "uncaught errors in the page");
-  assert.deepEqual(consoleErrors, [], "console errors in the page");
+test("faults: knobs apply and count, an outage leaves writers retrying, bad values are refused", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=6"));
+  await page.getByTestId("f-cons-fail").fill("20");
+  await page.getByTestId("f-cons-timeout").fill("20");
+  await page.getByTestId("f-blob-latency").fill("5");
+  await page.getByTestId("apply-faults").click();
+  await waitForStatus(page, "ok", /^faults applied$/);
+  await waitFor(page, () => window.__playground.state.latest().faults.consensus.happenedThenTimedOut > 0, "an indeterminate compare_and_set");
+  await waitFor(page, () => /[?↻]/.test(document.getElementById("consensus-view").textContent), "the consensus log marks failed attempts");
+  // A bad value: refused, and the knobs in force stay as they were.
+  await page.getByTestId("f-cons-fail").fill("150");
+  await page.getByTestId("apply-faults").click();
+  await waitForStatus(page, "error", /Consensus fail % must be between 0 and 100 %, not 150/);
+  await page.getByTestId("f-cons-fail").fill("abc");
+  await page.getByTestId("apply-faults").click();
+  await waitForStatus(page, "error", /must be a percentage, not "abc"/);
+  assert.equal((await latest(page)).faults.consensus.knobs.failRate, 0.2);
+  // Full outage on Consensus: writes cannot finish; writers show retrying.
+  await page.getByTestId("f-cons-fail").fill("0");
+  await page.getByTestId("f-cons-timeout").fill("0");
+  await page.getByTestId("f-cons-outage").check();
+  await page.getByTestId("apply-faults").click();
+  await waitFor(page, () => /retrying/.test(document.getElementById("writers-view").textContent), "a writer retrying under the outage");
+  await shot(page, "faults-outage-writers", "#panel-writers");
+  // All off (key 0): writes commit again.
+  await page.keyboard.press("0");
+  await waitForStatus(page, "ok", /all faults off/);
+  assert.equal(await page.getByTestId("f-cons-outage").isChecked(), false);
+  const seqno = Number(await stat(page, "seqno"));
+  await waitFor(page, (s) => Number(document.querySelector('[data-stat="seqno"] .v').textContent) > s + 5, "the shard moves on", seqno);
+  noErrors(page);
+});
+
+test("bad field values show a clear message and leave the running state intact", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=7"));
+  await page.getByTestId("play").click();
+  const before = await latest(page);
+  const cases = [
+    ["w-rate", "abc", /writer rate\/s must be a whole number, not "abc"/],
+    ["w-rate", "0", /writer rate must be 1 to 1000 per second, not 0/],
+    ["w-rate", "5000", /writer rate must be 1 to 1000 per second, not 5000/],
+  ];
+  for (const [field, value, message] of cases) {
+    await page.getByTestId(field).fill(value);
+    await page.getByTestId("add-writer").click();
+    await waitForStatus(page, "error", message);
+  }
+  await page.getByTestId("w-rate").fill("4");
+  await page.getByTestId("w-keys").fill("9-2");
+  await page.getByTestId("add-writer").click();
+  await waitForStatus(page, "error", /writer keys must satisfy 0 <= lo < hi/);
+  await page.getByTestId("w-keys").fill("a lot");
+  await page.getByTestId("add-writer").click();
+  await waitForStatus(page, "error", /keys must look like 0-16/);
+  await page.getByTestId("seed").fill("-1");
+  await page.getByTestId("seed").press("Enter");
+  await waitForStatus(page, "error", /the seed must be a whole number/);
+  await page.locator('input[data-field="rate"][data-actor="W1"]').fill("1.5");
+  await page.locator('button[data-action="set-rate"][data-actor="W1"]').click();
+  await waitForStatus(page, "error", /W1 rate\/s must be a whole number/);
+  // Nothing changed: same actors, same specs, same clock (paused), same event count.
+  const now = await latest(page);
+  assert.deepEqual(now.actors.map((a) => [a.id, a.spec]), before.actors.map((a) => [a.id, a.spec]));
+  assert.equal(now.nowMs, before.nowMs);
+  assert.equal(now.commands, before.commands);
+  // And it still runs.
+  await page.getByTestId("step").click();
+  await waitForStatus(page, "ok", /stepped/);
+  noErrors(page);
+});
+
+test("a corrupted record shows a clear message; the rest runs on; reset database starts clean", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=8"));
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 1000, "a moment of running");
+  await page.getByTestId("corrupt-key").selectOption("data");
+  await page.getByTestId("corrupt").click();
+  await waitFor(page, () => /does not decode/.test(document.querySelector("[data-testid=shard-error]")?.textContent ?? ""), "the shard panel names the corruption");
+  assert.match(await page.getByTestId("shard-error").textContent(), /state version v\d+ of shard data does not decode/);
+  await waitFor(page, () => /wrote garbage as version/.test(document.getElementById("notices").textContent), "the notice says what was corrupted");
+  await shot(page, "corrupted-shard", "#panel-shard");
+  // The oracle and the write task (other keys) keep going.
+  const handed = (await latest(page)).actors.find((a) => a.id === "O1").detail.handedOut;
+  await waitFor(page, (h) => window.__playground.state.latest().actors.find((a) => a.id === "O1").detail.handedOut > h + 3, "the oracle keeps handing out timestamps", handed);
+  // Reset: a fresh location, the same actors, no error.
+  await page.getByTestId("reset-db").click();
+  await waitForStatus(page, "ok", /^reset: a fresh in-memory location$/);
+  await waitFor(page, () => !document.querySelector("[data-testid=shard-error]"), "the error is gone");
+  assert.deepEqual(await actorIds(page), ["W1", "W2", "R1", "T1", "O1", "U1", "U2"]);
+  await waitFor(page, () => /●/.test(document.getElementById("writers-view").textContent), "writers commit again");
+  noErrors(page);
+});
+
+test("seed mode is deterministic: the same seed and the same clicks give the same snapshot", { timeout: 90_000 }, async (t) => {
+  async function run() {
+    const ctx = await launch();
+    try {
+      const page = await openPage(ctx, server.url("?seed=42&autoplay=0"));
+      for (let i = 0; i < 8; i++) await page.getByTestId("step").click();
+      await page.getByTestId("add-writer").click();
+      await page.locator('button[data-action="crash"][data-process="P2"]').click();
+      for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
+      await page.getByTestId("f-cons-timeout").fill("30");
+      await page.getByTestId("apply-faults").click();
+      for (let i = 0; i < 5; i++) await page.keyboard.press("s");
+      await page.locator('button[data-action="restart"][data-process="P2"]').click();
+      for (let i = 0; i < 10; i++) await page.getByTestId("step").click();
+      await waitForStatus(page, "ok", /stepped/);
+      const digest = await page.getByTestId("digest").textContent();
+      const snap = await latest(page);
+      noErrors(page);
+      return { digest, snap };
+    } finally {
+      await ctx.close();
+    }
+  }
+  const a = await run();
+  const b = await run();
+  assert.match(a.digest, /^[0-9a-f]{16}$/);
+  assert.equal(a.snap.nowMs, 2800);
+  assert.equal(a.digest, b.digest, "same digest on the page");
+  assert.deepEqual(a.snap, b.snap, "same snapshot");
+  assert.ok(a.snap.shards.find((s) => s.name === "data").seqno > 10, "the run did something");
+});
+
+test("eight writers over a thousand keys at full speed, then every acknowledged write is found", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=9&empty=1"));
+  await page.getByTestId("preset-busy").click();
+  await waitForStatus(page, "ok", /added eight writers/);
+  await page.getByTestId("speed").selectOption("max");
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 5000, "5 s of virtual time", null, 60_000);
+  await page.keyboard.press("v");
+  await waitFor(page, () => document.querySelector("#verify-view .verify[data-lost]"), "the check's result");
+  const el = page.locator("#verify-view .verify");
+  assert.equal(await el.getAttribute("data-lost"), "0", await el.textContent());
+  assert.ok(Number(await el.getAttribute("data-acked")) > 500, await el.textContent());
+  assert.match(await el.textContent(), /no acknowledged write lost/);
+  await shot(page, "busy-writers", "#panel-writers");
+  await shot(page, "busy-shard", "#panel-shard");
+  noErrors(page);
+});
+
+test("upsert controls: add replicas, push upserts by hand, the generator, step the replicas, crash one", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=10&empty=1&autoplay=0"));
+  await page.getByTestId("add-replica").click();
+  await waitForStatus(page, "ok", /added U1 to P1 on upsert_out/);
+  await page.keyboard.press("u");
+  await waitForStatus(page, "ok", /added U2 to P2/);
+  for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
+  // By hand: key 3 -> "hello", then step the replicas (one driver step each) while paused.
+  await page.getByTestId("u-key").fill("3");
+  await page.getByTestId("u-value").fill("hello");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "ok", /pushed upsert #\d+: key 3 → "hello"/);
+  assert.match(await page.getByTestId("upsert-source").textContent(), /source: 1 messages, frontier 1, generator off/);
+  await page.getByTestId("step-replicas").click();
+  await waitForStatus(page, "ok", /stepped U1: fed back \d+, read 1, \d+ worker steps, \d+ out; U2: fed back \d+, read 1/);
+  await page.keyboard.press("j");
+  await waitForStatus(page, "ok", /stepped U1/);
+  // Run: the replicas write, read it back, and the shard matches the model.
+  for (let i = 0; i < 10; i++) await page.getByTestId("step").click();
+  await waitFor(page, () => /hello/.test(document.querySelector('#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-state]')?.textContent ?? ""), "U1's state holds key 3 = hello");
+  assert.match(await page.getByTestId("upsert-source").textContent(), /matches the reference model/);
+  // A delete (empty value), then a bad key.
+  await page.getByTestId("u-value").fill("");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "ok", /key 3 → delete/);
+  await page.getByTestId("u-key").fill("x");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "error", /upsert key must be a whole number, not "x"/);
+  await page.getByTestId("u-key").fill("5000");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "error", /an upsert key must be 0 to 1000, not 5000/);
+  // The generator (checkbox and g), then play and crash a replica's process.
+  await page.getByTestId("u-generator").check();
+  await waitForStatus(page, "ok", /upsert generator on/);
+  await page.getByTestId("play").click();
+  await waitFor(page, () => window.__playground.state.latest().upsert.sourceMessages > 20, "generated upserts");
+  await page.locator('button[data-action="crash"][data-process="P1"]').click();
+  await waitForStatus(page, "ok", /crashed P1 \(U1\)/);
+  await page.locator('button[data-action="restart"][data-process="P1"]').click();
+  await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "U1").detail.generation === 1, "U1 back as generation 1");
+  await waitFor(page, (n) => window.__playground.state.latest().upsert.checker.checks > n, "more checks after the restart", (await latest(page)).upsert.checker.checks);
+  const up = (await latest(page)).upsert;
+  assert.deepEqual(up.checker.violations, [], "racing replicas through a crash still match the model");
+  await page.keyboard.press("g");
+  await waitForStatus(page, "ok", /upsert generator off/);
+  await shot(page, "panel-upsert-running", "#panel-upsert");
+  noErrors(page);
 });

@@ -197,16 +197,12 @@ impl StateCollections {
         writer_id: &WriterId,
         now_ms: u64,
     ) -> ControlFlow<WriterExpired, ()> {
-        if self.is_tombstone() {
-            return Continue(());
-        }
-        match self.writers.get_mut(writer_id) {
-            Some(w) => {
-                w.last_heartbeat_ms = w.last_heartbeat_ms.max(now_ms);
-                Continue(())
-            }
-            None => Break(WriterExpired),
-        }
+        let tombstone = self.is_tombstone();
+        let found = self
+            .writers
+            .get_mut(writer_id)
+            .map(|w| &mut w.last_heartbeat_ms);
+        heartbeat(tombstone, found, now_ms).map_break(|()| WriterExpired)
     }
 
     /// Heartbeats a leased reader. Breaks if it is no longer registered.
@@ -215,16 +211,12 @@ impl StateCollections {
         reader_id: &LeasedReaderId,
         now_ms: u64,
     ) -> ControlFlow<ReaderExpired, ()> {
-        if self.is_tombstone() {
-            return Continue(());
-        }
-        match self.leased_readers.get_mut(reader_id) {
-            Some(r) => {
-                r.last_heartbeat_ms = r.last_heartbeat_ms.max(now_ms);
-                Continue(())
-            }
-            None => Break(ReaderExpired),
-        }
+        let tombstone = self.is_tombstone();
+        let found = self
+            .leased_readers
+            .get_mut(reader_id)
+            .map(|r| &mut r.last_heartbeat_ms);
+        heartbeat(tombstone, found, now_ms).map_break(|()| ReaderExpired)
     }
 
     /// Downgrades a leased reader's since (and its seqno hold to `outstanding_seqno`), then
@@ -454,6 +446,19 @@ impl StateCollections {
     }
 }
 
+/// A heartbeat: moves a registered handle's last heartbeat up to `now_ms`; on a tombstone it is
+/// a no-op that succeeds; `Break` if the handle is not registered.
+fn heartbeat(tombstone: bool, last_ms: Option<&mut u64>, now_ms: u64) -> ControlFlow<(), ()> {
+    match (tombstone, last_ms) {
+        (true, _) => Continue(()),
+        (false, Some(last)) => {
+            *last = (*last).max(now_ms);
+            Continue(())
+        }
+        (false, None) => Break(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,24 +469,7 @@ mod tests {
     };
     use crate::persist::ShardId;
 
-    fn f(t: u64) -> Antichain<u64> {
-        Antichain::from_elem(t)
-    }
-
-    fn batch(lower: u64, upper: u64, len: u64) -> HollowBatch {
-        HollowBatch {
-            desc: Description::new(f(lower), f(upper)),
-            len,
-            parts: if len > 0 {
-                vec![BatchPart::Hollow {
-                    key: format!("part-{lower}"),
-                    encoded_size_bytes: 10,
-                }]
-            } else {
-                vec![]
-            },
-        }
-    }
+    use crate::persist::trace::tests::{batch, f};
 
     fn w(id: &str) -> WriterId {
         WriterId(id.into())

@@ -449,6 +449,11 @@ impl State {
     /// the previous version `prev`.
     pub fn validate(&self, prev: Option<&State>) -> Result<(), String> {
         self.collections.trace.validate()?;
+        self.validate_given_trace(prev)
+    }
+
+    /// [`State::validate`] for a state whose trace was just checked (by `Trace::from_parts`).
+    pub(crate) fn validate_given_trace(&self, prev: Option<&State>) -> Result<(), String> {
         self.validate_cross_fields()?;
         if let Some(since) = self.collections.readers_since() {
             if &since != self.since() {

@@ -3,7 +3,7 @@
 //! Every failure of the library's API reaches JavaScript as an `Error` object (a `TypeError`
 //! for a value of the wrong type, a `RangeError` for a number out of range, a plain `Error`
 //! otherwise) whose message says what was wrong, with a `code` property naming the kind
-//! ([`ErrorCode`]) so that callers can branch without parsing messages. Nothing on this path
+//! (the `ErrorCode` TypeScript type) so that callers can branch without parsing messages. Nothing on this path
 //! panics: a panic in wasm traps the module and kills every object of the page.
 
 use std::fmt;

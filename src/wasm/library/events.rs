@@ -31,7 +31,8 @@ fn change(pair: (Option<u64>, Option<u64>), what: &str) -> LibResult<FrontierCha
 
 /// What came of one attempt to commit a command: `"committed"`, `"mismatch"` (another command
 /// took the seqno), `"indeterminate"` / `"determinate"` (a storage error, with its message), or
-/// `"skipped"` (nothing to commit).
+/// `"permanent"` (a failure that will not heal: the command gave up), or `"skipped"` (nothing to
+/// commit).
 #[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
 #[tsify(missing_as_null, large_number_types_as_bigints)]

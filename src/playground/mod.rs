@@ -1,0 +1,410 @@
+//! The playground's engine: a [`Scenario`] that runs the real components (persist shards, write
+//! tasks, timestamp oracle instances; upsert replicas next) and hands the page plain data.
+//!
+//! A scenario owns
+//! - a **runtime**: the deterministic [`Simulator`] in *seed mode*, or the browser's runtime (real
+//!   timers) in *live mode*;
+//! - a **location**: in memory (seed mode) or IndexedDB (live mode, given by the caller), behind
+//!   the fault knobs ([`location::Faults`]) and, per process, a gate that a crash closes
+//!   ([`location::ProcessGate`]);
+//! - **actors grouped into processes**: writers and readers ([`actors`]), write tasks and oracle
+//!   instances ([`services`]). Each process has its own [`PersistClient`] (its own state caches and
+//!   its own id seed, drawn from the scenario's seed), as a separate machine would. Crashing a
+//!   process stops its actors mid-command; restarting it starts them again in a new process with
+//!   a fresh client. Actor ids (`W1`, `R1`, `T1`, `O1`) and colours outlive restarts.
+//! - **observers** that read the raw location for the panels ([`observe`]).
+//!
+//! The page drives it with [`Command`]s (one serde enum, checked before it applies), reads a
+//! [`snapshot::Snapshot`] (plain serde data), and reads the merged event log ([`log`]) after a
+//! cursor. In seed mode every applied command is stamped with the simulator's step count and
+//! time, and a run is a function of `(seed, stamped commands)`: [`Scenario::replay`] rebuilds it.
+//! In live mode nothing is replayable.
+//!
+//! Ids are drawn from per-process seeds. In live mode the caller draws the scenario's seed once
+//! (the page does it with `crypto.getRandomValues`), so two tabs on one database never draw the
+//! same writer id.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+pub mod actors;
+mod apply;
+pub mod command;
+pub mod location;
+pub mod log;
+pub mod observe;
+pub mod services;
+pub mod snapshot;
+pub mod upsert;
+
+pub use command::{Command, CommandError, Stamp, Stamped};
+pub use snapshot::Snapshot;
+
+use crate::location::mem::{Latency, MemBlob, MemConsensus};
+use crate::location::Location;
+use crate::persist::events::EventLog;
+use crate::persist::{PersistClient, PersistConfig, ShardId};
+use crate::runtime::sim::Simulator;
+use crate::runtime::{JoinHandle, Runtime};
+use crate::write_task::WriteTaskLog;
+use actors::{Acked, ActorView};
+use location::{AliveFlag, CasAttempt, Faults};
+use log::{MergedLog, Outcome, Pending};
+use observe::{Observers, ShardNotes};
+
+/// How many compare_and_set attempts the Consensus panel keeps.
+pub const CAS_KEPT: usize = 200;
+/// How many notices (messages for the page) are kept.
+pub const NOTICES_KEPT: usize = 20;
+/// The shard writers and readers use unless told otherwise; observed from the start.
+pub const DEFAULT_SHARD: &str = "data";
+
+/// Records every component shares: the merged log, the Consensus attempts, which persist handle
+/// belongs to which actor, maintenance per shard and messages for the page.
+#[derive(Debug, Default)]
+pub struct Journal {
+    /// The merged event log.
+    pub log: MergedLog,
+    /// Recent compare_and_set attempts, oldest first.
+    pub cas: VecDeque<CasAttempt>,
+    /// Persist handle id (or oracle epoch) -> actor id.
+    pub ids: BTreeMap<String, String>,
+    /// Merges and GCs per shard.
+    pub shards: BTreeMap<String, ShardNotes>,
+    /// Messages for the page, oldest first.
+    pub notices: VecDeque<snapshot::Notice>,
+}
+
+impl Journal {
+    fn new() -> Self {
+        Journal {
+            log: MergedLog::new(),
+            ..Journal::default()
+        }
+    }
+
+    /// Records a compare_and_set attempt (panel and log).
+    pub fn record_cas(&mut self, attempt: CasAttempt) {
+        self.log.record(location::cas_event(&attempt));
+        if self.cas.len() == CAS_KEPT {
+            self.cas.pop_front();
+        }
+        self.cas.push_back(attempt);
+    }
+
+    /// Shows a message on the page (and logs it).
+    pub fn notice(&mut self, at_ms: u64, error: bool, text: String) {
+        self.log.record(Pending {
+            at_ms,
+            actor: None,
+            process: None,
+            component: "scenario",
+            kind: "notice".into(),
+            outcome: if error { Outcome::Error } else { Outcome::Info },
+            detail: text.clone(),
+        });
+        if self.notices.len() == NOTICES_KEPT {
+            self.notices.pop_front();
+        }
+        self.notices
+            .push_back(snapshot::Notice { at_ms, error, text });
+    }
+}
+
+/// The two ways a scenario runs.
+pub enum Mode {
+    /// The simulator: virtual time, stepped by the caller.
+    Seed(Simulator),
+    /// Real timers: the runtime runs tasks on its own.
+    Live,
+}
+
+/// One process: a client and a gate, and the actors that run in it.
+pub(crate) struct Process {
+    pub(crate) id: String,
+    pub(crate) seed: u64,
+    pub(crate) alive: AliveFlag,
+    pub(crate) client: PersistClient,
+    pub(crate) location: Location,
+    pub(crate) task_log: WriteTaskLog,
+    pub(crate) restart_of: Option<String>,
+    pub(crate) restarted_as: Option<String>,
+    pub(crate) started_ms: u64,
+    pub(crate) crashed_ms: Option<u64>,
+}
+
+/// Per-actor controls that outlive one incarnation of its task.
+pub(crate) struct Actor {
+    pub(crate) id: String,
+    pub(crate) process: usize,
+    pub(crate) spec: command::ActorSpec,
+    pub(crate) view: Rc<RefCell<ActorView>>,
+    pub(crate) acked: Rc<RefCell<Acked>>,
+    pub(crate) hold: Rc<std::cell::Cell<bool>>,
+    pub(crate) ops: Option<futures::channel::mpsc::UnboundedSender<command::TaskOp>>,
+    pub(crate) task: Option<JoinHandle<()>>,
+    pub(crate) incarnation: u64,
+    pub(crate) replica: upsert::ReplicaSlot,
+}
+
+/// A running scenario. See the module docs.
+pub struct Scenario {
+    mode: Mode,
+    runtime: Runtime,
+    seed: u64,
+    rng: Xoshiro256PlusPlus,
+    /// The same data without latency, faults or gates: what observers and checks read.
+    truth: Location,
+    faults: Faults,
+    faulty: Location,
+    journal: Rc<RefCell<Journal>>,
+    processes: Vec<Process>,
+    actors: Vec<Actor>,
+    next_actor: BTreeMap<char, u32>,
+    colours: u32,
+    observers: Observers,
+    observer_client: PersistClient,
+    stamped: Vec<Stamped>,
+    verify: Rc<RefCell<Option<snapshot::VerifyView>>>,
+    cfg: PersistConfig,
+    upsert: Option<upsert::UpsertHub>,
+}
+
+/// The configuration every playground process uses.
+pub fn persist_config() -> PersistConfig {
+    PersistConfig {
+        writer_lease_duration_ms: 60_000,
+        reader_lease_duration_ms: 60_000,
+        ..PersistConfig::default()
+    }
+}
+
+impl Scenario {
+    /// A seed-mode scenario: the simulator and an in-memory location with seeded latency.
+    pub fn seeded(seed: u64) -> Scenario {
+        let sim = Simulator::new(seed);
+        sim.set_record_trace(false);
+        let runtime = sim.runtime();
+        let (blob, consensus) = (MemBlob::new(), MemConsensus::new());
+        let truth = Location {
+            blob: Rc::new(blob.clone()),
+            consensus: Rc::new(consensus.clone()),
+        };
+        let raw = Location {
+            blob: Rc::new(blob.with_latency(Latency::new(runtime.clone(), seed ^ 0xb1, 1, 4))),
+            consensus: Rc::new(consensus.with_latency(Latency::new(
+                runtime.clone(),
+                seed ^ 0xc1,
+                1,
+                4,
+            ))),
+        };
+        Scenario::build(Mode::Seed(sim), runtime, raw, truth, seed)
+    }
+
+    /// A live-mode scenario on `runtime` over `location` (IndexedDB in the browser). `seed` must
+    /// differ between pages sharing the location; draw it from real randomness once.
+    pub fn live(runtime: Runtime, location: Location, seed: u64) -> Scenario {
+        Scenario::build(Mode::Live, runtime, location.clone(), location, seed)
+    }
+
+    fn build(mode: Mode, runtime: Runtime, raw: Location, truth: Location, seed: u64) -> Scenario {
+        let faults = Faults::new(seed);
+        let faulty = faults.wrap(&raw, &runtime);
+        let cfg = persist_config();
+        let observer_client =
+            PersistClient::new(truth.clone(), runtime.clone(), cfg.clone(), seed ^ 0x0b5e)
+                .with_events(EventLog::disabled());
+        let mut scenario = Scenario {
+            mode,
+            runtime,
+            seed,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            truth,
+            faults,
+            faulty,
+            journal: Rc::new(RefCell::new(Journal::new())),
+            processes: Vec::new(),
+            actors: Vec::new(),
+            next_actor: BTreeMap::new(),
+            colours: 0,
+            observers: Observers::default(),
+            observer_client,
+            stamped: Vec::new(),
+            verify: Rc::default(),
+            cfg,
+            upsert: None,
+        };
+        scenario.observe_shard(DEFAULT_SHARD);
+        let now = scenario.runtime.now_ms();
+        let mode = if scenario.is_seeded() { "seed" } else { "live" };
+        scenario
+            .journal
+            .borrow_mut()
+            .notice(now, false, format!("{mode} mode, seed {seed}"));
+        scenario
+    }
+
+    /// Rebuilds a seed-mode run from its seed and stamped commands, stopping right after the
+    /// last command applied.
+    pub fn replay(seed: u64, commands: &[Stamped]) -> Result<Scenario, CommandError> {
+        let mut s = Scenario::seeded(seed);
+        for c in commands {
+            s.advance_to(c.stamp)?;
+            s.apply(c.command.clone())?;
+        }
+        Ok(s)
+    }
+
+    /// Steps the simulator until it has taken `stamp.step` steps, then lets virtual time reach
+    /// `stamp.at_ms` (which takes no steps when the stamp came from a run that stopped there).
+    pub fn advance_to(&mut self, stamp: Stamp) -> Result<(), CommandError> {
+        let Mode::Seed(sim) = &self.mode else {
+            return Err(live_only_error());
+        };
+        if stamp.step < sim.steps() || stamp.at_ms < sim.now_ms() {
+            return Err(CommandError(format!(
+                "stamp {stamp:?} is in the past of this run (step {}, {} ms)",
+                sim.steps(),
+                sim.now_ms()
+            )));
+        }
+        while sim.steps() < stamp.step {
+            sim.step().map_err(sim_error)?;
+        }
+        if sim.now_ms() < stamp.at_ms {
+            sim.run_until(stamp.at_ms).map_err(sim_error)?;
+        }
+        Ok(())
+    }
+
+    /// Whether this is a seed-mode scenario.
+    pub fn is_seeded(&self) -> bool {
+        matches!(self.mode, Mode::Seed(_))
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The clock.
+    pub fn now_ms(&self) -> u64 {
+        self.runtime.now_ms()
+    }
+
+    /// The commands applied so far, with their stamps (seed mode; live-mode stamps carry only
+    /// the time).
+    pub fn stamped(&self) -> &[Stamped] {
+        &self.stamped
+    }
+
+    /// Takes `n` simulator steps (seed mode only).
+    pub fn step(&mut self, n: u64) -> Result<(), CommandError> {
+        let Mode::Seed(sim) = &self.mode else {
+            return Err(live_only_error());
+        };
+        for _ in 0..n {
+            sim.step().map_err(sim_error)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `ms` of virtual time (seed mode only).
+    pub fn run_for(&mut self, ms: u64) -> Result<(), CommandError> {
+        let Mode::Seed(sim) = &self.mode else {
+            return Err(live_only_error());
+        };
+        sim.run_for(ms).map_err(sim_error)
+    }
+
+    /// Simulator steps taken so far (0 in live mode).
+    pub fn steps(&self) -> u64 {
+        match &self.mode {
+            Mode::Seed(sim) => sim.steps(),
+            Mode::Live => 0,
+        }
+    }
+
+    /// Up to `limit` events after `cursor` (pumps pending events first).
+    pub fn events_after(&mut self, cursor: u64, limit: usize) -> Vec<log::PlayEvent> {
+        self.pump();
+        self.journal.borrow().log.after(cursor, limit)
+    }
+
+    fn observe_shard(&mut self, name: &str) {
+        if self.observers.shards.contains_key(name) {
+            return;
+        }
+        let Ok(shard) = ShardId::new(name) else {
+            return;
+        };
+        let cell = Rc::default();
+        let period = self.observe_period_ms();
+        let task = self.runtime.spawn(
+            &format!("observe {name}"),
+            observe::observe_shard(
+                self.observer_client.clone(),
+                shard,
+                Rc::clone(&cell),
+                period,
+            ),
+        );
+        self.observers.shards.insert(name.to_string(), (cell, task));
+    }
+
+    fn observe_timeline(&mut self, timeline: &str) {
+        if self.observers.timelines.contains_key(timeline) {
+            return;
+        }
+        let cell = Rc::default();
+        let task = self.runtime.spawn(
+            &format!("observe oracle {timeline}"),
+            observe::observe_timeline(
+                Rc::clone(&self.truth.consensus),
+                self.runtime.clone(),
+                timeline.to_string(),
+                Rc::clone(&cell),
+                self.observe_period_ms(),
+            ),
+        );
+        self.observers
+            .timelines
+            .insert(timeline.to_string(), (cell, task));
+    }
+
+    fn observe_period_ms(&self) -> u64 {
+        if self.is_seeded() {
+            50
+        } else {
+            200
+        }
+    }
+
+    /// The upsert source, generator and checker, started with the first replica.
+    fn upsert_hub(&mut self) -> &upsert::UpsertHub {
+        if self.upsert.is_none() {
+            let seed = self.next_seed();
+            let hub = upsert::UpsertHub::start(&self.runtime, self.observer_client.clone(), seed);
+            self.upsert = Some(hub);
+            self.observe_shard(upsert::UPSERT_SHARD);
+        }
+        self.upsert.as_ref().expect("just set")
+    }
+
+    fn next_seed(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+}
+
+fn live_only_error() -> CommandError {
+    CommandError("live mode runs on real time: there is nothing to step".into())
+}
+
+fn sim_error(e: crate::runtime::sim::SimError) -> CommandError {
+    CommandError(format!("the simulation stopped: {e}"))
+}

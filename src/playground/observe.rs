@@ -1,0 +1,349 @@
+//! Observers: tasks that read the *raw* location (no faults, no process gate) and keep the latest
+//! state of each shard and each oracle timeline for the panels. They change nothing in storage.
+//!
+//! Before reading a shard's state an observer decodes the head version itself, so a corrupted
+//! record shows as a clear message ("state version 17 of shard data does not decode: ...") rather
+//! than as a reader retrying forever.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use serde::Serialize;
+
+use super::Journal;
+use crate::location::Consensus;
+use crate::oracle::{DurableRecord, DurableTimestampOracle};
+use crate::persist::encoding::decode_diff;
+use crate::persist::events::frontier;
+use crate::persist::state::{BatchPart, State};
+use crate::persist::{PersistClient, ShardId};
+use crate::runtime::Runtime;
+
+/// The latest observation of one shard.
+#[derive(Default)]
+pub struct ShardObservation {
+    /// Its state, if it exists and decodes.
+    pub state: Option<State>,
+    /// Why the latest read failed.
+    pub error: Option<String>,
+}
+
+/// The latest observation of one oracle timeline's durable record.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineView {
+    /// The timeline.
+    pub timeline: String,
+    /// The stored epoch (the newest instance's).
+    pub epoch: Option<u64>,
+    /// The stored durable upper: every timestamp ever handed out is below it.
+    pub durable_upper: Option<u64>,
+    /// The seqno of the stored record.
+    pub seqno: Option<u64>,
+    /// Why the record could not be read.
+    pub error: Option<String>,
+}
+
+/// Keeps `cell` up to date with `shard`'s state every `period_ms`.
+pub async fn observe_shard(
+    client: PersistClient,
+    shard: ShardId,
+    cell: Rc<RefCell<ShardObservation>>,
+    period_ms: u64,
+) {
+    let consensus = Rc::clone(&client.location().consensus);
+    let rt = client.runtime().clone();
+    loop {
+        let error = match consensus.head(&shard.0).await {
+            Ok(Some(head)) => decode_diff(&head.data).err().map(|e| {
+                format!(
+                    "state version {} of shard {shard} does not decode: {e}. Every handle on it \
+                     now fails to read it; reset the database to start over",
+                    head.seqno
+                )
+            }),
+            Ok(None) => None,
+            Err(e) => Some(format!("could not read shard {shard}: {e}")),
+        };
+        let error = match error {
+            None => match client.inspect_state(&shard).await {
+                Ok(state) => {
+                    cell.borrow_mut().state = Some(state);
+                    None
+                }
+                Err(e) => Some(format!("shard {shard} is broken: {e}")),
+            },
+            Some(e) => Some(e),
+        };
+        cell.borrow_mut().error = error;
+        rt.sleep(period_ms).await;
+    }
+}
+
+/// Keeps `cell` up to date with `timeline`'s stored record every `period_ms`.
+pub async fn observe_timeline(
+    consensus: Rc<dyn Consensus>,
+    runtime: Runtime,
+    timeline: String,
+    cell: Rc<RefCell<TimelineView>>,
+    period_ms: u64,
+) {
+    let key = DurableTimestampOracle::consensus_key(&timeline);
+    loop {
+        let mut view = TimelineView {
+            timeline: timeline.clone(),
+            ..TimelineView::default()
+        };
+        match consensus.head(&key).await {
+            Ok(Some(head)) => {
+                view.seqno = Some(head.seqno.0);
+                match DurableRecord::decode(&head.data) {
+                    Ok(r) => {
+                        view.epoch = Some(r.epoch);
+                        view.durable_upper = Some(r.upper);
+                    }
+                    Err(e) => {
+                        view.error = Some(format!(
+                            "the record of timeline {timeline} (seqno {}) does not decode: {e}",
+                            head.seqno
+                        ))
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => view.error = Some(format!("could not read {key}: {e}")),
+        }
+        *cell.borrow_mut() = view;
+        runtime.sleep(period_ms).await;
+    }
+}
+
+/// A blob part or an inline part of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartView {
+    /// The Blob key (`None`: inline in state).
+    pub key: Option<String>,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// A batch of a shard's trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchView {
+    /// Its lower.
+    pub lower: Option<u64>,
+    /// Its upper.
+    pub upper: Option<u64>,
+    /// Its since (the times of its updates are advanced to it).
+    pub since: Option<u64>,
+    /// Its updates.
+    pub len: u64,
+    /// Its parts.
+    pub parts: Vec<PartView>,
+}
+
+/// A writer or reader registered in a shard's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandleView {
+    /// The persist id.
+    pub id: String,
+    /// The actor holding it, if this page knows it (another tab's handles have none).
+    pub actor: Option<String>,
+    /// A writer's most recent upper, or a reader's since.
+    pub frontier: Option<u64>,
+    /// Its last heartbeat.
+    pub heartbeat_ms: u64,
+}
+
+/// A rollup in state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollupView {
+    /// The seqno whose state it holds.
+    pub seqno: u64,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// A merge compaction applied, or what GC deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceView {
+    /// When.
+    pub at_ms: u64,
+    /// `merge`, `gc blobs` or `truncate`.
+    pub kind: String,
+    /// The merged interval's lower (merges).
+    pub lower: Option<u64>,
+    /// The merged interval's upper (merges).
+    pub upper: Option<u64>,
+    /// Updates out (merges), blobs deleted (gc), versions deleted (truncate).
+    pub count: u64,
+    /// The seqno (merges: of the merge_res; truncate: the new earliest).
+    pub seqno: Option<u64>,
+}
+
+/// Merges and GCs of one shard, most recent last.
+#[derive(Debug, Default)]
+pub struct ShardNotes {
+    /// Bounded.
+    pub maintenance: std::collections::VecDeque<MaintenanceView>,
+    /// The earliest live seqno after the latest truncation.
+    pub earliest_seqno: Option<u64>,
+}
+
+/// How many maintenance records a shard keeps.
+pub const MAINTENANCE_KEPT: usize = 40;
+
+/// What the shard panel shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardView {
+    /// The shard.
+    pub name: String,
+    /// Its seqno.
+    pub seqno: u64,
+    /// Its upper.
+    pub upper: Option<u64>,
+    /// Its since.
+    pub since: Option<u64>,
+    /// The wall time of its latest version.
+    pub walltime_ms: u64,
+    /// The earliest live seqno (after GC's truncation), if known.
+    pub earliest_seqno: Option<u64>,
+    /// GC was last requested below this seqno.
+    pub seqno_since: u64,
+    /// The batches, oldest first.
+    pub batches: Vec<BatchView>,
+    /// The rollups.
+    pub rollups: Vec<RollupView>,
+    /// Registered writers.
+    pub writers: Vec<HandleView>,
+    /// Registered leased readers.
+    pub readers: Vec<HandleView>,
+    /// Updates over all batches.
+    pub updates: u64,
+    /// Bytes of inline parts.
+    pub inline_bytes: u64,
+    /// Bytes of Blob parts.
+    pub blob_bytes: u64,
+    /// Recent merges and GCs.
+    pub maintenance: Vec<MaintenanceView>,
+    /// Why the shard could not be read, if it could not.
+    pub error: Option<String>,
+}
+
+/// The shard panel's data for `name`.
+pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> ShardView {
+    let notes = journal.shards.get(name);
+    let actor = |id: &str| journal.ids.get(id).cloned();
+    let mut view = ShardView {
+        name: name.to_string(),
+        seqno: 0,
+        upper: Some(0),
+        since: Some(0),
+        walltime_ms: 0,
+        earliest_seqno: notes.and_then(|n| n.earliest_seqno),
+        seqno_since: 0,
+        batches: Vec::new(),
+        rollups: Vec::new(),
+        writers: Vec::new(),
+        readers: Vec::new(),
+        updates: 0,
+        inline_bytes: 0,
+        blob_bytes: 0,
+        maintenance: notes.map_or_else(Vec::new, |n| n.maintenance.iter().cloned().collect()),
+        error: obs.error.clone(),
+    };
+    let Some(state) = &obs.state else {
+        return view;
+    };
+    let c = &state.collections;
+    view.seqno = state.seqno.0;
+    view.walltime_ms = state.walltime_ms;
+    view.upper = frontier(state.upper());
+    view.since = frontier(state.since());
+    view.seqno_since = c.last_gc_req.0;
+    for b in c.trace.batches() {
+        let parts: Vec<PartView> = b
+            .parts
+            .iter()
+            .map(|p| match p {
+                BatchPart::Hollow {
+                    key,
+                    encoded_size_bytes,
+                } => PartView {
+                    key: Some(key.clone()),
+                    bytes: *encoded_size_bytes,
+                },
+                BatchPart::Inline { encoded } => PartView {
+                    key: None,
+                    bytes: encoded.len() as u64,
+                },
+            })
+            .collect();
+        for p in &parts {
+            if p.key.is_some() {
+                view.blob_bytes += p.bytes;
+            } else {
+                view.inline_bytes += p.bytes;
+            }
+        }
+        view.updates += b.len;
+        view.batches.push(BatchView {
+            lower: frontier(&b.desc.lower),
+            upper: frontier(&b.desc.upper),
+            since: frontier(&b.desc.since),
+            len: b.len,
+            parts,
+        });
+    }
+    view.rollups = c
+        .rollups
+        .iter()
+        .map(|(s, r)| RollupView {
+            seqno: s.0,
+            bytes: r.encoded_size_bytes,
+        })
+        .collect();
+    view.writers = c
+        .writers
+        .iter()
+        .map(|(id, w)| HandleView {
+            id: id.0.clone(),
+            actor: actor(&id.0),
+            frontier: frontier(&w.most_recent_write_upper),
+            heartbeat_ms: w.last_heartbeat_ms,
+        })
+        .collect();
+    view.readers = c
+        .leased_readers
+        .iter()
+        .map(|(id, r)| HandleView {
+            id: id.0.clone(),
+            actor: actor(&id.0),
+            frontier: frontier(&r.since),
+            heartbeat_ms: r.last_heartbeat_ms,
+        })
+        .collect();
+    view
+}
+
+/// Observers by shard or timeline name, and what they saw.
+#[derive(Default)]
+pub struct Observers {
+    /// Shards.
+    pub shards: BTreeMap<
+        String,
+        (
+            Rc<RefCell<ShardObservation>>,
+            crate::runtime::JoinHandle<()>,
+        ),
+    >,
+    /// Oracle timelines.
+    pub timelines: BTreeMap<String, (Rc<RefCell<TimelineView>>, crate::runtime::JoinHandle<()>)>,
+}

@@ -1,0 +1,563 @@
+//! What the page draws: [`Snapshot`], plain serde data built from the scenario's records, and the
+//! pump that moves every component's own log into the merged log first.
+//!
+//! A snapshot holds no handles and no references: the page may keep as many as it likes (its
+//! history for scrubbing) and compare them. [`Snapshot::digest`] is a stable fingerprint of one,
+//! for the determinism check (same seed and stamped commands, same digest).
+
+use std::rc::Rc;
+
+use serde::Serialize;
+
+use super::actors::{ActorDetail, ActorView};
+use super::command::{ActorSpec, WriteMode};
+use super::location::{CasAttempt, FaultsView};
+use super::log::{Outcome, Pending};
+use super::observe::{shard_view, MaintenanceView, ShardView, TimelineView, MAINTENANCE_KEPT};
+use super::services::apply_task_event;
+use super::{Journal, Scenario};
+use crate::persist::events::{CasOutcome, PersistEvent};
+use crate::persist::ShardId;
+use timely::progress::Antichain;
+
+/// How many compare_and_set attempts a snapshot carries.
+pub const CAS_IN_SNAPSHOT: usize = 60;
+
+/// A message for the page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Notice {
+    /// When.
+    pub at_ms: u64,
+    /// An error (shown in red) or information.
+    pub error: bool,
+    /// The text.
+    pub text: String,
+}
+
+/// One writer's part of a check of acknowledged writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyWriter {
+    /// The writer.
+    pub actor: String,
+    /// Its acknowledged compare_and_append updates.
+    pub acked: u64,
+    /// How many of them the shard holds.
+    pub found: u64,
+}
+
+/// The result of [`super::Command::Verify`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyView {
+    /// When the check read the shard.
+    pub at_ms: u64,
+    /// The shard.
+    pub shard: String,
+    /// The time it read at (`upper - 1`).
+    pub as_of: Option<u64>,
+    /// Rows (with multiplicity) in the shard at `as_of`.
+    pub rows: u64,
+    /// Rows written by handles this page does not know (another tab's).
+    pub foreign_rows: u64,
+    /// Acknowledged updates checked.
+    pub acked: u64,
+    /// Acknowledged updates missing from the shard: must be 0.
+    pub lost: u64,
+    /// Some of the missing values.
+    pub lost_examples: Vec<String>,
+    /// Per writer.
+    pub writers: Vec<VerifyWriter>,
+    /// Writers in append mode, not checked: append trims what a peer already wrote, by design.
+    pub unchecked_append_writers: Vec<String>,
+    /// Why the check could not run, if it could not.
+    pub error: Option<String>,
+}
+
+/// A process as the page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessView {
+    /// `P1`, ...
+    pub id: String,
+    /// Running (or crashed).
+    pub alive: bool,
+    /// Its id seed (decimal: it may exceed 2^53).
+    pub seed: String,
+    /// Actors in it now.
+    pub actors: Vec<String>,
+    /// The process it restarted.
+    pub restart_of: Option<String>,
+    /// The process that restarted it.
+    pub restarted_as: Option<String>,
+    /// When it started.
+    pub started_ms: u64,
+    /// When it crashed.
+    pub crashed_ms: Option<u64>,
+}
+
+/// Everything the page draws. See the module docs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    /// `seed` or `live`.
+    pub mode: String,
+    /// The scenario's seed (decimal).
+    pub seed: String,
+    /// The clock.
+    pub now_ms: u64,
+    /// Simulator steps (0 in live mode).
+    pub steps: u64,
+    /// The newest event's sequence number.
+    pub last_seq: u64,
+    /// Commands applied.
+    pub commands: u64,
+    /// Processes, oldest first.
+    pub processes: Vec<ProcessView>,
+    /// Actors, in the order they were added.
+    pub actors: Vec<ActorView>,
+    /// Shards, by name.
+    pub shards: Vec<ShardView>,
+    /// Oracle timelines, by name.
+    pub timelines: Vec<TimelineView>,
+    /// Recent compare_and_set attempts, oldest first.
+    pub consensus: Vec<CasAttempt>,
+    /// Fault knobs and counts.
+    pub faults: FaultsView,
+    /// The latest check of acknowledged writes.
+    pub verify: Option<VerifyView>,
+    /// Messages, oldest first.
+    pub notices: Vec<Notice>,
+    /// The upsert source and checker, once there is a replica.
+    pub upsert: Option<super::upsert::UpsertView>,
+}
+
+impl Snapshot {
+    /// A stable fingerprint (FNV-1a over the snapshot's bincode encoding), as 16 hex digits.
+    pub fn digest(&self) -> String {
+        // Serialize can only fail on maps of unknown length, which snapshots do not contain;
+        // an error would still give a (constant) digest rather than a panic.
+        let bytes = bincode::serialize(self).unwrap_or_default();
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+}
+
+fn cas_outcome(o: &CasOutcome) -> Outcome {
+    match o {
+        CasOutcome::Committed => Outcome::Committed,
+        CasOutcome::Mismatch => Outcome::Mismatch,
+        CasOutcome::Indeterminate(_) => Outcome::Indeterminate,
+        CasOutcome::Determinate(_) => Outcome::Retrying,
+        CasOutcome::Permanent(_) => Outcome::Error,
+        CasOutcome::Skipped(_) => Outcome::Info,
+    }
+}
+
+fn maintenance(journal: &mut Journal, shard: &str, m: MaintenanceView) {
+    let notes = journal.shards.entry(shard.to_string()).or_default();
+    if m.kind == "truncate" {
+        notes.earliest_seqno = m.seqno;
+    }
+    if notes.maintenance.len() == MAINTENANCE_KEPT {
+        notes.maintenance.pop_front();
+    }
+    notes.maintenance.push_back(m);
+}
+
+/// Turns one persist event into a log entry (and maintenance notes); `None` for events too
+/// frequent to log (state fetches).
+fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Option<Pending> {
+    let (who, at_ms, kind, outcome, detail) = match e {
+        PersistEvent::Command {
+            who,
+            shard,
+            cmd,
+            expected,
+            reached,
+            outcome,
+            upper,
+            at_ms,
+            ..
+        } => {
+            let mark = cas_outcome(&outcome);
+            let detail = format!(
+                "{shard}: {cmd} expected seqno {expected}, reached {reached}, upper {} → {}: {outcome:?}",
+                super::actors::fmt_frontier(upper.0),
+                super::actors::fmt_frontier(upper.1)
+            );
+            (who, at_ms, cmd, mark, detail)
+        }
+        PersistEvent::BlobWritten {
+            who,
+            shard,
+            key,
+            kind,
+            bytes,
+            at_ms,
+        } => {
+            if key.is_none() {
+                return None; // inline parts are not Blob writes
+            }
+            let detail = format!("{shard}: wrote {kind} of {bytes} bytes");
+            (who, at_ms, "blob write".into(), Outcome::Committed, detail)
+        }
+        PersistEvent::StateFetched { .. } | PersistEvent::CompactionRequested { .. } => {
+            return None
+        }
+        PersistEvent::CompactionApplied {
+            who,
+            shard,
+            lower,
+            upper,
+            output_updates,
+            seqno,
+            at_ms,
+            ..
+        } => {
+            let m = MaintenanceView {
+                at_ms,
+                kind: "merge".into(),
+                lower,
+                upper,
+                count: output_updates,
+                seqno: Some(seqno.0),
+            };
+            maintenance(journal, &shard, m);
+            let detail = format!(
+                "{shard}: merged [{}, {}) into {output_updates} updates",
+                super::actors::fmt_frontier(lower),
+                super::actors::fmt_frontier(upper)
+            );
+            (who, at_ms, "compaction".into(), Outcome::Committed, detail)
+        }
+        PersistEvent::CompactionNotApplied {
+            who,
+            shard,
+            reason,
+            at_ms,
+            ..
+        } => (
+            who,
+            at_ms,
+            "compaction".into(),
+            Outcome::Mismatch,
+            format!("{shard}: {reason}"),
+        ),
+        PersistEvent::RollupAdded {
+            who,
+            shard,
+            seqno,
+            added,
+            at_ms,
+            ..
+        } => (
+            who,
+            at_ms,
+            "rollup".into(),
+            if added {
+                Outcome::Committed
+            } else {
+                Outcome::Mismatch
+            },
+            format!("{shard}: rollup at seqno {seqno}"),
+        ),
+        PersistEvent::GcRequested { .. } | PersistEvent::GcSkipped { .. } => return None,
+        PersistEvent::BlobsDeleted {
+            who,
+            shard,
+            kind,
+            keys,
+            at_ms,
+        } => {
+            let m = MaintenanceView {
+                at_ms,
+                kind: format!("gc {kind}"),
+                lower: None,
+                upper: None,
+                count: keys.len() as u64,
+                seqno: None,
+            };
+            maintenance(journal, &shard, m);
+            let detail = format!("{shard}: deleted {} {kind} blobs", keys.len());
+            (who, at_ms, "gc".into(), Outcome::Info, detail)
+        }
+        PersistEvent::ConsensusTruncated {
+            who,
+            shard,
+            seqno,
+            deleted,
+            at_ms,
+        } => {
+            let m = MaintenanceView {
+                at_ms,
+                kind: "truncate".into(),
+                lower: None,
+                upper: None,
+                count: deleted as u64,
+                seqno: Some(seqno.0),
+            };
+            maintenance(journal, &shard, m);
+            let detail = format!("{shard}: truncated {deleted} versions below seqno {seqno}");
+            (who, at_ms, "gc".into(), Outcome::Info, detail)
+        }
+        PersistEvent::RollupsUnlisted {
+            who,
+            shard,
+            below,
+            count,
+            at_ms,
+        } => {
+            let detail = format!("{shard}: unlisted {count} rollups below seqno {below}");
+            (who, at_ms, "gc".into(), Outcome::Info, detail)
+        }
+        PersistEvent::ShardBroken {
+            who,
+            shard,
+            error,
+            at_ms,
+        } => {
+            let detail = format!("{shard} is broken for good: {error}");
+            (who, at_ms, "broken".into(), Outcome::Error, detail)
+        }
+    };
+    let actor = journal.ids.get(&who).cloned();
+    Some(Pending {
+        at_ms,
+        actor,
+        process: Some(process.to_string()),
+        component: "persist",
+        kind,
+        outcome,
+        detail,
+    })
+}
+
+impl Scenario {
+    /// Moves what every component logged since the last pump into the merged log, and updates the
+    /// views that are derived from component events.
+    pub fn pump(&mut self) {
+        let mut journal = self.journal.borrow_mut();
+        for p in &self.processes {
+            for e in p.client.events().take() {
+                // A storage error inside a command: the writer's attempt is now retrying.
+                if let PersistEvent::Command {
+                    who,
+                    outcome: CasOutcome::Indeterminate(_) | CasOutcome::Determinate(_),
+                    ..
+                } = &e
+                {
+                    let actor = journal.ids.get(who).cloned();
+                    if let Some(a) = actor.and_then(|id| self.actors.iter().find(|a| a.id == id)) {
+                        if let ActorDetail::Writer(w) = &mut a.view.borrow_mut().detail {
+                            if let Some(f) = &mut w.in_flight {
+                                f.retrying = true;
+                            }
+                        }
+                    }
+                }
+                if let Some(pending) = persist_event(&mut journal, &p.id, e) {
+                    journal.log.record(pending);
+                }
+            }
+            for e in p.task_log.take() {
+                let Some(a) = self.actors.iter().find(|a| a.id == e.task) else {
+                    continue;
+                };
+                let outcome = apply_task_event(&mut a.view.borrow_mut(), &e);
+                journal.log.record(Pending {
+                    at_ms: e.at_ms,
+                    actor: Some(e.task.clone()),
+                    process: Some(p.id.clone()),
+                    component: "task",
+                    kind: "write task".into(),
+                    outcome,
+                    detail: format!("{:?}", e.kind),
+                });
+            }
+        }
+        if let Some(hub) = &self.upsert {
+            hub.pump_into(&mut journal.log);
+            for a in &self.actors {
+                if let Some(snap) = hub.replica_snapshot(&a.replica) {
+                    a.view.borrow_mut().detail = ActorDetail::Replica(Box::new(snap));
+                }
+            }
+        }
+        journal.log.pump();
+    }
+
+    /// What the page draws now.
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.pump();
+        let journal = self.journal.borrow();
+        let processes = self
+            .processes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ProcessView {
+                id: p.id.clone(),
+                alive: p.alive.get(),
+                seed: p.seed.to_string(),
+                actors: self
+                    .actors
+                    .iter()
+                    .filter(|a| a.process == i)
+                    .map(|a| a.id.clone())
+                    .collect(),
+                restart_of: p.restart_of.clone(),
+                restarted_as: p.restarted_as.clone(),
+                started_ms: p.started_ms,
+                crashed_ms: p.crashed_ms,
+            })
+            .collect();
+        let shards = self
+            .observers
+            .shards
+            .iter()
+            .map(|(name, (obs, _))| shard_view(name, &obs.borrow(), &journal))
+            .collect();
+        let timelines = self
+            .observers
+            .timelines
+            .values()
+            .map(|(t, _)| t.borrow().clone())
+            .collect();
+        let skip = journal.cas.len().saturating_sub(CAS_IN_SNAPSHOT);
+        Snapshot {
+            mode: if self.is_seeded() { "seed" } else { "live" }.into(),
+            seed: self.seed.to_string(),
+            now_ms: self.now_ms(),
+            steps: self.steps(),
+            last_seq: journal.log.last_seq(),
+            commands: self.stamped.len() as u64,
+            processes,
+            actors: self
+                .actors
+                .iter()
+                .map(|a| a.view.borrow().clone())
+                .collect(),
+            shards,
+            timelines,
+            consensus: journal.cas.iter().skip(skip).cloned().collect(),
+            faults: self.faults.view(),
+            verify: self.verify.borrow().clone(),
+            notices: journal.notices.iter().cloned().collect(),
+            upsert: self.upsert.as_ref().map(|h| h.view()),
+        }
+    }
+
+    /// Starts a check of acknowledged writes on the default shard: reads it at `upper - 1` with
+    /// a fresh reader on the raw location and looks for every acknowledged compare_and_append
+    /// value. The result lands in the snapshot's `verify`.
+    pub(crate) fn start_verify(&mut self) {
+        let shard_name = super::DEFAULT_SHARD.to_string();
+        let mut acked: Vec<(String, Vec<String>)> = Vec::new();
+        let mut unchecked = Vec::new();
+        for a in &self.actors {
+            if let ActorSpec::Writer(w) = &a.spec {
+                if w.shard != shard_name {
+                    continue;
+                }
+                if w.mode == WriteMode::Append {
+                    unchecked.push(a.id.clone());
+                } else {
+                    acked.push((a.id.clone(), a.acked.borrow().values.clone()));
+                }
+            }
+        }
+        let known: Vec<String> = self.journal.borrow().ids.keys().cloned().collect();
+        let client = self.observer_client.clone();
+        let cell = Rc::clone(&self.verify);
+        let rt = self.runtime.clone();
+        self.runtime
+            .spawn("verify", async move {
+                let mut view = VerifyView {
+                    at_ms: rt.now_ms(),
+                    shard: shard_name.clone(),
+                    as_of: None,
+                    rows: 0,
+                    foreign_rows: 0,
+                    acked: 0,
+                    lost: 0,
+                    lost_examples: Vec::new(),
+                    writers: Vec::new(),
+                    unchecked_append_writers: unchecked,
+                    error: None,
+                };
+                if let Err(e) = verify(&client, &shard_name, &acked, &known, &mut view).await {
+                    view.error = Some(e);
+                }
+                view.at_ms = rt.now_ms();
+                *cell.borrow_mut() = Some(view);
+            })
+            .detach();
+    }
+}
+
+async fn verify(
+    client: &crate::persist::PersistClient,
+    shard: &str,
+    acked: &[(String, Vec<String>)],
+    known: &[String],
+    view: &mut VerifyView,
+) -> Result<(), String> {
+    let shard = ShardId::new(shard)?;
+    let state = client
+        .inspect_state(&shard)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(upper) = crate::persist::events::frontier(state.upper()) else {
+        return Err("the shard is finished".into());
+    };
+    if upper == 0 {
+        return Err("nothing is written yet (the upper is 0)".into());
+    }
+    let reader = client
+        .open_leased_reader::<String, String>(&shard)
+        .await
+        .map_err(|e| e.to_string())?;
+    let since = crate::persist::events::frontier(reader.since()).unwrap_or(0);
+    let as_of = (upper - 1).max(since);
+    view.as_of = Some(as_of);
+    let mut reader = reader;
+    let contents = reader
+        .snapshot_and_fetch(Antichain::from_elem(as_of))
+        .await
+        .map_err(|e| e.to_string());
+    reader.expire().await;
+    let contents = contents?;
+    let mut held: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for ((_, v), _, d) in &contents {
+        *held.entry(v.as_str()).or_default() += d;
+        view.rows += (*d).max(0) as u64;
+        // Values are "actor:writer_id#n": a writer id this page never registered is a foreign one.
+        let writer = v.split(':').nth(1).and_then(|s| s.split('#').next());
+        if !writer.is_some_and(|w| known.iter().any(|k| k == w)) {
+            view.foreign_rows += (*d).max(0) as u64;
+        }
+    }
+    for (actor, values) in acked {
+        let mut w = VerifyWriter {
+            actor: actor.clone(),
+            acked: values.len() as u64,
+            found: 0,
+        };
+        for v in values {
+            if held.get(v.as_str()).is_some_and(|&d| d > 0) {
+                w.found += 1;
+            } else if view.lost_examples.len() < 5 {
+                view.lost_examples.push(v.clone());
+            }
+        }
+        view.acked += w.acked;
+        view.lost += w.acked - w.found;
+        view.writers.push(w);
+    }
+    Ok(())
+}

@@ -1,0 +1,174 @@
+// Shared helpers of the page's end-to-end tests and benchmark: serve the repository with
+// scripts/serve.sh, launch Debian's Chromium through playwright-core with a fresh profile, collect
+// console errors, and wait for what the page shows.
+
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+export const ARTIFACTS = join(ROOT, "target", "e2e-artifacts");
+export const CHROMIUM = "/usr/bin/chromium";
+const CHROMIUM_ARGS = [
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-dev-shm-usage",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+  "--disable-quic",
+  "--no-first-run",
+];
+export const STEP_TIMEOUT_MS = 15_000;
+
+export function checkBuilt() {
+  for (const file of ["pkg/persist_playground.js", "pkg/persist_playground_bg.wasm"]) {
+    assert.ok(existsSync(join(ROOT, file)), `${file} is missing: build it first with \`bash scripts/build.sh\``);
+  }
+  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: these tests drive the system Chromium`);
+}
+
+/** A port that was free a moment ago. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts `bash scripts/serve.sh PORT` in its own process group; resolves once it answers. */
+export async function startServer() {
+  const port = await freePort();
+  const child = spawn("bash", ["scripts/serve.sh", String(port)], {
+    cwd: ROOT,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stdout.on("data", (d) => (output += d));
+  child.stderr.on("data", (d) => (output += d));
+  let exited = null;
+  child.on("exit", (code, signal) => (exited = { code, signal }));
+  const server = { child, port, url: (q = "") => `http://127.0.0.1:${port}/index.html${q}` };
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    if (exited) throw new Error(`scripts/serve.sh exited early (${JSON.stringify(exited)}):\n${output}`);
+    try {
+      const res = await fetch(server.url());
+      await res.arrayBuffer();
+      if (res.ok) return server;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      await stopServer(server);
+      throw new Error(`scripts/serve.sh did not answer within 15 s:\n${output}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+export async function stopServer(server) {
+  const { child } = server;
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  const kill = (sig) => {
+    try {
+      process.kill(-child.pid, sig);
+    } catch {
+      // gone
+    }
+  };
+  kill("SIGTERM");
+  const timer = setTimeout(() => kill("SIGKILL"), 3_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** A browser context with a fresh profile directory (nothing carried over between tests). */
+export async function launch(t) {
+  const context = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "pp-e2e-")), {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: CHROMIUM_ARGS,
+    viewport: { width: 1280, height: 800 },
+  });
+  t?.after(() => context.close());
+  return context;
+}
+
+/** A page that records console errors and uncaught exceptions. */
+export async function openPage(context, url, viewport) {
+  const page = await context.newPage();
+  if (viewport) await page.setViewportSize(viewport);
+  page.setDefaultTimeout(STEP_TIMEOUT_MS);
+  page.errors = [];
+  page.on("console", (msg) => {
+    if (msg.type() === "error") page.errors.push(`console: ${msg.text()} (${msg.location().url})`);
+  });
+  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  await page.goto(url);
+  await waitFor(page, () => /^ready/.test(document.getElementById("status")?.textContent ?? ""), "the page to be ready");
+  return page;
+}
+
+/** What the page shows, for failure messages. */
+export async function describe(page) {
+  return page
+    .evaluate(() => JSON.stringify({
+      status: document.getElementById("status")?.textContent,
+      clock: document.getElementById("clock")?.textContent,
+      processes: document.getElementById("processes-view")?.innerText.slice(0, 600),
+      writers: document.getElementById("writers-view")?.innerText.slice(0, 600),
+    }))
+    .catch((e) => `(could not read the page: ${e.message})`);
+}
+
+/** Waits until `predicate(arg)` holds in the page. */
+export async function waitFor(page, predicate, what, arg = null, timeout = STEP_TIMEOUT_MS) {
+  try {
+    await page.waitForFunction(predicate, arg, { timeout });
+  } catch (err) {
+    assert.fail(`waited for ${what}; the page shows ${await describe(page)} (${err.message.split("\n")[0]})`);
+  }
+}
+
+export async function waitForStatus(page, kind, pattern) {
+  await waitFor(
+    page,
+    ([k, src]) => {
+      const el = document.getElementById("status");
+      return el?.dataset.kind === k && new RegExp(src).test(el.textContent);
+    },
+    `a ${kind} status matching ${pattern}`,
+    [kind, pattern.source],
+  );
+}
+
+/** The page's latest snapshot (plain data the page drew last). */
+export function latest(page) {
+  return page.evaluate(() => window.__playground.state.latest());
+}
+
+export function noErrors(page) {
+  assert.deepEqual(page.errors, [], "console errors or uncaught exceptions in the page");
+}
+
+/** Saves a screenshot of one element (a panel) or the page under target/e2e-artifacts/. */
+export async function shot(page, name, selector = null) {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const path = join(ARTIFACTS, `${name}.png`);
+  if (selector) await page.locator(selector).screenshot({ path });
+  else await page.screenshot({ path, fullPage: true });
+  return path;
+}

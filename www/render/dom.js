@@ -1,0 +1,33 @@
+// Tiny helpers for the render modules (the only modules that touch the DOM).
+
+/** Escapes text for HTML and SVG markup. */
+export function esc(s) {
+  return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+/** Sets `el`'s markup only when it changed (keeps focus, selection and hover stable). */
+export function setHtml(el, html) {
+  if (el.__html !== html) {
+    el.innerHTML = html;
+    el.__html = html;
+  }
+}
+
+/** An SVG element string with attributes; `null`/`undefined` attributes are left out. */
+export function svgEl(tag, attrs, inner = "") {
+  const a = Object.entries(attrs)
+    .filter(([, v]) => v !== null && v !== undefined)
+    .map(([k, v]) => `${k}="${esc(v)}"`)
+    .join(" ");
+  return `<${tag} ${a}>${inner}</${tag}>`;
+}
+
+/** A mark for an outcome, coloured by the CSS class of the outcome. */
+export function mark(outcome, marks) {
+  return `<span class="mark o-${esc(outcome)}" title="${esc(marks[outcome]?.label ?? outcome)}">${esc(marks[outcome]?.mark ?? "·")}</span>`;
+}
+
+/** A coloured chip naming an actor. */
+export function chip(id, colour) {
+  return `<span class="chip" style="--c:${esc(colour)}">${esc(id)}</span>`;
+}

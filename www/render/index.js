@@ -1,0 +1,127 @@
+// One render entry point: draws every panel from the state module's data. Only render modules
+// touch the DOM.
+
+import { renderFrontiers } from "./frontiers.js";
+import {
+  renderConsensus, renderLegend, renderLog, renderNotices, renderOracle, renderVerify, renderWriters,
+} from "./panels.js";
+import { renderUpsert } from "./upsert.js";
+import { renderProcesses } from "./processes.js";
+import { renderShard } from "./shard.js";
+import { esc, setHtml } from "./dom.js";
+import { fmtMs } from "../spec.js";
+
+export function findDom(doc) {
+  const $ = (id) => doc.getElementById(id);
+  return {
+    play: $("play"), step: $("step"), speed: $("speed"), clock: $("clock"), modePill: $("mode-pill"),
+    status: $("status"), seedForm: $("seed-form"), seed: $("seed"), toLive: $("to-live"), toSeed: $("to-seed"),
+    modeHint: $("mode-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
+    addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"),
+    presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
+    upsertValue: $("u-value"), generator: $("u-generator"), stepReplicas: $("step-replicas"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
+    shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
+    oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
+    faults: {
+      blob: { fail: $("f-blob-fail"), timeout: $("f-blob-timeout"), latency: $("f-blob-latency"), outage: $("f-blob-outage") },
+      consensus: { fail: $("f-cons-fail"), timeout: $("f-cons-timeout"), latency: $("f-cons-latency"), outage: $("f-cons-outage") },
+    },
+  };
+}
+
+/** Keeps a <select>'s options equal to `values` (and its choice, if still there). */
+function syncSelect(select, values, labels = values, keepFirst = 0) {
+  const want = values.join("\u0000");
+  if (select.__values === want) return;
+  select.__values = want;
+  const chosen = select.value;
+  while (select.options.length > keepFirst) select.remove(keepFirst);
+  values.forEach((v, i) => select.add(new Option(labels[i], v)));
+  if (values.includes(chosen)) select.value = chosen;
+}
+
+/** Which panels are on screen: off-screen panels are redrawn only twice a second. */
+const onScreen = new Map();
+const drawnAt = new Map();
+const OFFSCREEN_REDRAW_MS = 500;
+let observer = null;
+let forceAll = false;
+function visible(el) {
+  const panel = el.closest(".panel");
+  if (!panel) return true;
+  const now = performance.now();
+  if (!forceAll && onScreen.get(panel) === false && now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS) {
+    observe();
+    return false;
+  }
+  drawnAt.set(panel, now);
+  observe();
+  return true;
+}
+function observe() {
+  if (!observer && typeof IntersectionObserver === "function") {
+    observer = new IntersectionObserver((entries) => {
+      for (const e of entries) onScreen.set(e.target, e.isIntersecting);
+    });
+    for (const p of document.querySelectorAll(".panel")) observer.observe(p);
+  }
+}
+
+/** Draws every panel from the latest snapshot; `force` redraws off-screen panels too. */
+export function renderAll(dom, state, view, force = false) {
+  const snap = state.latest();
+  if (!snap) return;
+  forceAll = force;
+  const t0 = view.t0;
+  // Measure before any write this frame (no forced layout), so SVG text keeps its native size.
+  const shardWidth = Math.round(dom.shard.clientWidth) || 940;
+  const frontiersWidth = Math.round(dom.frontiers.clientWidth) || 940;
+  syncSelect(dom.shardPick, snap.shards.map((s) => s.name));
+  const alive = snap.processes.filter((p) => p.alive).map((p) => p.id);
+  syncSelect(dom.intoProcess, alive, alive.map((p) => `process ${p}`), 1);
+  const keys = [...snap.shards.map((s) => s.name), ...snap.timelines.map((t) => `timestamp_oracle/${t.timeline}`)];
+  syncSelect(dom.corruptKey, keys);
+  if (visible(dom.shard)) renderShard(dom.shard, snap, dom.shardPick.value, t0, shardWidth);
+  if (visible(dom.writers)) renderWriters(dom.writers, snap, t0);
+  renderVerify(dom.verifyView, snap, t0);
+  renderNotices(dom.notices, snap, t0);
+  renderProcesses(dom.processes, snap);
+  if (visible(dom.consensus)) renderConsensus(dom.consensus, snap, t0);
+  if (visible(dom.oracle)) renderOracle(dom.oracle, snap, t0);
+  if (visible(dom.frontiers)) renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth);
+  if (visible(dom.upsert)) renderUpsert(dom.upsert, snap, state.history().at(-2));
+  dom.generator.checked = Boolean(snap.upsert?.generating);
+  if (visible(dom.log)) renderLog(dom.log, state.events(), snap, t0);
+  renderLegend(dom.legend, snap);
+  renderRunbar(dom, snap, view);
+}
+
+export function renderRunbar(dom, snap, view) {
+  const clock = snap.mode === "seed" ? `t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since load`;
+  setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span data-testid="digest">${esc(view.digest)}</span>` : ""}`);
+  dom.play.textContent = view.playing ? "❚❚ Pause" : "▶ Play";
+  dom.play.setAttribute("aria-pressed", String(view.playing));
+  const live = snap.mode === "live";
+  dom.play.disabled = live;
+  dom.step.disabled = live || view.playing;
+  dom.speed.disabled = live;
+  dom.modePill.textContent = live ? `live · ${view.db}` : `seed ${snap.seed}`;
+  dom.modePill.dataset.mode = snap.mode;
+}
+
+/** The status line: `{ kind: "ok" | "error" | "busy", text }`. Notices from the engine show too. */
+export function renderStatus(dom, status) {
+  dom.status.dataset.kind = status.kind;
+  dom.status.textContent = status.text;
+}
+
+export function renderMode(dom, mode, db) {
+  const live = mode === "live";
+  dom.toLive.hidden = live;
+  dom.toSeed.hidden = !live;
+  dom.seedForm.querySelector("button").disabled = false;
+  dom.modeHint.textContent = live
+    ? `Live mode: IndexedDB database "${db}" and real timers. Reload the page: the shards and the oracle come back. Open a second tab: two processes race on one database.`
+    : "Seed mode: a simulator over memory. The same seed and the same clicks give the same run.";
+}

@@ -1,0 +1,67 @@
+// The processes panel: each process with its actors and their controls. The markup changes only
+// when processes, actors or their states change, so buttons and inputs stay put while it runs.
+// Buttons carry data-action attributes; controls.js handles them (it never draws).
+
+import { actorColour } from "../spec.js";
+import { chip, esc, setHtml } from "./dom.js";
+
+function actorControls(a) {
+  const s = a.spec;
+  const id = esc(a.id);
+  const remove = `<button data-action="remove" data-actor="${id}" title="Remove ${id}">×</button>`;
+  if (a.state === "crashed") return "";
+  if (s.kind === "writer") {
+    return `<label class="inline">rate/s <input data-field="rate" data-actor="${id}" value="${s.ratePerS}" size="4"></label>` +
+      `<button data-action="set-rate" data-actor="${id}">set</button>${remove}`;
+  }
+  if (s.kind === "reader") {
+    const label = s.hold ? "Release since" : "Hold since";
+    return `<button data-action="hold" data-actor="${id}" data-hold="${s.hold ? "false" : "true"}">${label}</button>${remove}`;
+  }
+  if (s.kind === "task") {
+    return `<button data-action="push" data-actor="${id}" data-rows="1">+1 row</button>` +
+      `<button data-action="push" data-actor="${id}" data-rows="10">+10</button>` +
+      `<button data-action="delete-row" data-actor="${id}">−1 row</button>` +
+      `<label class="inline"><input type="checkbox" data-action="read-only" data-actor="${id}"${s.readOnly ? " checked" : ""}> read-only</label>` +
+      `<label class="inline">tick ms <input data-field="tick" data-actor="${id}" value="${s.tickIntervalMs}" size="5"></label>` +
+      `<button data-action="set-tick" data-actor="${id}">set</button>${remove}`;
+  }
+  return remove;
+}
+
+function describe(a) {
+  const s = a.spec;
+  if (s.kind === "writer") return `writer on ${s.shard}, keys ${s.keyLo}–${s.keyHi - 1}, ${s.mode === "append" ? "append" : "compare_and_append"}`;
+  if (s.kind === "reader") return `reader on ${s.shard}${s.hold ? ", holding its since" : ""}`;
+  if (s.kind === "task") return `write task on ${s.shard}${s.readOnly ? ", read-only" : ""}`;
+  if (s.kind === "replica") return `upsert replica on upsert_out, ${s.readBatch} messages per step`;
+  return `oracle instance on ${s.timeline}, window ${s.persistIntervalMs} ms`;
+}
+
+export function renderProcesses(el, snap) {
+  if (!snap.processes.length) {
+    setHtml(el, `<p class="empty">No processes yet: add an actor.</p>`);
+    return;
+  }
+  const byId = new Map(snap.actors.map((a) => [a.id, a]));
+  const cards = snap.processes.map((p) => {
+    const pid = esc(p.id);
+    if (!p.alive && p.restartedAs) {
+      return `<div class="proc gone" data-process="${pid}"><b>${pid}</b> crashed, restarted as ${esc(p.restartedAs)}</div>`;
+    }
+    const button = p.alive
+      ? `<button data-action="crash" data-process="${pid}" class="danger" title="Crash ${pid}">Crash</button>`
+      : `<button data-action="restart" data-process="${pid}" title="Restart ${pid}">Restart</button>`;
+    const origin = p.restartOf ? ` <span class="muted">(restart of ${esc(p.restartOf)})</span>` : "";
+    const actors = p.actors
+      .map((id) => byId.get(id))
+      .filter(Boolean)
+      .map((a) => {
+        const state = a.state === "running" ? "" : ` <span class="state s-${a.state}">${esc(a.state)}</span>`;
+        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a))}</span>${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
+      })
+      .join("");
+    return `<div class="proc ${p.alive ? "alive" : "crashed"}" data-process="${pid}"><div class="proc-head"><b>${pid}</b> <span class="pstate">${p.alive ? "running" : "crashed"}</span>${origin} <span class="muted mono" title="id seed">seed ${esc(p.seed.slice(0, 8))}…</span> ${button}</div><ul>${actors || `<li class="empty">no actors</li>`}</ul></div>`;
+  });
+  setHtml(el, cards.join(""));
+}

@@ -1,0 +1,114 @@
+// The shard panel: batches on a time axis with since and upper, the seqno strip with rollups,
+// the parts and their sizes, and recent merges and GCs.
+
+import { batchRects, fmtBytes, fmtFrontier, fmtMs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
+import { esc, setHtml, svgEl } from "./dom.js";
+
+const H = 232;
+const LEFT = 70;
+const RIGHT = 14;
+
+export function renderShard(el, snapshot, name, t0, width = 940) {
+  const W = Math.max(600, width);
+  const shard = snapshot.shards.find((s) => s.name === name) ?? snapshot.shards[0];
+  if (!shard) {
+    setHtml(el, `<p class="empty">No shard yet.</p>`);
+    return;
+  }
+  const [d0, d1] = shardDomain(shard);
+  const x = linear(d0, d1, LEFT, W - RIGHT);
+  const parts = [];
+  // Axis labels.
+  parts.push(svgEl("text", { x: 4, y: 44, class: "axis-label" }, "batches"));
+  parts.push(svgEl("text", { x: 4, y: 160, class: "axis-label" }, "seqnos"));
+  parts.push(svgEl("text", { x: 4, y: 212, class: "axis-label" }, "parts"));
+  // Batches.
+  for (const r of batchRects(shard, x, 24, 26)) {
+    const b = r.batch;
+    const title = `batch [${fmtFrontier(b.lower, t0)}, ${fmtFrontier(b.upper, t0)}) since ${fmtFrontier(b.since, t0)}: ${b.len} updates in ${b.parts.length} parts`;
+    parts.push(
+      svgEl("rect", {
+        x: r.x.toFixed(1), y: r.y.toFixed(1), width: r.w.toFixed(1), height: r.h.toFixed(1),
+        class: `batch${r.inline ? " inline" : ""}${b.len === 0 ? " empty-batch" : ""}`,
+      }, `<title>${esc(title)}</title>`),
+    );
+    if (r.w > 34 && b.len > 0) {
+      parts.push(svgEl("text", { x: (r.x + 3).toFixed(1), y: (r.y + r.h - 4).toFixed(1), class: "batch-label" }, String(b.len)));
+    }
+  }
+  // Time ticks.
+  for (const t of ticks(d0, d1, 7)) {
+    parts.push(svgEl("line", { x1: x(t), x2: x(t), y1: 84, y2: 90, class: "tick" }));
+    parts.push(svgEl("text", { x: x(t), y: 102, class: "tick-label", "text-anchor": "middle" }, fmtMs(t, t0)));
+  }
+  parts.push(svgEl("line", { x1: LEFT, x2: W - RIGHT, y1: 84, y2: 84, class: "axis" }));
+  // Since and upper.
+  const frontierLine = (value, cls, label, dy) => {
+    if (value === null || value === undefined) return;
+    const off = value < d0;
+    const px = off ? LEFT : x(value);
+    parts.push(svgEl("line", { x1: px, x2: px, y1: 14, y2: 92, class: cls }));
+    const text = off ? `◀ ${label} ${fmtMs(value, t0)}` : `${label} ${fmtMs(value, t0)}`;
+    const anchor = px > W - 150 ? "end" : "start";
+    parts.push(svgEl("text", { x: px + (anchor === "end" ? -4 : 4), y: dy, class: `${cls}-label`, "text-anchor": anchor }, text));
+  };
+  frontierLine(shard.since, "since", "since", 12);
+  frontierLine(shard.upper, "upper", "upper", 122);
+  // Seqno strip.
+  const cells = seqnoCells(shard, LEFT, W - LEFT - RIGHT, 50);
+  for (const c of cells) {
+    const cls = c.rollup ? "seq rollup" : c.truncated ? "seq truncated" : "seq";
+    parts.push(svgEl("rect", { x: c.x.toFixed(1), y: 140, width: c.w.toFixed(1), height: 22, class: cls }, `<title>seqno ${c.seqno}${c.rollup ? " (rollup)" : ""}${c.truncated ? " (truncated by GC)" : ""}</title>`));
+  }
+  if (cells.length) {
+    const last = cells.at(-1);
+    parts.push(svgEl("text", { x: last.x + last.w, y: 176, class: "tick-label", "text-anchor": "end" }, `head ${shard.seqno}`));
+    parts.push(svgEl("text", { x: cells[0].x, y: 176, class: "tick-label" }, `seqno ${cells[0].seqno}`));
+    const gc = cells.find((c) => c.seqno === shard.seqnoSince);
+    if (gc) parts.push(svgEl("line", { x1: gc.x, x2: gc.x, y1: 134, y2: 166, class: "gc-line" }, `<title>GC requested below seqno ${shard.seqnoSince}</title>`));
+  }
+  // Parts: one block per part, width by log size.
+  let px = LEFT;
+  const allParts = shard.batches.flatMap((b) => b.parts);
+  for (const p of allParts.slice(-80)) {
+    const w = Math.max(2, Math.log2(1 + p.bytes) * 1.6);
+    if (px + w > W - RIGHT) break;
+    parts.push(svgEl("rect", { x: px.toFixed(1), y: 196, width: w.toFixed(1), height: 22, class: p.key ? "part blob" : "part inline" }, `<title>${esc(p.key ?? "inline part")}: ${fmtBytes(p.bytes)}</title>`));
+    px += w + 2;
+  }
+  const svg = `<svg viewBox="0 0 ${W} ${H}" class="shard-svg" role="img" aria-label="batches of shard ${esc(shard.name)}">${parts.join("")}</svg>`;
+
+  const stats = [
+    ["seqno", shard.seqno],
+    ["upper", fmtFrontier(shard.upper, t0)],
+    ["since", fmtFrontier(shard.since, t0)],
+    ["batches", shard.batches.length],
+    ["updates", shard.updates],
+    ["inline", fmtBytes(shard.inlineBytes)],
+    ["blob", fmtBytes(shard.blobBytes)],
+    ["rollups", shard.rollups.length],
+    ["writers", shard.writers.length],
+    ["readers", shard.readers.length],
+  ];
+  const statHtml = stats
+    .map(([k, v]) => `<span class="stat" data-stat="${k}"><span class="k">${k}</span> <span class="v mono">${esc(v)}</span></span>`)
+    .join("");
+  const maint = shard.maintenance.slice(-6).reverse();
+  const maintHtml = maint.length
+    ? maint
+        .map((m) => {
+          const what = m.kind === "merge"
+            ? `merged [${fmtFrontier(m.lower, t0)}, ${fmtFrontier(m.upper, t0)}) → ${m.count} updates`
+            : m.kind === "truncate"
+              ? `GC truncated ${m.count} versions below seqno ${m.seqno}`
+              : `GC deleted ${m.count} ${m.kind.replace("gc ", "")} blobs`;
+          return `<li><span class="mono">${esc(fmtMs(m.atMs, t0))}</span> ${esc(what)}</li>`;
+        })
+        .join("")
+    : `<li class="empty">no compaction or GC yet</li>`;
+  const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
+  setHtml(
+    el,
+    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul></div>`,
+  );
+}

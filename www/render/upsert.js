@@ -1,0 +1,84 @@
+// The upsert pipeline panel: the source log and its frontier, each replica (stash, input upper
+// against persist upper, state per key with provisional values marked, what it emitted,
+// discarded and fed back), and the feedback edge from the shard into every replica, animated
+// while feedback arrives.
+
+import { actorColour, fmtFrontier } from "../spec.js";
+import { chip, esc, setHtml } from "./dom.js";
+
+/** Did replica `id` get feedback since the previous snapshot? */
+function fedSince(prev, id, now) {
+  const before = prev?.actors.find((a) => a.id === id)?.detail?.counters?.fed_back ?? 0;
+  return (now?.counters?.fed_back ?? 0) > before;
+}
+
+function diagram(snap, replicas, prev) {
+  const W = 460;
+  const rowH = 34;
+  const H = Math.max(90, 20 + replicas.length * rowH);
+  const midY = H / 2;
+  const parts = [];
+  parts.push(`<rect x="4" y="${midY - 18}" width="78" height="36" rx="5" class="up-box"/><text x="43" y="${midY - 2}" class="up-label" text-anchor="middle">source</text><text x="43" y="${midY + 12}" class="up-sub" text-anchor="middle">upper ${snap.upsert.sourceUpper}</text>`);
+  parts.push(`<rect x="${W - 92}" y="${midY - 18}" width="88" height="36" rx="5" class="up-box shard"/><text x="${W - 48}" y="${midY - 2}" class="up-label" text-anchor="middle">upsert_out</text><text x="${W - 48}" y="${midY + 12}" class="up-sub" text-anchor="middle">shard</text>`);
+  replicas.forEach((a, i) => {
+    const y = 10 + i * rowH + rowH / 2;
+    const c = actorColour(a.colour);
+    const r = a.detail.kind === "replica" ? a.detail : null;
+    const active = r && fedSince(prev, a.id, r);
+    parts.push(`<path d="M82,${midY} C130,${midY} 130,${y} 170,${y}" class="up-edge"/>`);
+    parts.push(`<path d="M280,${y} C320,${y} 320,${midY} ${W - 92},${midY}" class="up-edge"/>`);
+    // The feedback edge: from the shard back into the replica, below the forward edge.
+    parts.push(`<path d="M${W - 92},${midY + 10} C${W - 150},${y + 22} 300,${y + 14} 280,${y + 8}" class="up-feedback${active ? " active" : ""}" stroke="${c}"><title>feedback: ${a.id} reads back what the shard holds</title></path>`);
+    parts.push(`<rect x="170" y="${y - 13}" width="110" height="26" rx="5" class="up-box" stroke="${c}" style="stroke-width:2"/>`);
+    parts.push(`<text x="225" y="${y + 4}" class="up-label" text-anchor="middle">${esc(a.id)}${r ? ` #${r.generation}` : ""}${a.state !== "running" ? ` (${esc(a.state)})` : ""}</text>`);
+  });
+  return `<svg viewBox="0 0 ${W} ${H}" class="upsert-svg" role="img" aria-label="the upsert pipeline with its feedback edge">${parts.join("")}</svg>`;
+}
+
+function stateTable(op) {
+  if (!op) return "";
+  const cells = op.state.slice(0, 10).map((c) => {
+    const prov = c.mode === "provisional";
+    const value = prov ? (c.provisional_value ?? "⌫ delete") : (c.value ?? (c.mode === "tombstone" ? "⌫" : "–"));
+    return `<li class="${prov ? "provisional" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}"><span class="mono">${esc(c.key)}</span> ${prov ? "◌ " : ""}${esc(value)}</li>`;
+  });
+  const stash = op.stash.slice(0, 6).map((e) => `<li><span class="mono">t${e.time} ${esc(e.key)}</span> ${esc(e.value ?? "⌫")}</li>`);
+  return `<div class="up-cols"><div><h4>state per key (◌ provisional)</h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
+    `<div><h4>stash (${op.stash.length})</h4><ul class="cells" data-testid="upsert-stash">${stash.join("") || `<li class="empty">empty</li>`}</ul></div></div>`;
+}
+
+function replicaCard(a) {
+  const r = a.detail.kind === "replica" ? a.detail : null;
+  const head = `${chip(a.id, actorColour(a.colour))} <span class="muted">${esc(a.process)}</span>`;
+  if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
+  const op = r.operator;
+  const c = r.counters;
+  const frontiers = `input upper <b class="mono">${fmtFrontier(op?.input_upper)}</b> · persist upper <b class="mono">${fmtFrontier(op?.persist_upper)}</b> · output <b class="mono">${fmtFrontier(r.output_frontier)}</b> · sink at <b class="mono">${fmtFrontier(r.sink.upper)}</b>`;
+  const counts = `emitted <b>${c.emitted}</b> · discarded <b>${c.stash_discarded}</b> · fed back <b>${c.fed_back}</b> · partial <b>${c.partial_emissions}</b> · lost races <b>${c.sink_mismatches}</b>`;
+  return `<div class="up-replica" data-actor="${esc(a.id)}">${head} gen ${r.generation}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
+    `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${stateTable(op)}</div>`;
+}
+
+export function renderUpsert(el, snap, prev) {
+  const replicas = snap.actors.filter((a) => a.spec.kind === "replica");
+  if (!snap.upsert) {
+    setHtml(el, `<p class="empty">No replicas yet. Add one with + Replica (u), then push upserts or turn the generator on (g).</p>`);
+    return;
+  }
+  const u = snap.upsert;
+  const recent = u.recent
+    .slice()
+    .reverse()
+    .map((m) => `<li><span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → ${esc(m.value ?? "⌫ delete")}</li>`)
+    .join("");
+  const check = u.checker.violations.length
+    ? `<b class="err">${u.checker.violations.length} differences from the reference model</b>: ${esc(u.checker.violations[0])}`
+    : `<b class="ok">matches the reference model</b> at ${u.checker.checks} uppers`;
+  setHtml(
+    el,
+    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} messages, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"} · shard ${check}</p>` +
+      diagram(snap, replicas, prev) +
+      replicas.map(replicaCard).join("") +
+      `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
+  );
+}

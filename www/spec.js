@@ -1,0 +1,180 @@
+// Pure geometry and formatting ("spec" functions, as in RaftScope): each takes plain snapshot
+// data and returns numbers, strings or attribute objects. Nothing here touches the DOM, so the
+// layout can be tested and tweaked on its own.
+
+/** One colour per actor, by the actor's colour index (stable for its life, across restarts). */
+export const PALETTE = [
+  "#2f6fd0", "#d0502f", "#1f9a62", "#8e44c4", "#c98a00", "#0f9fb0",
+  "#c43b86", "#5a7d1a", "#6d5bd0", "#b0603a", "#2d8f8f", "#9a3b3b",
+];
+
+export function actorColour(colourIndex) {
+  return PALETTE[((colourIndex % PALETTE.length) + PALETTE.length) % PALETTE.length];
+}
+
+/** One mark per outcome, the same on every panel. */
+export const OUTCOMES = {
+  committed: { mark: "●", label: "committed" },
+  mismatch: { mark: "✕", label: "lost the race (UpperMismatch / seqno mismatch)" },
+  indeterminate: { mark: "?", label: "indeterminate (may or may not have happened)" },
+  retrying: { mark: "↻", label: "failed, retrying" },
+  error: { mark: "■", label: "error (stops the actor)" },
+  info: { mark: "·", label: "information" },
+};
+
+export function outcomeMark(outcome) {
+  return (OUTCOMES[outcome] ?? OUTCOMES.info).mark;
+}
+
+/** The colour of an actor id in a snapshot (grey for handles this page does not know). */
+export function colourOf(snapshot, actorId) {
+  const a = snapshot.actors.find((x) => x.id === actorId);
+  return a ? actorColour(a.colour) : "#8a939e";
+}
+
+/** Milliseconds as a short time: relative to t0 (the run's start on this page). */
+export function fmtMs(ms, t0 = 0) {
+  if (ms === null || ms === undefined) return "∅";
+  const d = ms - t0;
+  if (Math.abs(d) < 10_000) return `${d} ms`;
+  return `${(d / 1000).toFixed(1)} s`;
+}
+
+/** A frontier (null: the empty frontier, "finished"). */
+export function fmtFrontier(f, t0 = 0) {
+  return f === null || f === undefined ? "[] finished" : fmtMs(f, t0);
+}
+
+export function fmtBytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/** A linear scale from [d0, d1] to [r0, r1], clamped. */
+export function linear(d0, d1, r0, r1) {
+  const span = d1 - d0 || 1;
+  const f = (v) => r0 + ((Math.min(Math.max(v, d0), d1) - d0) / span) * (r1 - r0);
+  f.domain = [d0, d1];
+  return f;
+}
+
+/**
+ * The time window the shard panel shows: up to the upper, and back far enough to show the since
+ * and a few batches, but at most `maxSpan` ms (older history is summarised at the left edge).
+ */
+export function shardDomain(shard, maxSpan = 20_000) {
+  const upper = shard.upper ?? shard.batches.at(-1)?.upper ?? 0;
+  const since = shard.since ?? upper;
+  const wanted = Math.max(upper - since, 2_000) * 1.25;
+  const span = Math.min(Math.max(wanted, 2_000), maxSpan);
+  const lo = Math.max(0, upper - span);
+  return [lo, upper + span * 0.04];
+}
+
+/**
+ * Batch rectangles on the time axis. Adjacent batches alternate between two lanes so their
+ * boundaries show; the height grows with the log of the update count.
+ */
+export function batchRects(shard, x, top, laneHeight) {
+  return shard.batches.map((b, i) => {
+    const lower = b.lower ?? 0;
+    const upper = b.upper ?? x.domain[1];
+    const x0 = x(lower);
+    const x1 = Math.max(x(upper), x0 + 1.5);
+    const h = Math.min(laneHeight, 6 + Math.log2(1 + b.len) * 3);
+    const lane = i % 2;
+    return {
+      x: x0,
+      y: top + lane * (laneHeight + 4) + (laneHeight - h),
+      w: x1 - x0,
+      h,
+      clippedLeft: lower < x.domain[0],
+      batch: b,
+      inline: b.parts.every((p) => p.key === null),
+    };
+  });
+}
+
+/** Evenly spaced ticks over a domain, at "nice" steps. */
+export function ticks(d0, d1, count = 6) {
+  const span = d1 - d0;
+  if (!(span > 0)) return [d0];
+  const raw = span / count;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? raw;
+  const out = [];
+  for (let v = Math.ceil(d0 / step) * step; v <= d1; v += step) out.push(v);
+  return out;
+}
+
+/**
+ * The seqno strip: the last `count` seqnos up to the head, each a cell; rollups and the GC
+ * point are marked. Returns cells `{ seqno, x, rollup, truncated }`.
+ */
+export function seqnoCells(shard, x0, width, count = 40) {
+  const head = shard.seqno;
+  const first = Math.max(1, head - count + 1);
+  const n = head - first + 1;
+  const w = n > 0 ? width / count : 0;
+  const rollups = new Set(shard.rollups.map((r) => r.seqno));
+  const cells = [];
+  for (let s = first; s <= head; s++) {
+    cells.push({
+      seqno: s,
+      x: x0 + (s - first) * w,
+      w: Math.max(w - 1, 1),
+      rollup: rollups.has(s),
+      truncated: shard.earliestSeqno !== null && shard.earliestSeqno !== undefined && s < shard.earliestSeqno,
+    });
+  }
+  return cells;
+}
+
+/**
+ * The lag series of the frontiers panel, from the snapshot history: for every upper and since,
+ * `now - frontier` at each snapshot. Series are keyed and coloured by what they follow.
+ */
+export function lagSeries(history) {
+  const series = new Map();
+  const add = (key, label, colour, dashed, t, f) => {
+    if (f === null || f === undefined) return;
+    let s = series.get(key);
+    if (!s) {
+      s = { key, label, colour, dashed, points: [] };
+      series.set(key, s);
+    }
+    s.points.push([t, Math.max(0, t - f)]);
+  };
+  for (const snap of history) {
+    const t = snap.nowMs;
+    for (const sh of snap.shards) {
+      add(`shard:${sh.name}:upper`, `${sh.name} upper`, "#1d232b", false, t, sh.upper);
+      add(`shard:${sh.name}:since`, `${sh.name} since`, "#1d232b", true, t, sh.since);
+    }
+    for (const a of snap.actors) {
+      const c = actorColour(a.colour);
+      const d = a.detail;
+      if (d.kind === "writer") add(`${a.id}:upper`, `${a.id} cached upper`, c, false, t, d.cachedUpper);
+      if (d.kind === "task") add(`${a.id}:upper`, `${a.id} upper`, c, false, t, d.writer.cachedUpper);
+      if (d.kind === "reader") add(`${a.id}:since`, `${a.id} since`, c, true, t, d.since);
+      if (d.kind === "oracle") add(`${a.id}:read`, `${a.id} read_ts`, c, false, t, d.readTs);
+    }
+  }
+  return [...series.values()];
+}
+
+/** An SVG path through points under scales x and y. */
+export function pathOf(points, x, y) {
+  let d = "";
+  for (const [i, [px, py]] of points.entries()) d += `${i ? "L" : "M"}${x(px).toFixed(1)},${y(py).toFixed(1)}`;
+  return d;
+}
+
+/** Where a value sits on a small per-writer axis centred on the shard's upper. */
+export function lagBar(value, shardUpper, width, spanMs = 2_000) {
+  if (value === null || value === undefined || shardUpper === null || shardUpper === undefined) return null;
+  const behind = shardUpper - value;
+  const frac = Math.min(Math.max(behind / spanMs, 0), 1);
+  return { behind, x: width - frac * width };
+}
