@@ -64,6 +64,42 @@ fn send(tx: &CommandSender, op: StorageWriteOp, answers: &mut Vec<Answer>) {
     answers.push(resp_rx);
 }
 
+/// A task `id` on its own connection to the database `name` and its own persist client (a
+/// process of its own), writing `shard`. Returns the connection too.
+async fn spawn_task(
+    rt: &Runtime,
+    name: &str,
+    shard: &ShardId,
+    id: &str,
+    seed: u64,
+    log: &WriteTaskLog,
+) -> (
+    IdbLocation,
+    CommandSender,
+    persist_playground::runtime::JoinHandle<()>,
+    oneshot::Sender<()>,
+) {
+    let db = IdbLocation::open(name).await.unwrap();
+    let client = PersistClient::new(db.location(), rt.clone(), persist_cfg(), seed);
+    let write = client.open_writer::<Row, ()>(shard).await.unwrap();
+    let (c, s) = (client.clone(), shard.clone());
+    let read_handle_fn = move || -> ReadHandleFuture {
+        let (c, s) = (c.clone(), s.clone());
+        Box::pin(async move { c.open_leased_reader::<Row, ()>(&s).await })
+    };
+    let (tx, handle, shutdown) = DifferentialWriteTask::spawn(
+        id,
+        write,
+        read_handle_fn,
+        false,
+        now_fn(rt),
+        DifferentialIntrospectionConfig::default(),
+        task_cfg(rt, log),
+    )
+    .unwrap();
+    (db, tx, handle, shutdown)
+}
+
 #[wasm_bindgen_test]
 async fn two_write_tasks_race_over_indexeddb() {
     let name = "test-write-task-race";
@@ -81,25 +117,10 @@ async fn two_write_tasks_race_over_indexeddb() {
     let mut answers = Vec::new();
     let mut dbs = Vec::new();
     for i in 0..2i64 {
-        let db = IdbLocation::open(name).await.unwrap();
-        let client = PersistClient::new(db.location(), rt.clone(), persist_cfg(), 1 + i as u64);
+        let id = format!("task{i}");
+        let (db, tx, handle, shutdown) =
+            spawn_task(&rt, name, &shard, &id, 1 + i as u64, &log).await;
         dbs.push(db);
-        let write = client.open_writer::<Row, ()>(&shard).await.unwrap();
-        let (c, s) = (client.clone(), shard.clone());
-        let read_handle_fn = move || -> ReadHandleFuture {
-            let (c, s) = (c.clone(), s.clone());
-            Box::pin(async move { c.open_leased_reader::<Row, ()>(&s).await })
-        };
-        let (tx, handle, shutdown) = DifferentialWriteTask::spawn(
-            format!("task{i}"),
-            write,
-            read_handle_fn,
-            false,
-            now_fn(&rt),
-            DifferentialIntrospectionConfig::default(),
-            task_cfg(&rt, &log),
-        )
-        .unwrap();
         // Different desired collections: each task its own rows.
         let updates = (0..4).map(|j| (row(100 * i + j), 1)).collect();
         send(&tx, StorageWriteOp::Append { updates }, &mut answers);
@@ -232,24 +253,7 @@ async fn a_connection_closed_under_a_running_write_task_ends_it_with_a_typed_err
     let rt = BrowserRuntime::runtime();
     let shard = ShardId::new("mz_closed").unwrap();
     let log = WriteTaskLog::new();
-    let db = IdbLocation::open(name).await.unwrap();
-    let client = PersistClient::new(db.location(), rt.clone(), persist_cfg(), 5);
-    let write = client.open_writer::<Row, ()>(&shard).await.unwrap();
-    let (c, s) = (client.clone(), shard.clone());
-    let read_handle_fn = move || -> ReadHandleFuture {
-        let (c, s) = (c.clone(), s.clone());
-        Box::pin(async move { c.open_leased_reader::<Row, ()>(&s).await })
-    };
-    let (tx, _handle, _shutdown) = DifferentialWriteTask::spawn(
-        "closed",
-        write,
-        read_handle_fn,
-        false,
-        now_fn(&rt),
-        DifferentialIntrospectionConfig::default(),
-        task_cfg(&rt, &log),
-    )
-    .unwrap();
+    let (db, tx, _handle, _shutdown) = spawn_task(&rt, name, &shard, "closed", 5, &log).await;
     let mut first = Vec::new();
     send(
         &tx,

@@ -36,8 +36,8 @@ use bytes::Bytes;
 use js_sys::{Array, ArrayBuffer, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{
-    IdbCursor, IdbCursorDirection, IdbCursorWithValue, IdbKeyRange, IdbObjectStore, IdbTransaction,
-    IdbTransactionMode,
+    IdbCursor, IdbCursorDirection, IdbCursorWithValue, IdbKeyRange, IdbObjectStore, IdbRequest,
+    IdbTransaction, IdbTransactionMode,
 };
 
 use super::idb_keys::{parse_seqno_key, seqno_key};
@@ -384,21 +384,33 @@ pub struct IdbConsensus {
     conn: IdbLocation,
 }
 
+/// Awaits a cursor request over the versions of one key, newest first: the cursor on the newest
+/// version and its seqno, or `None` if the key has no versions.
+async fn newest(req: &IdbRequest) -> Result<Option<(IdbCursor, SeqNo)>, ExternalError> {
+    let cursor = await_request(req, "consensus head").await?;
+    if cursor.is_null() || cursor.is_undefined() {
+        return Ok(None);
+    }
+    let cursor: IdbCursor = cursor
+        .dyn_into()
+        .map_err(|v| js_err("consensus head: not a cursor", v))?;
+    let raw_key = cursor.key().map_err(|e| js_err("consensus head", e))?;
+    let (_, seqno) = split_consensus_key(&raw_key)?;
+    Ok(Some((cursor, seqno)))
+}
+
 /// Reads the head of `key` inside `tx` (one cursor request, newest first).
 async fn head_in(os: &IdbObjectStore, key: &str) -> Result<Option<VersionedData>, ExternalError> {
     let req = os
         .open_cursor_with_range_and_direction(&all_versions(key)?.into(), IdbCursorDirection::Prev)
         .map_err(|e| js_err("consensus head", e))?;
-    let cursor = await_request(&req, "consensus head").await?;
-    if cursor.is_null() || cursor.is_undefined() {
+    let Some((cursor, seqno)) = newest(&req).await? else {
         return Ok(None);
-    }
-    let cursor: IdbCursorWithValue = cursor
-        .dyn_into()
-        .map_err(|v| js_err("consensus head: not a cursor", v))?;
-    let raw_key = cursor.key().map_err(|e| js_err("consensus head", e))?;
-    let (_, seqno) = split_consensus_key(&raw_key)?;
-    let value = cursor.value().map_err(|e| js_err("consensus head", e))?;
+    };
+    let value = cursor
+        .unchecked_into::<IdbCursorWithValue>()
+        .value()
+        .map_err(|e| js_err("consensus head", e))?;
     let data = bytes_from_js(&value, &|| format!("consensus {key} {seqno}"))?;
     Ok(Some(VersionedData { seqno, data }))
 }
@@ -412,16 +424,7 @@ async fn head_seqno_in(os: &IdbObjectStore, key: &str) -> Result<Option<SeqNo>, 
             IdbCursorDirection::Prev,
         )
         .map_err(|e| js_err("consensus head", e))?;
-    let cursor = await_request(&req, "consensus head").await?;
-    if cursor.is_null() || cursor.is_undefined() {
-        return Ok(None);
-    }
-    let cursor: IdbCursor = cursor
-        .dyn_into()
-        .map_err(|v| js_err("consensus head: not a cursor", v))?;
-    let raw_key = cursor.key().map_err(|e| js_err("consensus head", e))?;
-    let (_, seqno) = split_consensus_key(&raw_key)?;
-    Ok(Some(seqno))
+    Ok(newest(&req).await?.map(|(_, seqno)| seqno))
 }
 
 #[async_trait(?Send)]
