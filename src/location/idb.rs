@@ -204,6 +204,15 @@ impl IdbLocation {
         commit(&tx, "put_raw").await
     }
 
+    /// Begins a transaction on `stores` (reopening a connection that stepped aside, once).
+    async fn begin(
+        &self,
+        stores: &[&str],
+        mode: IdbTransactionMode,
+    ) -> Result<IdbTransaction, ExternalError> {
+        self.conn.transaction(stores, mode).await
+    }
+
     /// This database as a [`Blob`].
     pub fn blob(&self) -> Rc<dyn Blob> {
         Rc::new(IdbBlob { conn: self.clone() })
@@ -233,8 +242,7 @@ impl Blob for IdbBlob {
     async fn get(&self, key: &str) -> Result<Option<Bytes>, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB], IdbTransactionMode::Readonly)
+            .begin(&[BLOB], IdbTransactionMode::Readonly)
             .await?;
         let req = store(&tx, BLOB)?
             .get(&JsValue::from_str(key))
@@ -253,8 +261,7 @@ impl Blob for IdbBlob {
     ) -> Result<(), ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB], IdbTransactionMode::Readonly)
+            .begin(&[BLOB], IdbTransactionMode::Readonly)
             .await?;
         let os = store(&tx, BLOB)?;
         let (keys_req, values_req) = if key_prefix.is_empty() {
@@ -303,8 +310,7 @@ impl Blob for IdbBlob {
     async fn set(&self, key: &str, value: Bytes) -> Result<(), ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
+            .begin(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
             .await?;
         let k = JsValue::from_str(key);
         store(&tx, BLOB)?
@@ -319,8 +325,7 @@ impl Blob for IdbBlob {
     async fn delete(&self, key: &str) -> Result<Option<usize>, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
+            .begin(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
             .await?;
         let k = JsValue::from_str(key);
         let live = store(&tx, BLOB)?;
@@ -345,8 +350,7 @@ impl Blob for IdbBlob {
     async fn restore(&self, key: &str) -> Result<(), ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
+            .begin(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
             .await?;
         let k = JsValue::from_str(key);
         let live = store(&tx, BLOB)?;
@@ -432,8 +436,7 @@ impl Consensus for IdbConsensus {
     async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readonly)
             .await?;
         head_in(&store(&tx, CONSENSUS)?, key).await
     }
@@ -447,8 +450,7 @@ impl Consensus for IdbConsensus {
         validate_compare_and_set(expected, &new)?;
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readwrite)
             .await?;
         let os = store(&tx, CONSENSUS)?;
         // SUBTLE: between this read and the put below, await nothing but this transaction's own
@@ -476,8 +478,7 @@ impl Consensus for IdbConsensus {
         }
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readonly)
             .await?;
         let os = store(&tx, CONSENSUS)?;
         let range = key_range(key, from, SeqNo(u64::MAX), false)?;
@@ -512,8 +513,7 @@ impl Consensus for IdbConsensus {
     async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readwrite)
             .await?;
         let os = store(&tx, CONSENSUS)?;
         let Some(head) = head_seqno_in(&os, key).await? else {
@@ -544,8 +544,7 @@ impl Consensus for IdbConsensus {
     async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readonly)
             .await?;
         let req = store(&tx, CONSENSUS)?
             .get_all_keys()
