@@ -86,6 +86,7 @@ fn run_seed(seed: u64) -> Totals {
         keys: 3 + rng.next_u64() % 8,
         delete_percent: 10 + rng.next_u64() % 20,
         error_percent: rng.next_u64() % 8,
+        burst_min: 1,
         burst_max: 1 + rng.next_u64() % 8,
         ts_step_max: 1 + rng.next_u64() % 3,
     };

@@ -1,0 +1,144 @@
+//! Two upsert replicas racing to write one shard over IndexedDB in headless Chrome, with the
+//! browser runtime's real timers (`wasm-pack test --headless --chrome`).
+//!
+//! Each replica has its own IndexedDB connection and persist client (two processes sharing one
+//! database), its own timely worker (stepped from the event loop by its driver task, never
+//! blocking it), sink and persist source. The source produces 1,000 upserts per timestamp. A
+//! checker follows the shard and compares it with the reference model at every upper.
+//!
+//! Checked: the shard matches the model at every upper it reaches and catches up with the
+//! source; both replicas wrote; their state cells decode; no health errors. Measured (printed,
+//! never asserted): the longest single replica step, with `performance.now()`.
+#![cfg(target_arch = "wasm32")]
+
+use persist_playground::location::idb::IdbLocation;
+use persist_playground::persist::{PersistConfig, ShardId};
+use persist_playground::runtime::browser::BrowserRuntime;
+use persist_playground::upsert::pipeline::UpsertPipeline;
+use persist_playground::upsert::replica::ReplicaConfig;
+use persist_playground::upsert::source::{GeneratorConfig, SourceGenerator};
+use wasm_bindgen::JsCast;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+/// `performance.now()`, for measuring only.
+fn performance_now() -> f64 {
+    let global = js_sys::global();
+    let perf = js_sys::Reflect::get(&global, &"performance".into()).unwrap();
+    let now = js_sys::Reflect::get(&perf, &"now".into()).unwrap();
+    now.unchecked_into::<js_sys::Function>()
+        .call0(&perf)
+        .unwrap()
+        .as_f64()
+        .unwrap_or(0.0)
+}
+
+#[wasm_bindgen_test]
+async fn two_upsert_replicas_race_over_indexeddb() {
+    let name = "test-upsert-race";
+    IdbLocation::delete_database(name).await.unwrap();
+    let rt = BrowserRuntime::runtime();
+    let shared = IdbLocation::open(name).await.unwrap();
+    let persist_cfg = PersistConfig {
+        backoff_min_ms: 1,
+        backoff_max_ms: 16,
+        reader_lease_duration_ms: 3_600_000,
+        writer_lease_duration_ms: 3_600_000,
+        ..PersistConfig::default()
+    };
+    let configs: Vec<ReplicaConfig> = (0..2)
+        .map(|i| {
+            let mut c = ReplicaConfig::new(&format!("r{i}"), 7 + i);
+            // Different speeds: 100 or 40 messages per step; feedback in slices of 250, so
+            // that no single step does much.
+            c.read_batch = if i == 0 { 100 } else { 40 };
+            c.feed_budget = 250;
+            c.tick_ms = 2 + 3 * i;
+            c.caa_timeout_ms = 60_000;
+            c
+        })
+        .collect();
+    let mut pipeline = UpsertPipeline::new(
+        shared.location(),
+        rt.clone(),
+        persist_cfg,
+        ShardId::new("upsert").unwrap(),
+        configs,
+        11,
+    );
+    let mut dbs = Vec::new();
+    for i in 0..2 {
+        let db = IdbLocation::open(name).await.unwrap();
+        pipeline.set_replica_location(i, db.location());
+        dbs.push(db);
+    }
+    pipeline.start_checker().await;
+    for i in 0..2 {
+        pipeline.start(i).await.unwrap();
+        let r = &pipeline.replica(i).unwrap().replica;
+        r.borrow_mut().set_step_clock(Box::new(performance_now));
+    }
+    let source = pipeline.source();
+    let gen_cfg = GeneratorConfig {
+        keys: 2_000,
+        delete_percent: 10,
+        error_percent: 1,
+        burst_min: 1_000,
+        burst_max: 1_000,
+        ts_step_max: 1,
+    };
+    let mut gen = SourceGenerator::new(5, gen_cfg, 1);
+    let timestamps = 12;
+    for _ in 0..timestamps {
+        gen.burst(&mut source.borrow_mut());
+        rt.sleep(40).await;
+    }
+    let target = source.borrow().upper();
+    rt.timeout(110_000, async {
+        while pipeline.report().upper < Some(target) {
+            rt.sleep(50).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the shard never caught up: {:?}", pipeline.report()));
+
+    let report = pipeline.report();
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert!(report.checks > 1, "{report:?}");
+    pipeline.check_cells().unwrap();
+    let c = pipeline.counters();
+    assert_eq!(c.health_errors, 0, "{c:?}");
+    assert!(c.sink_appends > 0, "{c:?}");
+    let mut lines = Vec::new();
+    for i in 0..2 {
+        let r = pipeline.replica(i).unwrap().replica.borrow();
+        let s = r.step_stats();
+        assert!(s.steps > 0);
+        lines.push(format!(
+            "r{i}: {} steps, longest {:.2} ms, mean {:.2} ms, at most {} messages per step",
+            s.steps,
+            s.max_step_ms,
+            s.total_step_ms / s.steps as f64,
+            s.max_read
+        ));
+    }
+    web_sys::console::log_1(
+        &format!(
+            "upsert race over IndexedDB, {timestamps} timestamps x 1,000 upserts: {} checks, {} appends, {} mismatches, {} discarded, {} partial emissions; {}",
+            report.checks,
+            c.sink_appends,
+            c.sink_mismatches,
+            c.stash_discarded,
+            c.partial_emissions,
+            lines.join("; ")
+        )
+        .into(),
+    );
+    for i in 0..2 {
+        pipeline.crash(i);
+    }
+    drop(pipeline);
+    drop(dbs);
+    shared.close();
+}
