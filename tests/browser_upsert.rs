@@ -142,3 +142,51 @@ async fn two_upsert_replicas_race_over_indexeddb() {
     drop(dbs);
     shared.close();
 }
+
+/// The upsert benchmark in the page (measures and prints; asserts nothing about time): the
+/// operator alone, the whole pipeline over in-memory persist, and differential's
+/// `arrange_from_upsert`, each run twice, the second ("warm") run reported. The issue's full
+/// workload (200,000 upserts) runs in release builds
+/// (`wasm-pack test --release ... --test browser_upsert -- --nocapture`); a debug build runs a
+/// tenth of it, to keep the test suite quick.
+#[wasm_bindgen_test]
+async fn upsert_benchmark_in_the_browser() {
+    use persist_playground::upsert::bench::{
+        run_differential, run_operator, run_pipeline, Workload,
+    };
+    let mut w = Workload::issue();
+    if cfg!(debug_assertions) {
+        w.updates /= 10;
+        w.keys /= 10;
+    }
+    let mut lines = Vec::new();
+    let mut rates = Vec::new();
+    type Runner = fn(&Workload, &dyn Fn() -> f64) -> persist_playground::upsert::bench::BenchResult;
+    for run in [run_differential as Runner, run_operator, run_pipeline] {
+        let cold = run(&w, &performance_now);
+        let warm = run(&w, &performance_now);
+        assert_eq!(
+            cold.output_updates, warm.output_updates,
+            "a run is deterministic"
+        );
+        assert!(warm.output_updates > 0);
+        rates.push(warm.per_second);
+        lines.push(format!(
+            "{}: cold {:.0}/s, warm {:.0}/s",
+            warm.name, cold.per_second, warm.per_second
+        ));
+    }
+    web_sys::console::log_1(
+        &format!(
+            "upsert bench in the page ({} upserts over {} keys, {} per timestamp, {} build): {}; warm ratios operator/differential {:.2}x, pipeline/differential {:.2}x",
+            w.updates,
+            w.keys,
+            w.per_ts,
+            if cfg!(debug_assertions) { "debug" } else { "release" },
+            lines.join("; "),
+            rates[1] / rates[0],
+            rates[2] / rates[0]
+        )
+        .into(),
+    );
+}

@@ -312,3 +312,24 @@ fn snapshot_buffering_max_spreads_work_without_changing_the_output() {
     assert_eq!(all.len(), 3);
     assert_eq!(run(Some(2)), all);
 }
+
+/// The shutdown button stops the operator: it releases its stash capability and emits nothing
+/// more.
+#[test]
+fn the_shutdown_button_stops_the_operator() {
+    let mut w = worker(0);
+    w.send_source(vec![msg(1, Some(1), 1, 3)]).unwrap();
+    w.advance_source(4);
+    w.step(64);
+    assert_eq!(w.stash_len(), 1);
+    assert!(w.output_frontier().less_equal(&3));
+    w.shutdown();
+    w.advance_persist(3);
+    w.step(64);
+    assert!(w.take_output().is_empty());
+    assert_eq!(
+        w.output_frontier(),
+        Antichain::from_elem(4),
+        "the stash cap is released"
+    );
+}

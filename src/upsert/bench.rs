@@ -143,8 +143,30 @@ pub fn run_operator(w: &Workload, now: &dyn Fn() -> f64) -> BenchResult {
     result("upsert operator alone", w.updates, now() - start, outputs)
 }
 
-/// The whole pipeline, one replica; see the module docs.
+/// The whole pipeline, one replica, with persist's default configuration; see the module docs.
 pub fn run_pipeline(w: &Workload, now: &dyn Fn() -> f64) -> BenchResult {
+    run_pipeline_with(w, PersistConfig::default(), now)
+}
+
+/// [`run_pipeline`] with compaction, rollups and GC off: the write and feedback path alone.
+pub fn run_pipeline_write_path(w: &Workload, now: &dyn Fn() -> f64) -> BenchResult {
+    let cfg = PersistConfig {
+        compaction_enabled: false,
+        gc_enabled: false,
+        rollup_threshold: 0,
+        ..PersistConfig::default()
+    };
+    let mut r = run_pipeline_with(w, cfg, now);
+    r.name = "whole pipeline, no compaction/GC".into();
+    r
+}
+
+/// [`run_pipeline`] over persist configured as `persist`.
+pub fn run_pipeline_with(
+    w: &Workload,
+    persist: PersistConfig,
+    now: &dyn Fn() -> f64,
+) -> BenchResult {
     let mut log = SourceLog::new();
     for (k, v, t) in w.upserts() {
         let _ = log.push(k, v.map(Ok), t);
@@ -164,7 +186,7 @@ pub fn run_pipeline(w: &Workload, now: &dyn Fn() -> f64) -> BenchResult {
     let mut pipeline = UpsertPipeline::new(
         location,
         sim.runtime(),
-        PersistConfig::default(),
+        persist,
         ShardId("upsert-bench".into()),
         vec![cfg],
         w.seed,

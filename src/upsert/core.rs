@@ -193,6 +193,11 @@ where
         self.stash_cap = time;
     }
 
+    /// Stops the core with `error` (reported once on the health stream).
+    pub fn fail(&mut self, error: String) {
+        self.halt(error)
+    }
+
     fn halt(&mut self, error: String) {
         if self.halted.is_none() {
             self.counters.health_errors += 1;

@@ -347,12 +347,16 @@ where
             out.clear();
             let remaining = core.drain(&mut out);
             if !out.is_empty() {
-                if let Some(cap) = stash_cap.as_ref() {
-                    let mut handle = output.activate();
-                    let mut session = handle.session(cap);
-                    for (value, ts, diff) in out.drain(..) {
-                        session.give((value.map_err(DataflowError::from), ts, diff));
+                match stash_cap.as_ref() {
+                    Some(cap) => {
+                        let mut handle = output.activate();
+                        let mut session = handle.session(cap);
+                        for (value, ts, diff) in out.drain(..) {
+                            session.give((value.map_err(DataflowError::from), ts, diff));
+                        }
                     }
+                    // Drains only emit what the stash held, under its capability.
+                    None => core.fail("output without a stash capability".into()),
                 }
             }
             if core.halted().is_none() {

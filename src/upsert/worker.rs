@@ -116,7 +116,7 @@ pub struct UpsertWorker {
     output: Rc<RefCell<Captured<OutputUpdate>>>,
     health: Rc<RefCell<Captured<(usize, HealthStatusUpdate)>>>,
     metrics: UpsertMetrics<Timestamp>,
-    _shutdown: ShutdownButton,
+    shutdown: ShutdownButton,
     steps: u64,
 }
 
@@ -159,7 +159,7 @@ impl UpsertWorker {
             output,
             health,
             metrics,
-            _shutdown: shutdown,
+            shutdown,
             steps: 0,
         }
     }
@@ -249,6 +249,12 @@ impl UpsertWorker {
         }
         self.steps += u64::from(taken);
         taken
+    }
+
+    /// Presses the operator's shutdown button: it releases its capabilities and ignores every
+    /// input from then on (as when the button is dropped).
+    pub fn shutdown(&mut self) {
+        self.shutdown.press();
     }
 
     /// Total `worker.step()`s so far.
