@@ -95,6 +95,21 @@ fn main() {
         }
         return;
     }
+    // The runners generate the workload inside the measured run: its own peak, for reference.
+    let (_, wl_mem) = measure(1, &w, |w, _| {
+        let n = w.upserts().len() as u64;
+        BenchResult {
+            name: "workload".into(),
+            updates: n,
+            elapsed_ms: 1.0,
+            per_second: 0.0,
+            output_updates: 0,
+        }
+    });
+    println!(
+        "  (the generated workload alone peaks at {:.2} MB per 10k keys; the figures below include it)",
+        wl_mem / 1e6
+    );
     let (dd, dd_mem) = measure(runs, &w, run_differential);
     let (op, op_mem) = measure(runs, &w, run_operator);
     let (pipe, pipe_mem) = measure(runs, &w, run_pipeline);

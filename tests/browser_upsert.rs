@@ -106,7 +106,14 @@ async fn two_upsert_replicas_race_over_indexeddb() {
     let report = pipeline.report();
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
     assert!(report.checks > 1, "{report:?}");
-    pipeline.check_cells().unwrap();
+    // Once neither replica is mid-timestamp (their last feedback is in), both are checked.
+    rt.timeout(30_000, async {
+        while pipeline.check_cells().unwrap() < 2 {
+            rt.sleep(20).await;
+        }
+    })
+    .await
+    .expect("both replicas finish their last timestamp");
     let c = pipeline.counters();
     assert_eq!(c.health_errors, 0, "{c:?}");
     assert!(c.sink_appends > 0, "{c:?}");
