@@ -119,7 +119,9 @@ pub struct GeneratorConfig {
     pub delete_percent: u64,
     /// Percent of upserts whose value is an error.
     pub error_percent: u64,
-    /// Upserts per time: from 1 to this many (a burst at one time).
+    /// Upserts per time: from `burst_min` to `burst_max` (a burst at one time).
+    pub burst_min: u64,
+    /// See `burst_min`.
     pub burst_max: u64,
     /// Times advance by 1 to this many between bursts.
     pub ts_step_max: u64,
@@ -131,6 +133,7 @@ impl Default for GeneratorConfig {
             keys: 8,
             delete_percent: 15,
             error_percent: 5,
+            burst_min: 1,
             burst_max: 6,
             ts_step_max: 2,
         }
@@ -163,7 +166,8 @@ impl SourceGenerator {
     /// One burst of upserts at the next time, then seals the log past it. Returns its time.
     pub fn burst(&mut self, log: &mut SourceLog) -> Timestamp {
         let ts = self.next_ts.max(log.upper);
-        let n = 1 + self.below(self.cfg.burst_max);
+        let min = self.cfg.burst_min.max(1);
+        let n = min + self.below(self.cfg.burst_max.saturating_sub(min) + 1);
         for _ in 0..n {
             let key = self.below(self.cfg.keys) as i64;
             let roll = self.below(100);
@@ -225,11 +229,11 @@ impl SourceReader {
             let j = (self.rng.next_u64() % (i as u64 + 1)) as usize;
             self.held.swap(i, j);
         }
-        let keep = if self.held.len() > 1 && self.rng.next_u64() % 3 == 0 {
-            (self.rng.next_u64() % self.held.len() as u64) as usize
-        } else {
-            0
-        };
+        // Deliver at most `max`; now and then hold back a random part for a later read.
+        let mut keep = self.held.len().saturating_sub(max);
+        if self.held.len() > 1 && self.rng.next_u64() % 3 == 0 {
+            keep = keep.max((self.rng.next_u64() % self.held.len() as u64) as usize);
+        }
         let out = self.held.split_off(keep);
         let next_ts = log.messages.get(self.next).map_or(log.upper, |m| m.ts);
         let frontier = self
