@@ -26,7 +26,7 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
   assert.match(await page.getByTestId("mode").textContent(), new RegExp(`live · ${db}`));
   assert.ok(await page.getByTestId("play").isDisabled(), "live mode cannot be paused");
   assert.ok(await page.getByTestId("step").isDisabled(), "nor stepped");
-  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 5, "the default actors");
+  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the default actors");
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="10"]').click();
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
   await waitFor(page, () => {
@@ -45,7 +45,7 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
   await page.reload();
   await waitForStatus(page, "ok", new RegExp(`^ready: live mode on IndexedDB database ${db}$`));
   // The same actors start again (this tab's layout), in new processes with new handles.
-  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 5, "the actors again");
+  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the actors again");
   await waitFor(
     page,
     ([seqno, upper, taskUpper]) => {
@@ -124,7 +124,7 @@ test("live mode: reset database deletes it and starts the actors again on an emp
   await waitForStatus(page, "ok", new RegExp(`^reset: deleted ${db} and started again, empty$`));
   const after = shardOf(await latest(page), "data").seqno;
   assert.ok(after < before, `a fresh shard (${after} < ${before})`);
-  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 5, "the actors again");
+  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the actors again");
   await waitFor(page, () => /●/.test(document.getElementById("writers-view").textContent), "writers commit on the new database", null, 30_000);
   noErrors(page);
 });

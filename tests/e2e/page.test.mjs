@@ -168,7 +168,7 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   await waitForStatus(page, "ok", /T1 restarted: tick 1000 ms, read-only true/);
   await waitFor(page, () => /task \(read-only\)/.test(document.querySelector('#writers-view tr[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows read-only");
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
-  await waitFor(page, () => [...document.querySelectorAll("#log-view li")].some((li) => /T1/.test(li.textContent) && /read-only/.test(li.textContent)), "the log shows the read-only refusal");
+  await waitFor(page, () => /read-only: 1 commands kept in desired, not written/.test(document.querySelector('#writers-view tr[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows the read-only refusal");
   await page.locator('input[data-field="tick"][data-actor="T1"]').fill("250");
   await page.locator('button[data-action="set-tick"][data-actor="T1"]').click();
   await waitForStatus(page, "ok", /T1 restarted: tick 250 ms/);
