@@ -3,7 +3,10 @@
 // discarded and fed back), and the feedback edge from the shard into every replica, animated
 // while feedback arrives.
 
-import { actorColour, fmtFrontier } from "../spec.js";
+import { actorColour } from "../spec.js";
+
+/** Source times are not the clock: plain numbers (∅ for the empty frontier). */
+const fmtT = (t) => (t === null || t === undefined ? "∅" : String(t));
 import { chip, esc, setHtml } from "./dom.js";
 
 /** Did replica `id` get feedback since the previous snapshot? */
@@ -53,7 +56,7 @@ function replicaCard(a) {
   if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
   const op = r.operator;
   const c = r.counters;
-  const frontiers = `input upper <b class="mono">${fmtFrontier(op?.input_upper)}</b> · persist upper <b class="mono">${fmtFrontier(op?.persist_upper)}</b> · output <b class="mono">${fmtFrontier(r.output_frontier)}</b> · sink at <b class="mono">${fmtFrontier(r.sink.upper)}</b>`;
+  const frontiers = `input upper <b class="mono">${fmtT(op?.input_upper)}</b> · persist upper <b class="mono">${fmtT(op?.persist_upper)}</b> · output <b class="mono">${fmtT(r.output_frontier)}</b> · sink at <b class="mono">${fmtT(r.sink.upper)}</b>`;
   const counts = `emitted <b>${c.emitted}</b> · discarded <b>${c.stash_discarded}</b> · fed back <b>${c.fed_back}</b> · partial <b>${c.partial_emissions}</b> · lost races <b>${c.sink_mismatches}</b>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} gen ${r.generation}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
     `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${stateTable(op)}</div>`;
