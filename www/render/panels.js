@@ -50,19 +50,19 @@ export function renderWriters(el, snap, t0) {
     }
     const kind = a.spec.kind === "task" ? `task${a.detail.readOnly ? " (read-only)" : ""}` : a.spec.mode === "append" ? "append" : "c&a";
     rows.push(
-      `<tr data-actor="${esc(a.id)}"><td>${chip(a.id, c)}<span class="how">${esc(kind)}</span></td>` +
+      `<tbody data-actor="${esc(a.id)}"><tr><td rowspan="2">${chip(a.id, c)}<span class="how">${esc(kind)}</span></td>` +
         `<td class="mono">${w && (w.last || w.committed) ? esc(fmtFrontier(w.cachedUpper, t0)) : "–"}</td>${lagCell(w?.cachedUpper, w?.sharedUpper, su)}` +
         `<td class="mono num" data-col="pending">${w ? w.pending : ""}</td>` +
-        `<td class="mono num">${w ? `${w.committed}/${w.mismatches}/${w.indeterminate}` : ""}</td>` +
-        `<td class="last" data-col="last" title="${esc(last?.detail ?? "")}">${status}</td></tr>`,
+        `<td class="mono num">${w ? `${w.committed}/${w.mismatches}/${w.indeterminate}` : ""}</td></tr>` +
+        `<tr class="sub"><td colspan="4" class="last" data-col="last" title="${esc(last?.detail ?? "")}">${status}</td></tr></tbody>`,
     );
   }
   const body = rows.length
     ? rows.join("")
-    : `<tr><td colspan="6" class="empty">No writers. Add one with + Writer (w).</td></tr>`;
+    : `<tbody><tr><td colspan="5" class="empty">No writers. Add one with + Writer (w).</td></tr></tbody>`;
   setHtml(
     el,
-    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="to_write">pending</th><th title="committed / lost races / indeterminate">ok/✕/?</th><th>last attempt</th></tr></thead><tbody>${body}</tbody></table>`,
+    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="to_write">pending</th><th title="committed / lost races / indeterminate">ok/✕/?</th></tr></thead>${body}</table>`,
   );
 }
 
