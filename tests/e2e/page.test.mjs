@@ -361,10 +361,16 @@ test("upsert controls: add replicas, push upserts by hand, the generator, step t
   await page.getByTestId("u-key").fill("3");
   await page.getByTestId("u-value").fill("hello");
   await page.getByTestId("push-upsert").click();
-  await waitForStatus(page, "ok", /pushed upsert #\d+: key 3 → "hello"/);
-  assert.match(await page.getByTestId("upsert-source").textContent(), /source: 1 messages, frontier 1, generator off/);
+  await waitForStatus(page, "ok", /pushed upsert: key 3 → "hello"/);
+  // Queued for the (durable) source shard; one step later it is in the source log.
+  assert.match(await page.getByTestId("upsert-source").textContent(), /source: 0 messages, 1 queued/);
+  const inLog = /source: 1 messages, 0 queued, frontier \d+, generator off/;
+  for (let i = 0; i < 20 && !inLog.test(await page.getByTestId("upsert-source").textContent()); i++) {
+    await page.getByTestId("step").click();
+  }
+  assert.match(await page.getByTestId("upsert-source").textContent(), inLog, "the upsert reached the source log");
   await page.getByTestId("step-replicas").click();
-  await waitForStatus(page, "ok", /stepped U1: fed back \d+, read 1, \d+ worker steps, \d+ out; U2: fed back \d+, read 1/);
+  await waitForStatus(page, "ok", /stepped U1: fed back \d+, read \d+, \d+ worker steps, \d+ out; U2: fed back \d+, read \d+/);
   await page.keyboard.press("j");
   await waitForStatus(page, "ok", /stepped U1/);
   // Run: the replicas write, read it back, and the shard matches the model.

@@ -21,7 +21,7 @@ function diagram(snap, replicas, prev) {
   const H = Math.max(90, 20 + replicas.length * rowH);
   const midY = H / 2;
   const parts = [];
-  parts.push(`<rect x="4" y="${midY - 18}" width="78" height="36" rx="5" class="up-box"/><text x="43" y="${midY - 2}" class="up-label" text-anchor="middle">source</text><text x="43" y="${midY + 12}" class="up-sub" text-anchor="middle">upper ${snap.upsert.sourceUpper}</text>`);
+  parts.push(`<rect x="4" y="${midY - 18}" width="78" height="36" rx="5" class="up-box"/><text x="43" y="${midY - 2}" class="up-label" text-anchor="middle">source</text><text x="43" y="${midY + 12}" class="up-sub" text-anchor="middle">${snap.upsert.sourceMessages} msgs</text>`);
   parts.push(`<rect x="${W - 92}" y="${midY - 18}" width="88" height="36" rx="5" class="up-box shard"/><text x="${W - 48}" y="${midY - 2}" class="up-label" text-anchor="middle">upsert_out</text><text x="${W - 48}" y="${midY + 12}" class="up-sub" text-anchor="middle">shard</text>`);
   replicas.forEach((a, i) => {
     const y = 10 + i * rowH + rowH / 2;
@@ -79,7 +79,7 @@ export function renderUpsert(el, snap, prev) {
     : `<b class="ok">matches the reference model</b> at ${u.checker.checks} uppers`;
   setHtml(
     el,
-    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} messages, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"} · shard ${check}</p>` +
+    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} messages, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"} · shard ${check}</p>` +
       diagram(snap, replicas, prev) +
       replicas.map(replicaCard).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
