@@ -11,6 +11,8 @@
 //! Prints each round and the median.
 //!
 //!     cargo run --release --example persist_bench
+//!     cargo run --release --example persist_bench -- on 200   # one configuration, 200 rounds
+//!                                                             # (off | on), e.g. under perf
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -68,6 +70,7 @@ fn round(seed: u64, maintenance: bool) -> (f64, usize) {
         let batches = client
             .inspect_state(&shard)
             .await
+            .expect("the shard is not broken")
             .collections
             .trace
             .batches()
@@ -78,22 +81,35 @@ fn round(seed: u64, maintenance: bool) -> (f64, usize) {
 }
 
 fn main() {
-    for maintenance in [false, true] {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let configs: Vec<bool> = match args.first().map(String::as_str) {
+        Some("on") => vec![true],
+        Some("off") => vec![false],
+        _ => vec![false, true],
+    };
+    let rounds: usize = args
+        .get(1)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(ROUNDS)
+        .max(1);
+    for maintenance in configs {
         let label = if maintenance {
             "with maintenance"
         } else {
             "write path"
         };
         let mut rates = Vec::new();
-        for r in 0..ROUNDS {
+        for r in 0..rounds {
             let (rate, batches) = round(r as u64, maintenance);
-            println!("{label} round {r}: {rate:.0} compare_and_appends/s (trace ends with {batches} batches)");
+            if rounds <= ROUNDS {
+                println!("{label} round {r}: {rate:.0} compare_and_appends/s (trace ends with {batches} batches)");
+            }
             rates.push(rate);
         }
         rates.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!(
-            "{label}: median {:.0} compare_and_appends/s over {ROUNDS} rounds",
-            rates[ROUNDS / 2]
+            "{label}: median {:.0} compare_and_appends/s over {rounds} rounds",
+            rates[rounds / 2]
         );
     }
 }

@@ -244,7 +244,12 @@ fn run(n: u64, seed: u64) -> Sample {
     let ((), plain) = measure(|| command(vec![(row(n), 1)]));
     // Another writer moves the upper: the task's next write mismatches and re-syncs.
     sim.block_on(async move {
-        let upper = *other_write.fetch_recent_upper().await.as_option().unwrap();
+        let upper = *other_write
+            .fetch_recent_upper()
+            .await
+            .unwrap()
+            .as_option()
+            .unwrap();
         let updates = [((row(u64::MAX / 2), ()), upper, 1)];
         other_write
             .compare_and_append(
@@ -276,7 +281,7 @@ fn run(n: u64, seed: u64) -> Sample {
     let upper = *sim
         .block_on({
             let (c, s) = (client.clone(), shard.clone());
-            async move { c.inspect_state(&s).await.upper().clone() }
+            async move { c.inspect_state(&s).await.unwrap().upper().clone() }
         })
         .unwrap()
         .as_option()

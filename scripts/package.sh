@@ -7,7 +7,8 @@
 #
 # Layout of the package (one import path picks the build through conditional exports):
 #   web/      wasm-pack --target web: ES module; call `await init()` once before use
-#   bundler/  wasm-pack --target bundler: for bundlers that import .wasm as a module
+#   bundler/  wasm-pack --target bundler: for bundlers that import .wasm as a module; it holds
+#             the one .wasm file, which the web and node glue load from there
 #   node/     wasm-pack --target nodejs (CommonJS, loads the .wasm synchronously), with an ES
 #             module wrapper (index.mjs) whose default export `init()` is a no-op, so code that
 #             calls `await init()` runs unchanged in Node and in browsers
@@ -35,19 +36,33 @@ for target in web bundler nodejs; do
     || { cat "$build/$target.log" >&2; exit 1; }
 done
 
+# The three targets differ only in their JS glue: their .wasm files are the same bytes, so the
+# package ships one. It stays in bundler/, because a bundler resolves the module's own import
+# ("./persist_playground_bg.js") next to it; the web and node glue are pointed at it.
+wasm="${crate}_bg.wasm"
+for target in bundler nodejs; do
+  cmp -s "$build/web/$wasm" "$build/$target/$wasm" \
+    || { echo "[package] the $target build's .wasm differs from the web build's" >&2; exit 1; }
+done
 copy() { # from-dir to-dir
   mkdir -p "$2"
-  cp "$1/$crate.js" "$1/${crate}_bg.wasm" "$1/$crate.d.ts" "$2/"
+  cp "$1/$crate.js" "$1/$crate.d.ts" "$2/"
   if [ -f "$1/${crate}_bg.js" ]; then cp "$1/${crate}_bg.js" "$2/"; fi
-  if [ -f "$1/${crate}_bg.wasm.d.ts" ]; then cp "$1/${crate}_bg.wasm.d.ts" "$2/"; fi
 }
 copy "$build/web" "$out/web"
 copy "$build/bundler" "$out/bundler"
 copy "$build/nodejs" "$out/node"
+cp "$build/bundler/$wasm" "$build/bundler/$wasm.d.ts" "$out/bundler/"
+repoint() { # file old-reference new-reference
+  grep -qF "$2" "$1" || { echo "[package] $1 does not load the .wasm as $2" >&2; exit 1; }
+  sed -i "s#$2#$3#" "$1"
+}
+repoint "$out/web/$crate.js" "new URL('$wasm', import.meta.url)" "new URL('../bundler/$wasm', import.meta.url)"
+repoint "$out/node/$crate.js" "\${__dirname}/$wasm" "\${__dirname}/../bundler/$wasm"
 # The raw wasm exports (the web build's InitOutput and the *_bg.wasm.d.ts files) take and return
 # externrefs, which wasm-bindgen declares as `any`: they are unknown JS values, so say `unknown`.
 sed -i '/^export interface InitOutput/,/^}/ s/\bany\b/unknown/g' "$out/web/$crate.d.ts"
-sed -i 's/\bany\b/unknown/g' "$out"/*/"${crate}_bg.wasm.d.ts"
+sed -i 's/\bany\b/unknown/g' "$out/bundler/$wasm.d.ts"
 # wasm-bindgen declares `[Symbol.dispose]()` on every class: pull in that lib for the user.
 for f in "$out"/*/"$crate.d.ts"; do
   sed -i '1i /// <reference lib="esnext.disposable" />' "$f"

@@ -6,7 +6,8 @@
 #   2. browser: wasm-pack test --headless --chrome (IndexedDB, the browser runtime), in Chromium
 #   3. page:    build pkg/ and drive index.html in Chromium with playwright-core (tests/e2e/)
 #   +  package: scripts/package.sh packs the npm package; examples/node installs the tarball and
-#               runs its tests under Node with no Rust toolchain on PATH (examples/node/run.sh)
+#               runs its tests under Node with no Rust toolchain on PATH (examples/node/run.sh);
+#               examples/web/ loads the web build in Chromium
 #
 # A browser test file without wasm_bindgen_test_configure!(run_in_browser) is silently skipped by
 # the runner, and a layer can "pass" having run nothing; so each layer's count is checked against
@@ -67,6 +68,14 @@ pkg=$(grep -aoE '^# pass [0-9]+' "$logs/package.log" | awk '{print $3}' | tail -
 pkg=${pkg:-0}
 [ "$pkg" -ge "$pkg_expected" ] && [ "$pkg" -gt 0 ] \
   || fail "package layer passed $pkg tests; the test files declare $pkg_expected"
+# The example page imports the web build of the same package (IndexedDB, in Chromium).
+web_expected=$(cat examples/web/*.test.mjs | grep -cE '^test\(' || true)
+node --test --test-reporter=tap examples/web/ 2>&1 | tee "$logs/web.log"
+web=$(grep -aoE '^# pass [0-9]+' "$logs/web.log" | awk '{print $3}' | tail -n1)
+web=${web:-0}
+[ "$web" -ge "$web_expected" ] && [ "$web" -gt 0 ] \
+  || fail "example page passed $web tests; the test files declare $web_expected"
+pkg=$((pkg + web)); pkg_expected=$((pkg_expected + web_expected))
 
 total=$((native + browser + e2e + pkg))
 echo "[test] native $native, browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared), package $pkg (of $pkg_expected declared)"

@@ -9,6 +9,8 @@
 //!  www/ + index.html   the page: renders snapshots, sends commands; holds no protocol state
 //!  src/wasm.rs         the only #[wasm_bindgen] surface (wasm32 only)
 //!  src/playground/     the scenario engine the page drives: actors, processes, faults, snapshots
+//!  src/upsert/         upsert with continual feedback: a stepped timely operator, its persist
+//!                      sink and source, racing replicas, a reference-model checker
 //!  src/write_task/     the differential write task: keeps a shard equal to a desired collection
 //!  src/oracle/         the timestamp oracle, in memory and durable (pre-allocated windows)
 //!  src/persist/        shards: state machine, command loop, handles, compaction, GC, encodings

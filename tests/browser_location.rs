@@ -20,7 +20,9 @@ use bytes::Bytes;
 use js_sys::{Array, Uint8Array};
 use persist_playground::location::conformance::{blob_impl_test, consensus_impl_test};
 use persist_playground::location::idb::IdbLocation;
-use persist_playground::location::{CaSResult, ExternalError, SeqNo, VersionedData, SCAN_ALL};
+use persist_playground::location::{
+    BrokenAt, CaSResult, ExternalError, PermanentKind, SeqNo, VersionedData, SCAN_ALL,
+};
 use persist_playground::runtime::browser::BrowserRuntime;
 use persist_playground::runtime::sim::Simulator;
 use wasm_bindgen::{JsCast, JsValue};
@@ -182,9 +184,15 @@ async fn idb_foreign_or_corrupted_records_are_errors_not_panics() {
     assert!(loc.put_raw("nope", &"k".into(), &"v".into()).await.is_err());
 }
 
-/// Whether `err` says the connection is closed for good (a permanent error).
+/// Whether `err` is the permanent error of a connection closed for good, naming the store.
 fn closed_for_good(err: &ExternalError) -> bool {
-    err.to_string().contains("connection closed for good")
+    matches!(
+        err.as_permanent(),
+        Some(p) if p.kind == PermanentKind::Closed
+            && p.at == BrokenAt::Store
+            && p.shard.starts_with("indexeddb ")
+            && p.detail.contains("connection closed for good")
+    )
 }
 
 /// Opens `name` at `version` through the raw factory, as newer code of the page would, and

@@ -272,6 +272,7 @@ async fn persist_over_indexeddb_races_faults_and_reopening() {
         let upper = *client
             .inspect_state(&shard)
             .await
+            .unwrap()
             .upper()
             .elements()
             .first()
@@ -305,6 +306,7 @@ async fn persist_over_indexeddb_races_faults_and_reopening() {
     let upper = *writer
         .fetch_recent_upper()
         .await
+        .unwrap()
         .elements()
         .first()
         .unwrap();

@@ -159,7 +159,7 @@ async fn two_write_tasks_race_over_indexeddb() {
     }
     let (mut mismatches, mut resyncs) = (0, 0);
     for i in 0..2 {
-        let events = log.events_of(&format!("task{i}"));
+        let events = events_of(&log, &format!("task{i}"));
         check_event_order(&events, true).unwrap();
         mismatches += events
             .iter()

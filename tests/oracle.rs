@@ -12,6 +12,9 @@
 //! `ORACLE_SEED=s` runs just seed `s`. A failing seed prints itself.
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "support/closable.rs"]
+mod closable;
+
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -1074,24 +1077,361 @@ fn an_unavailable_store_is_retried_with_backoff_until_the_caller_gives_up() {
     .unwrap();
 }
 
+// ---------------------------------------------------------------------------------------------
+// Broken records: permanent errors, in bounded virtual time, and nothing written after.
+
+/// Plants `data` as the next version of the timeline's key (after `after`, or as the first).
+fn plant(mem: &MemConsensus, after: Option<SeqNo>, data: Bytes) -> SeqNo {
+    let seqno = after.map_or(SeqNo(1), |s| SeqNo(s.0 + 1));
+    let r = mem
+        .compare_and_set(&key(), after, VersionedData { seqno, data })
+        .now_or_never()
+        .expect("immediate")
+        .expect("no failure");
+    assert_eq!(r, persist_playground::location::CaSResult::Committed);
+    seqno
+}
+
+/// How many Consensus calls went through `handle` so far.
+fn calls_through(handle: &UnreliableHandle) -> u64 {
+    handle.counts().ok
+}
+
 #[test]
 fn a_foreign_record_is_a_decode_error() {
+    // A fresh open over a head that is not an oracle record: a Decode error naming the timeline
+    // and the seqno, at once (no retry, no virtual time spent), and nothing written.
     let sim = Simulator::new(11);
     let rt = sim.runtime();
     let mem = MemConsensus::new();
+    plant(&mem, None, Bytes::from_static(b"{\"not\": \"an oracle\"}"));
     let (rt2, mem2) = (rt.clone(), mem.clone());
     let err = sim
-        .block_on(async move {
-            let foreign = VersionedData {
-                seqno: SeqNo(1),
-                data: Bytes::from_static(b"{\"not\": \"an oracle\"}"),
+        .block_on(async move { open(Rc::new(mem2), &rt2, config(10)).await.unwrap_err() })
+        .unwrap();
+    assert!(
+        matches!(&err, OracleError::Decode { timeline, seqno: 1, .. } if timeline == TIMELINE),
+        "{err:?}"
+    );
+    assert!(err.is_permanent());
+    assert!(err.to_string().contains("not an oracle record"), "{err}");
+    assert!(err.to_string().contains("v1"), "names the seqno: {err}");
+    assert_eq!(rt.now_ms(), 0, "answered at once");
+    assert_eq!(versions_now(&mem), 1, "nothing was written");
+    // Empty bytes, the same.
+    let mem = MemConsensus::new();
+    plant(&mem, None, Bytes::new());
+    let (rt2, mem2) = (rt.clone(), mem.clone());
+    let err = sim
+        .block_on(async move { open(Rc::new(mem2), &rt2, config(10)).await.unwrap_err() })
+        .unwrap();
+    assert!(
+        matches!(err, OracleError::Decode { seqno: 1, .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_warm_instance_that_finds_a_broken_record_is_broken_for_good() {
+    // Goal: a running instance whose next allocation meets a head that does not decode answers a
+    // Decode error in bounded virtual time, writes nothing then or later, and answers every later
+    // call with the same error without touching the store. Method: garbage is planted as the next
+    // version under a running instance (another program's write); calls are counted through a
+    // pass-through decorator.
+    for confirm in [false, true] {
+        let sim = Simulator::new(40);
+        let rt = sim.runtime();
+        let mem = MemConsensus::new();
+        let through = UnreliableHandle::new(40, 1.0, 0.0);
+        let consensus = Rc::new(UnreliableConsensus::new(
+            Rc::new(mem.clone()),
+            through.clone(),
+        ));
+        let (rt2, mem2, through2) = (rt.clone(), mem.clone(), through.clone());
+        sim.block_on(async move {
+            let (rt, mem, through) = (rt2, mem2, through2);
+            let a = open(consensus, &rt, config(10).confirm_leadership(confirm))
+                .await
+                .unwrap();
+            let w = a.write_ts().await.unwrap();
+            a.apply_write(w.timestamp).await.unwrap();
+            let (seqno, _) = stored(&mem);
+            let garbage = plant(&mem, Some(seqno), Bytes::from_static(b"\xff\x00garbage"));
+            rt.sleep(50).await;
+            let started_ms = rt.now_ms();
+            // With the check, read_ts reads the head; without it, the next allocation does.
+            let err = if confirm {
+                a.read_ts().await.unwrap_err()
+            } else {
+                a.write_ts().await.unwrap_err()
             };
-            mem2.compare_and_set(&key(), None, foreign).await.unwrap();
-            open(Rc::new(mem2), &rt2, config(10)).await.unwrap_err()
+            assert_eq!(rt.now_ms(), started_ms, "no back-off, no retry");
+            assert!(
+                matches!(err, OracleError::Decode { seqno, .. } if seqno == garbage.0),
+                "{err:?}"
+            );
+            assert_eq!(a.broken(), Some(err.clone()));
+            let calls = calls_through(&through);
+            for _ in 0..3 {
+                assert_eq!(a.write_ts().await.unwrap_err(), err);
+                assert_eq!(a.read_ts().await.unwrap_err(), err);
+                assert_eq!(a.apply_write(u64::MAX).await.unwrap_err(), err);
+                assert_eq!(a.peek_write_ts().await.unwrap_err(), err);
+                assert_eq!(a.confirm_leadership().await.unwrap_err(), err);
+            }
+            assert_eq!(
+                calls_through(&through),
+                calls,
+                "the store is never touched again"
+            );
+            assert_eq!(
+                head_now(&mem).unwrap().seqno,
+                garbage,
+                "nothing was written"
+            );
         })
         .unwrap();
-    assert!(matches!(err, OracleError::Decode { .. }), "{err:?}");
-    assert!(err.to_string().contains("not an oracle record"), "{err}");
+    }
+}
+
+#[test]
+fn a_store_closed_for_good_is_a_permanent_error_not_a_spin() {
+    // Goal: a store that will not come back (an IndexedDB connection closed for good) reaches
+    // the caller as OracleError::Storage naming it, at once, for a fresh open and for a warm
+    // instance (with and without the leadership check), and the instance never calls the store
+    // again. Before, the oracle retried it at the back-off cap for as long as it was awaited.
+    let sim = Simulator::new(42);
+    let rt = sim.runtime();
+    let switch = closable::Closable::default();
+    let consensus = switch.wrap_consensus(Rc::new(MemConsensus::new()));
+    let (rt2, switch2) = (rt.clone(), switch.clone());
+    sim.block_on(async move {
+        let (rt, switch) = (rt2, switch2);
+        let warm = open(consensus.clone(), &rt, config(10)).await.unwrap();
+        let checked = open(consensus.clone(), &rt, config(10).confirm_leadership(true))
+            .await
+            .unwrap();
+        checked.write_ts().await.unwrap();
+        rt.sleep(100).await;
+        switch.close();
+        let calls = switch.calls();
+        let started_ms = rt.now_ms();
+        let is_closed = |err: &OracleError| {
+            matches!(err, OracleError::Storage { timeline, source }
+                if timeline == TIMELINE
+                    && source.kind == persist_playground::location::PermanentKind::Closed)
+        };
+        // Fresh.
+        let err = open(consensus.clone(), &rt, config(10)).await.unwrap_err();
+        assert!(is_closed(&err) && err.is_permanent(), "{err:?}");
+        // Warm, at its next allocation; and with the check, at once.
+        let err = warm.write_ts().await.unwrap_err();
+        assert!(is_closed(&err), "{err:?}");
+        let err2 = checked.read_ts().await.unwrap_err();
+        assert!(is_closed(&err2), "{err2:?}");
+        assert_eq!(rt.now_ms(), started_ms, "no back-off, no retry");
+        for _ in 0..3 {
+            assert_eq!(warm.read_ts().await.unwrap_err(), err, "broken for good");
+            assert_eq!(warm.apply_write(1).await.unwrap_err(), err);
+            assert_eq!(checked.write_ts().await.unwrap_err(), err2);
+        }
+        assert_eq!(warm.broken(), Some(err));
+        assert_eq!(
+            switch.calls(),
+            calls,
+            "nothing reached the store after it closed"
+        );
+        assert!(!warm
+            .events()
+            .iter()
+            .any(|e| matches!(e.kind, OracleEventKind::StorageRetry { .. })));
+    })
+    .unwrap();
+}
+
+#[test]
+fn stored_extremes_are_errors_or_saturation_never_panics() {
+    // Goal: records that decode but carry extreme numbers (u64::MAX, i64::MIN's bits, a head at
+    // the last seqno) never panic or wrap: each is a typed error, or a saturated timeline.
+    // Method: plant each record, open over it on the simulator, and call everything.
+    let records: Vec<(SeqNo, DurableRecord)> = vec![
+        (
+            SeqNo(1),
+            DurableRecord {
+                epoch: u64::MAX,
+                upper: 5,
+            },
+        ),
+        (
+            SeqNo(1),
+            DurableRecord {
+                epoch: 1,
+                upper: u64::MAX,
+            },
+        ),
+        (
+            SeqNo(1),
+            DurableRecord {
+                epoch: 1,
+                upper: u64::MAX - 1,
+            },
+        ),
+        (
+            SeqNo(1),
+            DurableRecord {
+                epoch: 1,
+                upper: i64::MIN as u64,
+            },
+        ),
+        (
+            SeqNo(1),
+            DurableRecord {
+                epoch: i64::MIN as u64,
+                upper: 0,
+            },
+        ),
+        (SeqNo::maximum(), DurableRecord { epoch: 1, upper: 5 }),
+    ];
+    for (i, (seqno, record)) in records.into_iter().enumerate() {
+        let sim = Simulator::new(50 + i as u64);
+        let rt = sim.runtime();
+        let mem = MemConsensus::new();
+        let r = mem
+            .compare_and_set(
+                &key(),
+                None,
+                VersionedData {
+                    seqno,
+                    data: record.encode(),
+                },
+            )
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert_eq!(r, persist_playground::location::CaSResult::Committed);
+        let (rt2, mem2) = (rt.clone(), mem.clone());
+        let outcome = sim
+            .block_on(async move {
+                let config = config(10).clock_guard_max_wait_ms(0);
+                let a = match open(Rc::new(mem2), &rt2, config).await {
+                    Ok(a) => a,
+                    Err(err) => return Err(err),
+                };
+                let read = a.read_ts().await;
+                let write = a.write_ts().await;
+                let apply = a.apply_write(u64::MAX).await;
+                Ok((read, write, apply))
+            })
+            .unwrap();
+        match (i, outcome) {
+            // The epoch cannot be bumped; no seqno is left after the maximum.
+            (0 | 5, Err(err)) => {
+                assert!(
+                    matches!(err, OracleError::Inconsistent { .. }),
+                    "{i}: {err:?}"
+                );
+                assert!(err.is_permanent());
+                assert_eq!(versions_now(&mem), 1, "{i}: nothing was written");
+            }
+            // Saturated: reads at the top, no write timestamp left, nothing wrapped.
+            (1 | 2, Ok((read, write, apply))) => {
+                assert_eq!(read, Ok(u64::MAX - u64::from(i == 2)), "{i}");
+                assert!(
+                    matches!(write, Err(OracleError::Exhausted { .. })),
+                    "{i}: {write:?}"
+                );
+                assert_eq!(apply, Ok(()), "{i}");
+            }
+            // Large but ordinary numbers work as any others.
+            (3 | 4, Ok((read, write, apply))) => {
+                let (read, write) = (read.unwrap(), write.unwrap().timestamp);
+                assert!(write > read, "{i}");
+                assert!(
+                    matches!(apply, Ok(()) | Err(OracleError::Exhausted { .. })),
+                    "{i}"
+                );
+            }
+            (i, outcome) => panic!("record {i}: unexpected {outcome:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_later_version_of_its_own_epoch_that_lowers_the_upper_is_inconsistent() {
+    // Before: an assert (a panic, which kills a wasm page). Now a typed error, and the instance
+    // is broken. Method: a record with the instance's own epoch but a lower upper is planted as
+    // the next version (a forger, or a restored backup); the next leadership check reads it.
+    let sim = Simulator::new(41);
+    let rt = sim.runtime();
+    let mem = MemConsensus::new();
+    let (rt2, mem2) = (rt.clone(), mem.clone());
+    sim.block_on(async move {
+        let (rt, mem) = (rt2, mem2);
+        let a = open(Rc::new(mem.clone()), &rt, config(100)).await.unwrap();
+        let (seqno, record) = stored(&mem);
+        let forged = DurableRecord {
+            epoch: record.epoch,
+            upper: record.upper - 50,
+        };
+        plant(&mem, Some(seqno), forged.encode());
+        let err = a.confirm_leadership().await.unwrap_err();
+        assert!(matches!(err, OracleError::Inconsistent { .. }), "{err:?}");
+        assert!(err.to_string().contains("lowers the upper"), "{err}");
+        assert_eq!(a.write_ts().await.unwrap_err(), err, "broken for good");
+        assert_eq!(versions_now(&mem), 2, "nothing written");
+    })
+    .unwrap();
+}
+
+#[test]
+fn the_record_decoder_never_panics_on_random_or_extreme_bytes() {
+    // Property: for any bytes, decode answers Ok or an error, never a panic; an Ok re-encodes to
+    // the same bytes. Inputs: random bytes of every length up to 64 (4,000 seeds), and the valid
+    // header followed by extreme numbers (u64::MAX, i64::MIN, 0, 1), truncated or extended past
+    // the layout's 19 bytes.
+    let mut rng = Rng::new(77);
+    let check = |bytes: &[u8]| match DurableRecord::decode(bytes) {
+        Ok(record) => {
+            assert_eq!(
+                &record.encode()[..],
+                bytes,
+                "a decoded record re-encodes as read"
+            );
+            assert!(record.epoch >= 1);
+        }
+        Err(err) => assert!(!err.to_string().is_empty()),
+    };
+    let mut ok = 0;
+    for _ in 0..4_000 {
+        let len = rng.below(65) as usize;
+        let mut bytes: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+        // Half of them with the right header, so that the numbers are reached.
+        if rng.below(2) == 0 && len >= 3 {
+            bytes[..3].copy_from_slice(b"to\x01");
+        }
+        check(&bytes);
+        ok += DurableRecord::decode(&bytes).is_ok() as u32;
+    }
+    let extremes = [u64::MAX, i64::MIN as u64, 0, 1, i64::MAX as u64];
+    for epoch in extremes {
+        for upper in extremes {
+            let mut bytes = b"to\x01".to_vec();
+            bytes.extend_from_slice(&epoch.to_be_bytes());
+            bytes.extend_from_slice(&upper.to_be_bytes());
+            assert_eq!(
+                DurableRecord::decode(&bytes).is_ok(),
+                epoch != 0,
+                "{epoch} {upper}"
+            );
+            ok += 1;
+            for len in 0..bytes.len() + 16 {
+                let mut b = bytes.clone();
+                b.resize(len, 0xff);
+                check(&b);
+            }
+        }
+    }
+    assert!(ok > 20, "some inputs decoded: {ok}");
 }
 
 #[test]

@@ -96,7 +96,7 @@ fn two_writers_one_mismatch_one_retry_one_compaction() {
             let mut wa = a2.open_writer::<String, ()>(&shard2).await.unwrap();
             let mut wb = b2.open_writer::<String, ()>(&shard2).await.unwrap();
             // A learns that B registered (so A's cache is current); then only the scenario counts.
-            wa.fetch_recent_upper().await;
+            wa.fetch_recent_upper().await.unwrap();
             a2.events().take();
             b2.events().take();
             // A appends [0, 1).

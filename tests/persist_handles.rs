@@ -10,7 +10,7 @@ use persist_playground::location::unreliable::{
     UnreliableBlob, UnreliableConsensus, UnreliableHandle,
 };
 use persist_playground::location::Location;
-use persist_playground::persist::error::InvalidUsage;
+use persist_playground::persist::error::{InvalidUsage, PersistError};
 use persist_playground::persist::read::ListenEvent;
 use persist_playground::persist::state::{BatchPart, CriticalReaderId};
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
@@ -124,7 +124,7 @@ fn compare_and_append_mismatch_reports_the_current_upper() {
             f(6),
             "shared_upper() is the process-wide cache"
         );
-        assert_eq!(w1.fetch_recent_upper().await, &f(6));
+        assert_eq!(w1.fetch_recent_upper().await.unwrap(), &f(6));
     })
     .unwrap();
 }
@@ -172,23 +172,43 @@ fn every_invalid_usage() {
             .compare_and_append(&[upd("a", "", 0, 1)], f(1), f(2))
             .await;
         assert!(
-            matches!(e, Err(InvalidUsage::UpdateNotBeyondLower { ts: 0, .. })),
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(
+                    InvalidUsage::UpdateNotBeyondLower { ts: 0, .. }
+                ))
+            ),
             "{e:?}"
         );
         let e = w
             .compare_and_append(&[upd("a", "", 2, 1)], f(0), f(2))
             .await;
         assert!(
-            matches!(e, Err(InvalidUsage::UpdateBeyondUpper { ts: 2, .. })),
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(
+                    InvalidUsage::UpdateBeyondUpper { ts: 2, .. }
+                ))
+            ),
             "{e:?}"
         );
         let e = w.compare_and_append(&[], f(3), f(2)).await;
         assert!(
-            matches!(e, Err(InvalidUsage::InvalidBounds { .. })),
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(
+                    InvalidUsage::InvalidBounds { .. }
+                ))
+            ),
             "{e:?}"
         );
         let mut batch = w.batch(&[upd("a", "", 1, 1)], f(1), f(1)).await;
-        assert!(matches!(batch, Err(InvalidUsage::UpdateBeyondUpper { .. })));
+        assert!(matches!(
+            batch,
+            Err(PersistError::InvalidUsage(
+                InvalidUsage::UpdateBeyondUpper { .. }
+            ))
+        ));
         // An empty time interval with data is only reachable through a batch truncated to it.
         batch = w.batch(&[upd("a", "", 1, 1)], f(0), f(3)).await;
         let mut batch = batch.unwrap();
@@ -196,14 +216,24 @@ fn every_invalid_usage() {
             .compare_and_append_batch(&mut [&mut batch], f(0), f(0))
             .await;
         assert!(
-            matches!(e, Err(InvalidUsage::InvalidEmptyTimeInterval { .. })),
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(
+                    InvalidUsage::InvalidEmptyTimeInterval { .. }
+                ))
+            ),
             "{e:?}"
         );
         let e = w
             .compare_and_append_batch(&mut [&mut batch], f(0), f(4))
             .await;
         assert!(
-            matches!(e, Err(InvalidUsage::InvalidBatchBounds { .. })),
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(
+                    InvalidUsage::InvalidBatchBounds { .. }
+                ))
+            ),
             "{e:?}"
         );
         let mut other = client
@@ -214,12 +244,22 @@ fn every_invalid_usage() {
             .compare_and_append_batch(&mut [&mut batch], f(0), f(3))
             .await;
         assert!(
-            matches!(e, Err(InvalidUsage::BatchNotFromThisShard { .. })),
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(
+                    InvalidUsage::BatchNotFromThisShard { .. }
+                ))
+            ),
             "{e:?}"
         );
         let e = client.open_writer::<String, ()>(&shard("s")).await.err();
         assert!(
-            matches!(e, Some(InvalidUsage::CodecMismatch { .. })),
+            matches!(
+                e,
+                Some(PersistError::InvalidUsage(
+                    InvalidUsage::CodecMismatch { .. }
+                ))
+            ),
             "{e:?}"
         );
         // Reads before the since.
@@ -230,7 +270,12 @@ fn every_invalid_usage() {
         r.downgrade_since(&f(2)).await.unwrap();
         let e = r.snapshot_and_fetch(f(1)).await;
         assert!(
-            matches!(e, Err(InvalidUsage::SinceViolation { .. })),
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(
+                    InvalidUsage::SinceViolation { .. }
+                ))
+            ),
             "{e:?}"
         );
         // A finished shard refuses every later write.
@@ -269,7 +314,7 @@ fn leases_run_out_on_the_runtime_clock() {
             .unwrap()
             .unwrap();
         active.downgrade_since(&f(5)).await.unwrap();
-        let state = client.inspect_state(&shard("s")).await;
+        let state = client.inspect_state(&shard("s")).await.unwrap();
         assert_eq!(
             state.since(),
             &f(0),
@@ -281,7 +326,7 @@ fn leases_run_out_on_the_runtime_clock() {
         w.heartbeat().await.unwrap();
         rt.sleep(lease / 2 + 10).await;
         active.downgrade_since(&f(6)).await.unwrap();
-        let state = client.inspect_state(&shard("s")).await;
+        let state = client.inspect_state(&shard("s")).await.unwrap();
         assert!(!state
             .collections
             .leased_readers
@@ -292,17 +337,41 @@ fn leases_run_out_on_the_runtime_clock() {
             "the since is recomputed when a lease runs out"
         );
         let e = quiet.snapshot_and_fetch(f(7)).await;
-        assert!(matches!(e, Err(InvalidUsage::Expired { .. })), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(InvalidUsage::Expired { .. }))
+            ),
+            "{e:?}"
+        );
         let e = quiet.downgrade_since(&f(8)).await;
-        assert!(matches!(e, Err(InvalidUsage::Expired { .. })), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(InvalidUsage::Expired { .. }))
+            ),
+            "{e:?}"
+        );
         // A writer's lease runs out the same way.
         let e = quiet_writer.heartbeat().await;
         assert!(
-            matches!(e, Err(InvalidUsage::Expired { what: "writer", .. })),
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(InvalidUsage::Expired {
+                    what: "writer",
+                    ..
+                }))
+            ),
             "{e:?}"
         );
         let e = quiet_writer.compare_and_append(&[], f(10), f(11)).await;
-        assert!(matches!(e, Err(InvalidUsage::Expired { .. })), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(InvalidUsage::Expired { .. }))
+            ),
+            "{e:?}"
+        );
     })
     .unwrap();
 }
@@ -385,7 +454,7 @@ fn small_batches_are_inline_large_ones_in_blob_and_the_cap_flushes() {
                 .unwrap();
             let snap = r.snapshot_and_fetch(f(59)).await.unwrap();
             assert_eq!(snap.len(), 1 + 3000 + 58 * 40);
-            c.inspect_state(&shard("s")).await
+            c.inspect_state(&shard("s")).await.unwrap()
         })
         .unwrap();
     let batches = state.collections.trace.batches();
@@ -429,7 +498,7 @@ fn snapshot_waits_for_the_upper_and_wait_for_upper_past() {
         let snap = r.snapshot_and_fetch(f(4)).await.unwrap();
         assert_eq!(snap, vec![upd("a", "", 4, 1)]);
         assert!(rt.now_ms() >= 500, "the snapshot waited for the write");
-        w.wait_for_upper_past(&f(5)).await;
+        w.wait_for_upper_past(&f(5)).await.unwrap();
         assert_eq!(w.upper(), &f(6));
         late.await;
     })
@@ -516,7 +585,13 @@ fn diff_overflow_is_an_error_not_a_panic() {
         let e = w
             .compare_and_append(&[upd("k", "", 0, i64::MAX), upd("k", "", 0, 1)], f(0), f(1))
             .await;
-        assert!(matches!(e, Err(InvalidUsage::DiffOverflow(_))), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(InvalidUsage::DiffOverflow(_)))
+            ),
+            "{e:?}"
+        );
         // Each batch fits; only a read that accumulates both overflows.
         w.compare_and_append(&[upd("k", "", 0, i64::MAX)], f(0), f(1))
             .await
@@ -531,7 +606,13 @@ fn diff_overflow_is_an_error_not_a_panic() {
             vec![upd("k", "", 0, i64::MAX)]
         );
         let e = r.snapshot_and_fetch(f(1)).await;
-        assert!(matches!(e, Err(InvalidUsage::DiffOverflow(_))), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                Err(PersistError::InvalidUsage(InvalidUsage::DiffOverflow(_)))
+            ),
+            "{e:?}"
+        );
     })
     .unwrap();
 }
@@ -559,7 +640,7 @@ fn dropped_handles_expire_and_abandoned_ones_stay_until_their_lease_runs_out() {
     sim.run_for(100).unwrap();
     let c = client.clone();
     let state = sim
-        .block_on(async move { c.inspect_state(&shard("s")).await })
+        .block_on(async move { c.inspect_state(&shard("s")).await.unwrap() })
         .unwrap();
     assert!(
         !state.collections.writers.contains_key(&w_id),

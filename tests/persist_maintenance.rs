@@ -35,7 +35,7 @@ use persist_playground::location::{Blob, CaSResult, Consensus, Location, SeqNo, 
 use persist_playground::persist::compact::{compact_now, CompactionOutcome};
 use persist_playground::persist::encoding::decode_diff;
 use persist_playground::persist::events::PersistEvent;
-use persist_playground::persist::gc::{gc_and_truncate, gc_now, GcReq};
+use persist_playground::persist::gc::{gc_and_truncate, gc_now, leaked_blobs, GcReq};
 use persist_playground::persist::read::ListenEvent;
 use persist_playground::persist::state::State;
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
@@ -192,8 +192,19 @@ fn part_keys(state: &State) -> BTreeSet<String> {
 fn inspect(w: &World, client: &PersistClient) -> State {
     let client = client.clone();
     w.sim
-        .block_on(async move { client.inspect_state(&shard()).await })
+        .block_on(async move { client.inspect_state(&shard()).await.unwrap() })
         .unwrap()
+}
+
+/// The blobs no live version refers to (the leak check).
+fn leaks(w: &World) -> Vec<String> {
+    let client = w.client.clone();
+    w.sim
+        .block_on(async move { leaked_blobs(&client, &shard()).await.unwrap() })
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key)
+        .collect()
 }
 
 /// The storage invariants: every blob the current state refers to exists; a rollup is listed
@@ -338,8 +349,9 @@ fn maintenance_keeps_contents_and_reclaims_space() {
     assert!(parts_deleted > 0 && rollups_deleted > 0 && truncations > 0);
     assert!(live[0] > SeqNo(1), "Consensus was truncated");
     assert!(live.len() < 100, "{} live versions", live.len());
-    let rollup_blobs = keys.iter().filter(|k| k.contains("/rollup/")).count();
-    assert!(rollup_blobs <= state.collections.rollups.len() + 2);
+    // Nothing leaked (no write was cancelled, no collector died): every blob left is one a live
+    // version refers to (unlisted rollups wait for the next collection to pass their unlisting).
+    assert_eq!(leaks(&w), Vec::<String>::new());
     let part_blobs: BTreeSet<String> = keys
         .iter()
         .filter(|k| !k.contains("/rollup/"))
@@ -356,7 +368,7 @@ fn maintenance_keeps_contents_and_reclaims_space() {
     let client = w.client.clone();
     let report = w
         .sim
-        .block_on(async move { gc_now(&client, &shard()).await })
+        .block_on(async move { gc_now(&client, &shard()).await.unwrap() })
         .unwrap();
     assert_eq!(report.skipped, None);
     let state = inspect(&w, &w.client);
@@ -395,18 +407,16 @@ fn two_collectors_at_once() {
                     old_seqno_since: SeqNo(0),
                     new_seqno_since: head,
                 };
-                let ga = rt.spawn(
-                    "gc a",
-                    async move { gc_and_truncate(&a, &shard(), req_a).await },
-                );
+                let ga = rt.spawn("gc a", async move {
+                    gc_and_truncate(&a, &shard(), req_a).await.unwrap()
+                });
                 let req = GcReq {
                     old_seqno_since: SeqNo(0),
                     new_seqno_since: target_b,
                 };
-                let gb = rt.spawn(
-                    "gc b",
-                    async move { gc_and_truncate(&b, &shard(), req).await },
-                );
+                let gb = rt.spawn("gc b", async move {
+                    gc_and_truncate(&b, &shard(), req).await.unwrap()
+                });
                 (ga.await, gb.await)
             })
             .unwrap();
@@ -436,7 +446,7 @@ fn two_collectors_at_once() {
 #[test]
 fn abandoned_collector_then_another() {
     let cuts_ms = [0, 2, 5, 10, 20, 40, 80, 160, 320, 640, 1_280, 10_000];
-    let (mut died_mid_deletes, mut died_before_deleting, mut finished) = (0, 0, 0);
+    let (mut died_before_truncating, mut died_after_truncating, mut finished) = (0, 0, 0);
     for (i, cut_ms) in cuts_ms.into_iter().enumerate() {
         let cfg = PersistConfig {
             gc_enabled: false,
@@ -455,23 +465,32 @@ fn abandoned_collector_then_another() {
             .sim
             .block_on(async move { rt.timeout(cut_ms, gc_now(&client, &shard())).await })
             .unwrap();
-        let gone = blobs_before.difference(&blob_keys(&w.blob)).count();
         let truncated = versions(&w.consensus)[0] > earliest_before;
-        match (&abandoned, gone, truncated) {
-            (Ok(_), _, _) => finished += 1,
-            (Err(_), 0, false) => died_before_deleting += 1,
-            (Err(_), _, false) => died_mid_deletes += 1,
-            (Err(_), _, true) => {}
+        let gone = blobs_before.difference(&blob_keys(&w.blob)).count();
+        // SUBTLE: deletes come after the truncate, so a collector that died before truncating
+        // deleted nothing; one that died after may leave blobs only dead versions referred to.
+        let leaked_now = leaks(&w);
+        match (&abandoned, truncated) {
+            (Ok(_), _) => {
+                finished += 1;
+                assert_eq!(leaked_now, Vec::<String>::new());
+            }
+            (Err(_), false) => {
+                died_before_truncating += 1;
+                assert_eq!(gone, 0, "cut at {cut_ms} ms: deletes before the truncate");
+            }
+            (Err(_), true) => died_after_truncating += 1,
         }
         // Right after the collector died, the shard is consistent.
         let state = inspect(&w, &w.client);
         check_storage(&w, &state);
         assert_eq!(state.collections.trace, before.collections.trace);
-        // A second collector finishes the job.
+        // A second collector finishes the job; what the first left undeleted after its
+        // truncate is a leak, and the leak check lists exactly it.
         let client = w.client.clone();
         let report = w
             .sim
-            .block_on(async move { gc_now(&client, &shard()).await })
+            .block_on(async move { gc_now(&client, &shard()).await.unwrap() })
             .unwrap();
         assert_eq!(
             versions(&w.consensus)[0],
@@ -480,17 +499,23 @@ fn abandoned_collector_then_another() {
         );
         let state = check_fresh_client(&w, &writes, 700 + i as u64);
         check_storage(&w, &state);
+        let leaked = leaks(&w);
         let parts_left = blob_keys(&w.blob)
             .into_iter()
             .filter(|k| !k.contains("/rollup/"))
             .count();
-        assert_eq!(parts_left, part_keys(&state).len(), "cut at {cut_ms} ms");
+        let leaked_parts = leaked.iter().filter(|k| !k.contains("/rollup/")).count();
+        assert_eq!(
+            parts_left,
+            part_keys(&state).len() + leaked_parts,
+            "cut at {cut_ms} ms"
+        );
     }
     println!(
-        "abandoned collectors: {died_before_deleting} before deleting, {died_mid_deletes} \
-         after deleting some blobs but before truncating, {finished} finished"
+        "abandoned collectors: {died_before_truncating} before truncating, \
+         {died_after_truncating} after truncating (their undeleted blobs leak), {finished} finished"
     );
-    assert!(died_before_deleting > 0 && died_mid_deletes > 0 && finished > 0);
+    assert!(died_before_truncating > 0 && died_after_truncating > 0 && finished > 0);
 }
 
 #[test]
@@ -507,7 +532,7 @@ fn manual_compaction_tidies_a_trace_written_without_it() {
     let client = w.client.clone();
     let outcomes = w
         .sim
-        .block_on(async move { compact_now(&client, &shard()).await })
+        .block_on(async move { compact_now(&client, &shard()).await.unwrap() })
         .unwrap();
     assert!(!outcomes.is_empty());
     assert!(outcomes

@@ -6,14 +6,27 @@
 //! really committed (including those whose caller heard a timeout). It replays each committed
 //! state version and checks, after every step: the version decodes and applies to the previous
 //! one; seqno grows by one; upper, since, writers' uppers and readers' seqno holds never go back;
-//! since is the meet of the readers' sinces; every blob the state refers to exists. Every write
+//! since is the meet of the readers' sinces; every blob the state refers to exists. It also keeps
+//! what every live version (not yet truncated) refers to, and checks that no blob is deleted
+//! while a live version refers to it (the observer sits under the Blob fault injector too), and
+//! that the rollups listed below the earliest live version stay bounded. Every write
 //! carries unique keys, so presence is binary: at the end, every snapshot any reader took at
 //! `as_of` must hold every acknowledged write at a time `<= as_of` exactly once, every write whose
-//! outcome was never reported at most once, and nothing else. Successful compare_and_appends must
-//! form a chain without gaps or overlaps.
+//! outcome was never reported at most once, and nothing else. The uppers of every committed
+//! version form a chain from 0 without gaps or overlaps, and every acknowledged
+//! compare_and_append is a link of it.
+//!
+//! A writer that crashes (its caller gave up mid-command) comes back as a new process: a fresh
+//! `PersistClient` with a cold state cache and its own maintenance.
+//!
+//! At the end, after a final GC at quiescence, the leak check ([`leaked_blobs`]) must list
+//! exactly the blobs no live version refers to (by the observer's own replay), and each leak must
+//! come from a documented path: a part of a write cancelled after it wrote it, or the output of
+//! maintenance whose commit was indeterminate.
 //!
 //! The suite also counts what it exercised across seeds (faults, mismatches, indeterminate writes
-//! that had in fact committed, crashes mid-command, compactions, GCs) and asserts each is > 0.
+//! that had in fact committed, crashes mid-command, compactions, GCs, rollups unlisted, leaks
+//! found) and asserts each is > 0.
 //!
 //! `PERSIST_SIM_SEEDS=N` runs N seeds (default 1000); `PERSIST_SIM_SEED=S` replays one seed.
 #![cfg(not(target_arch = "wasm32"))]
@@ -29,11 +42,12 @@ use persist_playground::location::unreliable::{
     UnreliableBlob, UnreliableConsensus, UnreliableHandle,
 };
 use persist_playground::location::{
-    Blob, CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData,
+    Blob, BlobMetadata, CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData,
 };
 use persist_playground::persist::encoding::decode_diff;
-use persist_playground::persist::error::InvalidUsage;
+use persist_playground::persist::error::{InvalidUsage, PersistError};
 use persist_playground::persist::events::{CasOutcome, PersistEvent};
+use persist_playground::persist::gc::{gc_now, leaked_blobs};
 use persist_playground::persist::state::State;
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
 use persist_playground::runtime::sim::Simulator;
@@ -44,15 +58,51 @@ use timely::progress::Antichain;
 
 const SHARD: &str = "s-sim";
 
+/// The most rollups the observer may see listed below the earliest live version: those a
+/// collection unlists only after its truncate, for the collections running at once.
+const MAX_ROLLUPS_BELOW_EARLIEST: usize = 8;
+
+/// How many maintenance outputs were kept after an indeterminate commit (they may leak).
+fn maintenance_outputs_kept(client: &PersistClient) -> usize {
+    client
+        .events()
+        .events()
+        .iter()
+        .filter(|e| match e {
+            PersistEvent::CompactionNotApplied { reason, .. } => reason.contains("output kept"),
+            PersistEvent::RollupAdded { added: false, .. } => true,
+            _ => false,
+        })
+        .count()
+}
+
 /// Sees every committed version, replays it, and checks the invariants after each.
 struct Observer {
     blob: MemBlob,
     state: RefCell<Option<State>>,
     versions: Cell<u64>,
     violations: RefCell<Vec<String>>,
+    /// What every live (not truncated) version refers to.
+    live: RefCell<BTreeMap<SeqNo, BTreeSet<String>>>,
+    /// Every committed change of the upper: (from, to).
+    uppers: RefCell<Vec<(u64, u64)>>,
+    /// The most rollups listed below the earliest live version, over the run.
+    max_rollups_below_earliest: Cell<usize>,
 }
 
 impl Observer {
+    fn new(blob: MemBlob) -> Self {
+        Observer {
+            blob,
+            state: RefCell::new(None),
+            versions: Cell::new(0),
+            violations: RefCell::new(Vec::new()),
+            live: RefCell::new(BTreeMap::new()),
+            uppers: RefCell::new(Vec::new()),
+            max_rollups_below_earliest: Cell::new(0),
+        }
+    }
+
     fn observe(&self, new: &VersionedData) {
         let mut violations = self.violations.borrow_mut();
         let diff = match decode_diff(&new.data) {
@@ -75,6 +125,12 @@ impl Observer {
                 violations.push(format!("{}: {e}", new.seqno));
             }
         }
+        if prev.upper() != state.upper() {
+            let t = |a: &Antichain<u64>| a.elements().first().copied().unwrap_or(u64::MAX);
+            self.uppers
+                .borrow_mut()
+                .push((t(prev.upper()), t(state.upper())));
+        }
         // Every blob the state refers to exists (write parts first, then reference them).
         let exists = |key: &str| {
             self.blob
@@ -84,18 +140,76 @@ impl Observer {
                 .flatten()
                 .is_some()
         };
-        for key in state.part_keys() {
+        let refs: BTreeSet<String> = state
+            .part_keys()
+            .map(String::from)
+            .chain(state.collections.rollups.values().map(|r| r.key.clone()))
+            .collect();
+        for key in &refs {
             if !exists(key) {
-                violations.push(format!("{}: part {key} is missing", new.seqno));
+                violations.push(format!("{}: {key} is referenced but missing", new.seqno));
             }
         }
-        for r in state.collections.rollups.values() {
-            if !exists(&r.key) {
-                violations.push(format!("{}: rollup {} is missing", new.seqno, r.key));
-            }
-        }
+        let mut live = self.live.borrow_mut();
+        live.insert(state.seqno, refs);
+        // Bounded rollups: those listed below the earliest live version.
+        let earliest = live.keys().next().copied().unwrap_or(state.seqno);
+        let below = state.collections.rollups.range(..earliest).count();
+        let max = self.max_rollups_below_earliest.get().max(below);
+        self.max_rollups_below_earliest.set(max);
         self.versions.set(self.versions.get() + 1);
         *slot = Some(state);
+    }
+
+    /// Consensus was truncated below `seqno`: those versions are no longer live.
+    fn truncated(&self, seqno: SeqNo) {
+        self.live.borrow_mut().retain(|s, _| *s >= seqno);
+    }
+
+    /// A blob is about to be deleted: no live version may refer to it.
+    fn deleting(&self, key: &str) {
+        for (seqno, refs) in self.live.borrow().iter() {
+            if refs.contains(key) {
+                self.violations.borrow_mut().push(format!(
+                    "{key} deleted while live version {seqno} refers to it"
+                ));
+            }
+        }
+    }
+
+    /// Every blob some live version refers to.
+    fn live_references(&self) -> BTreeSet<String> {
+        self.live.borrow().values().flatten().cloned().collect()
+    }
+}
+
+/// A Blob that tells the observer about every delete before it happens.
+struct ObservedBlob {
+    inner: Rc<dyn Blob>,
+    observer: Rc<Observer>,
+}
+
+#[async_trait(?Send)]
+impl Blob for ObservedBlob {
+    async fn get(&self, key: &str) -> Result<Option<bytes::Bytes>, ExternalError> {
+        self.inner.get(key).await
+    }
+    async fn list_keys_and_metadata(
+        &self,
+        key_prefix: &str,
+        f: &mut (dyn FnMut(BlobMetadata) + '_),
+    ) -> Result<(), ExternalError> {
+        self.inner.list_keys_and_metadata(key_prefix, f).await
+    }
+    async fn set(&self, key: &str, value: bytes::Bytes) -> Result<(), ExternalError> {
+        self.inner.set(key, value).await
+    }
+    async fn delete(&self, key: &str) -> Result<Option<usize>, ExternalError> {
+        self.observer.deleting(key);
+        self.inner.delete(key).await
+    }
+    async fn restore(&self, key: &str) -> Result<(), ExternalError> {
+        self.inner.restore(key).await
     }
 }
 
@@ -160,6 +274,9 @@ impl Consensus for ObservedConsensus {
     async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
         self.latency().await;
         let r = Self::now(self.inner.truncate(key, seqno));
+        if r.is_ok() {
+            self.observer.truncated(seqno);
+        }
         self.latency().await;
         r
     }
@@ -180,6 +297,11 @@ struct Counts {
     acked_writes: u64,
     compactions: u64,
     gcs: u64,
+    rollups_unlisted: u64,
+    leaks_found: u64,
+    writer_restarts: u64,
+    /// The most rollups seen listed below the earliest live version (a maximum, not a sum).
+    max_rollups_below_earliest: u64,
 }
 
 #[derive(Default)]
@@ -195,6 +317,8 @@ struct Model {
     mismatches: u64,
     crashes_mid_command: u64,
     reader_crashes: u64,
+    /// Writer ids whose process crashed with a write in flight (their parts may leak).
+    crashed_writers: BTreeSet<String>,
 }
 
 fn cfg() -> PersistConfig {
@@ -203,6 +327,8 @@ fn cfg() -> PersistConfig {
         writer_lease_duration_ms: 3_000,
         backoff_min_ms: 2,
         backoff_max_ms: 64,
+        // Most batches go to Blob parts, so cancelled writes can leak them.
+        inline_writes_single_max_bytes: 48,
         ..PersistConfig::default()
     }
 }
@@ -213,7 +339,7 @@ fn f(t: u64) -> Antichain<u64> {
 
 async fn writer_task(
     id: u64,
-    client: PersistClient,
+    mut client: PersistClient,
     rt: Runtime,
     model: Rc<RefCell<Model>>,
     mut rng: Xoshiro256PlusPlus,
@@ -272,15 +398,27 @@ async fn writer_task(
             }
         };
         if crashed {
-            // The process "crashes": its handle is abandoned (no expiry) and it reopens.
+            // The process crashes: its handle is abandoned (no expiry), and it comes back as a
+            // new process (fresh client: cold cache, its own maintenance, new ids) that reopens.
+            model
+                .borrow_mut()
+                .crashed_writers
+                .insert(handle.writer_id().0.clone());
             handle.abandon();
+            client = PersistClient::new(
+                client.location().clone(),
+                rt.clone(),
+                client.cfg().clone(),
+                rng.next_u64(),
+            )
+            .with_events(client.events().clone());
             handle = client.open_writer::<String, ()>(&shard).await.unwrap();
-            let _ = handle.fetch_recent_upper().await;
+            let _ = handle.fetch_recent_upper().await.unwrap();
             continue;
         }
         if rng.next_u64() % 3 == 0 {
             // Learn about other writers' progress now and then.
-            let _ = handle.fetch_recent_upper().await;
+            let _ = handle.fetch_recent_upper().await.unwrap();
         }
     }
     handle.expire().await;
@@ -300,7 +438,7 @@ async fn reader_task(
         .unwrap();
     while !done.get() {
         rt.sleep(1 + rng.next_u64() % 20).await;
-        let state = client.inspect_state(&shard).await;
+        let state = client.inspect_state(&shard).await.unwrap();
         let (Some(&upper), Some(&since)) = (
             state.upper().elements().first(),
             handle.since().elements().first(),
@@ -315,7 +453,7 @@ async fn reader_task(
                         let contents = snap.into_iter().map(|((k, ()), _, d)| (k, d)).collect();
                         model.borrow_mut().snapshots.push((as_of, contents));
                     }
-                    Err(InvalidUsage::Expired { .. }) => {
+                    Err(PersistError::InvalidUsage(InvalidUsage::Expired { .. })) => {
                         handle = client.open_leased_reader(&shard).await.unwrap();
                     }
                     Err(e) => panic!("snapshot at {as_of}: {e}"),
@@ -349,22 +487,21 @@ fn run_seed(seed: u64) -> Counts {
     let rt = sim.runtime();
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
     let mem_blob = MemBlob::new();
-    let observer = Rc::new(Observer {
-        blob: mem_blob.clone(),
-        state: RefCell::new(None),
-        versions: Cell::new(0),
-        violations: RefCell::new(Vec::new()),
-    });
+    let observer = Rc::new(Observer::new(mem_blob.clone()));
     let faults = UnreliableHandle::new(seed, 1.0, 0.0);
+    let raw_consensus = MemConsensus::new();
     let consensus = ObservedConsensus {
-        inner: MemConsensus::new(),
+        inner: raw_consensus.clone(),
         observer: Rc::clone(&observer),
         runtime: rt.clone(),
         rng: RefCell::new(Xoshiro256PlusPlus::seed_from_u64(seed ^ 1)),
     };
     let location = Location {
         blob: Rc::new(UnreliableBlob::new(
-            Rc::new(mem_blob.with_latency(Latency::new(rt.clone(), seed ^ 2, 0, 3))),
+            Rc::new(ObservedBlob {
+                inner: Rc::new(mem_blob.with_latency(Latency::new(rt.clone(), seed ^ 2, 0, 3))),
+                observer: Rc::clone(&observer),
+            }),
             faults.clone(),
         )),
         consensus: Rc::new(UnreliableConsensus::new(Rc::new(consensus), faults.clone())),
@@ -428,7 +565,7 @@ fn run_seed(seed: u64) -> Counts {
                 !0,
             );
             let shard = ShardId(SHARD.into());
-            let state = fresh.inspect_state(&shard).await;
+            let state = fresh.inspect_state(&shard).await.unwrap();
             let upper = *state.upper().elements().first().expect("not finished");
             let mut r = fresh
                 .open_leased_reader::<String, ()>(&shard)
@@ -450,6 +587,21 @@ fn run_seed(seed: u64) -> Counts {
             )
         })
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    // Quiescence: every writer and reader is done. Let background work finish, collect up to
+    // the head, let the maintenance that collection's commits assigned finish too, and only
+    // then ask the leak check (which commits nothing).
+    let quiet = |sim: &Simulator| sim.run_for(30_000).unwrap();
+    quiet(&sim);
+    let checker = PersistClient::new(client.location().clone(), rt.clone(), cfg(), !1)
+        .with_events(client.events().clone());
+    let c = checker.clone();
+    sim.block_on(async move { gc_now(&c, &ShardId(SHARD.into())).await.unwrap() })
+        .unwrap();
+    quiet(&sim);
+    let c = checker.clone();
+    let leaks = sim
+        .block_on(async move { leaked_blobs(&c, &ShardId(SHARD.into())).await.unwrap() })
+        .unwrap();
 
     let violations = observer.violations.borrow();
     assert!(
@@ -458,17 +610,67 @@ fn run_seed(seed: u64) -> Counts {
     );
     let mut m = model.borrow_mut();
     m.snapshots.push(final_snapshot);
-    // Successful compare_and_appends form a chain: sorted by lower, each starts where the last
-    // ended (gaps may only be filled by writes whose outcome was never reported).
-    m.chain.sort();
-    for w in m.chain.windows(2) {
-        assert!(
-            w[0].1 <= w[1].0,
-            "seed {seed}: overlapping appends {:?} and {:?}",
-            w[0],
-            w[1]
+    // The committed uppers form one chain from 0, without gaps or overlaps, and every
+    // acknowledged compare_and_append is one of its links.
+    let mut uppers = observer.uppers.borrow().clone();
+    uppers.sort();
+    assert_eq!(
+        uppers.first().map(|u| u.0),
+        Some(0),
+        "seed {seed}: the chain starts at 0"
+    );
+    for w in uppers.windows(2) {
+        assert_eq!(
+            w[0].1, w[1].0,
+            "seed {seed}: committed uppers {:?} and {:?} leave a gap or overlap",
+            w[0], w[1]
         );
     }
+    let links: BTreeSet<(u64, u64)> = uppers.iter().copied().collect();
+    for acked in &m.chain {
+        assert!(
+            links.contains(acked),
+            "seed {seed}: acked append {acked:?} is not a committed link"
+        );
+    }
+    // The leak check lists exactly what no live version refers to, and each leak has a
+    // documented cause.
+    let live_refs = observer.live_references();
+    let mut unreferenced = BTreeSet::new();
+    mem_blob
+        .list_keys_and_metadata(&format!("{SHARD}/"), &mut |b| {
+            if !live_refs.contains(&b.key) {
+                unreferenced.insert(b.key);
+            }
+        })
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    let leaked: BTreeSet<String> = leaks.iter().map(|b| b.key.clone()).collect();
+    for key in &leaked {
+        let from_cancelled_write = m
+            .crashed_writers
+            .iter()
+            .any(|w| key.starts_with(&format!("{SHARD}/{w}/p")) && !key.contains("/pm"));
+        let maintenance_kept_output = key.contains("/pm") || key.contains("/rollup/");
+        assert!(
+            from_cancelled_write || maintenance_kept_output,
+            "seed {seed}: leak {key} has no documented cause"
+        );
+    }
+    if maintenance_outputs_kept(&client) == 0 {
+        assert!(
+            leaked
+                .iter()
+                .all(|k| !k.contains("/pm") && !k.contains("/rollup/")),
+            "seed {seed}: maintenance leaked {leaked:?} without an indeterminate commit"
+        );
+    }
+    let max_below = observer.max_rollups_below_earliest.get();
+    assert!(
+        max_below <= MAX_ROLLUPS_BELOW_EARLIEST,
+        "seed {seed}: {max_below} rollups listed below the earliest live version"
+    );
     let mut indeterminate_committed = BTreeSet::new();
     for (as_of, contents) in &m.snapshots {
         let mut seen = BTreeMap::new();
@@ -520,7 +722,18 @@ fn run_seed(seed: u64) -> Counts {
         .iter()
         .filter(|e| matches!(e, PersistEvent::ConsensusTruncated { deleted, .. } if *deleted > 0))
         .count() as u64;
+    let rollups_unlisted = events
+        .iter()
+        .map(|e| match e {
+            PersistEvent::RollupsUnlisted { count, .. } => *count as u64,
+            _ => 0,
+        })
+        .sum();
     Counts {
+        rollups_unlisted,
+        leaks_found: leaked.len() as u64,
+        writer_restarts: m.crashed_writers.len() as u64,
+        max_rollups_below_earliest: max_below as u64,
         faults: faults.counts().faults(),
         mismatches: mismatches + m.mismatches,
         indeterminate_committed: indeterminate_committed.len() as u64,
@@ -558,6 +771,12 @@ fn randomized_shard_with_faults_crashes_and_races() {
         total.acked_writes += counts.acked_writes;
         total.compactions += counts.compactions;
         total.gcs += counts.gcs;
+        total.rollups_unlisted += counts.rollups_unlisted;
+        total.leaks_found += counts.leaks_found;
+        total.writer_restarts += counts.writer_restarts;
+        total.max_rollups_below_earliest = total
+            .max_rollups_below_earliest
+            .max(counts.max_rollups_below_earliest);
     }
     println!("{seeds} seeds exercised: {total:?}");
     assert!(total.faults > 0, "faults fired");
@@ -572,4 +791,16 @@ fn randomized_shard_with_faults_crashes_and_races() {
     assert!(total.acked_writes > seeds, "writers wrote");
     assert!(total.compactions > 0, "compaction ran");
     assert!(total.gcs > 0, "GC truncated Consensus");
+    assert!(
+        total.rollups_unlisted > 0,
+        "GC unlisted rollups below the earliest version"
+    );
+    assert!(
+        total.leaks_found > 0,
+        "the leak check found leaks (cancelled writes)"
+    );
+    assert!(
+        total.writer_restarts > 0,
+        "crashed writers came back as new processes"
+    );
 }

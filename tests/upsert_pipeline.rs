@@ -73,6 +73,28 @@ fn one_replica_matches_the_model_at_every_upper() {
     assert!(r.operator.as_ref().unwrap().state.len() > 0);
     // The snapshot is plain serde data.
     serde_json::to_string(&snap).unwrap();
+    // Every step is an event, tagged by kind, stamped with its replica and the runtime's clock.
+    let events = p.log().events();
+    let json = serde_json::to_string(&events).unwrap();
+    for kind in [
+        "Started",
+        "PersistIngested",
+        "SourceStaged",
+        "SourceProgress",
+        "Drained",
+        "FedBack",
+        "SinkAppended",
+    ] {
+        assert!(
+            json.contains(&format!("\"kind\":\"{kind}\"")),
+            "no {kind} event"
+        );
+    }
+    assert!(events.iter().all(|e| e.who == "r0#0"));
+    assert!(
+        events.windows(2).all(|w| w[0].at_ms <= w[1].at_ms),
+        "time never goes back"
+    );
 }
 
 #[test]

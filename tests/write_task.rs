@@ -27,6 +27,9 @@
 //! replays one seed.
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "support/closable.rs"]
+mod closable;
+
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -212,7 +215,13 @@ impl World {
         let (c, s, r) = (checker.clone(), self.shard.clone(), Rc::clone(reader));
         self.sim
             .block_on(async move {
-                let upper = *c.inspect_state(&s).await.upper().as_option().unwrap();
+                let upper = *c
+                    .inspect_state(&s)
+                    .await
+                    .unwrap()
+                    .upper()
+                    .as_option()
+                    .unwrap();
                 // Take the reader out for the read: no RefCell borrow across an await.
                 let mut read = r.borrow_mut().take().unwrap();
                 let snapshot = if upper == 0 {
@@ -410,6 +419,7 @@ fn one_task_run(seed: u64) -> Counts {
             let lower = *disturber_write
                 .fetch_recent_upper()
                 .await
+                .unwrap()
                 .as_option()
                 .unwrap();
             let updates: Vec<((Row, ()), u64, i64)> = (0..1 + drng.next_u64() % 3)
@@ -482,7 +492,13 @@ fn one_task_run(seed: u64) -> Counts {
         let mut reader = sample_reader;
         rt.sleep_until(lag_from.min(quiet_at)).await;
         loop {
-            let upper = *c.inspect_state(&s).await.upper().as_option().unwrap();
+            let upper = *c
+                .inspect_state(&s)
+                .await
+                .unwrap()
+                .upper()
+                .as_option()
+                .unwrap();
             let now = rt.now_ms();
             if now >= lag_from {
                 let lag = now.saturating_sub(upper);
@@ -574,7 +590,7 @@ fn one_task_run(seed: u64) -> Counts {
     }
 
     // Read-only wrote nothing and never ticked.
-    let ro_events = log.events_of("read-only");
+    let ro_events = events_of(&log, "read-only");
     assert_eq!(
         count_kind(&ro_events, |k| matches!(
             k,
@@ -605,7 +621,7 @@ fn one_task_run(seed: u64) -> Counts {
     );
 
     // Every commit made the shard equal desired; the events follow the grammar.
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     if std::env::var("WRITE_TASK_DUMP").is_ok() {
         println!("quiet at {quiet_at}, available at {available_at}, outage {outage_start:?}");
         for e in &events {
@@ -615,7 +631,7 @@ fn one_task_run(seed: u64) -> Counts {
     check_event_order(&events, true).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     check_event_order(&ro_events, true).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let reader = audit_reader.borrow_mut().take().unwrap();
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     let report = w
         .sim
         .block_on(async move { audit_commits(reader, &events).await })
@@ -628,7 +644,7 @@ fn one_task_run(seed: u64) -> Counts {
     );
     assert!(report.commits > 0);
 
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     Counts {
         seeds: 1,
         disturbances: disturbances.get(),
@@ -789,7 +805,7 @@ fn race_run(seed: u64) -> Counts {
         ..Counts::default()
     };
     for i in 0..tasks {
-        let events = log.events_of(&format!("task{i}"));
+        let events = events_of(&log, &format!("task{i}"));
         check_event_order(&events, true).unwrap_or_else(|e| panic!("seed {seed} task{i}: {e}"));
         counts.mismatches += count_kind(&events, |k| {
             matches!(k, WriteTaskEventKind::Mismatch { .. })
@@ -854,7 +870,7 @@ fn abort_answers_every_responder() {
     send(&tx, &one_row_cmd(2), &answers);
     send(&tx, &one_row_cmd(3), &answers);
     w.sim.run_for(500).unwrap();
-    assert!(log.events_of("task").iter().any(|e| matches!(
+    assert!(events_of(&log, "task").iter().any(|e| matches!(
         e.kind,
         WriteTaskEventKind::WriteAttempted { responders: 1, .. }
     )));
@@ -903,7 +919,7 @@ fn shutdown_answers_queued_commands() {
         matches!(results[1], Err(WriteTaskError::ShuttingDown { .. })),
         "{results:?}"
     );
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     assert!(events
         .iter()
         .any(|e| matches!(e.kind, WriteTaskEventKind::ShutDown { answered: 1 })));
@@ -946,7 +962,7 @@ fn spent_retries_leave_the_delta_for_the_tick() {
     w.sim.run_for(2 * TICK_MS).unwrap();
     let (_, have) = w.contents(&checker, &reader);
     assert_eq!(have, vec![(row(7, 0), 1)]);
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     assert!(events.iter().any(|e| matches!(
         e.kind,
         WriteTaskEventKind::Committed {
@@ -976,7 +992,7 @@ fn a_finished_shard_ends_the_task() {
     let mut other = w.open_writer(&w.client(42));
     w.sim
         .block_on(async move {
-            let upper = other.fetch_recent_upper().await.clone();
+            let upper = other.fetch_recent_upper().await.unwrap().clone();
             let none: Vec<((Row, ()), u64, i64)> = Vec::new();
             other
                 .compare_and_append(&none, upper, Antichain::new())
@@ -992,7 +1008,7 @@ fn a_finished_shard_ends_the_task() {
         collect_answers(&answers)[0],
         Err(WriteTaskError::ShardFinished { .. })
     ));
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     assert!(matches!(
         &events.last().unwrap().kind,
         WriteTaskEventKind::Ended { reason } if reason.contains("finished")
@@ -1035,7 +1051,7 @@ fn prepare_seeds_desired_from_the_shard() {
     w.sim.run_for(2 * TICK_MS).unwrap();
     let (_, have) = w.contents(&checker, &reader);
     assert_eq!(have, vec![(row(0, 0), 1), (row(2, 0), 1), (row(4, 0), 1)]);
-    let events = log.events_of("task");
+    let events = events_of(&log, "task");
     assert!(events.iter().any(|e| matches!(
         e.kind,
         WriteTaskEventKind::Prepared {
@@ -1115,4 +1131,246 @@ fn one_seed_replays_to_the_same_events() {
     let a = events(9);
     assert!(a.len() > 10);
     assert_eq!(a, events(9));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A broken shard or store: a typed error at once, and nothing written after.
+
+/// One task over an in-memory store behind a [`closable::Closable`] switch; the damage is placed
+/// by hand (no latency, no maintenance).
+struct Broken {
+    sim: Simulator,
+    consensus: MemConsensus,
+    switch: closable::Closable,
+    client: PersistClient,
+    shard: ShardId,
+}
+
+/// What a test can break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Breakage {
+    /// Another program wrote a version that does not decode on top of the shard's head.
+    GarbageHead,
+    /// The store's connection closed for good.
+    StoreClosed,
+}
+
+impl Broken {
+    fn new(seed: u64) -> Broken {
+        let sim = Simulator::new(seed);
+        let (blob, consensus) = (MemBlob::new(), MemConsensus::new());
+        let switch = closable::Closable::default();
+        let location = switch.wrap(Location {
+            blob: Rc::new(blob),
+            consensus: Rc::new(consensus.clone()),
+        });
+        let cfg = PersistConfig {
+            compaction_enabled: false,
+            gc_enabled: false,
+            rollup_threshold: 0,
+            ..PersistConfig::default()
+        };
+        let client = PersistClient::new(location, sim.runtime(), cfg, seed);
+        Broken {
+            sim,
+            consensus,
+            switch,
+            client,
+            shard: ShardId::new(SHARD).unwrap(),
+        }
+    }
+
+    fn head(&self) -> persist_playground::location::VersionedData {
+        use futures::FutureExt;
+        use persist_playground::location::Consensus;
+        self.consensus
+            .head(SHARD)
+            .now_or_never()
+            .unwrap()
+            .unwrap()
+            .unwrap()
+    }
+
+    fn break_it(&self, how: Breakage) {
+        use futures::FutureExt;
+        use persist_playground::location::{CaSResult, Consensus, SeqNo, VersionedData};
+        match how {
+            Breakage::GarbageHead => {
+                let head = self.head().seqno;
+                let garbage = VersionedData {
+                    seqno: SeqNo(head.0 + 1),
+                    data: bytes::Bytes::from_static(b"\xffnot a state version"),
+                };
+                let r = self
+                    .consensus
+                    .compare_and_set(SHARD, Some(head), garbage)
+                    .now_or_never()
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(r, CaSResult::Committed);
+            }
+            Breakage::StoreClosed => self.switch.close(),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn spawn(
+        &self,
+        introspection: DifferentialIntrospectionConfig,
+        log: &WriteTaskLog,
+    ) -> (
+        CommandSender,
+        persist_playground::runtime::JoinHandle<()>,
+        oneshot::Sender<()>,
+    ) {
+        let (c, s) = (self.client.clone(), self.shard.clone());
+        let write = self
+            .sim
+            .block_on(async move { c.open_writer::<Row, ()>(&s).await })
+            .unwrap()
+            .unwrap();
+        let (c, s) = (self.client.clone(), self.shard.clone());
+        let read_handle_fn = move || -> ReadHandleFuture {
+            let (c, s) = (c.clone(), s.clone());
+            Box::pin(async move { c.open_leased_reader::<Row, ()>(&s).await })
+        };
+        let cfg = WriteTaskConfig {
+            upper_tick_interval_ms: TICK_MS,
+            batch_duration_ms: 10,
+            log: log.clone(),
+            ..WriteTaskConfig::new(self.sim.runtime())
+        };
+        DifferentialWriteTask::spawn(
+            "task",
+            write,
+            read_handle_fn,
+            false,
+            now_fn(&self.sim.runtime()),
+            introspection,
+            cfg,
+        )
+        .unwrap()
+    }
+}
+
+/// The answer is the typed error naming what is broken, and the task's last event says so.
+fn assert_broken(how: Breakage, answer: &Result<(), WriteTaskError>, log: &WriteTaskLog) {
+    use persist_playground::location::PermanentKind;
+    let Err(WriteTaskError::ShardBroken { id, error }) = answer else {
+        panic!("{how:?}: expected ShardBroken, got {answer:?}");
+    };
+    assert_eq!(id, "task");
+    match how {
+        Breakage::GarbageHead => {
+            assert_eq!(error.shard, SHARD, "{error}");
+            assert_eq!(error.kind, PermanentKind::Undecodable, "{error}");
+        }
+        Breakage::StoreClosed => assert_eq!(error.kind, PermanentKind::Closed, "{error}"),
+    }
+    let events = events_of(log, "task");
+    check_event_order(&events, true).unwrap();
+    assert!(
+        matches!(&events.last().unwrap().kind, WriteTaskEventKind::Ended { reason } if reason.contains("broken for good")),
+        "{:?}",
+        events.last()
+    );
+}
+
+#[test]
+fn a_broken_shard_or_store_ends_the_task_with_a_typed_error_and_nothing_more_is_written() {
+    // Goal: a permanent failure under a running task (a head that does not decode, a store
+    // closed for good) answers the command in flight and every queued one with ShardBroken,
+    // naming what is broken, in bounded virtual time; the task ends, and nothing is written to
+    // the shard after, however long the clock runs (its tick would otherwise write every
+    // second). Method: a warm task commits a command; the damage is placed by hand; the next
+    // commands meet it.
+    for how in [Breakage::GarbageHead, Breakage::StoreClosed] {
+        let b = Broken::new(81);
+        let log = WriteTaskLog::new();
+        let (tx, task, _shutdown) = b.spawn(DifferentialIntrospectionConfig::default(), &log);
+        let answers: Rc<RefCell<Vec<Answer>>> = Rc::default();
+        send(&tx, &one_row_cmd(1), &answers);
+        b.sim.run_for(100).unwrap();
+        assert_eq!(collect_answers(&answers), vec![Ok(())], "{how:?}: warm");
+        b.break_it(how);
+        let head = b.head();
+        let calls = b.switch.calls();
+        let started_ms = b.sim.runtime().now_ms();
+        answers.borrow_mut().clear();
+        send(&tx, &one_row_cmd(2), &answers);
+        send(&tx, &one_row_cmd(3), &answers);
+        // Well inside one attempt timeout (30 s) or one tick: no retry loop ran.
+        b.sim.run_for(500).unwrap();
+        let results = collect_answers(&answers);
+        assert_eq!(results.len(), 2);
+        for answer in &results {
+            assert_broken(how, answer, &log);
+        }
+        let ended_ms = events_of(&log, "task").last().unwrap().at_ms;
+        assert!(
+            ended_ms - started_ms <= 100,
+            "{how:?}: ended after {} ms",
+            ended_ms - started_ms
+        );
+        // A command sent after the end is answered too (the channel is closed: the send fails).
+        let (resp_tx, _resp_rx) = oneshot::channel();
+        assert!(tx.unbounded_send((one_row_cmd(4).op(), resp_tx)).is_err());
+        b.sim.run_for(20 * TICK_MS).unwrap();
+        assert_eq!(b.head(), head, "{how:?}: nothing was written after");
+        if how == Breakage::StoreClosed {
+            assert_eq!(b.switch.calls(), calls, "nothing reached the closed store");
+        }
+        drop(task);
+    }
+}
+
+#[test]
+fn a_broken_shard_found_by_prepare_or_by_the_tick_ends_the_task() {
+    // The same without a command: `prepare` (seeding desired from the shard) meets the damage
+    // first, or, with nothing to do, the upper tick does. Either way the task ends with the
+    // typed error, at once, and writes nothing.
+    for (how, from_shard) in [
+        (Breakage::GarbageHead, true),
+        (Breakage::StoreClosed, true),
+        (Breakage::GarbageHead, false),
+        (Breakage::StoreClosed, false),
+    ] {
+        let b = Broken::new(82);
+        let log = WriteTaskLog::new();
+        // The shard exists and the writer is open before the damage.
+        let (c, s) = (b.client.clone(), b.shard.clone());
+        b.sim
+            .block_on(async move { c.open_writer::<Row, ()>(&s).await.map(|w| w.abandon()) })
+            .unwrap()
+            .unwrap();
+        let introspection = if from_shard {
+            DifferentialIntrospectionConfig {
+                initial_desired: InitialDesired::FromShard {
+                    retain: Box::new(|_| true),
+                },
+            }
+        } else {
+            DifferentialIntrospectionConfig::default()
+        };
+        let (tx, task, _shutdown) = b.spawn(introspection, &log);
+        b.break_it(how);
+        let head = b.head();
+        let answers: Rc<RefCell<Vec<Answer>>> = Rc::default();
+        if from_shard {
+            // Queued behind prepare; answered when it fails.
+            send(&tx, &one_row_cmd(1), &answers);
+        }
+        b.sim.run_for(TICK_MS + 500).unwrap();
+        let events = events_of(&log, "task");
+        let ended = events
+            .iter()
+            .any(|e| matches!(&e.kind, WriteTaskEventKind::Ended { reason } if reason.contains(if from_shard { "prepare" } else { "write" }) && reason.contains("broken for good")));
+        assert!(ended, "{how:?} from_shard={from_shard}: {events:#?}");
+        for answer in collect_answers(&answers) {
+            assert_broken(how, &answer, &log);
+        }
+        b.sim.run_for(10 * TICK_MS).unwrap();
+        assert_eq!(b.head(), head, "{how:?}: nothing was written after");
+        drop((tx, task));
+    }
 }

@@ -17,7 +17,8 @@
 //!
 //! Every readwrite call ends with `commit()` and waits for the transaction's `complete` event, so a
 //! reported success is durable and a reported error means the transaction aborted: IndexedDB errors
-//! are [`ExternalError::Determinate`].
+//! are [`ExternalError::Determinate`], except that a connection closed for good answers
+//! [`ExternalError::Permanent`] (kind `Closed`, at the store, naming the database).
 //!
 //! Opening handles first creation and version upgrades (`upgradeneeded`) and waits out `blocked`
 //! (and logs it). A connection steps aside (closes itself) on `versionchange`, so that it never

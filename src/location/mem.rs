@@ -189,6 +189,21 @@ impl MemConsensus {
         Self::default()
     }
 
+    /// Replaces the bytes stored at `seqno` of `key`, as a broken disk or a learner editing a
+    /// record would (for tests and the playground's "corrupt" button). Returns whether that
+    /// version exists. Seqnos and order are untouched.
+    pub fn tamper(&self, key: &str, seqno: SeqNo, data: Bytes) -> bool {
+        let mut all = self.data.borrow_mut();
+        let Some(version) = all
+            .get_mut(key)
+            .and_then(|versions| versions.iter_mut().find(|v| v.seqno == seqno))
+        else {
+            return false;
+        };
+        version.data = data;
+        true
+    }
+
     /// A handle onto the same data that waits `latency` around each call.
     pub fn with_latency(&self, latency: Latency) -> Self {
         MemConsensus {

@@ -87,6 +87,19 @@
 //!   which nobody believes in (an epoch is taken only on a determinate commit).
 //! - truncation is best-effort: a failed one is recorded and left to the next allocation.
 //!
+//! # Broken records
+//!
+//! What cannot heal is never retried. A head whose bytes do not decode is an
+//! [`OracleError::Decode`] naming the timeline and the seqno; a record that decodes but
+//! contradicts this instance (the record vanished, the epoch went back, a later version of its
+//! own epoch lowers the upper, no epoch or seqno is left) is an [`OracleError::Inconsistent`].
+//! Every number read from the store is handled with checked or saturating arithmetic, so extreme
+//! values are one of these errors (or a saturated timeline), never a panic or a wrap. Either error
+//! *breaks* the instance ([`OracleError::is_permanent`], [`DurableTimestampOracle::broken`]): it
+//! answers every later call with the same error at once,
+//! without touching the store, so nothing is ever written after the corruption is found. A new
+//! instance opened over the broken record fails the same way at its start.
+//!
 //! # The clock guard
 //!
 //! At start, if the stored upper is more than two intervals ahead of the clock (the clock went
@@ -103,7 +116,6 @@
 //! plain [`OracleSnapshot`]: the playground's data contract.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
 
@@ -114,7 +126,9 @@ use super::{
     DurableOracleConfig, NowFn, OracleError, OracleEvent, OracleEventKind, OracleSnapshot,
     OracleStats, TimestampOracle, TimestampState, WriteTimestamp,
 };
-use crate::location::{Consensus, ExternalError, SeqNo};
+use crate::event_log::EventLog;
+use crate::location::{Consensus, ExternalError, PermanentError, SeqNo};
+use crate::retry::Backoff;
 use crate::runtime::Runtime;
 
 mod protocol;
@@ -139,19 +153,9 @@ struct Instance {
     durable_upper: u64,
     // Once set, every call fails as fenced.
     fenced_by: Option<u64>,
-}
-
-struct Backoff {
-    next_ms: u64,
-    max_ms: u64,
-}
-
-impl Backoff {
-    fn next(&mut self) -> u64 {
-        let ms = self.next_ms;
-        self.next_ms = ms.saturating_mul(2).min(self.max_ms);
-        ms
-    }
+    // Once set (a permanent error: the stored record is broken), every call fails with it and
+    // nothing touches the store again.
+    broken: Option<OracleError>,
 }
 
 /// Sets a flag for as long as it lives, also when its future is dropped.
@@ -182,7 +186,7 @@ pub struct DurableTimestampOracle {
     allocation: futures::lock::Mutex<()>,
     allocating: Cell<bool>,
     stats: Cell<OracleStats>,
-    events: RefCell<VecDeque<OracleEvent>>,
+    events: EventLog<OracleEvent>,
 }
 
 impl fmt::Debug for DurableTimestampOracle {
@@ -215,7 +219,10 @@ impl DurableTimestampOracle {
     ) -> Result<Self, OracleError> {
         config.validate()?;
         let key = Self::consensus_key(&config.timeline);
-        let event_capacity = config.event_capacity;
+        let events = match config.event_capacity {
+            0 => EventLog::disabled(),
+            capacity => EventLog::with_capacity(capacity),
+        };
         let this = DurableTimestampOracle {
             consensus,
             runtime,
@@ -227,12 +234,13 @@ impl DurableTimestampOracle {
                 seqno: SeqNo(0),
                 durable_upper: 0,
                 fenced_by: None,
+                broken: None,
             }),
             config,
             allocation: futures::lock::Mutex::new(()),
             allocating: Cell::new(false),
             stats: Cell::new(OracleStats::default()),
-            events: RefCell::new(VecDeque::with_capacity(event_capacity.min(1024))),
+            events,
         };
         this.start(initially).await?;
         Ok(this)
@@ -241,10 +249,11 @@ impl DurableTimestampOracle {
     /// Reads the head and checks that this instance still owns the timeline (one Consensus read,
     /// retried on errors). An unheard write of this instance found there is adopted.
     pub async fn confirm_leadership(&self) -> Result<(), OracleError> {
-        self.check_fenced()?;
+        self.check_usable()?;
         self.count(|s| s.leadership_checks += 1);
         let mut backoff = self.backoff();
-        self.reconcile(&mut backoff).await
+        let result = self.reconcile(&mut backoff).await;
+        self.note(result)
     }
 
     /// The current state, as plain data.
@@ -256,6 +265,7 @@ impl DurableTimestampOracle {
             seqno,
             durable_upper,
             fenced_by,
+            broken: _,
         } = &*inst;
         OracleSnapshot {
             timeline: self.config.timeline.clone(),
@@ -272,6 +282,12 @@ impl DurableTimestampOracle {
         }
     }
 
+    /// The permanent error that broke this instance, if one did (see the module docs): every
+    /// call answers it.
+    pub fn broken(&self) -> Option<OracleError> {
+        self.instance.borrow().broken.clone()
+    }
+
     /// The counters.
     pub fn stats(&self) -> OracleStats {
         self.stats.get()
@@ -284,46 +300,96 @@ impl DurableTimestampOracle {
 
     /// The recorded events, oldest first (at most `event_capacity`).
     pub fn events(&self) -> Vec<OracleEvent> {
-        self.events.borrow().iter().cloned().collect()
+        self.events.events()
     }
 
     /// Takes the recorded events, oldest first, emptying the log.
     pub fn take_events(&self) -> Vec<OracleEvent> {
-        self.events.borrow_mut().drain(..).collect()
+        self.events.take()
     }
 
-    async fn retry_wait(&self, op: &str, err: &ExternalError, backoff: &mut Backoff) {
-        let backoff_ms = backoff.next();
+    /// The event log itself (numbered; share its numbering with other logs through
+    /// [`EventLog::sharing_seq`] on theirs).
+    pub fn event_log(&self) -> &EventLog<OracleEvent> {
+        &self.events
+    }
+
+    /// Waits out the back-off after a transient storage error (recorded and counted). A
+    /// permanent one is not retried: it comes back as [`OracleError::Storage`].
+    async fn retry_wait(
+        &self,
+        op: &str,
+        err: &ExternalError,
+        backoff: &mut Backoff,
+    ) -> Result<(), OracleError> {
+        if let Some(permanent) = err.as_permanent() {
+            return Err(self.storage_broken(permanent));
+        }
         self.count(|s| s.storage_retries += 1);
         self.record(OracleEventKind::StorageRetry {
             op: op.to_string(),
             error: err.to_string(),
             indeterminate: err.is_indeterminate(),
-            backoff_ms,
+            backoff_ms: backoff.peek_ms(),
         });
-        self.runtime.sleep(backoff_ms).await;
+        backoff.wait(&self.runtime).await;
+        Ok(())
     }
 
     fn backoff(&self) -> Backoff {
-        Backoff {
-            next_ms: self.config.initial_backoff_ms,
-            max_ms: self.config.max_backoff_ms,
+        Backoff::new(self.config.initial_backoff_ms, self.config.max_backoff_ms)
+    }
+
+    fn storage_broken(&self, source: &PermanentError) -> OracleError {
+        OracleError::Storage {
+            timeline: self.config.timeline.clone(),
+            source: source.clone(),
         }
     }
 
+    /// The seqno after `expected` (which came from the store), checked: none is left past
+    /// [`SeqNo::maximum`].
     fn next_seqno(&self, expected: Option<SeqNo>) -> Result<SeqNo, OracleError> {
-        let next = expected.map_or(SeqNo(1), SeqNo::next);
-        if next > SeqNo::maximum() {
-            return Err(self.inconsistent(format!("no seqno is left after {next}")));
+        let next = match expected {
+            None => Some(SeqNo(1)),
+            Some(seqno) => seqno.0.checked_add(1).map(SeqNo),
+        };
+        match next {
+            Some(next) if next <= SeqNo::maximum() => Ok(next),
+            _ => Err(self.inconsistent(format!(
+                "no seqno is left after {}",
+                expected.unwrap_or_default()
+            ))),
         }
-        Ok(next)
     }
 
-    fn check_fenced(&self) -> Result<(), OracleError> {
-        match self.instance.borrow().fenced_by {
-            Some(current_epoch) => Err(self.fenced(current_epoch)),
+    /// Fails if this instance is broken (a permanent error was found) or fenced.
+    fn check_usable(&self) -> Result<(), OracleError> {
+        let inst = self.instance.borrow();
+        if let Some(err) = &inst.broken {
+            return Err(err.clone());
+        }
+        match inst.fenced_by {
+            Some(current_epoch) => {
+                drop(inst);
+                Err(self.fenced(current_epoch))
+            }
             None => Ok(()),
         }
+    }
+
+    /// Passes `result` on; a permanent error breaks the instance for good, so that no later call
+    /// touches the store.
+    fn note<T>(&self, result: Result<T, OracleError>) -> Result<T, OracleError> {
+        if let Err(err) = &result {
+            if err.is_permanent() {
+                self.instance
+                    .borrow_mut()
+                    .broken
+                    .get_or_insert_with(|| err.clone());
+            }
+        }
+        result
     }
 
     fn fenced(&self, current_epoch: u64) -> OracleError {
@@ -348,28 +414,41 @@ impl DurableTimestampOracle {
     }
 
     fn record(&self, kind: OracleEventKind) {
-        let capacity = self.config.event_capacity;
-        if capacity == 0 {
-            return;
-        }
-        let event = OracleEvent {
+        self.events.record(|| OracleEvent {
             at_ms: self.runtime.now_ms(),
             timeline: self.config.timeline.clone(),
             epoch: self.instance.borrow().epoch,
             kind,
-        };
-        let mut events = self.events.borrow_mut();
-        while events.len() >= capacity {
-            events.pop_front();
-        }
-        events.push_back(event);
+        });
     }
 }
 
 #[async_trait(?Send)]
 impl TimestampOracle for DurableTimestampOracle {
     async fn write_ts(&self) -> Result<WriteTimestamp, OracleError> {
-        self.check_fenced()?;
+        let result = self.serve_write_ts().await;
+        self.note(result)
+    }
+
+    async fn peek_write_ts(&self) -> Result<u64, OracleError> {
+        self.check_usable()?;
+        Ok(self.instance.borrow().timestamps.peek_write_ts())
+    }
+
+    async fn read_ts(&self) -> Result<u64, OracleError> {
+        let result = self.serve_read_ts().await;
+        self.note(result)
+    }
+
+    async fn apply_write(&self, lower_bound: u64) -> Result<(), OracleError> {
+        let result = self.serve_apply_write(lower_bound).await;
+        self.note(result)
+    }
+}
+
+impl DurableTimestampOracle {
+    async fn serve_write_ts(&self) -> Result<WriteTimestamp, OracleError> {
+        self.check_usable()?;
         if self.config.confirm_leadership {
             self.confirm_leadership().await?;
         }
@@ -399,13 +478,8 @@ impl TimestampOracle for DurableTimestampOracle {
         }
     }
 
-    async fn peek_write_ts(&self) -> Result<u64, OracleError> {
-        self.check_fenced()?;
-        Ok(self.instance.borrow().timestamps.peek_write_ts())
-    }
-
-    async fn read_ts(&self) -> Result<u64, OracleError> {
-        self.check_fenced()?;
+    async fn serve_read_ts(&self) -> Result<u64, OracleError> {
+        self.check_usable()?;
         if self.config.confirm_leadership {
             self.confirm_leadership().await?;
         }
@@ -420,8 +494,8 @@ impl TimestampOracle for DurableTimestampOracle {
         Ok(read_ts)
     }
 
-    async fn apply_write(&self, lower_bound: u64) -> Result<(), OracleError> {
-        self.check_fenced()?;
+    async fn serve_apply_write(&self, lower_bound: u64) -> Result<(), OracleError> {
+        self.check_usable()?;
         loop {
             {
                 let mut inst = self.instance.borrow_mut();

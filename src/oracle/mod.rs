@@ -81,6 +81,7 @@ use std::rc::Rc;
 use async_trait::async_trait;
 use serde::Serialize;
 
+use crate::location::PermanentError;
 use crate::runtime::Runtime;
 
 pub mod config;
@@ -105,8 +106,9 @@ pub struct WriteTimestamp {
     pub advance_to: u64,
 }
 
-/// Why an oracle call failed. Storage errors are not here: the durable oracle retries them (see
-/// [`durable`]), and callers bound a call with the runtime's timeout.
+/// Why an oracle call failed. Transient storage errors are not here: the durable oracle retries
+/// them (see [`durable`]), and callers bound a call with the runtime's timeout; a permanent one
+/// is [`OracleError::Storage`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OracleError {
     /// Another instance started on this timeline after this one, taking over its epoch. This
@@ -132,17 +134,23 @@ pub enum OracleError {
         /// The latest write timestamp.
         write_ts: u64,
     },
-    /// The timeline's Consensus key holds bytes that are not an oracle record.
-    #[error("the stored record of timeline {timeline:?} is not an oracle record: {source}")]
+    /// The timeline's Consensus key holds bytes that are not an oracle record. Permanent: see
+    /// [`OracleError::is_permanent`].
+    #[error(
+        "the stored record of timeline {timeline:?} at v{seqno} is not an oracle record: {source}"
+    )]
     Decode {
         /// The timeline.
         timeline: String,
+        /// The seqno of the version that does not decode.
+        seqno: u64,
         /// What is wrong with the bytes.
         #[source]
         source: DecodeError,
     },
-    /// The store contradicts what this instance wrote (its record vanished, or the epoch went
-    /// back): someone else wrote to or deleted the timeline's key.
+    /// The store contradicts what this instance wrote (its record vanished, the epoch went
+    /// back, a later version of its own lowered the upper, no seqno is left): someone else wrote
+    /// to or deleted the timeline's key. Permanent: see [`OracleError::is_permanent`].
     #[error("the stored record of timeline {timeline:?} is inconsistent: {reason}")]
     Inconsistent {
         /// The timeline.
@@ -150,9 +158,38 @@ pub enum OracleError {
         /// What was found.
         reason: String,
     },
+    /// The store failed for good (a connection closed for good, say): retrying cannot help.
+    /// Permanent: see [`OracleError::is_permanent`].
+    #[error("the store of timeline {timeline:?} failed for good: {source}")]
+    Storage {
+        /// The timeline.
+        timeline: String,
+        /// What the store said, naming what is broken.
+        #[source]
+        source: PermanentError,
+    },
     /// A configuration that cannot work (for example a zero persist interval).
     #[error("invalid timestamp oracle configuration: {0}")]
     InvalidConfig(String),
+}
+
+impl OracleError {
+    /// Whether this error will not heal: the timeline's stored record is broken ([`Decode`],
+    /// [`Inconsistent`]), or the store failed for good ([`Storage`]). A durable instance that meets one is *broken*: it answers every later
+    /// call with the same error, without touching the store, so nothing is written after the
+    /// corruption is found. (Fencing is not a failure of the store and has its own variant.)
+    ///
+    /// [`Decode`]: OracleError::Decode
+    /// [`Inconsistent`]: OracleError::Inconsistent
+    /// [`Storage`]: OracleError::Storage
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            OracleError::Decode { .. }
+                | OracleError::Inconsistent { .. }
+                | OracleError::Storage { .. }
+        )
+    }
 }
 
 /// A source of timestamps for reads and writes on one timeline. See the module docs for the

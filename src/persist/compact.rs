@@ -4,8 +4,11 @@
 //! fewer batches) and logical (times before the since advance to it, then updates that cancel or
 //! repeat are consolidated). It never changes what the shard holds at a time at or beyond the
 //! since. Steps:
+//! 0. check the request: its inputs are consecutive, span exactly its interval, and its since is
+//!    not before any input's ([`validate_merge`]); anything else is rejected, not merged;
 //! 1. fetch every part of every input (inline ones are in the request already); a part missing
-//!    from Blob means a newer state replaced these inputs and GC deleted them: give up;
+//!    from Blob means a newer state replaced these inputs and GC deleted them: give up (if the
+//!    newest state still lists it, the shard is broken: a permanent error);
 //! 2. keep each input's updates inside its own `[lower, upper)` (an appended batch may have been
 //!    truncated), advance every time to the request's since ([`advance_to`]), consolidate;
 //! 3. write the output as one batch over the request's description: inline if every input was
@@ -30,15 +33,18 @@ use std::ops::ControlFlow::{Break, Continue};
 use bytes::Bytes;
 use differential_dataflow::lattice::Lattice;
 use timely::progress::Antichain;
+use timely::PartialOrder;
 
+use super::background::MaintenanceIds;
 use super::codec::Timestamp;
+use super::consolidate::DiffOverflow;
 use super::encoding::{decode_part, encode_part, EncodedUpdate};
 use super::events::{frontier, PersistEvent};
 use super::machine::Machine;
-use super::maintenance::MaintenanceIds;
 use super::state::{BatchPart, Description, HollowBatch};
 use super::trace::{ApplyMergeResult, FueledMergeReq};
 use super::{PersistClient, ShardId};
+use crate::location::{BrokenAt, PermanentError, PermanentKind};
 
 /// What came of one compaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +56,93 @@ pub enum CompactionOutcome {
     MaybeApplied,
     /// Not applied (the reason); the output's blobs were deleted.
     NotApplied(String),
+    /// The request itself was wrong ([`MergeError`]); nothing was read or written.
+    Rejected(MergeError),
+}
+
+/// Why a merge was refused: a request that does not describe a merge of consecutive batches.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MergeError {
+    /// A merge needs inputs.
+    #[error("a merge request without inputs")]
+    NoInputs,
+    /// Input `index` does not start where the one before it ends.
+    #[error(
+        "input {index} starts at {lower:?}, not at the previous input's upper {previous_upper:?}"
+    )]
+    NotConsecutive {
+        /// The input.
+        index: usize,
+        /// Its lower.
+        lower: Antichain<Timestamp>,
+        /// The previous input's upper.
+        previous_upper: Antichain<Timestamp>,
+    },
+    /// The inputs span `[lower, upper)`, which is not the request's interval.
+    #[error("the inputs span [{lower:?}, {upper:?}), the request [{req_lower:?}, {req_upper:?})")]
+    BoundsMismatch {
+        /// Where the inputs start.
+        lower: Antichain<Timestamp>,
+        /// Where they end.
+        upper: Antichain<Timestamp>,
+        /// The request's lower.
+        req_lower: Antichain<Timestamp>,
+        /// The request's upper.
+        req_upper: Antichain<Timestamp>,
+    },
+    /// The output since would be before input `index`'s since: compaction only moves forward.
+    #[error("output since {since:?} is before input {index}'s since {input_since:?}")]
+    SinceBeforeInput {
+        /// The input.
+        index: usize,
+        /// Its since.
+        input_since: Antichain<Timestamp>,
+        /// The request's since.
+        since: Antichain<Timestamp>,
+    },
+    /// The diffs of one update sum outside the 64-bit range.
+    #[error("{0}")]
+    DiffOverflow(#[from] DiffOverflow),
+}
+
+/// Checks that `inputs` are consecutive, that together they span exactly `desc`'s interval, and
+/// that `desc.since` is not before any input's since.
+pub fn validate_merge<'a>(
+    desc: &Description,
+    inputs: impl IntoIterator<Item = &'a Description>,
+) -> Result<(), MergeError> {
+    let mut span: Option<(&Antichain<Timestamp>, &Antichain<Timestamp>)> = None;
+    for (index, input) in inputs.into_iter().enumerate() {
+        if let Some((_, previous_upper)) = span {
+            if &input.lower != previous_upper {
+                return Err(MergeError::NotConsecutive {
+                    index,
+                    lower: input.lower.clone(),
+                    previous_upper: previous_upper.clone(),
+                });
+            }
+        }
+        if !PartialOrder::less_equal(&input.since, &desc.since) {
+            return Err(MergeError::SinceBeforeInput {
+                index,
+                input_since: input.since.clone(),
+                since: desc.since.clone(),
+            });
+        }
+        span = Some((span.map_or(&input.lower, |(lower, _)| lower), &input.upper));
+    }
+    let Some((lower, upper)) = span else {
+        return Err(MergeError::NoInputs);
+    };
+    if lower != &desc.lower || upper != &desc.upper {
+        return Err(MergeError::BoundsMismatch {
+            lower: lower.clone(),
+            upper: upper.clone(),
+            req_lower: desc.lower.clone(),
+            req_upper: desc.upper.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// The time every earlier update advances to when compacting to `desc`: the since, but never
@@ -58,21 +151,23 @@ pub enum CompactionOutcome {
 /// exactly as before, and they stay inside `[lower, upper)`, where readers look for them. `None`:
 /// no advancing (both frontiers empty).
 pub fn advance_to(desc: &Description) -> Option<Timestamp> {
-    let since = desc.since.elements().first().copied();
-    let last = desc.upper.elements().first().map(|u| u.saturating_sub(1));
+    let since = desc.since.as_option().copied();
+    let last = desc.upper.as_option().map(|u| u.saturating_sub(1));
     match (since, last) {
         (Some(s), Some(l)) => Some(s.min(l)),
         (s, l) => s.or(l),
     }
 }
 
-/// The pure core of a merge: each input's updates (with the input's own description) filtered to
-/// that input's `[lower, upper)`, advanced to `desc` ([`advance_to`]) and consolidated. An
-/// update whose diffs would sum outside the 64-bit range is an error (the merge is not done).
+/// The pure core of a merge: checks the request ([`validate_merge`]), then each input's updates
+/// (with the input's own description) filtered to that input's `[lower, upper)`, advanced to
+/// `desc` ([`advance_to`]) and consolidated. An update whose diffs would sum outside the 64-bit
+/// range is an error (the merge is not done).
 pub fn merge_updates(
     desc: &Description,
     inputs: Vec<(Description, Vec<EncodedUpdate>)>,
-) -> Result<Vec<EncodedUpdate>, super::consolidate::DiffOverflow> {
+) -> Result<Vec<EncodedUpdate>, MergeError> {
+    validate_merge(desc, inputs.iter().map(|(d, _)| d))?;
     let advance = advance_to(desc).map(Antichain::from_elem);
     let mut out = Vec::new();
     for (input, updates) in inputs {
@@ -90,30 +185,45 @@ pub fn merge_updates(
     Ok(out)
 }
 
-/// Reads a batch's updates: `Ok(None)` if one of its parts is missing from Blob.
+/// Reads a batch's updates: `Ok(None)` if one of its parts is missing from Blob because a newer
+/// state replaced the batch (GC may then delete it). A part that is missing while the newest
+/// state still lists the batch, or that does not decode, is permanent.
 async fn fetch_updates(
     machine: &Machine,
     batch: &HollowBatch,
-) -> Result<Option<Vec<EncodedUpdate>>, String> {
+) -> Result<Option<Vec<EncodedUpdate>>, PermanentError> {
     let mut updates = Vec::new();
     for part in &batch.parts {
-        let decoded = match part {
-            BatchPart::Inline { encoded } => decode_part(encoded),
+        let (decoded, at) = match part {
+            BatchPart::Inline { encoded } => {
+                (decode_part(encoded), BrokenAt::Version(machine.seqno()))
+            }
             BatchPart::Hollow { key, .. } => {
-                let mut backoff = machine.cfg.backoff();
-                let bytes = loop {
-                    match machine.location.blob.get(key).await {
-                        Ok(Some(bytes)) => break bytes,
-                        Ok(None) => return Ok(None),
-                        Err(_) => {
-                            backoff.wait(&machine.runtime).await;
-                        }
+                let blob = &machine.location.blob;
+                let Some(bytes) = machine.retrying(|| blob.get(key)).await? else {
+                    machine.fetch_and_update_state_retrying().await?;
+                    let listed = machine.state().part_keys().any(|k| k == key);
+                    if !listed {
+                        return Ok(None);
                     }
+                    let detail = "a batch part the newest state lists is gone from Blob";
+                    let err = machine.permanent(
+                        BrokenAt::BlobKey(key.clone()),
+                        PermanentKind::Missing,
+                        detail,
+                    );
+                    return Err(machine.mark_broken(err));
                 };
-                decode_part(&bytes)
+                (decode_part(&bytes), BrokenAt::BlobKey(key.clone()))
             }
         };
-        updates.extend(decoded.map_err(|e| e.to_string())?);
+        match decoded {
+            Ok(decoded) => updates.extend(decoded),
+            Err(e) => {
+                let err = machine.permanent(at, PermanentKind::Undecodable, e.to_string());
+                return Err(machine.mark_broken(err));
+            }
+        }
     }
     Ok(Some(updates))
 }
@@ -125,22 +235,18 @@ async fn write_output(
     desc: &Description,
     updates: Vec<EncodedUpdate>,
     inputs_all_inline: bool,
-) -> HollowBatch {
+) -> Result<HollowBatch, PermanentError> {
     let len = updates.len() as u64;
     if updates.is_empty() {
-        return HollowBatch {
-            desc: desc.clone(),
-            len: 0,
-            parts: Vec::new(),
-        };
+        return Ok(HollowBatch::empty(desc.clone()));
     }
     let encoded = encode_part(&updates);
     if inputs_all_inline && encoded.len() as u64 <= machine.cfg.inline_writes_single_max_bytes {
-        return HollowBatch {
+        return Ok(HollowBatch {
             desc: desc.clone(),
             len,
             parts: vec![BatchPart::Inline { encoded }],
-        };
+        });
     }
     let mut parts = Vec::new();
     for chunk in updates.chunks(machine.cfg.part_max_updates.max(1)) {
@@ -148,30 +254,31 @@ async fn write_output(
         let bytes = Bytes::from(encode_part(chunk));
         machine
             .write_blob_retrying(&key, bytes.clone(), "compaction part")
-            .await;
+            .await?;
         parts.push(BatchPart::Hollow {
             key,
             encoded_size_bytes: bytes.len() as u64,
         });
     }
-    HollowBatch {
+    Ok(HollowBatch {
         desc: desc.clone(),
         len,
         parts,
-    }
+    })
 }
 
 fn hollow_keys(batch: &HollowBatch) -> Vec<String> {
     batch.part_keys().map(String::from).collect()
 }
 
-/// Performs `req` and commits the result (see the module docs). Never panics on bad data: an
-/// undecodable input makes the compaction give up.
+/// Performs `req` and commits the result (see the module docs). Never panics on bad data: a
+/// request that is not a merge of consecutive batches is rejected, and stored bytes that do not
+/// decode, or a part the state still lists that is gone, are a permanent error.
 pub(crate) async fn compact_and_apply(
     machine: &Machine,
     req: FueledMergeReq,
     ids: &MaintenanceIds,
-) -> CompactionOutcome {
+) -> Result<CompactionOutcome, PermanentError> {
     let desc = req.desc.clone();
     let (lower, upper) = (frontier(&desc.lower), frontier(&desc.upper));
     machine.events.record(|| PersistEvent::CompactionRequested {
@@ -181,7 +288,11 @@ pub(crate) async fn compact_and_apply(
         upper,
         since: frontier(&desc.since),
         inputs: req.inputs.len(),
-        input_updates: req.inputs.iter().map(|b| b.len).sum(),
+        input_updates: req
+            .inputs
+            .iter()
+            .map(|b| b.len)
+            .fold(0, u64::saturating_add),
         at_ms: machine.runtime.now_ms(),
     });
     let not_applied = |reason: String| {
@@ -197,16 +308,21 @@ pub(crate) async fn compact_and_apply(
             });
         CompactionOutcome::NotApplied(reason)
     };
+    if let Err(e) = validate_merge(&desc, req.inputs.iter().map(|b| &b.desc)) {
+        not_applied(format!("rejected: {e}"));
+        return Ok(CompactionOutcome::Rejected(e));
+    }
 
     // 1 and 2: fetch, filter, advance, consolidate.
     let mut inputs = Vec::with_capacity(req.inputs.len());
     for batch in &req.inputs {
-        match fetch_updates(machine, batch).await {
-            Ok(Some(updates)) => inputs.push((batch.desc.clone(), updates)),
-            Ok(None) => {
-                return not_applied("an input part is gone (the inputs were replaced)".into())
+        match fetch_updates(machine, batch).await? {
+            Some(updates) => inputs.push((batch.desc.clone(), updates)),
+            None => {
+                return Ok(not_applied(
+                    "an input part is gone (the inputs were replaced)".into(),
+                ))
             }
-            Err(e) => return not_applied(format!("an input does not decode: {e}")),
         }
     }
     let inputs_all_inline = req.inputs.iter().all(|b| {
@@ -216,16 +332,16 @@ pub(crate) async fn compact_and_apply(
     });
     let updates = match merge_updates(&desc, inputs) {
         Ok(updates) => updates,
-        Err(e) => return not_applied(format!("cannot merge: {e}")),
+        Err(e) => return Ok(not_applied(format!("cannot merge: {e}"))),
     };
 
     // 3: the output, in Blob before state names it.
-    let output = write_output(machine, ids, &desc, updates, inputs_all_inline).await;
+    let output = write_output(machine, ids, &desc, updates, inputs_all_inline).await?;
 
     // 4: commit, if the inputs still line up.
     let (seqno, result, maybe_committed) = machine
         .apply_maintenance_cmd("merge_res", |c| c.apply_merge_res(&req, &output))
-        .await;
+        .await?;
     let applied = |result: ApplyMergeResult| {
         machine.events.record(|| PersistEvent::CompactionApplied {
             who: machine.who.clone(),
@@ -240,7 +356,7 @@ pub(crate) async fn compact_and_apply(
         });
         CompactionOutcome::Applied(result)
     };
-    match result {
+    Ok(match result {
         Continue(result) => applied(result),
         Break(_) if maybe_committed => {
             // SUBTLE: see the module docs, step 5.
@@ -262,29 +378,32 @@ pub(crate) async fn compact_and_apply(
             // 5: nothing references the output.
             machine
                 .delete_blobs_retrying(&hollow_keys(&output), "compaction output")
-                .await;
+                .await?;
             not_applied(format!("{result:?}"))
         }
-    }
+    })
 }
 
 /// Runs every outstanding merge request of the shard's trace now, in this task, until the spine
 /// asks for nothing more (or a merge does not apply). For tests and the playground; writers do
 /// this on their own in the background.
-pub async fn compact_now(client: &PersistClient, shard_id: &ShardId) -> Vec<CompactionOutcome> {
+pub async fn compact_now(
+    client: &PersistClient,
+    shard_id: &ShardId,
+) -> Result<Vec<CompactionOutcome>, PermanentError> {
     let machine = client.machine(shard_id, "compactor".into());
     let ids = MaintenanceIds::from_client(client);
     let mut outcomes = Vec::new();
     // Every applied round removes batches, so this ends; the bound is only a guard.
     for _ in 0..64 {
-        machine.fetch_and_update_state_retrying().await;
+        machine.fetch_and_update_state_retrying().await?;
         let reqs = machine.state().collections.trace.merge_reqs();
         if reqs.is_empty() {
             break;
         }
         let mut all_applied = true;
         for req in reqs {
-            let outcome = compact_and_apply(&machine, req, &ids).await;
+            let outcome = compact_and_apply(&machine, req, &ids).await?;
             all_applied &= matches!(outcome, CompactionOutcome::Applied(_));
             outcomes.push(outcome);
         }
@@ -292,7 +411,7 @@ pub async fn compact_now(client: &PersistClient, shard_id: &ShardId) -> Vec<Comp
             break;
         }
     }
-    outcomes
+    Ok(outcomes)
 }
 
 #[cfg(test)]
@@ -345,6 +464,43 @@ mod tests {
         // x: +1 at 1 -> 6, -1 at 6: cancels. y: +1 at 2 -> 6, +1 at 8. z is outside its input.
         assert_eq!(out, vec![u("y", 6, 1), u("y", 8, 1)]);
         // Contents at every time >= since are unchanged: at 6, y=1; at 8, y=2.
+    }
+
+    #[test]
+    fn merge_requests_that_are_not_merges_of_consecutive_batches_are_errors() {
+        let x = |d: Description| (d, vec![u("x", 1, 1)]);
+        // Not consecutive: a gap between [0, 5) and [6, 10).
+        let gap = merge_updates(&desc(0, 10, 0), vec![x(desc(0, 5, 0)), x(desc(6, 10, 0))]);
+        assert!(
+            matches!(gap, Err(MergeError::NotConsecutive { index: 1, .. })),
+            "{gap:?}"
+        );
+        // Out of order (an overlap).
+        let back = merge_updates(&desc(0, 10, 0), vec![x(desc(5, 10, 0)), x(desc(0, 5, 0))]);
+        assert!(
+            matches!(back, Err(MergeError::NotConsecutive { .. })),
+            "{back:?}"
+        );
+        // Bounds that do not match the request, on either side.
+        for req in [desc(0, 12, 0), desc(1, 10, 0)] {
+            let out = merge_updates(&req, vec![x(desc(0, 5, 0)), x(desc(5, 10, 0))]);
+            assert!(
+                matches!(out, Err(MergeError::BoundsMismatch { .. })),
+                "{out:?}"
+            );
+        }
+        // An output since before an input's since.
+        let since = merge_updates(&desc(0, 10, 2), vec![x(desc(0, 5, 0)), x(desc(5, 10, 4))]);
+        assert!(
+            matches!(since, Err(MergeError::SinceBeforeInput { index: 1, .. })),
+            "{since:?}"
+        );
+        assert_eq!(
+            merge_updates(&desc(0, 10, 0), vec![]),
+            Err(MergeError::NoInputs)
+        );
+        // The pure check is the one compaction runs before reading anything.
+        assert!(validate_merge(&desc(0, 10, 4), [&desc(0, 5, 0), &desc(5, 10, 4)]).is_ok());
     }
 
     #[test]

@@ -15,14 +15,34 @@ pub struct DiffOverflow {
     pub sum: i128,
 }
 
-/// Consolidates `updates` in place. See the module docs.
-pub fn consolidate_checked<D: Ord>(updates: &mut Vec<(D, u64, Diff)>) -> Result<(), DiffOverflow> {
-    updates.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-    let run_end = |v: &[(D, u64, Diff)], start: usize| -> (i128, usize) {
+/// The diffs of the run starting at `index` (after sorting) sum to `sum`, outside the 64-bit
+/// range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunOverflow {
+    /// The first update of the run, in the sorted input.
+    pub index: usize,
+    /// The exact sum.
+    pub sum: i128,
+}
+
+/// The one checked consolidation, for any shape of update: sorts `updates` by `cmp`, sums the
+/// diffs (reached through `diff`) of each run of equal updates, and drops the runs that sum to
+/// zero. If a run's sum does not fit in a [`Diff`], nothing is summed: the input is left sorted
+/// but whole, and the error names the run.
+///
+/// Persist's updates use [`consolidate_checked`]; a collection of `(row, diff)` pairs uses
+/// `consolidate_by(v, |a, b| a.0.cmp(&b.0), |u| &mut u.1)`.
+pub fn consolidate_by<U>(
+    updates: &mut Vec<U>,
+    cmp: impl Fn(&U, &U) -> std::cmp::Ordering,
+    diff: impl Fn(&mut U) -> &mut Diff,
+) -> Result<(), RunOverflow> {
+    updates.sort_by(&cmp);
+    let run_end = |v: &mut [U], start: usize| -> (i128, usize) {
         let mut sum = 0i128;
         let mut end = start;
-        while end < v.len() && v[end].0 == v[start].0 && v[end].1 == v[start].1 {
-            sum += i128::from(v[end].2);
+        while end < v.len() && cmp(&v[end], &v[start]).is_eq() {
+            sum += i128::from(*diff(&mut v[end]));
             end += 1;
         }
         (sum, end)
@@ -32,10 +52,7 @@ pub fn consolidate_checked<D: Ord>(updates: &mut Vec<(D, u64, Diff)>) -> Result<
     while i < updates.len() {
         let (sum, end) = run_end(updates, i);
         if Diff::try_from(sum).is_err() {
-            return Err(DiffOverflow {
-                time: updates[i].1,
-                sum,
-            });
+            return Err(RunOverflow { index: i, sum });
         }
         i = end;
     }
@@ -43,15 +60,25 @@ pub fn consolidate_checked<D: Ord>(updates: &mut Vec<(D, u64, Diff)>) -> Result<
     let (mut read, mut write) = (0, 0);
     while read < updates.len() {
         let (sum, end) = run_end(updates, read);
-        if sum != 0 {
+        if let (false, Ok(sum)) = (sum == 0, Diff::try_from(sum)) {
             updates.swap(write, read);
-            updates[write].2 = Diff::try_from(sum).expect("checked in the first pass");
+            *diff(&mut updates[write]) = sum;
             write += 1;
         }
         read = end;
     }
     updates.truncate(write);
     Ok(())
+}
+
+/// Consolidates persist's `(data, time, diff)` updates in place. See the module docs.
+pub fn consolidate_checked<D: Ord>(updates: &mut Vec<(D, u64, Diff)>) -> Result<(), DiffOverflow> {
+    consolidate_by(updates, |a, b| (&a.0, a.1).cmp(&(&b.0, b.1)), |u| &mut u.2).map_err(|o| {
+        DiffOverflow {
+            time: updates[o.index].1,
+            sum: o.sum,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -77,5 +104,18 @@ mod tests {
         let mut ok = vec![("k", 0, i64::MAX), ("k", 0, i64::MIN), ("k", 0, 1)];
         consolidate_checked(&mut ok).unwrap();
         assert!(ok.is_empty());
+        // The same core for pairs without times.
+        let mut pairs = vec![("y", 2), ("x", 1), ("y", -2), ("x", 1)];
+        consolidate_by(&mut pairs, |a, b| a.0.cmp(b.0), |u| &mut u.1).unwrap();
+        assert_eq!(pairs, vec![("x", 2)]);
+        let mut over = vec![("x", i64::MIN), ("x", -1)];
+        let err = consolidate_by(&mut over, |a, b| a.0.cmp(b.0), |u| &mut u.1).unwrap_err();
+        assert_eq!(
+            err,
+            RunOverflow {
+                index: 0,
+                sum: i128::from(i64::MIN) - 1
+            }
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::ops::ControlFlow::{Break, Continue};
 use timely::progress::Antichain;
 
 use super::codec::{Codec, Timestamp};
-use super::error::InvalidUsage;
+use super::error::{InvalidUsage, PersistError};
 use super::machine::Machine;
 use super::state::CriticalReaderId;
 use super::ShardId;
@@ -66,14 +66,14 @@ impl<K: Codec, V: Codec> SinceHandle<K, V> {
         &mut self,
         expected_opaque: u64,
         (new_opaque, new_since): (u64, &Antichain<Timestamp>),
-    ) -> Result<Result<Antichain<Timestamp>, u64>, InvalidUsage> {
+    ) -> Result<Result<Antichain<Timestamp>, u64>, PersistError> {
         let id = self.reader_id.clone();
         let (_, r) = self
             .machine
             .apply_idempotent("compare_and_downgrade_since", |_, _, c| {
                 c.compare_and_downgrade_since(&id, expected_opaque, new_opaque, new_since)
             })
-            .await;
+            .await?;
         match r {
             Continue(Ok(since)) => {
                 self.since = since.clone();
@@ -88,7 +88,8 @@ impl<K: Codec, V: Codec> SinceHandle<K, V> {
             Break(_) => Err(InvalidUsage::Expired {
                 what: "critical reader",
                 id: self.reader_id.0.clone(),
-            }),
+            }
+            .into()),
         }
     }
 

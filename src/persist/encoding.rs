@@ -137,7 +137,8 @@ pub fn encode_diff(diff: &StateDiff) -> Vec<u8> {
 /// Decodes a state version.
 pub fn decode_diff(bytes: &[u8]) -> Result<StateDiff, DecodeError> {
     let diff: StateDiff = decode_framed("state version", MAGIC_DIFF, bytes)?;
-    if diff.seqno_to != diff.seqno_from.next() {
+    // Checked: a stored `seqno_from` of `u64::MAX` (or past Consensus's maximum) has no next.
+    if diff.seqno_from.checked_next() != Some(diff.seqno_to) {
         return Err(DecodeError {
             what: "state version",
             message: format!("goes from {} to {}", diff.seqno_from, diff.seqno_to),
@@ -276,15 +277,44 @@ fn batch_key(b: &HollowBatch) -> Timestamp {
         .unwrap_or(Timestamp::MAX)
 }
 
-fn batch_map(trace: &Trace) -> BTreeMap<Timestamp, Rc<HollowBatch>> {
-    trace
-        .batches()
-        .iter()
-        .map(|b| (batch_key(b), Rc::clone(b)))
-        .collect()
+/// Applies batch changes to a trace's batches, which are sorted by lower (the trace's own
+/// invariant), with the same meaning as [`apply_map`] on a map keyed by lower: a binary search
+/// per change instead of rebuilding a map, so a command that appends one batch costs one search.
+fn apply_batches(
+    batches: &[Rc<HollowBatch>],
+    diff: &MapDiff<Timestamp, Rc<HollowBatch>>,
+) -> Result<Vec<Rc<HollowBatch>>, String> {
+    let mut out = batches.to_vec();
+    for (key, change) in diff {
+        let found = out.binary_search_by_key(key, |b| batch_key(b));
+        match (found, change) {
+            (Ok(i), Some(b)) => out[i] = Rc::clone(b),
+            (Err(i), Some(b)) => out.insert(i, Rc::clone(b)),
+            (Ok(i), None) => {
+                out.remove(i);
+            }
+            (Err(_), None) => return Err(format!("batches: removes {key:?}, which is absent")),
+        }
+    }
+    Ok(out)
 }
 
 impl StateDiff {
+    /// The Blob keys this diff starts referring to: the parts of the batches it inserts and the
+    /// rollups it lists.
+    pub fn inserted_blobs(&self) -> Vec<String> {
+        let parts = self
+            .batches
+            .iter()
+            .filter_map(|(_, b)| b.as_ref())
+            .flat_map(|b| b.part_keys().map(String::from));
+        let rollups = self
+            .rollups
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().map(|r| r.key.clone()));
+        parts.chain(rollups).collect()
+    }
+
     /// The diff that turns `old` into `new` (`new.seqno == old.seqno + 1`).
     pub fn from_diff(old: &State, new: &State) -> StateDiff {
         assert_eq!(new.seqno, old.seqno.next(), "diffs go one seqno at a time");
@@ -341,8 +371,7 @@ impl StateDiff {
             "critical readers",
         )?;
         apply_map(&mut c.writers, &self.writers, "writers")?;
-        let mut batches = batch_map(&c.trace);
-        apply_map(&mut batches, &self.batches, "batches")?;
+        let batches = apply_batches(c.trace.batches(), &self.batches)?;
         let since = self
             .since
             .clone()
@@ -351,8 +380,9 @@ impl StateDiff {
             .upper
             .clone()
             .unwrap_or_else(|| c.trace.upper().clone());
-        c.trace = Trace::from_parts(since, upper, batches.into_values())?;
-        next.validate(Some(state))?;
+        // `from_parts` checks the trace; the rest of the state is checked once, here.
+        c.trace = Trace::from_parts(since, upper, batches)?;
+        next.validate_given_trace(Some(state))?;
         *state = next;
         Ok(())
     }
@@ -491,6 +521,114 @@ mod tests {
                 "each encoding decodes as exactly its own kind"
             );
         }
+    }
+
+    /// Frames `value` with `magic` exactly as the encoders do, whatever it holds.
+    fn framed<T: Serialize>(magic: [u8; 4], value: &T) -> Vec<u8> {
+        encode_framed(magic, value)
+    }
+
+    #[test]
+    fn extreme_numbers_are_errors_never_panics() {
+        let states = states();
+        let (old, new) = (&states[3], &states[4]);
+        let base = StateDiff::from_diff(old, new);
+        // Seqnos at and past the ends: no next seqno, wrapping, or beyond Consensus's maximum.
+        for (from, to) in [
+            (u64::MAX, 0),
+            (u64::MAX, u64::MAX),
+            (i64::MAX as u64, i64::MAX as u64 + 1),
+            (i64::MAX as u64 + 5, i64::MAX as u64 + 6),
+            (0, 0),
+        ] {
+            let mut d = base.clone();
+            d.seqno_from = SeqNo(from);
+            d.seqno_to = SeqNo(to);
+            let decoded = decode_diff(&encode_diff(&d));
+            if let Ok(d) = decoded {
+                // Decodes only when `to` follows `from`; it then applies to nothing here.
+                assert!(d.apply(&mut old.clone()).is_err());
+            }
+        }
+        // Times, walltimes, lengths and counts at their extremes inside a diff: it decodes or
+        // not, and applying it is an error or a valid state, never a panic.
+        let extremes = [u64::MAX, i64::MAX as u64, 0];
+        for x in extremes {
+            let mut d = base.clone();
+            d.walltime_ms = x;
+            d.upper = Some(Antichain::from_elem(x));
+            d.last_gc_req = Some(SeqNo(x));
+            for (_, w) in d.writers.iter_mut() {
+                if let Some(w) = w {
+                    w.most_recent_write_upper = Antichain::from_elem(x);
+                    w.last_heartbeat_ms = x;
+                    w.lease_duration_ms = x;
+                }
+            }
+            for (_, b) in d.batches.iter_mut() {
+                if let Some(b) = b {
+                    let b = Rc::make_mut(b);
+                    b.len = x;
+                    b.desc.upper = Antichain::from_elem(x);
+                }
+            }
+            if let Ok(d) = decode_diff(&encode_diff(&d)) {
+                let mut state = old.clone();
+                if d.apply(&mut state).is_ok() {
+                    state.validate(None).unwrap();
+                }
+            }
+        }
+        // A rollup whose numbers break a cross-field invariant is refused at decode.
+        let mut s = states.last().unwrap().clone();
+        s.seqno = SeqNo(u64::MAX);
+        assert!(
+            decode_rollup(&encode_rollup(&s)).is_err(),
+            "seqno past the maximum"
+        );
+        let mut s = states.last().unwrap().clone();
+        let w = s.collections.writers.values_mut().next().unwrap();
+        w.most_recent_write_upper = Antichain::from_elem(u64::MAX);
+        let err = decode_rollup(&encode_rollup(&s)).unwrap_err();
+        assert!(err.message.contains("beyond the shard upper"), "{err}");
+        let mut s = states.last().unwrap().clone();
+        s.collections
+            .leased_readers
+            .values_mut()
+            .next()
+            .unwrap()
+            .seqno = SeqNo(u64::MAX);
+        assert!(
+            decode_rollup(&encode_rollup(&s)).is_err(),
+            "a hold past the state"
+        );
+        // Parts: extreme times and diffs round-trip; lengths past the buffer are errors.
+        let extreme_part = vec![
+            ((vec![], vec![]), u64::MAX, i64::MIN),
+            ((vec![0xff; 3], vec![]), 0, i64::MAX),
+        ];
+        assert_eq!(
+            decode_part(&encode_part(&extreme_part)).unwrap(),
+            extreme_part
+        );
+        for len in [u64::MAX, i64::MAX as u64, 1 << 40, 3] {
+            // A vector length prefix that claims more than the buffer holds.
+            let mut payload = len.to_le_bytes().to_vec();
+            payload.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 7]);
+            let mut bytes = MAGIC_PART.to_vec();
+            bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+            bytes.extend_from_slice(&payload);
+            assert!(decode_part(&bytes).is_err(), "length {len}");
+            let mut as_diff = bytes.clone();
+            as_diff[..4].copy_from_slice(&MAGIC_DIFF);
+            assert!(decode_diff(&as_diff).is_err());
+            as_diff[..4].copy_from_slice(&MAGIC_ROLLUP);
+            assert!(decode_rollup(&as_diff).is_err());
+        }
+        // Well-framed values of another type entirely.
+        assert!(decode_diff(&framed(MAGIC_DIFF, &(u64::MAX, i64::MIN))).is_err());
+        assert!(decode_rollup(&framed(MAGIC_ROLLUP, &vec![u64::MAX; 9])).is_err());
+        assert!(decode_part(&framed(MAGIC_PART, &(u64::MAX,))).is_err());
     }
 
     #[test]

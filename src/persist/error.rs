@@ -1,14 +1,55 @@
 //! The errors of the persist API.
 //!
-//! Writes return `Result<Result<(), UpperMismatch>, InvalidUsage>`: the outer error is a misuse the
-//! caller must fix (never retried), the inner one an expected race the caller handles (the shard's
-//! upper was not what it expected). Storage errors never reach the caller as such: handles retry
-//! them for as long as the caller waits (bound the future with the runtime's `timeout`).
+//! Writes return `Result<Result<(), UpperMismatch>, PersistError>`: the inner error is an
+//! expected race the caller handles (the shard's upper was not what it expected); the outer one
+//! is either a misuse the caller must fix ([`InvalidUsage`], never retried) or a shard that is
+//! broken for good ([`PermanentError`]: bytes that do not decode, a referenced blob that is
+//! gone, a store closed for good). Transient storage errors never reach the caller: handles retry
+//! them with back-off for as long as the caller waits (bound the future with the runtime's
+//! `timeout`). A permanent one reaches the caller at once, and from then on this process writes
+//! nothing more to the shard: every later command on it answers the same error.
 
 use timely::progress::Antichain;
 
 use super::codec::Timestamp;
 use super::ShardId;
+pub use crate::location::{BrokenAt, PermanentError, PermanentKind};
+
+/// Why a handle call failed. See the module docs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PersistError {
+    /// The caller's misuse.
+    #[error(transparent)]
+    InvalidUsage(#[from] InvalidUsage),
+    /// The shard is broken for good (not the caller's fault): it names the shard, the seqno or
+    /// Blob key, and what is wrong.
+    #[error(transparent)]
+    Permanent(#[from] PermanentError),
+}
+
+impl PersistError {
+    /// The permanent error, if this is one.
+    pub fn as_permanent(&self) -> Option<&PermanentError> {
+        match self {
+            PersistError::Permanent(e) => Some(e),
+            PersistError::InvalidUsage(_) => None,
+        }
+    }
+
+    /// The misuse, if this is one.
+    pub fn as_invalid_usage(&self) -> Option<&InvalidUsage> {
+        match self {
+            PersistError::InvalidUsage(e) => Some(e),
+            PersistError::Permanent(_) => None,
+        }
+    }
+}
+
+impl From<super::consolidate::DiffOverflow> for PersistError {
+    fn from(e: super::consolidate::DiffOverflow) -> Self {
+        PersistError::InvalidUsage(e.into())
+    }
+}
 
 /// The shard's upper was not the expected one; nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,7 +155,16 @@ pub enum InvalidUsage {
     /// what the shard holds at a read).
     #[error("{0}")]
     DiffOverflow(#[from] super::consolidate::DiffOverflow),
-    /// Stored data could not be decoded (a corrupted or foreign part).
+    /// `finalize_shard` on a shard whose upper is not empty, or whose since is held by readers.
+    #[error("shard cannot be finalized: upper {upper:?} and since {since:?} must both be empty (the since may stay open only with no readers)")]
+    NotFinalizable {
+        /// The shard's upper.
+        upper: Antichain<Timestamp>,
+        /// The shard's since.
+        since: Antichain<Timestamp>,
+    },
+    /// Bytes the caller handed in could not be decoded (a transmittable batch). Stored bytes
+    /// that do not decode are a [`PermanentError`] instead.
     #[error("corrupted data: {0}")]
     Corrupted(String),
 }

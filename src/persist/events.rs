@@ -10,7 +10,7 @@ use crate::location::SeqNo;
 
 /// A frontier of a totally ordered time as plain data: `None` is the empty frontier.
 pub fn frontier(f: &Antichain<Timestamp>) -> Option<Timestamp> {
-    f.elements().first().copied()
+    f.as_option().copied()
 }
 
 /// What came of one attempt to commit a command.
@@ -206,6 +206,31 @@ pub enum PersistEvent {
         seqno: SeqNo,
         /// How many versions were deleted (0 when another collector got there first).
         deleted: usize,
+        /// When.
+        at_ms: u64,
+    },
+    /// GC unlisted the rollups below the new earliest version.
+    RollupsUnlisted {
+        /// The collector.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// Every rollup below this seqno (but the newest) was unlisted.
+        below: SeqNo,
+        /// How many.
+        count: usize,
+        /// When.
+        at_ms: u64,
+    },
+    /// The shard was found broken for good (see `machine.rs`): nothing more is written to it
+    /// by this process.
+    ShardBroken {
+        /// Who found it.
+        who: String,
+        /// The shard.
+        shard: String,
+        /// What is wrong.
+        error: crate::location::PermanentError,
         /// When.
         at_ms: u64,
     },

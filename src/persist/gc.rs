@@ -1,4 +1,5 @@
-//! Garbage collection: deleting the blobs no live state version needs, then truncating Consensus.
+//! Garbage collection: truncating Consensus below the versions anyone still needs, then deleting
+//! the blobs only the truncated versions referred to.
 //!
 //! A state version refers to batch parts and rollups in Blob. Once every reader has moved its
 //! seqno hold past a version (the shard's **seqno since** is `min(seqno, every reader's hold)`),
@@ -15,49 +16,61 @@
 //! 1. scan every live version from the earliest, `E`; if `E >= new`, someone already collected
 //!    this far: done;
 //! 2. read the state at `E` from the rollup listed at exactly `E` (there always is one, see the
-//!    invariant below); the parts of every version below `new` are those of the state at `E` plus
-//!    those of the batches the diffs after it insert; the deletable parts are those not
-//!    referenced at `new` (a part dropped from state never returns: keys are written once, so no
-//!    later version refers to it either). The state at `new` comes from whoever committed it (the
-//!    routine trigger keeps it), from the cache, or else from replaying the diffs;
-//! 3. make sure a rollup at exactly `new` exists: reuse a listed one, or write the rebuilt state
-//!    at `new` to Blob; then one `add_and_remove_rollups` command lists it and unlists the rollups
-//!    below `E` (if another rollup won the seqno, ours is deleted);
-//! 4. delete the deletable parts, then the unlisted rollups;
-//! 5. **last**, `consensus.truncate(shard, new)`: the truncate "commits" the collection. Until then
-//!    a later collector scanning from `E` finds the same garbage and deletes it again.
+//!    invariant below); the blobs of every version below `new` are those of the state at `E`
+//!    (parts and listed rollups) plus those the diffs after it insert; the deletable ones are
+//!    those not referenced at `new` (a blob dropped from state never returns: keys are written
+//!    once, so no later version refers to it either). The state at `new` comes from whoever
+//!    committed it (the routine trigger keeps it), from the cache, or else from the diffs;
+//! 3. make sure a rollup at exactly `new` is listed: reuse a listed one, or write the rebuilt
+//!    state at `new` to Blob and list it with `add_rollup` (if another rollup won the seqno, ours
+//!    is deleted and theirs is used);
+//! 4. `consensus.truncate(shard, new)`: `new` becomes the earliest live version;
+//! 5. only now delete the deletable blobs: no live version refers to them any more;
+//! 6. unlist the rollups below `new` (`remove_rollups_below`), so the listed rollups stay
+//!    bounded however long the shard lives. Their blobs are still referenced by the versions from
+//!    `new` up to this command's, so they are deleted by a later collection (step 2 finds them
+//!    referenced below its target and not at it).
 //!
-//! **Invariant**: a rollup exists in Blob, listed in state, at exactly the earliest live seqno
-//! (readers start from the newest rollup, which is never older; collectors start from the one
-//! at the earliest). Step 3 lists the rollup at `new` before step 5 makes `new` the earliest.
-//! SUBTLE: rollups between `E` and `new` become garbage only once the truncate lands, so a
-//! collector only drops rollups below the earliest it scanned, `E`: a rollup lingers one
-//! collection longer (the original does the same with `old_seqno_since`), and no collector ever
-//! deletes the rollup at a seqno someone may still truncate to. Deleting the rollups below `new`
-//! right away would break the invariant for a moment, and for good if the collector died before
-//! its truncate.
+//! **Routine collections** (the background work a commit assigns, `maintenance.rs`) collect up
+//! to the newest *listed rollup* at or below the request's target instead of the target itself:
+//! that rollup is already in Blob and listed, so step 3 writes and commits nothing, and routine
+//! rollups (every `rollup_threshold` seqnos) set the pace. They also start from the state at
+//! their process's previous target, when that is still the earliest live version, rather than
+//! reading its rollup back. A collection by hand ([`gc_now`]) goes to exactly its target.
+//!
+//! **Invariants**: no live version refers to a deleted blob (deletes come after the truncate
+//! that made every referring version dead); a rollup exists in Blob, listed in state, at exactly
+//! the earliest live seqno (step 3 lists it before step 4 makes it the earliest, and step 6 only
+//! unlists rollups below a seqno that is already truncated to).
 //!
 //! **Concurrency and crashes**: two collectors may run at once, in any order, with different
 //! targets, and any of them may stop at any await (its future dropped). Every step tolerates
 //! that: deletes of missing blobs succeed, a repeated or overtaken truncate deletes nothing, a
 //! collector whose rollup at `E` vanished (someone else collected past `E`) scans again, and a
-//! collector that died before its truncate leaves work that the next one redoes. Blobs may leak
-//! (a collector that unlisted rollups and died before deleting them; a writer that crashed
-//! between writing a part and committing it), never dangle: a leak costs space, a dangling
-//! reference loses data.
+//! collector that died before its truncate leaves work that the next one redoes. Blobs may leak,
+//! never dangle: a leak costs space, a dangling reference loses data. The leaks, all listed by
+//! [`leaked_blobs`]: a writer that stopped between writing a part and committing it (a
+//! cancelled write), a collector that died between its truncate and its deletes, and the
+//! outputs of maintenance whose commit was indeterminate and then merged away.
+//!
+//! A permanent error (a version or rollup that does not decode, the rollup at the earliest
+//! version gone while state still lists it) ends the collection and marks the shard broken.
 
 use std::collections::BTreeSet;
 use std::ops::ControlFlow::{Break, Continue};
 
 use serde::Serialize;
 
+use super::background::MaintenanceIds;
 use super::encoding::{decode_diff, decode_rollup};
 use super::events::PersistEvent;
 use super::machine::Machine;
-use super::maintenance::{write_rollup_blob, MaintenanceIds};
-use super::state::{BatchPart, HollowRollup, State};
+use super::rollup::{settle_rollup, write_rollup_blob};
+use super::state::State;
 use super::{PersistClient, ShardId};
-use crate::location::{SeqNo, VersionedData, SCAN_ALL};
+use crate::location::{
+    BlobMetadata, BrokenAt, PermanentError, PermanentKind, SeqNo, VersionedData, SCAN_ALL,
+};
 
 /// A request to collect garbage below `new_seqno_since`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -77,6 +90,8 @@ pub struct GcReport {
     pub parts_deleted: Vec<String>,
     /// Rollups deleted.
     pub rollups_deleted: Vec<String>,
+    /// Rollups unlisted from state (below the new earliest version).
+    pub rollups_unlisted: usize,
     /// Versions the truncate deleted (`None`: it stopped before truncating).
     pub versions_truncated: Option<usize>,
     /// Why it stopped early or did nothing.
@@ -88,21 +103,97 @@ const MAX_RESCANS: usize = 16;
 
 /// Runs a collection up to the shard's current seqno since, now, in this task (for tests and
 /// the playground; writers do this on their own in the background).
-pub async fn gc_now(client: &PersistClient, shard_id: &ShardId) -> GcReport {
+pub async fn gc_now(
+    client: &PersistClient,
+    shard_id: &ShardId,
+) -> Result<GcReport, PermanentError> {
     let machine = client.machine(shard_id, "gc".into());
-    machine.fetch_and_update_state_retrying().await;
+    machine.fetch_and_update_state_retrying().await?;
     let state = machine.state();
     let req = GcReq {
         old_seqno_since: state.collections.last_gc_req,
         new_seqno_since: state.collections.seqno_since(state.seqno),
     };
-    gc_and_truncate_with(&machine, req, &MaintenanceIds::from_client(client), None).await
+    let ids = MaintenanceIds::from_client(client);
+    let (report, _) = gc_and_truncate_with(&machine, req, &ids, GcHints::default()).await?;
+    Ok(report)
 }
 
 /// Runs the collector for `req` (see the module docs). Its future may be dropped at any point.
-pub async fn gc_and_truncate(client: &PersistClient, shard_id: &ShardId, req: GcReq) -> GcReport {
+pub async fn gc_and_truncate(
+    client: &PersistClient,
+    shard_id: &ShardId,
+    req: GcReq,
+) -> Result<GcReport, PermanentError> {
     let machine = client.machine(shard_id, "gc".into());
-    gc_and_truncate_with(&machine, req, &MaintenanceIds::from_client(client), None).await
+    let ids = MaintenanceIds::from_client(client);
+    let (report, _) = gc_and_truncate_with(&machine, req, &ids, GcHints::default()).await?;
+    Ok(report)
+}
+
+/// The blobs under the shard's prefix that no live state version refers to (as a rollup it
+/// lists or a part of a batch it holds), with their sizes. At quiescence these are exactly the
+/// leaks the module docs list; while commands run, a part written but not yet committed shows
+/// here too.
+pub async fn leaked_blobs(
+    client: &PersistClient,
+    shard_id: &ShardId,
+) -> Result<Vec<BlobMetadata>, PermanentError> {
+    let machine = client.machine(shard_id, "leak-check".into());
+    let referenced = live_references(&machine).await?;
+    let blob = &machine.location.blob;
+    let prefix = format!("{}/", shard_id.0);
+    let listed = machine
+        .retrying(|| async {
+            let mut listed = Vec::new();
+            blob.list_keys_and_metadata(&prefix, &mut |m| listed.push(m))
+                .await
+                .map(|()| listed)
+        })
+        .await?;
+    Ok(listed
+        .into_iter()
+        .filter(|m| !referenced.contains(&m.key))
+        .collect())
+}
+
+/// Every Blob key some live version refers to: replays every live version from the rollup at
+/// the earliest one. Retries while collectors move the earliest version under it.
+pub async fn live_references(machine: &Machine) -> Result<BTreeSet<String>, PermanentError> {
+    let mut last = String::new();
+    for _ in 0..MAX_RESCANS {
+        let versions = scan_all_retrying(machine).await?;
+        let (Some(earliest), Some(head)) = (versions.first(), versions.last()) else {
+            return Ok(BTreeSet::new());
+        };
+        let (earliest, head) = (earliest.seqno, head.seqno);
+        if earliest == head {
+            machine.fetch_and_update_state_retrying().await?;
+            let state = machine.state();
+            if state.seqno == head {
+                return Ok(references(&state).collect());
+            }
+            last = format!("the head moved past {head}");
+        } else {
+            match walk(machine, &versions, head, &[]).await? {
+                Walk::Walked {
+                    state_at_new,
+                    mut referenced_below_new,
+                    ..
+                } => {
+                    referenced_below_new.extend(references(&state_at_new));
+                    return Ok(referenced_below_new);
+                }
+                Walk::Done(reason) | Walk::Rescan(reason) => last = reason,
+            }
+        }
+        machine.cfg.backoff().wait(&machine.runtime).await;
+    }
+    Err(machine.permanent(
+        BrokenAt::Store,
+        PermanentKind::Inconsistent,
+        format!("the live versions kept moving after {MAX_RESCANS} scans: {last}"),
+    ))
 }
 
 /// What scanning and replaying the live versions found.
@@ -119,135 +210,219 @@ enum Walk {
     },
 }
 
-async fn scan_all_retrying(machine: &Machine) -> Vec<VersionedData> {
-    let mut backoff = machine.cfg.backoff();
-    loop {
-        match machine
-            .location
-            .consensus
-            .scan(&machine.shard_id.0, SeqNo(0), SCAN_ALL)
-            .await
-        {
-            Ok(versions) => return versions,
-            Err(_) => {
-                backoff.wait(&machine.runtime).await;
-            }
-        }
-    }
+async fn scan_all_retrying(machine: &Machine) -> Result<Vec<VersionedData>, PermanentError> {
+    let consensus = &machine.location.consensus;
+    machine
+        .retrying(|| consensus.scan(&machine.shard_id.0, SeqNo(0), SCAN_ALL))
+        .await
 }
 
-/// Steps 1 and 2 of the module docs. `known` is the state at `new`, if the caller has it.
-async fn walk(machine: &Machine, new: SeqNo, known: Option<&State>) -> Walk {
-    let versions = scan_all_retrying(machine).await;
+/// The blobs one state refers to: its batches' parts and its listed rollups.
+fn references(state: &State) -> impl Iterator<Item = String> + '_ {
+    state
+        .part_keys()
+        .map(String::from)
+        .chain(state.collections.rollups.values().map(|r| r.key.clone()))
+}
+
+/// The state at `earliest`, from the rollup `current` lists there; `Err(rescan)` if none is
+/// listed or it is gone because someone collected past `earliest` meanwhile.
+async fn read_rollup_at(
+    machine: &Machine,
+    current: &State,
+    earliest: SeqNo,
+) -> Result<Result<State, Walk>, PermanentError> {
+    let Some(rollup) = current.collections.rollups.get(&earliest).cloned() else {
+        return Ok(Err(Walk::Rescan(format!(
+            "no rollup is listed at the earliest version {earliest}"
+        ))));
+    };
+    let blob = &machine.location.blob;
+    let at_rollup = BrokenAt::BlobKey(rollup.key.clone());
+    let Some(bytes) = machine.retrying(|| blob.get(&rollup.key)).await? else {
+        // Gone: fine if someone collected past `earliest` meanwhile, broken if not.
+        let again = scan_all_retrying(machine).await?;
+        if again.first().map(|v| v.seqno) != Some(earliest) {
+            return Ok(Err(Walk::Rescan(format!(
+                "the rollup at {earliest} is gone"
+            ))));
+        }
+        let err = machine.permanent(
+            at_rollup,
+            PermanentKind::Missing,
+            format!("the rollup at the earliest live version {earliest} is gone"),
+        );
+        return Err(machine.mark_broken(err));
+    };
+    let state = decode_rollup(&bytes).map_err(|e| {
+        machine.mark_broken(machine.permanent(
+            at_rollup.clone(),
+            PermanentKind::Undecodable,
+            e.to_string(),
+        ))
+    })?;
+    if state.shard_id != machine.shard_id || state.seqno != earliest {
+        return Err(machine.mark_broken(machine.permanent(
+            at_rollup,
+            PermanentKind::Inconsistent,
+            format!(
+                "holds {} at {}, not {} at {earliest}",
+                state.shard_id, state.seqno, machine.shard_id
+            ),
+        )));
+    }
+    Ok(Ok(state))
+}
+
+/// Steps 1 and 2 of the module docs over `versions` (a scan of every live version). `known` are
+/// states the caller has (see [`GcHints`]).
+async fn walk(
+    machine: &Machine,
+    versions: &[VersionedData],
+    new: SeqNo,
+    known: &[&State],
+) -> Result<Walk, PermanentError> {
     let Some(first) = versions.first() else {
-        return Walk::Done("the shard has no versions".into());
+        return Ok(Walk::Done("the shard has no versions".into()));
     };
     let earliest = first.seqno;
     if earliest >= new {
-        return Walk::Done(format!(
+        return Ok(Walk::Done(format!(
             "already collected: the earliest version is {earliest}"
-        ));
+        )));
     }
     if versions
         .iter()
         .map(|v| v.seqno)
         .ne((earliest.0..).map(SeqNo).take(versions.len()))
     {
-        return Walk::Rescan("the scanned versions are not contiguous".into());
-    }
-    // The state's rollup list, at least as new as the scan.
-    machine.fetch_and_update_state_retrying().await;
-    let current = machine.state();
-    let Some(rollup) = current.collections.rollups.get(&earliest).cloned() else {
-        return Walk::Rescan(format!(
-            "no rollup is listed at the earliest version {earliest}"
+        return Ok(Walk::Rescan(
+            "the scanned versions are not contiguous".into(),
         ));
-    };
-    let mut backoff = machine.cfg.backoff();
-    let bytes = loop {
-        match machine.location.blob.get(&rollup.key).await {
-            Ok(Some(bytes)) => break bytes,
-            Ok(None) => {
-                return Walk::Rescan(format!("the rollup at {earliest} is gone"));
-            }
-            Err(_) => {
-                backoff.wait(&machine.runtime).await;
+    }
+    let known_at = |seqno: SeqNo| known.iter().find(|s| s.seqno == seqno).copied();
+    let (state, current) = match known_at(earliest) {
+        // This process collected up to `earliest` itself: it has the state there.
+        Some(state) => (state.clone(), machine.state()),
+        None => {
+            // The state's rollup list, at least as new as the scan.
+            machine.fetch_and_update_state_retrying().await?;
+            let current = machine.state();
+            match read_rollup_at(machine, &current, earliest).await? {
+                Ok(state) => (state, current),
+                Err(rescan) => return Ok(rescan),
             }
         }
     };
-    let state = match decode_rollup(&bytes) {
-        Ok(state) => state,
-        Err(e) => return Walk::Done(format!("the rollup at {earliest}: {e}")),
+    let inconsistent = |at: BrokenAt, e: String| {
+        machine.mark_broken(machine.permanent(at, PermanentKind::Inconsistent, e))
     };
-    if state.shard_id != machine.shard_id || state.seqno != earliest {
-        return Walk::Done(format!(
-            "the rollup {} holds {} at {}, not {} at {earliest}",
-            rollup.key, state.shard_id, state.seqno, machine.shard_id
-        ));
-    }
-    // Every batch some version in [earliest, new) holds was in the state at `earliest` or was
-    // inserted by one of the diffs after it: no need to rebuild each version.
-    let mut referenced_below_new: BTreeSet<String> = state.part_keys().map(String::from).collect();
+    let undecodable = |at: BrokenAt, e: String| {
+        machine.mark_broken(machine.permanent(at, PermanentKind::Undecodable, e))
+    };
+    // Every blob some version in [earliest, new) refers to was referred to by the state at
+    // `earliest` or was inserted by one of the diffs after it: no need to rebuild each version.
+    let mut referenced_below_new: BTreeSet<String> = references(&state).collect();
+    // SUBTLE: what a version inserts is read from this process's memo of the versions it
+    // committed or decoded (`Machine::seen`) when it is there, so that routine collections do
+    // not decode every diff again; the diffs themselves are decoded only to replay to `new`.
+    let replay = known_at(new).is_none() && current.seqno != new;
     let mut diffs = Vec::new();
     for version in versions.iter().skip(1).take_while(|v| v.seqno <= new) {
-        let diff = match decode_diff(&version.data) {
-            Ok(diff) if diff.seqno_to == version.seqno => diff,
-            Ok(diff) => {
-                return Walk::Done(format!("version {} holds {}", version.seqno, diff.seqno_to))
+        let below = version.seqno < new;
+        if !replay {
+            if !below {
+                break;
             }
-            Err(e) => return Walk::Done(format!("version {}: {e}", version.seqno)),
-        };
-        if version.seqno < new {
-            let inserted = diff.batches.iter().filter_map(|(_, b)| b.as_ref());
-            referenced_below_new.extend(inserted.flat_map(|b| b.parts.iter()).filter_map(
-                |p| match p {
-                    BatchPart::Hollow { key, .. } => Some(key.clone()),
-                    BatchPart::Inline { .. } => None,
-                },
+            if let Some(inserted) = machine.seen.borrow().get(&version.seqno) {
+                referenced_below_new.extend(inserted.iter().cloned());
+                continue;
+            }
+        }
+        let at = BrokenAt::Version(version.seqno);
+        let diff =
+            decode_diff(&version.data).map_err(|e| undecodable(at.clone(), e.to_string()))?;
+        if diff.seqno_to != version.seqno {
+            return Err(inconsistent(
+                at,
+                format!("holds the diff to {}", diff.seqno_to),
             ));
+        }
+        if below {
+            referenced_below_new.extend(diff.inserted_blobs());
         }
         diffs.push(diff);
     }
     // The state at `new`: the caller's, the cache if it is there, or the diffs replayed.
-    let state_at_new = match (known, current.seqno == new) {
-        (Some(known), _) if known.seqno == new => known.clone(),
+    let state_at_new = match (known_at(new), current.seqno == new) {
+        (Some(known), _) => known.clone(),
         (_, true) => current,
         _ => {
             let mut state = state;
             for diff in &diffs {
-                if let Err(e) = diff.apply(&mut state) {
-                    return Walk::Done(format!("version {}: {e}", diff.seqno_to));
-                }
+                diff.apply(&mut state)
+                    .map_err(|e| inconsistent(BrokenAt::Version(diff.seqno_to), e))?;
             }
             state
         }
     };
     if state_at_new.seqno != new {
-        return Walk::Done(format!(
+        return Ok(Walk::Done(format!(
             "the live versions end at {}, before {new}",
             state_at_new.seqno
-        ));
+        )));
     }
-    Walk::Walked {
+    Ok(Walk::Walked {
         earliest,
         state_at_new: Box::new(state_at_new),
         referenced_below_new,
-    }
+    })
 }
 
-/// The collector (see the module docs), with ids for the rollup it may write.
+/// What a collector may start from, besides storage.
+#[derive(Default)]
+pub(crate) struct GcHints<'a> {
+    /// States this process already has (the one at the target saves replaying diffs; the one at
+    /// the earliest live version saves reading and decoding its rollup).
+    pub(crate) states: Vec<&'a State>,
+    /// Routine collection: collect only up to the newest listed rollup at or below the request's
+    /// target (no rollup to write, no command to list it), and skip if that rollup is already
+    /// the earliest listed one. By hand (`false`), collect up to exactly the target, writing a
+    /// rollup there if none is listed.
+    pub(crate) at_latest_rollup: bool,
+}
+
+/// The collector (see the module docs), with ids for the rollup it may write. On success it
+/// also returns the state at its target: the earliest live version after its truncate, which
+/// the next collection of this process starts from.
 pub(crate) async fn gc_and_truncate_with(
     machine: &Machine,
     req: GcReq,
     ids: &MaintenanceIds,
-    known: Option<&State>,
-) -> GcReport {
-    let new = req.new_seqno_since;
+    hints: GcHints<'_>,
+) -> Result<(GcReport, Option<State>), PermanentError> {
+    let mut new = req.new_seqno_since;
+    if hints.at_latest_rollup && machine.cfg.rollup_threshold > 0 {
+        let state = machine.state();
+        let rollups = &state.collections.rollups;
+        let first = rollups.keys().next().copied();
+        match rollups.range(..=new).next_back().map(|(s, _)| *s) {
+            Some(latest) if Some(latest) != first => new = latest,
+            _ => {
+                let report = GcReport {
+                    new_seqno_since: new,
+                    skipped: Some("no rollup above the earliest one yet".into()),
+                    ..GcReport::default()
+                };
+                return Ok((report, None));
+            }
+        }
+    }
     let mut report = GcReport {
         new_seqno_since: new,
         ..GcReport::default()
     };
-    let skip = |report: &mut GcReport, reason: String| {
+    let skip = |mut report: GcReport, reason: String| {
         machine.events.record(|| PersistEvent::GcSkipped {
             who: machine.who.clone(),
             shard: machine.shard_id.0.clone(),
@@ -256,6 +431,7 @@ pub(crate) async fn gc_and_truncate_with(
             at_ms: machine.runtime.now_ms(),
         });
         report.skipped = Some(reason);
+        Ok((report, None))
     };
 
     // 1 and 2: the live versions and what they refer to.
@@ -263,11 +439,9 @@ pub(crate) async fn gc_and_truncate_with(
     let mut walked = None;
     let mut last_reason = String::new();
     for _ in 0..MAX_RESCANS {
-        match walk(machine, new, known).await {
-            Walk::Done(reason) => {
-                skip(&mut report, reason);
-                return report;
-            }
+        let versions = scan_all_retrying(machine).await?;
+        match walk(machine, &versions, new, &hints.states).await? {
+            Walk::Done(reason) => return skip(report, reason),
             Walk::Rescan(reason) => {
                 last_reason = reason;
                 backoff.wait(&machine.runtime).await;
@@ -282,90 +456,38 @@ pub(crate) async fn gc_and_truncate_with(
             }
         }
     }
-    let Some((earliest, state_at_new, mut deletable_parts)) = walked else {
-        skip(
-            &mut report,
+    let Some((_earliest, state_at_new, mut deletable)) = walked else {
+        return skip(
+            report,
             format!("gave up after {MAX_RESCANS} scans: {last_reason}"),
         );
-        return report;
     };
-    for key in state_at_new.part_keys() {
-        deletable_parts.remove(key);
+    for key in references(&state_at_new) {
+        deletable.remove(&key);
     }
 
-    // 3: a rollup at exactly `new`, listed; the rollups below the earliest, unlisted.
-    let current = machine.state();
-    let remove: Vec<(SeqNo, HollowRollup)> = current
-        .collections
-        .rollups
-        .range(..earliest)
-        .map(|(s, r)| (*s, r.clone()))
-        .collect();
-    let (rollup, wrote) = match current.collections.rollups.get(&new) {
-        Some(listed) => (listed.clone(), false),
-        None => (write_rollup_blob(machine, &state_at_new, ids).await, true),
-    };
-    let (_, result, maybe_committed) = machine
-        .apply_maintenance_cmd("add_and_remove_rollups", |c| {
-            c.add_and_remove_rollups((new, &rollup), &remove)
-        })
-        .await;
-    if wrote {
+    // 3: a rollup at exactly `new`, listed.
+    if !machine.state().collections.rollups.contains_key(&new) {
+        let rollup = write_rollup_blob(machine, &state_at_new, ids).await?;
+        let (_, result, maybe_committed) = machine
+            .apply_maintenance_cmd("add_rollup", |c| c.add_rollup(new, &rollup))
+            .await?;
         let listed = matches!(result, Continue(true) | Break(true));
-        machine.events.record(|| PersistEvent::RollupAdded {
-            who: machine.who.clone(),
-            shard: machine.shard_id.0.clone(),
-            seqno: new,
-            key: rollup.key.clone(),
-            added: listed,
-            reason: "gc".into(),
-            at_ms: machine.runtime.now_ms(),
-        });
-        if !listed && !maybe_committed {
-            machine
-                .delete_blobs_retrying(std::slice::from_ref(&rollup.key), "unused rollup")
-                .await;
-        }
+        settle_rollup(machine, (new, &rollup), listed, maybe_committed, "gc").await?;
     }
-    let after = machine.state();
-    if !after.collections.rollups.contains_key(&new) {
+    if !machine.state().collections.rollups.contains_key(&new) {
         // Only a rollup older than every listed one is refused: others collected past `new`.
-        skip(
-            &mut report,
+        return skip(
+            report,
             format!("no rollup can be listed at {new}: the shard was collected past it"),
         );
-        return report;
     }
 
-    // 4: delete what no live version needs.
-    report.parts_deleted = deletable_parts.into_iter().collect();
-    machine
-        .delete_blobs_retrying(&report.parts_deleted, "part")
-        .await;
-    report.rollups_deleted = remove
-        .iter()
-        .filter(|(s, r)| after.collections.rollups.get(s) != Some(r))
-        .map(|(_, r)| r.key.clone())
-        .collect();
-    machine
-        .delete_blobs_retrying(&report.rollups_deleted, "rollup")
-        .await;
-
-    // 5, last: truncate. A collector that got further first makes this a no-op.
-    let mut backoff = machine.cfg.backoff();
-    let deleted = loop {
-        match machine
-            .location
-            .consensus
-            .truncate(&machine.shard_id.0, new)
-            .await
-        {
-            Ok(deleted) => break deleted,
-            Err(_) => {
-                backoff.wait(&machine.runtime).await;
-            }
-        }
-    };
+    // 4: truncate. A collector that got further first makes this a no-op.
+    let consensus = &machine.location.consensus;
+    let deleted = machine
+        .retrying(|| consensus.truncate(&machine.shard_id.0, new))
+        .await?;
     machine.events.record(|| PersistEvent::ConsensusTruncated {
         who: machine.who.clone(),
         shard: machine.shard_id.0.clone(),
@@ -374,14 +496,38 @@ pub(crate) async fn gc_and_truncate_with(
         at_ms: machine.runtime.now_ms(),
     });
     report.versions_truncated = Some(deleted);
-    report
+    machine.forget_below(new);
+
+    // 5: delete what only dead versions referred to.
+    let (rollups, parts): (Vec<String>, Vec<String>) =
+        deletable.into_iter().partition(|k| k.contains("/rollup/"));
+    machine.delete_blobs_retrying(&parts, "part").await?;
+    machine.delete_blobs_retrying(&rollups, "rollup").await?;
+    report.parts_deleted = parts;
+    report.rollups_deleted = rollups;
+
+    // 6: unlist the rollups below the new earliest version.
+    let (_, result, _) = machine
+        .apply_maintenance_cmd("remove_rollups_below", |c| c.remove_rollups_below(new))
+        .await?;
+    if let Continue(removed) = result {
+        report.rollups_unlisted = removed;
+        machine.events.record(|| PersistEvent::RollupsUnlisted {
+            who: machine.who.clone(),
+            shard: machine.shard_id.0.clone(),
+            below: new,
+            count: removed,
+            at_ms: machine.runtime.now_ms(),
+        });
+    }
+    Ok((report, Some(*state_at_new)))
 }
 
 #[cfg(test)]
 mod tests {
     //! The pure transitions GC and rollups rely on (in `state.rs`'s maintenance section).
     use super::*;
-    use crate::persist::state::{StateCollections, WriterId};
+    use crate::persist::state::{HollowRollup, StateCollections, WriterId};
     use std::ops::ControlFlow;
 
     fn rollup(key: &str) -> HollowRollup {
@@ -429,37 +575,21 @@ mod tests {
     }
 
     #[test]
-    fn add_and_remove_rollups() {
+    fn remove_rollups_below_keeps_the_rest_and_never_the_last() {
         let mut s = with_rollups(&[1, 4, 8]);
-        let remove = vec![(SeqNo(1), rollup("r1")), (SeqNo(4), rollup("other"))];
+        assert_eq!(s.remove_rollups_below(SeqNo(5)), ControlFlow::Continue(2));
+        assert_eq!(s.rollups.keys().map(|s| s.0).collect::<Vec<_>>(), [8]);
         assert_eq!(
-            s.add_and_remove_rollups((SeqNo(10), &rollup("g")), &remove),
-            ControlFlow::Continue(true)
+            s.remove_rollups_below(SeqNo(5)),
+            ControlFlow::Break(0),
+            "nothing left below: no command"
         );
         assert_eq!(
-            s.rollups.keys().map(|s| s.0).collect::<Vec<_>>(),
-            [4, 8, 10],
-            "r1 removed; 4 is listed with another key, so kept"
+            s.remove_rollups_below(SeqNo(100)),
+            ControlFlow::Break(0),
+            "the last rollup is never removed"
         );
-        // Again: nothing changes, and the rollup is listed.
-        assert_eq!(
-            s.add_and_remove_rollups((SeqNo(10), &rollup("g")), &remove),
-            ControlFlow::Break(true)
-        );
-        // Someone else's rollup at the seqno: ours is not listed, removals still happen.
-        let remove = vec![(SeqNo(4), rollup("r4"))];
-        assert_eq!(
-            s.add_and_remove_rollups((SeqNo(10), &rollup("h")), &remove),
-            ControlFlow::Continue(false)
-        );
-        assert_eq!(s.rollups.keys().map(|s| s.0).collect::<Vec<_>>(), [8, 10]);
-        // The last rollup is never removed.
-        let mut one = with_rollups(&[3]);
-        assert_eq!(
-            one.add_and_remove_rollups((SeqNo(2), &rollup("x")), &[(SeqNo(3), rollup("r3"))]),
-            ControlFlow::Break(false)
-        );
-        assert_eq!(one.rollups.len(), 1);
+        assert_eq!(s.rollups.len(), 1);
     }
 
     #[test]

@@ -14,10 +14,19 @@
 //! [`IdempotencyToken`] across its retries, so a retry that finds its own token committed succeeds
 //! rather than writing twice (at-most-once under indeterminate errors).
 //!
-//! Storage errors are retried with back-off for as long as the caller waits; every future here
-//! cancels on drop, so callers bound them with the runtime's `timeout`.
+//! Transient storage errors are retried with back-off for as long as the caller waits; every
+//! future here cancels on drop, so callers bound them with the runtime's `timeout`. Permanent
+//! ones are not: a version that does not decode or does not follow its predecessor, a rollup that
+//! does not decode or is gone while the head still names it, a store closed for good. The first
+//! one found marks the shard **broken** in this process's cache (shared by all its handles and
+//! its maintenance) and every later command answers it at once, so nothing more is written.
+//!
+//! A shard whose upper and since are both empty is a **tombstone** (`state.rs`): a command on it
+//! runs its transition on a scratch copy and commits nothing, spending no seqno; it answers what
+//! the transition answered.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ops::ControlFlow::{self, Break, Continue};
 use std::rc::Rc;
 
@@ -27,14 +36,18 @@ use timely::PartialOrder;
 
 use super::codec::Timestamp;
 use super::encoding::{decode_diff, decode_rollup, encode_diff, encode_rollup, StateDiff};
-use super::error::{InvalidUsage, UpperMismatch};
+use super::error::{InvalidUsage, PersistError, UpperMismatch};
 use super::events::{frontier, CasOutcome, EventLog, PersistEvent};
 use super::state::{
     CompareAndAppendBreak, HollowBatch, HollowRollup, IdempotencyToken, State, StateCollections,
     WriterId,
 };
 use super::{PersistConfig, ShardId};
-use crate::location::{CaSResult, ExternalError, Location, SeqNo, VersionedData, SCAN_ALL};
+use crate::location::{
+    BrokenAt, CaSResult, ExternalError, Location, PermanentError, PermanentKind, SeqNo,
+    VersionedData, SCAN_ALL,
+};
+use crate::retry::retry_transient;
 use crate::runtime::Runtime;
 
 /// The outcome of a compare_and_append at the machine level.
@@ -61,7 +74,17 @@ pub struct Machine {
     pub(crate) cache: Rc<RefCell<State>>,
     /// This process's maintenance queue for the shard (see `maintenance.rs`).
     pub(crate) maintenance: Rc<RefCell<super::maintenance::MaintenanceQueue>>,
+    /// The first permanent error this process found on the shard. Once set, every command and
+    /// fetch answers it and nothing more is written.
+    pub(crate) broken: Rc<RefCell<Option<PermanentError>>>,
+    /// What each version this process committed or decoded inserts into Blob, by seqno (see
+    /// `gc.rs`): forgotten below each truncate, and bounded by [`SEEN_CAPACITY`].
+    pub(crate) seen: Rc<RefCell<BTreeMap<SeqNo, Vec<String>>>>,
 }
+
+/// How many versions [`Machine::seen`] remembers at most (the oldest are forgotten first: a
+/// collector then decodes them again).
+pub const SEEN_CAPACITY: usize = 4096;
 
 impl Machine {
     /// The cached state's seqno.
@@ -87,16 +110,100 @@ impl Machine {
         }
     }
 
+    fn remember(&self, seqno: SeqNo, diff: &StateDiff) {
+        let mut seen = self.seen.borrow_mut();
+        seen.insert(seqno, diff.inserted_blobs());
+        while seen.len() > SEEN_CAPACITY {
+            seen.pop_first();
+        }
+    }
+
+    /// Forgets what versions below `seqno` inserted (they were truncated).
+    pub(crate) fn forget_below(&self, seqno: SeqNo) {
+        let mut seen = self.seen.borrow_mut();
+        *seen = seen.split_off(&seqno);
+    }
+
+    /// The permanent error this process found on the shard, if any.
+    pub fn broken(&self) -> Option<PermanentError> {
+        self.broken.borrow().clone()
+    }
+
+    fn check_broken(&self) -> Result<(), PermanentError> {
+        match &*self.broken.borrow() {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the shard broken with `err` (the first one found wins) and returns `err`.
+    pub(crate) fn mark_broken(&self, err: PermanentError) -> PermanentError {
+        let first = {
+            let mut broken = self.broken.borrow_mut();
+            let first = broken.is_none();
+            if first {
+                *broken = Some(err.clone());
+            }
+            first
+        };
+        if first {
+            self.events.record(|| PersistEvent::ShardBroken {
+                who: self.who.clone(),
+                shard: self.shard_id.0.clone(),
+                error: err.clone(),
+                at_ms: self.runtime.now_ms(),
+            });
+        }
+        err
+    }
+
+    /// A permanent error about this shard.
+    pub(crate) fn permanent(
+        &self,
+        at: BrokenAt,
+        kind: PermanentKind,
+        detail: impl Into<String>,
+    ) -> PermanentError {
+        PermanentError::new(self.shard_id.0.clone(), at, kind, detail)
+    }
+
+    /// Splits a storage error: a transient one is handed back to retry; a permanent one marks
+    /// the shard broken.
+    pub(crate) fn transient(&self, err: ExternalError) -> Result<ExternalError, PermanentError> {
+        match err {
+            ExternalError::Permanent(e) => Err(self.mark_broken(*e)),
+            other => Ok(other),
+        }
+    }
+
+    /// Runs one storage call until it succeeds, retrying transient errors with back-off; a
+    /// permanent error marks the shard broken and is returned.
+    pub(crate) async fn retrying<T, Fut>(
+        &self,
+        op: impl FnMut() -> Fut,
+    ) -> Result<T, PermanentError>
+    where
+        Fut: std::future::Future<Output = Result<T, ExternalError>>,
+    {
+        self.check_broken()?;
+        let mut backoff = self.cfg.backoff();
+        retry_transient(&self.runtime, &mut backoff, op, |_, _| {})
+            .await
+            .map_err(|e| self.mark_broken(e))
+    }
+
     /// Creates the shard if Consensus has no version of it yet: an initial rollup in Blob, then
     /// `compare_and_set(None, v1)`. Losing the race is fine (someone else created it). On return
     /// the cache holds the shard's state as of now (the new one, or the one found).
-    pub(crate) async fn maybe_init_shard(&self) {
+    pub(crate) async fn maybe_init_shard(&self) -> Result<(), PermanentError> {
         let mut backoff = self.cfg.backoff();
         loop {
+            self.check_broken()?;
             match self.try_init_shard().await {
-                Ok(()) => return,
+                Ok(()) => return Ok(()),
                 Err(err) => {
                     self.record_command("init", SeqNo(0), SeqNo(0), retry_outcome(&err), None);
+                    self.transient(err)?;
                     backoff.wait(&self.runtime).await;
                 }
             }
@@ -185,23 +292,29 @@ impl Machine {
     }
 
     /// Brings the cache up to the head of Consensus: applies the newer diffs to the cached state,
-    /// or, if they were truncated away, starts over from the newest rollup.
+    /// or, if they were truncated away, starts over from the newest rollup. A permanent error
+    /// (see the module docs) marks the shard broken.
     pub async fn fetch_and_update_state(&self) -> Result<(), ExternalError> {
+        self.check_broken()?;
+        match self.fetch_inner().await {
+            Err(ExternalError::Permanent(e)) => Err(self.mark_broken(*e).into()),
+            other => other,
+        }
+    }
+
+    async fn fetch_inner(&self) -> Result<(), ExternalError> {
         let consensus = &self.location.consensus;
         let shard = &self.shard_id.0;
         let cached_seqno = self.seqno();
-        if cached_seqno > SeqNo(0) {
-            let diffs = consensus.scan(shard, cached_seqno.next(), SCAN_ALL).await?;
+        if let (true, Some(from)) = (cached_seqno > SeqNo(0), cached_seqno.checked_next()) {
+            let diffs = consensus.scan(shard, from, SCAN_ALL).await?;
             if diffs.is_empty() {
                 return Ok(());
             }
-            if diffs[0].seqno == cached_seqno.next() {
+            if diffs[0].seqno == from {
                 let mut state = self.state();
                 if state.seqno == cached_seqno {
-                    for v in &diffs {
-                        let diff = decode_diff(&v.data).map_err(corrupted)?;
-                        diff.apply(&mut state).map_err(corrupted_str)?;
-                    }
+                    self.apply_versions(&mut state, &diffs)?;
                     self.record_fetch(state.seqno, false);
                     self.install(state);
                 }
@@ -212,57 +325,125 @@ impl Machine {
         self.fetch_from_rollup().await
     }
 
+    /// Applies stored versions to `state` in order. A version that does not decode, or does not
+    /// follow the one before, is a permanent error naming it.
+    fn apply_versions(
+        &self,
+        state: &mut State,
+        versions: &[VersionedData],
+    ) -> Result<(), PermanentError> {
+        for v in versions {
+            let at = BrokenAt::Version(v.seqno);
+            let diff = decode_diff(&v.data).map_err(|e| {
+                self.permanent(at.clone(), PermanentKind::Undecodable, e.to_string())
+            })?;
+            if diff.seqno_to != v.seqno {
+                return Err(self.permanent(
+                    at,
+                    PermanentKind::Inconsistent,
+                    format!("the version holds the diff to {}", diff.seqno_to),
+                ));
+            }
+            diff.apply(state)
+                .map_err(|e| self.permanent(at, PermanentKind::Inconsistent, e))?;
+            self.remember(v.seqno, &diff);
+        }
+        Ok(())
+    }
+
     async fn fetch_from_rollup(&self) -> Result<(), ExternalError> {
         let consensus = &self.location.consensus;
         let shard = &self.shard_id.0;
         let mut backoff = self.cfg.backoff();
+        // The head seqno at which the last attempt found its rollup gone or its diffs truncated:
+        // finding the same again at the same head means nothing moved on, so it will not heal.
+        let mut stuck_at: Option<SeqNo> = None;
         loop {
             let Some(head) = consensus.head(shard).await? else {
                 return Ok(());
             };
-            let diff = decode_diff(&head.data).map_err(corrupted)?;
+            let at_head = BrokenAt::Version(head.seqno);
+            let diff = decode_diff(&head.data).map_err(|e| {
+                self.permanent(at_head.clone(), PermanentKind::Undecodable, e.to_string())
+            })?;
             let Some((rollup_seqno, rollup)) = diff.latest_rollup else {
-                return Err(corrupted_str(format!(
-                    "state version {} names no rollup",
-                    head.seqno
-                )));
+                return Err(self
+                    .permanent(at_head, PermanentKind::Inconsistent, "names no rollup")
+                    .into());
             };
+            let at_rollup = BrokenAt::BlobKey(rollup.key.clone());
             let Some(bytes) = self.location.blob.get(&rollup.key).await? else {
-                // GC removed it: state has moved on since we read the head. Read again.
+                if stuck_at == Some(head.seqno) {
+                    return Err(self
+                        .permanent(
+                            at_rollup,
+                            PermanentKind::Missing,
+                            format!(
+                                "the rollup of {rollup_seqno} that head version {} names is gone",
+                                head.seqno
+                            ),
+                        )
+                        .into());
+                }
+                // GC may have removed it after state moved on since we read the head: read again.
+                stuck_at = Some(head.seqno);
                 backoff.wait(&self.runtime).await;
                 continue;
             };
-            let mut state = decode_rollup(&bytes).map_err(corrupted)?;
+            let mut state = decode_rollup(&bytes).map_err(|e| {
+                self.permanent(at_rollup.clone(), PermanentKind::Undecodable, e.to_string())
+            })?;
             if state.shard_id != self.shard_id || state.seqno != rollup_seqno {
-                return Err(corrupted_str(format!(
-                    "rollup {} holds shard {} at {}, expected {} at {}",
-                    rollup.key, state.shard_id, state.seqno, self.shard_id, rollup_seqno
-                )));
+                return Err(self
+                    .permanent(
+                        at_rollup,
+                        PermanentKind::Inconsistent,
+                        format!(
+                            "holds shard {} at {}, expected {} at {}",
+                            state.shard_id, state.seqno, self.shard_id, rollup_seqno
+                        ),
+                    )
+                    .into());
             }
-            let diffs = consensus.scan(shard, rollup_seqno.next(), SCAN_ALL).await?;
-            if diffs
-                .first()
-                .is_some_and(|d| d.seqno != rollup_seqno.next())
-            {
+            let Some(from) = rollup_seqno.checked_next() else {
+                return Err(self
+                    .permanent(
+                        at_rollup,
+                        PermanentKind::Inconsistent,
+                        "no seqno follows it",
+                    )
+                    .into());
+            };
+            let diffs = consensus.scan(shard, from, SCAN_ALL).await?;
+            let reaches_head = diffs.last().map_or(rollup_seqno, |d| d.seqno) >= head.seqno;
+            if diffs.first().is_some_and(|d| d.seqno != from) || !reaches_head {
+                if stuck_at == Some(head.seqno) {
+                    return Err(self
+                        .permanent(
+                            BrokenAt::Version(from),
+                            PermanentKind::Missing,
+                            format!(
+                                "the versions from the rollup at {rollup_seqno} to the head {} \
+                                 are not all there",
+                                head.seqno
+                            ),
+                        )
+                        .into());
+                }
+                stuck_at = Some(head.seqno);
                 backoff.wait(&self.runtime).await;
                 continue;
             }
-            for v in &diffs {
-                let diff = decode_diff(&v.data).map_err(corrupted)?;
-                diff.apply(&mut state).map_err(corrupted_str)?;
-            }
+            self.apply_versions(&mut state, &diffs)?;
             self.record_fetch(state.seqno, true);
             self.install(state);
             return Ok(());
         }
     }
 
-    /// [`Machine::fetch_and_update_state`], retrying storage errors until it succeeds.
-    pub async fn fetch_and_update_state_retrying(&self) {
-        let mut backoff = self.cfg.backoff();
-        while self.fetch_and_update_state().await.is_err() {
-            backoff.wait(&self.runtime).await;
-        }
+    /// [`Machine::fetch_and_update_state`], retrying transient errors until it succeeds.
+    pub async fn fetch_and_update_state_retrying(&self) -> Result<(), PermanentError> {
+        self.retrying(|| self.fetch_and_update_state()).await
     }
 
     /// One command: apply, compare_and_set, and on a mismatch or a determinate error fetch and
@@ -275,16 +456,41 @@ impl Machine {
     ) -> Result<(SeqNo, ControlFlow<B, R>), ExternalError> {
         let mut backoff = self.cfg.backoff();
         loop {
+            self.check_broken()?;
             let now = self.runtime.now_ms();
             // Compute under a borrow of the cache: one clone of the state per attempt.
             let computed = {
                 let old = self.cache.borrow();
                 let before = frontiers(&old);
+                if old.seqno.checked_next().is_none() || old.walltime_ms == u64::MAX {
+                    let at = BrokenAt::Version(old.seqno);
+                    drop(old);
+                    return Err(self
+                        .mark_broken(self.permanent(
+                            at,
+                            PermanentKind::Inconsistent,
+                            "no seqno or walltime is left after this version",
+                        ))
+                        .into());
+                }
+                if old.collections.is_tombstone() {
+                    // A tombstone commits nothing: the transition answers from a scratch copy.
+                    let result = old
+                        .clone_apply(now, &mut |s, c| work(s, now, c))
+                        .map_continue(|(r, _)| r);
+                    let seqno = old.seqno;
+                    drop(old);
+                    let why = CasOutcome::Skipped("tombstone".into());
+                    self.record_command(cmd, seqno, seqno, why, Some((before, before)));
+                    return Ok((seqno, result));
+                }
                 match old.clone_apply(now, &mut |s, c| work(s, now, c)) {
                     Break(b) => Err((old.seqno, before, b)),
                     Continue((r, mut new)) => {
                         // Maintenance rides along with every command.
                         new.collections.expire_at(now);
+                        // Both frontiers closed: the shard drops every handle.
+                        new.collections.maybe_become_tombstone();
                         // Maintenance hook (maintenance.rs): the GC trigger, and the background
                         // work this version assigns to us if it commits.
                         let maintenance = self.maintenance_for(cmd, &old, &mut new);
@@ -340,6 +546,7 @@ impl Machine {
                         Some((before, frontiers(&new))),
                     );
                     let seqno = new.seqno;
+                    self.remember(seqno, &diff);
                     self.install(new);
                     // Maintenance hook (maintenance.rs): start the assigned work.
                     self.start_maintenance(maintenance);
@@ -358,7 +565,8 @@ impl Machine {
                         CasOutcome::Mismatch,
                         Some((before, after)),
                     );
-                    if fetched.is_err() {
+                    if let Err(err) = fetched {
+                        self.transient(err)?;
                         backoff.wait(&self.runtime).await;
                     }
                 }
@@ -368,26 +576,30 @@ impl Machine {
                 }
                 Err(err) => {
                     self.record_command(cmd, old_seqno, old_seqno, retry_outcome(&err), None);
-                    return Err(err);
+                    return Err(self.transient(err)?);
                 }
             }
         }
     }
 
     /// An idempotent command: indeterminate errors are retried by re-reading state and applying
-    /// again (harmless for commands whose second application changes nothing more).
+    /// again (harmless for commands whose second application changes nothing more). A permanent
+    /// error ends it.
     pub(crate) async fn apply_idempotent<R, B: std::fmt::Debug>(
         &self,
         cmd: &str,
         mut work: impl FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<B, R>,
-    ) -> (SeqNo, ControlFlow<B, R>) {
+    ) -> Result<(SeqNo, ControlFlow<B, R>), PermanentError> {
         let mut backoff = self.cfg.backoff();
         loop {
             match self.apply_unbatched_cmd(cmd, &mut work).await {
-                Ok(out) => return out,
+                Ok(out) => return Ok(out),
+                Err(ExternalError::Permanent(e)) => return Err(*e),
                 Err(_indeterminate) => {
                     backoff.wait(&self.runtime).await;
-                    let _ = self.fetch_and_update_state().await;
+                    if let Err(err) = self.fetch_and_update_state().await {
+                        self.transient(err)?;
+                    }
                 }
             }
         }
@@ -415,7 +627,7 @@ impl Machine {
         batch: &HollowBatch,
         writer_id: &WriterId,
         token: &IdempotencyToken,
-    ) -> Result<CaaOutcome, InvalidUsage> {
+    ) -> Result<CaaOutcome, PersistError> {
         let lease = self.cfg.writer_lease_duration_ms;
         let mut indeterminate_seen: Option<ExternalError> = None;
         let mut backoff = self.cfg.backoff();
@@ -435,24 +647,29 @@ impl Machine {
                 Ok((_, Break(CompareAndAppendBreak::InlineBackpressure))) => {
                     return Ok(CaaOutcome::InlineBackpressure)
                 }
-                Ok((_, Break(CompareAndAppendBreak::InvalidUsage(e)))) => return Err(e),
+                Ok((_, Break(CompareAndAppendBreak::InvalidUsage(e)))) => return Err(e.into()),
+                Ok((seqno, Break(CompareAndAppendBreak::Inconsistent(detail)))) => {
+                    let err = self.permanent(
+                        BrokenAt::Version(seqno),
+                        PermanentKind::Inconsistent,
+                        detail,
+                    );
+                    return Err(self.mark_broken(err).into());
+                }
                 Ok((_, Break(CompareAndAppendBreak::Upper { .. }))) => {
                     // Our cached state may just be stale: fetch and look again.
-                    self.fetch_and_update_state_retrying().await;
+                    self.fetch_and_update_state_retrying().await?;
                     let state = self.state();
                     let shard_upper = state.upper().clone();
-                    if shard_upper == batch.desc.lower {
+                    if shard_upper == batch.desc.lower && !state.collections.is_tombstone() {
                         continue;
                     }
-                    let writer_upper = state
-                        .collections
-                        .writers
-                        .get(writer_id)
-                        .map(|w| w.most_recent_write_upper.clone());
-                    if let (Some(_), Some(writer_upper)) = (&indeterminate_seen, writer_upper) {
-                        if PartialOrder::less_equal(&batch.desc.upper, &writer_upper)
-                            && state.collections.writers[writer_id].most_recent_write_token
-                                != *token
+                    let writer = state.collections.writers.get(writer_id);
+                    if let (Some(_), Some(writer)) = (&indeterminate_seen, writer) {
+                        if PartialOrder::less_equal(
+                            &batch.desc.upper,
+                            &writer.most_recent_write_upper,
+                        ) && writer.most_recent_write_token != *token
                         {
                             // SUBTLE: an acknowledgement was lost, and this writer has since
                             // moved its own upper past this batch by another write: whether this
@@ -461,17 +678,21 @@ impl Machine {
                             return Err(InvalidUsage::IndeterminateOutcome {
                                 lower: batch.desc.lower.clone(),
                                 upper: batch.desc.upper.clone(),
-                            });
+                            }
+                            .into());
                         }
                     }
                     return Ok(CaaOutcome::UpperMismatch(shard_upper));
                 }
+                Err(ExternalError::Permanent(e)) => return Err((*e).into()),
                 Err(err) => {
                     // The compare_and_set may have happened: retry with the same token, which
                     // tells a committed write apart from one that never happened.
                     indeterminate_seen = Some(err);
                     backoff.wait(&self.runtime).await;
-                    let _ = self.fetch_and_update_state().await;
+                    if let Err(err) = self.fetch_and_update_state().await {
+                        self.transient(err)?;
+                    }
                 }
             }
         }
@@ -532,14 +753,6 @@ fn retry_outcome(err: &ExternalError) -> CasOutcome {
         ExternalError::Indeterminate(m) => CasOutcome::Indeterminate(m.clone()),
         ExternalError::Permanent(e) => CasOutcome::Permanent(e.to_string()),
     }
-}
-
-fn corrupted(e: impl std::fmt::Display) -> ExternalError {
-    ExternalError::determinate(format!("corrupted shard state: {e}"))
-}
-
-fn corrupted_str(e: String) -> ExternalError {
-    corrupted(e)
 }
 
 /// Maps a machine-level outcome to the handle API's nested result.

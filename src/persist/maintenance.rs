@@ -22,25 +22,28 @@
 //! - **GC** (`gc_enabled`): when the seqno since has moved far enough, `gc.rs` deletes the blobs no
 //!   live version needs and truncates Consensus.
 //!
+//! This module is the dispatcher only: the steps live in `background.rs` (ids, maintenance
+//! commands, Blob writes and deletes) and `rollup.rs`, the work in `compact.rs` and `gc.rs`;
+//! none of those imports this one.
+//!
 //! Keys for the blobs this work writes are derived from the commit that assigned it (the committer's
 //! id and the seqno, unique because a seqno is committed once), so the command loop needs no source
 //! of randomness; work started by hand ([`super::compact::compact_now`], [`super::gc::gc_now`])
 //! draws its ids from the client's seeded generator instead.
+//!
+//! A permanent error in any step ends the worker: the shard is broken in this process, and no
+//! later commit starts a worker for it.
 
-use std::cell::Cell;
-use std::ops::ControlFlow::{self, Break, Continue};
 use std::rc::Rc;
 
-use bytes::Bytes;
-
-use super::encoding::encode_rollup;
+use super::background::MaintenanceIds;
 use super::events::PersistEvent;
-use super::gc::GcReq;
+use super::gc::{gc_and_truncate_with, GcHints, GcReq};
 use super::machine::Machine;
-use super::state::{HollowRollup, State, StateCollections};
+use super::rollup::write_and_add_rollup;
+use super::state::State;
 use super::trace::FueledMergeReq;
-use super::PersistClient;
-use crate::location::SeqNo;
+use crate::location::{PermanentError, SeqNo};
 
 /// The name of the one non-idempotent command, whose commits assign compaction and GC work.
 const COMPARE_AND_APPEND: &str = "compare_and_append";
@@ -75,6 +78,12 @@ pub(crate) struct MaintenanceQueue {
     gc: Option<(GcReq, Option<Rc<State>>)>,
     /// Whether some append asked for a merge.
     compaction: bool,
+    /// The state at the target of this process's last collection: the earliest live version
+    /// after it, where the next collection starts (saves reading that rollup back).
+    collected: Option<Rc<State>>,
+    /// The state of the last rollup this process listed: routine collections go up to the
+    /// newest listed rollup, often this one, and then need no replay to know the state there.
+    rolled: Option<Rc<State>>,
 }
 
 /// Resets the queue's `running` flag however the worker ends (done, or dropped mid-work).
@@ -87,14 +96,25 @@ impl Drop for WorkerGuard<'_> {
 }
 
 /// Drains the shard's maintenance queue: each round takes everything queued so far and does it,
-/// rollup first (a fresh rollup lets GC truncate further), then merges, then GC.
+/// rollup first (a fresh rollup lets GC truncate further), then merges, then GC. A permanent
+/// error ends it (the shard is broken in this process: nothing more is written) and drops what
+/// is queued.
 async fn maintenance_worker(machine: &Machine) {
     let _guard = WorkerGuard(machine);
+    if maintenance_rounds(machine).await.is_err() {
+        let mut q = machine.maintenance.borrow_mut();
+        q.rollup = None;
+        q.gc = None;
+        q.compaction = false;
+    }
+}
+
+async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
     loop {
         let (seqno, rollup, gc, compaction) = {
             let mut q = machine.maintenance.borrow_mut();
             if q.rollup.is_none() && q.gc.is_none() && !q.compaction {
-                return;
+                return Ok(());
             }
             (
                 q.seqno,
@@ -104,52 +124,36 @@ async fn maintenance_worker(machine: &Machine) {
             )
         };
         let ids = MaintenanceIds::for_commit(seqno);
-        if let Some(state) = rollup {
-            write_and_add_rollup(machine, &state, &ids, "routine").await;
+        if let Some(state) = &rollup {
+            if write_and_add_rollup(machine, state, &ids, "routine").await? {
+                machine.maintenance.borrow_mut().rolled = Some(Rc::clone(state));
+            }
         }
         if compaction {
             // Re-plan from the newest state this process knows: requests made against older
             // states may have been merged away since.
             let reqs = machine.state().collections.trace.merge_reqs();
             for req in reqs {
-                super::compact::compact_and_apply(machine, req, &ids).await;
+                super::compact::compact_and_apply(machine, req, &ids).await?;
             }
         }
         if let Some((req, known)) = gc {
-            super::gc::gc_and_truncate_with(machine, req, &ids, known.as_deref()).await;
+            let (collected, rolled) = {
+                let q = machine.maintenance.borrow();
+                (q.collected.clone(), q.rolled.clone())
+            };
+            let hints = GcHints {
+                states: [known.as_deref(), rolled.as_deref(), collected.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+                at_latest_rollup: true,
+            };
+            let (_, at_target) = gc_and_truncate_with(machine, req, &ids, hints).await?;
+            if let Some(state) = at_target {
+                machine.maintenance.borrow_mut().collected = Some(Rc::new(state));
+            }
         }
-    }
-}
-
-/// Unique names for the blobs one piece of maintenance writes.
-#[derive(Debug)]
-pub(crate) struct MaintenanceIds {
-    prefix: String,
-    next: Cell<u64>,
-}
-
-impl MaintenanceIds {
-    /// Ids for the work the commit of `seqno` assigned (unique: a seqno is committed once).
-    pub(crate) fn for_commit(seqno: SeqNo) -> Self {
-        MaintenanceIds {
-            prefix: format!("m{}", seqno.0),
-            next: Cell::new(0),
-        }
-    }
-
-    /// Ids drawn from the client's seeded generator, for work started by hand.
-    pub(crate) fn from_client(client: &PersistClient) -> Self {
-        MaintenanceIds {
-            prefix: client.new_id("m"),
-            next: Cell::new(0),
-        }
-    }
-
-    /// The next id.
-    pub(crate) fn next(&self) -> String {
-        let n = self.next.get();
-        self.next.set(n + 1);
-        format!("{}x{}", self.prefix, n)
     }
 }
 
@@ -179,7 +183,10 @@ impl Machine {
         } else {
             None
         };
-        let gc_to_here = gc.is_some_and(|req| req.new_seqno_since == new.seqno);
+        // Routine GC goes up to the newest rollup (`gc.rs`), so the state at the request's
+        // target helps it only when there are no routine rollups.
+        let gc_to_here = self.cfg.rollup_threshold == 0
+            && gc.is_some_and(|req| req.new_seqno_since == new.seqno);
         let state = (rollup || gc_to_here).then(|| Rc::new(new.clone()));
         RoutineMaintenance {
             seqno: new.seqno,
@@ -250,7 +257,7 @@ impl Machine {
             q.compaction |= compaction.is_some();
             !std::mem::replace(&mut q.running, true)
         };
-        if start_worker {
+        if start_worker && machine_is_usable(self) {
             let machine = self.clone();
             self.runtime
                 .spawn("persist: maintenance", async move {
@@ -259,131 +266,13 @@ impl Machine {
                 .detach();
         }
     }
-
-    /// An idempotent maintenance command. Like `apply_idempotent`, it retries indeterminate
-    /// errors by applying again to fresher state; it also reports whether some attempt's
-    /// compare_and_set was indeterminate after its transition had applied.
-    ///
-    /// SUBTLE: such an attempt may really have committed, and a later attempt can then find
-    /// nothing left to do (its own output already in place, or since merged away) and break. The
-    /// caller must then treat its blobs as referenced: deleting them could leave a state version
-    /// pointing at nothing. Leaking them is the safe side (as with a crashed process).
-    pub(crate) async fn apply_maintenance_cmd<R, B: std::fmt::Debug>(
-        &self,
-        cmd: &str,
-        mut work: impl FnMut(&mut StateCollections) -> ControlFlow<B, R>,
-    ) -> (SeqNo, ControlFlow<B, R>, bool) {
-        let mut backoff = self.cfg.backoff();
-        let mut maybe_committed = false;
-        loop {
-            match self.apply_unbatched_cmd(cmd, &mut |_, _, c| work(c)).await {
-                Ok((seqno, result)) => return (seqno, result, maybe_committed),
-                Err(_indeterminate) => {
-                    // An error comes only from a compare_and_set, which follows a transition
-                    // that applied.
-                    maybe_committed = true;
-                    backoff.wait(&self.runtime).await;
-                    let _ = self.fetch_and_update_state().await;
-                }
-            }
-        }
-    }
-
-    /// Sets `key` to `bytes` in Blob, retrying until it is stored (a fresh key, so retrying is
-    /// safe), and records the write.
-    pub(crate) async fn write_blob_retrying(&self, key: &str, bytes: Bytes, kind: &str) {
-        let mut backoff = self.cfg.backoff();
-        while self.location.blob.set(key, bytes.clone()).await.is_err() {
-            backoff.wait(&self.runtime).await;
-        }
-        self.events.record(|| PersistEvent::BlobWritten {
-            who: self.who.clone(),
-            shard: self.shard_id.0.clone(),
-            key: Some(key.to_string()),
-            kind: kind.to_string(),
-            bytes: bytes.len() as u64,
-            at_ms: self.runtime.now_ms(),
-        });
-    }
-
-    /// Deletes `keys` from Blob, retrying errors (a missing key is fine: deletes are idempotent),
-    /// and records it.
-    pub(crate) async fn delete_blobs_retrying(&self, keys: &[String], kind: &str) {
-        if keys.is_empty() {
-            return;
-        }
-        for key in keys {
-            let mut backoff = self.cfg.backoff();
-            while self.location.blob.delete(key).await.is_err() {
-                backoff.wait(&self.runtime).await;
-            }
-        }
-        self.events.record(|| PersistEvent::BlobsDeleted {
-            who: self.who.clone(),
-            shard: self.shard_id.0.clone(),
-            kind: kind.to_string(),
-            keys: keys.to_vec(),
-            at_ms: self.runtime.now_ms(),
-        });
-    }
-
-    /// The Blob key of a rollup of `seqno`.
-    pub(crate) fn maintenance_rollup_key(&self, seqno: SeqNo, ids: &MaintenanceIds) -> String {
-        format!(
-            "{}/rollup/{:020}/{}-{}",
-            self.shard_id.0,
-            seqno.0,
-            self.who,
-            ids.next()
-        )
-    }
 }
 
-/// Writes `state` as a rollup blob (without listing it anywhere yet).
-pub(crate) async fn write_rollup_blob(
-    machine: &Machine,
-    state: &State,
-    ids: &MaintenanceIds,
-) -> HollowRollup {
-    let key = machine.maintenance_rollup_key(state.seqno, ids);
-    let bytes = Bytes::from(encode_rollup(state));
-    machine
-        .write_blob_retrying(&key, bytes.clone(), "rollup")
-        .await;
-    HollowRollup {
-        key,
-        encoded_size_bytes: bytes.len() as u64,
+/// Whether maintenance may run: not on a shard this process found broken.
+fn machine_is_usable(machine: &Machine) -> bool {
+    if machine.broken().is_some() {
+        machine.maintenance.borrow_mut().running = false;
+        return false;
     }
-}
-
-/// A routine rollup: write the state at its seqno to Blob, then list it with `add_rollup`; if
-/// another rollup holds the seqno (or ours is too old to be useful), delete ours. Returns whether
-/// it is listed.
-pub(crate) async fn write_and_add_rollup(
-    machine: &Machine,
-    state: &State,
-    ids: &MaintenanceIds,
-    reason: &str,
-) -> bool {
-    let seqno = state.seqno;
-    let rollup = write_rollup_blob(machine, state, ids).await;
-    let (_, result, maybe_committed) = machine
-        .apply_maintenance_cmd("add_rollup", |c| c.add_rollup(seqno, &rollup))
-        .await;
-    let added = matches!(result, Continue(true) | Break(true));
-    machine.events.record(|| PersistEvent::RollupAdded {
-        who: machine.who.clone(),
-        shard: machine.shard_id.0.clone(),
-        seqno,
-        key: rollup.key.clone(),
-        added,
-        reason: reason.to_string(),
-        at_ms: machine.runtime.now_ms(),
-    });
-    if !added && !maybe_committed {
-        machine
-            .delete_blobs_retrying(std::slice::from_ref(&rollup.key), "unused rollup")
-            .await;
-    }
-    added
+    true
 }

@@ -47,6 +47,7 @@ use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod background;
 pub mod codec;
 pub mod compact;
 pub mod consolidate;
@@ -58,6 +59,7 @@ pub mod gc;
 pub mod machine;
 pub mod maintenance;
 pub mod read;
+pub(crate) mod rollup;
 pub mod state;
 pub mod trace;
 pub mod write;
@@ -66,7 +68,7 @@ use crate::location::Location;
 use crate::runtime::Runtime;
 use codec::Codec;
 use critical::SinceHandle;
-use error::InvalidUsage;
+use error::{PermanentError, PersistError};
 use events::EventLog;
 use machine::Machine;
 use read::ReadHandle;
@@ -162,6 +164,8 @@ pub struct PersistClient {
 struct ShardCache {
     state: Rc<RefCell<State>>,
     maintenance: Rc<RefCell<maintenance::MaintenanceQueue>>,
+    broken: Rc<RefCell<Option<crate::location::PermanentError>>>,
+    seen: Rc<RefCell<BTreeMap<crate::location::SeqNo, Vec<String>>>>,
 }
 
 impl PersistClient {
@@ -221,6 +225,8 @@ impl PersistClient {
             .or_insert_with(|| ShardCache {
                 state: Rc::new(RefCell::new(State::uninitialized(shard_id.clone()))),
                 maintenance: Rc::default(),
+                broken: Rc::default(),
+                seen: Rc::default(),
             })
             .clone();
         Machine {
@@ -232,13 +238,15 @@ impl PersistClient {
             who,
             cache: shared.state,
             maintenance: shared.maintenance,
+            broken: shared.broken,
+            seen: shared.seen,
         }
     }
 
     async fn register_schema<K: Codec, V: Codec>(
         &self,
         machine: &Machine,
-    ) -> Result<state::SchemaId, InvalidUsage> {
+    ) -> Result<state::SchemaId, PersistError> {
         let schema = Schema {
             key_codec: K::codec_name().to_string(),
             val_codec: V::codec_name().to_string(),
@@ -251,10 +259,10 @@ impl PersistClient {
         }
         let (_, result) = machine
             .apply_idempotent("register_schema", |_, _, c| c.register_schema(&schema))
-            .await;
+            .await?;
         match result {
             std::ops::ControlFlow::Continue(id) => Ok(id),
-            std::ops::ControlFlow::Break(e) => Err(e),
+            std::ops::ControlFlow::Break(e) => Err(e.into()),
         }
     }
 
@@ -262,22 +270,19 @@ impl PersistClient {
     pub async fn open_writer<K: Codec, V: Codec>(
         &self,
         shard_id: &ShardId,
-    ) -> Result<WriteHandle<K, V>, InvalidUsage> {
+    ) -> Result<WriteHandle<K, V>, PersistError> {
         let writer_id = WriterId(self.new_id("w"));
         let machine = self.machine(shard_id, writer_id.0.clone());
         // Creates the shard, or reads its current state into the cache.
-        machine.maybe_init_shard().await;
+        machine.maybe_init_shard().await?;
         let schema_id = self.register_schema::<K, V>(&machine).await?;
         let lease = self.cfg.writer_lease_duration_ms;
         let (_, upper) = machine
             .apply_idempotent("register_writer", |_, now, c| {
                 c.register_writer(&writer_id, lease, now)
             })
-            .await;
-        let upper = match upper {
-            std::ops::ControlFlow::Continue(u) => u,
-            std::ops::ControlFlow::Break(()) => machine.upper(),
-        };
+            .await?;
+        let std::ops::ControlFlow::Continue(upper) = upper;
         Ok(WriteHandle::new(
             self.clone(),
             machine,
@@ -292,21 +297,19 @@ impl PersistClient {
     pub async fn open_leased_reader<K: Codec, V: Codec>(
         &self,
         shard_id: &ShardId,
-    ) -> Result<ReadHandle<K, V>, InvalidUsage> {
+    ) -> Result<ReadHandle<K, V>, PersistError> {
         let reader_id = LeasedReaderId(self.new_id("r"));
         let machine = self.machine(shard_id, reader_id.0.clone());
         // Creates the shard, or reads its current state into the cache.
-        machine.maybe_init_shard().await;
+        machine.maybe_init_shard().await?;
         let schema_id = self.register_schema::<K, V>(&machine).await?;
         let lease = self.cfg.reader_lease_duration_ms;
         let (_, reader) = machine
             .apply_idempotent("register_leased_reader", |seqno, now, c| {
                 c.register_leased_reader(&reader_id, seqno, lease, now)
             })
-            .await;
-        let std::ops::ControlFlow::Continue(reader) = reader else {
-            unreachable!("register_leased_reader never breaks")
-        };
+            .await?;
+        let std::ops::ControlFlow::Continue(reader) = reader;
         Ok(ReadHandle::new(
             self.clone(),
             machine,
@@ -323,19 +326,17 @@ impl PersistClient {
         shard_id: &ShardId,
         reader_id: CriticalReaderId,
         initial_opaque: u64,
-    ) -> Result<SinceHandle<K, V>, InvalidUsage> {
+    ) -> Result<SinceHandle<K, V>, PersistError> {
         let machine = self.machine(shard_id, reader_id.0.clone());
         // Creates the shard, or reads its current state into the cache.
-        machine.maybe_init_shard().await;
+        machine.maybe_init_shard().await?;
         self.register_schema::<K, V>(&machine).await?;
         let (_, r) = machine
             .apply_idempotent("register_critical_reader", |_, _, c| {
                 c.register_critical_reader(&reader_id, initial_opaque)
             })
-            .await;
-        let std::ops::ControlFlow::Continue(state) = r else {
-            unreachable!("register_critical_reader never breaks")
-        };
+            .await?;
+        let std::ops::ControlFlow::Continue(state) = r;
         Ok(SinceHandle::new(
             machine,
             reader_id,
@@ -348,16 +349,41 @@ impl PersistClient {
     pub async fn open<K: Codec, V: Codec>(
         &self,
         shard_id: &ShardId,
-    ) -> Result<(WriteHandle<K, V>, ReadHandle<K, V>), InvalidUsage> {
+    ) -> Result<(WriteHandle<K, V>, ReadHandle<K, V>), PersistError> {
         let write = self.open_writer(shard_id).await?;
         let read = self.open_leased_reader(shard_id).await?;
         Ok((write, read))
     }
 
     /// The shard's state as a plain snapshot, freshly read from Consensus.
-    pub async fn inspect_state(&self, shard_id: &ShardId) -> State {
+    pub async fn inspect_state(&self, shard_id: &ShardId) -> Result<State, PermanentError> {
         let machine = self.machine(shard_id, "inspect".into());
-        machine.fetch_and_update_state_retrying().await;
-        machine.state()
+        machine.fetch_and_update_state_retrying().await?;
+        Ok(machine.state())
+    }
+
+    /// Finishes the shard for good, making it a tombstone (see
+    /// [`state::StateCollections::finalize_shard`]): its upper must be empty, and its since
+    /// too unless no reader holds it. Every handle is dropped; every later command on the shard
+    /// is a no-op that spends no seqno. Finalizing a tombstone again succeeds.
+    pub async fn finalize_shard(&self, shard_id: &ShardId) -> Result<(), PersistError> {
+        let machine = self.machine(shard_id, "finalize".into());
+        machine.maybe_init_shard().await?;
+        let (_, r) = machine
+            .apply_idempotent("finalize_shard", |_, _, c| c.finalize_shard())
+            .await?;
+        match r {
+            std::ops::ControlFlow::Continue(()) => Ok(()),
+            std::ops::ControlFlow::Break(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether the shard is a tombstone (finalized, or both its frontiers closed), freshly read.
+    pub async fn is_finalized(&self, shard_id: &ShardId) -> Result<bool, PermanentError> {
+        Ok(self
+            .inspect_state(shard_id)
+            .await?
+            .collections
+            .is_tombstone())
     }
 }

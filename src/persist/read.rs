@@ -17,12 +17,13 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::ControlFlow::{Break, Continue};
 
+use differential_dataflow::lattice::Lattice;
 use timely::progress::Antichain;
 use timely::PartialOrder;
 
 use super::codec::{Codec, Diff, Timestamp};
 use super::encoding::decode_part;
-use super::error::InvalidUsage;
+use super::error::{BrokenAt, InvalidUsage, PermanentKind, PersistError};
 use super::machine::Machine;
 use super::state::{BatchPart, HollowBatch, LeasedReaderId, SchemaId, SnapshotErr};
 use super::{PersistClient, ShardId};
@@ -120,7 +121,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
     pub async fn downgrade_since(
         &mut self,
         new_since: &Antichain<Timestamp>,
-    ) -> Result<(), InvalidUsage> {
+    ) -> Result<(), PersistError> {
         self.check_live()?;
         let (id, outstanding) = (self.reader_id.clone(), self.outstanding_seqno());
         let (_, r) = self
@@ -128,7 +129,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
             .apply_idempotent("downgrade_since", |_, now, c| {
                 c.downgrade_since(&id, outstanding, new_since, now)
             })
-            .await;
+            .await?;
         match r {
             Continue(since) => {
                 self.since = since;
@@ -136,13 +137,13 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
             }
             Break(_) => {
                 self.expired = true;
-                self.check_live()
+                Ok(self.check_live()?)
             }
         }
     }
 
     /// Keeps this reader's lease alive.
-    pub async fn heartbeat(&mut self) -> Result<(), InvalidUsage> {
+    pub async fn heartbeat(&mut self) -> Result<(), PersistError> {
         self.check_live()?;
         let id = self.reader_id.clone();
         let (_, r) = self
@@ -150,31 +151,33 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
             .apply_idempotent("heartbeat_leased_reader", |_, now, c| {
                 c.heartbeat_leased_reader(&id, now)
             })
-            .await;
+            .await?;
         if r.is_break() {
             self.expired = true;
         }
-        self.check_live()
+        Ok(self.check_live()?)
     }
 
     /// The batches a snapshot at `as_of` needs, waiting until the upper passes `as_of`.
     async fn snapshot_batches(
         &mut self,
         as_of: &Antichain<Timestamp>,
-    ) -> Result<(SeqNo, Vec<std::rc::Rc<HollowBatch>>), InvalidUsage> {
+    ) -> Result<(SeqNo, Vec<std::rc::Rc<HollowBatch>>), PersistError> {
         self.check_live()?;
         if as_of.is_empty() {
             // Nothing is ever complete through the empty frontier.
             return Err(InvalidUsage::InvalidBounds {
                 lower: as_of.clone(),
                 upper: self.machine.upper(),
-            });
+            }
+            .into());
         }
         if !PartialOrder::less_equal(&self.since, as_of) {
             return Err(InvalidUsage::SinceViolation {
                 as_of: as_of.clone(),
                 since: self.since.clone(),
-            });
+            }
+            .into());
         }
         let mut backoff = self.client.cfg().backoff();
         loop {
@@ -194,11 +197,12 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
                     return Err(InvalidUsage::SinceViolation {
                         as_of: as_of.clone(),
                         since,
-                    })
+                    }
+                    .into())
                 }
                 Err(SnapshotErr::AsOfNotYetAvailable(..)) => {
                     backoff.wait(self.client.runtime()).await;
-                    self.machine.fetch_and_update_state_retrying().await;
+                    self.machine.fetch_and_update_state_retrying().await?;
                 }
             }
         }
@@ -209,25 +213,28 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
     pub async fn snapshot_and_fetch(
         &mut self,
         as_of: Antichain<Timestamp>,
-    ) -> Result<Vec<Update<K, V>>, InvalidUsage> {
+    ) -> Result<Vec<Update<K, V>>, PersistError> {
         let (seqno, batches) = self.snapshot_batches(&as_of).await?;
         *self.leased_seqnos.entry(seqno).or_default() += 1;
         let mut out = Vec::new();
         let mut result = Ok(());
         for batch in &batches {
-            if let Err(e) = fetch_batch::<K, V>(&self.client, batch, &mut out).await {
+            if let Err(e) = fetch_batch::<K, V>(&self.machine, batch, &mut out).await {
                 result = Err(e);
                 break;
             }
         }
         release(&mut self.leased_seqnos, seqno);
         result?;
-        // `snapshot_batches` refused an empty as_of, so it has one element.
-        let as_of_ts = as_of.elements().first().copied().unwrap_or(Timestamp::MAX);
+        // Every update at a time not beyond `as_of`, its time advanced to `as_of` (differential's
+        // `advance_by`: the least time at or beyond `as_of` that accumulates the same).
         let mut updates: Vec<Update<K, V>> = out
             .into_iter()
-            .filter(|(_, t, _)| *t <= as_of_ts)
-            .map(|(kv, _, d)| (kv, as_of_ts, d))
+            .filter(|(_, t, _)| !as_of.less_than(t))
+            .map(|(kv, mut t, d)| {
+                t.advance_by(as_of.borrow());
+                (kv, t, d)
+            })
             .collect();
         super::consolidate::consolidate_checked(&mut updates)?;
         Ok(updates)
@@ -238,7 +245,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
     pub async fn listen(
         mut self,
         as_of: Antichain<Timestamp>,
-    ) -> Result<Listen<K, V>, InvalidUsage> {
+    ) -> Result<Listen<K, V>, PersistError> {
         self.check_live()?;
         let since = self.machine.state().since().clone();
         if !PartialOrder::less_equal(&since, &as_of)
@@ -247,7 +254,8 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
             return Err(InvalidUsage::SinceViolation {
                 as_of,
                 since: self.since.clone(),
-            });
+            }
+            .into());
         }
         self.downgrade_since(&as_of).await?;
         Ok(Listen {
@@ -261,7 +269,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
     pub async fn subscribe(
         mut self,
         as_of: Antichain<Timestamp>,
-    ) -> Result<(Vec<Update<K, V>>, Listen<K, V>), InvalidUsage> {
+    ) -> Result<(Vec<Update<K, V>>, Listen<K, V>), PersistError> {
         let snapshot = self.snapshot_and_fetch(as_of.clone()).await?;
         let listen = self.listen(as_of).await?;
         Ok((snapshot, listen))
@@ -316,40 +324,44 @@ fn release(leased: &mut BTreeMap<SeqNo, usize>, seqno: SeqNo) {
 }
 
 /// Fetches and decodes every update of `batch` inside its description's `[lower, upper)` (a batch
-/// may have been truncated when it was appended).
+/// may have been truncated when it was appended). The reader's seqno hold keeps every part of
+/// `batch` in Blob, so a part that is gone, or bytes that do not decode, are permanent: the shard
+/// is marked broken.
 async fn fetch_batch<K: Codec, V: Codec>(
-    client: &PersistClient,
+    machine: &Machine,
     batch: &HollowBatch,
     out: &mut Vec<Update<K, V>>,
-) -> Result<(), InvalidUsage> {
+) -> Result<(), PersistError> {
     let desc = &batch.desc;
     for part in &batch.parts {
-        let encoded = match part {
-            BatchPart::Inline { encoded } => encoded.clone(),
+        let (encoded, at) = match part {
+            BatchPart::Inline { encoded } => (encoded.clone(), BrokenAt::Version(machine.seqno())),
             BatchPart::Hollow { key, .. } => {
-                let mut backoff = client.cfg().backoff();
-                loop {
-                    match client.location().blob.get(key).await {
-                        Ok(Some(bytes)) => break bytes.to_vec(),
-                        Ok(None) => {
-                            return Err(InvalidUsage::Corrupted(format!(
-                                "batch part {key} is missing from Blob"
-                            )))
-                        }
-                        Err(_) => {
-                            backoff.wait(client.runtime()).await;
-                        }
+                let blob = &machine.location.blob;
+                let at = BrokenAt::BlobKey(key.clone());
+                match machine.retrying(|| blob.get(key)).await? {
+                    Some(bytes) => (bytes.to_vec(), at),
+                    None => {
+                        let err = machine.permanent(
+                            at,
+                            PermanentKind::Missing,
+                            "a batch part the state lists is gone from Blob",
+                        );
+                        return Err(machine.mark_broken(err).into());
                     }
                 }
             }
         };
-        let updates = decode_part(&encoded).map_err(|e| InvalidUsage::Corrupted(e.to_string()))?;
+        let undecodable = |e: String| {
+            machine.mark_broken(machine.permanent(at.clone(), PermanentKind::Undecodable, e))
+        };
+        let updates = decode_part(&encoded).map_err(|e| undecodable(e.to_string()))?;
         for ((k, v), t, d) in updates {
             if !desc.lower.less_equal(&t) || desc.upper.less_equal(&t) {
                 continue;
             }
-            let k = K::decode(&k).map_err(|e| InvalidUsage::Corrupted(e.to_string()))?;
-            let v = V::decode(&v).map_err(|e| InvalidUsage::Corrupted(e.to_string()))?;
+            let k = K::decode(&k).map_err(|e| undecodable(e.to_string()))?;
+            let v = V::decode(&v).map_err(|e| undecodable(e.to_string()))?;
             out.push(((k, v), t, d));
         }
     }
@@ -371,7 +383,7 @@ impl<K: Codec, V: Codec> Listen<K, V> {
 
     /// Waits for the next batch and returns its updates, then its progress. Once the shard is
     /// finished (the frontier is empty) it returns nothing.
-    pub async fn next(&mut self) -> Result<Vec<ListenEvent<K, V>>, InvalidUsage> {
+    pub async fn next(&mut self) -> Result<Vec<ListenEvent<K, V>>, PersistError> {
         if self.frontier.is_empty() {
             return Ok(Vec::new());
         }
@@ -382,18 +394,20 @@ impl<K: Codec, V: Codec> Listen<K, V> {
                 break (state.seqno, batch);
             }
             backoff.wait(self.handle.client.runtime()).await;
-            self.handle.machine.fetch_and_update_state_retrying().await;
+            self.handle
+                .machine
+                .fetch_and_update_state_retrying()
+                .await?;
         };
         *self.handle.leased_seqnos.entry(seqno).or_default() += 1;
         let mut fetched = Vec::new();
-        let result = fetch_batch::<K, V>(&self.handle.client, &batch, &mut fetched).await;
+        let result = fetch_batch::<K, V>(&self.handle.machine, &batch, &mut fetched).await;
         release(&mut self.handle.leased_seqnos, seqno);
         result?;
         // Only times beyond as_of and at or beyond our frontier: a compacted batch may re-deliver
         // updates we already emitted.
         let (as_of, frontier) = (&self.as_of, &self.frontier);
-        fetched
-            .retain(|(_, t, _)| frontier.less_equal(t) && as_of.elements().iter().all(|a| a < t));
+        fetched.retain(|(_, t, _)| frontier.less_equal(t) && as_of.less_than(t));
         let emitted_from = std::mem::replace(&mut self.frontier, batch.desc.upper.clone());
         let progress = self.frontier.clone();
         // SUBTLE: the since stays at the frontier we emitted from, strictly below the new one (as

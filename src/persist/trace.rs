@@ -173,6 +173,16 @@ impl Trace {
         }
     }
 
+    /// Drops every batch of a finished trace (upper empty) for one empty batch over all time:
+    /// nothing can be read from a tombstone, so nothing needs its parts.
+    pub fn finish(&mut self) {
+        debug_assert!(self.upper.is_empty());
+        let mut all_time =
+            Description::new(Antichain::from_elem(Timestamp::MIN), self.upper.clone());
+        all_time.since = self.since.clone();
+        self.batches = vec![Rc::new(HollowBatch::empty(all_time))];
+    }
+
     /// Sets the since. It never goes back.
     pub fn downgrade_since(&mut self, since: &Antichain<Timestamp>) {
         assert!(
@@ -344,15 +354,16 @@ fn is_empty_batch(b: &HollowBatch) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::persist::state::BatchPart;
 
-    fn f(t: u64) -> Antichain<u64> {
+    pub(crate) fn f(t: u64) -> Antichain<u64> {
         Antichain::from_elem(t)
     }
 
-    fn batch(lower: u64, upper: u64, len: u64) -> HollowBatch {
+    /// A batch over `[lower, upper)` with `len` updates in one hollow part (none if empty).
+    pub(crate) fn batch(lower: u64, upper: u64, len: u64) -> HollowBatch {
         HollowBatch {
             desc: Description::new(f(lower), f(upper)),
             len,

@@ -2,7 +2,7 @@
 //!
 //! All async methods retry storage errors for as long as they are able; their futures cancel on
 //! drop, so callers bound them with the runtime's `timeout`. Errors are
-//! `Result<Result<(), UpperMismatch>, InvalidUsage>` (see [`super::error`]).
+//! `Result<Result<(), UpperMismatch>, PersistError>` (see [`super::error`]).
 //!
 //! - [`WriteHandle::compare_and_append`] linearizes writes from every writer: it commits iff the
 //!   shard's upper is exactly `expected_upper`, at most once even if acknowledgements are lost.
@@ -23,11 +23,12 @@ use timely::PartialOrder;
 
 use super::codec::{Codec, Diff, Timestamp};
 use super::encoding::{encode_part, EncodedUpdate};
-use super::error::{InvalidUsage, UpperMismatch};
+use super::error::{InvalidUsage, PermanentError, PersistError, UpperMismatch};
 use super::events::PersistEvent;
 use super::machine::{upper_mismatch, CaaOutcome, Machine};
 use super::state::{BatchPart, Description, HollowBatch, IdempotencyToken, SchemaId, WriterId};
 use super::{PersistClient, ShardId};
+use crate::retry::retry_transient;
 
 /// A batch of updates written (or kept inline) but not yet appended to the shard.
 #[derive(Debug)]
@@ -74,10 +75,15 @@ impl<K: Codec, V: Codec> Batch<K, V> {
         bincode::serialize(&t).expect("serializing plain data into a Vec")
     }
 
-    /// Deletes the batch's Blob parts (after a failed append the caller no longer needs it).
+    /// Deletes the batch's Blob parts (after a failed append the caller no longer needs it),
+    /// retrying transient errors. A permanent error leaves a part behind: a leak, which
+    /// `gc::leaked_blobs` lists, never a dangling reference.
     pub async fn delete(self, client: &PersistClient) {
+        let blob = &client.location().blob;
         for key in self.batch.part_keys() {
-            let _ = client.location().blob.delete(key).await;
+            let mut backoff = client.cfg().backoff();
+            let delete = || blob.delete(key);
+            let _ = retry_transient(client.runtime(), &mut backoff, delete, |_, _| {}).await;
         }
     }
 }
@@ -143,7 +149,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
     }
 
     /// A writer on the same shard as `read`.
-    pub async fn from_read(read: &super::read::ReadHandle<K, V>) -> Result<Self, InvalidUsage> {
+    pub async fn from_read(read: &super::read::ReadHandle<K, V>) -> Result<Self, PersistError> {
         read.client().open_writer(read.shard_id()).await
     }
 
@@ -173,11 +179,12 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         self.machine.upper()
     }
 
-    /// Fetches a recent upper from Consensus, linearized with writes.
-    pub async fn fetch_recent_upper(&mut self) -> &Antichain<Timestamp> {
-        self.machine.fetch_and_update_state_retrying().await;
+    /// Fetches a recent upper from Consensus, linearized with writes. Fails only if the shard
+    /// is broken for good.
+    pub async fn fetch_recent_upper(&mut self) -> Result<&Antichain<Timestamp>, PermanentError> {
+        self.machine.fetch_and_update_state_retrying().await?;
         self.upper = self.machine.upper();
-        &self.upper
+        Ok(&self.upper)
     }
 
     fn check_live(&self) -> Result<(), InvalidUsage> {
@@ -205,18 +212,19 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         &self,
         builder: BatchBuilder<K, V>,
         upper: Antichain<Timestamp>,
-    ) -> Result<Batch<K, V>, InvalidUsage> {
+    ) -> Result<Batch<K, V>, PersistError> {
         let BatchBuilder {
             lower, mut updates, ..
         } = builder;
         if !PartialOrder::less_equal(&lower, &upper) {
-            return Err(InvalidUsage::InvalidBounds { lower, upper });
+            return Err(InvalidUsage::InvalidBounds { lower, upper }.into());
         }
         if let Some((_, ts, _)) = updates.iter().find(|(_, ts, _)| upper.less_equal(ts)) {
             return Err(InvalidUsage::UpdateBeyondUpper {
                 ts: *ts,
                 upper: upper.clone(),
-            });
+            }
+            .into());
         }
         super::consolidate::consolidate_checked(&mut updates)?;
         let desc = Description::new(lower, upper);
@@ -232,7 +240,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         } else {
             let mut parts = Vec::new();
             for chunk in updates.chunks(self.client.cfg().part_max_updates.max(1)) {
-                parts.push(self.write_part(encode_part(chunk)).await);
+                parts.push(self.write_part(encode_part(chunk)).await?);
             }
             parts
         };
@@ -247,9 +255,9 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         }
     }
 
-    /// Writes one part to a fresh Blob key, retrying until it is stored. Safe to retry: the key is
-    /// new and written once.
-    async fn write_part(&self, encoded: Vec<u8>) -> BatchPart {
+    /// Writes one part to a fresh Blob key, retrying transient errors until it is stored. Safe to
+    /// retry: the key is new and written once.
+    async fn write_part(&self, encoded: Vec<u8>) -> Result<BatchPart, PermanentError> {
         let key = format!(
             "{}/{}/p{}",
             self.machine.shard_id.0,
@@ -257,22 +265,15 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
             self.client.new_id("")
         );
         let bytes = Bytes::from(encoded);
-        let mut backoff = self.client.cfg().backoff();
-        while self
-            .client
-            .location()
-            .blob
-            .set(&key, bytes.clone())
-            .await
-            .is_err()
-        {
-            backoff.wait(self.client.runtime()).await;
-        }
+        let blob = &self.client.location().blob;
+        self.machine
+            .retrying(|| blob.set(&key, bytes.clone()))
+            .await?;
         self.record_blob(Some(key.clone()), "part", bytes.len() as u64);
-        BatchPart::Hollow {
+        Ok(BatchPart::Hollow {
             key,
             encoded_size_bytes: bytes.len() as u64,
-        }
+        })
     }
 
     fn record_blob(&self, key: Option<String>, kind: &str, bytes: u64) {
@@ -292,7 +293,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         updates: I,
         lower: Antichain<Timestamp>,
         upper: Antichain<Timestamp>,
-    ) -> Result<Batch<K, V>, InvalidUsage>
+    ) -> Result<Batch<K, V>, PersistError>
     where
         I: IntoIterator<Item = &'a ((K, V), Timestamp, Diff)>,
     {
@@ -326,7 +327,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         updates: I,
         expected_upper: Antichain<Timestamp>,
         new_upper: Antichain<Timestamp>,
-    ) -> Result<Result<(), UpperMismatch>, InvalidUsage>
+    ) -> Result<Result<(), UpperMismatch>, PersistError>
     where
         I: IntoIterator<Item = &'a ((K, V), Timestamp, Diff)>,
     {
@@ -340,7 +341,9 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         match &result {
             Ok(Ok(())) => {}
             // SUBTLE: the write may have committed, and state may reference these parts.
-            Err(InvalidUsage::IndeterminateOutcome { .. }) => {}
+            Err(PersistError::InvalidUsage(InvalidUsage::IndeterminateOutcome { .. })) => {}
+            // Broken for good: write nothing more, delete nothing either.
+            Err(PersistError::Permanent(_)) => {}
             // Definitely not committed: the parts are garbage.
             Ok(Err(_)) | Err(_) => batch.delete(&self.client).await,
         }
@@ -354,7 +357,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         batches: &mut [&mut Batch<K, V>],
         expected_upper: Antichain<Timestamp>,
         new_upper: Antichain<Timestamp>,
-    ) -> Result<Result<(), UpperMismatch>, InvalidUsage> {
+    ) -> Result<Result<(), UpperMismatch>, PersistError> {
         self.check_live()?;
         let mut combined =
             HollowBatch::empty(Description::new(expected_upper.clone(), new_upper.clone()));
@@ -363,7 +366,8 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
                 return Err(InvalidUsage::BatchNotFromThisShard {
                     batch_shard: b.shard_id.clone(),
                     handle_shard: self.machine.shard_id.clone(),
-                });
+                }
+                .into());
             }
             let d = &b.batch.desc;
             if !PartialOrder::less_equal(&d.lower, &expected_upper)
@@ -374,7 +378,8 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
                     batch_upper: d.upper.clone(),
                     append_lower: expected_upper.clone(),
                     append_upper: new_upper.clone(),
-                });
+                }
+                .into());
             }
             combined.len += b.batch.len;
             combined.parts.extend(b.batch.parts.iter().cloned());
@@ -383,7 +388,8 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
             return Err(InvalidUsage::InvalidBounds {
                 lower: expected_upper,
                 upper: new_upper,
-            });
+            }
+            .into());
         }
         // One token for every retry of this call: the at-most-once guarantee.
         let token = IdempotencyToken(self.client.new_id("i"));
@@ -407,7 +413,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
                     for part in std::mem::take(&mut combined.parts) {
                         match part {
                             BatchPart::Inline { encoded } => {
-                                parts.push(self.write_part(encoded).await)
+                                parts.push(self.write_part(encoded).await?)
                             }
                             hollow => parts.push(hollow),
                         }
@@ -427,7 +433,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         updates: I,
         lower: Antichain<Timestamp>,
         upper: Antichain<Timestamp>,
-    ) -> Result<Result<(), UpperMismatch>, InvalidUsage>
+    ) -> Result<Result<(), UpperMismatch>, PersistError>
     where
         I: IntoIterator<Item = &'a ((K, V), Timestamp, Diff)>,
     {
@@ -442,7 +448,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         mut batch: Batch<K, V>,
         mut lower: Antichain<Timestamp>,
         upper: Antichain<Timestamp>,
-    ) -> Result<Result<(), UpperMismatch>, InvalidUsage> {
+    ) -> Result<Result<(), UpperMismatch>, PersistError> {
         self.check_live()?;
         loop {
             match self
@@ -470,29 +476,33 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
     }
 
     /// Waits until the shard's upper is beyond `frontier`, polling Consensus with back-off.
-    pub async fn wait_for_upper_past(&mut self, frontier: &Antichain<Timestamp>) {
+    /// Fails only if the shard is broken for good.
+    pub async fn wait_for_upper_past(
+        &mut self,
+        frontier: &Antichain<Timestamp>,
+    ) -> Result<(), PermanentError> {
         let mut backoff = self.client.cfg().backoff();
         loop {
             self.upper = self.machine.upper();
             if PartialOrder::less_than(frontier, &self.upper) {
-                return;
+                return Ok(());
             }
             backoff.wait(self.client.runtime()).await;
-            self.machine.fetch_and_update_state_retrying().await;
+            self.machine.fetch_and_update_state_retrying().await?;
         }
     }
 
     /// Heartbeats this writer's lease. An expired writer gets `InvalidUsage::Expired`.
-    pub async fn heartbeat(&mut self) -> Result<(), InvalidUsage> {
+    pub async fn heartbeat(&mut self) -> Result<(), PersistError> {
         self.check_live()?;
         let id = self.writer_id.clone();
         let (_, r) = self
             .machine
             .apply_idempotent("heartbeat_writer", |_, now, c| c.heartbeat_writer(&id, now))
-            .await;
+            .await?;
         if r.is_break() {
             self.expired = true;
-            return self.check_live();
+            self.check_live()?;
         }
         Ok(())
     }
@@ -513,6 +523,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         }
         self.expired = true;
         let id = self.writer_id.clone();
+        // Best effort: a broken shard keeps the writer until its lease runs out.
         let _ = self
             .machine
             .apply_idempotent("expire_writer", |_, _, c| c.expire_writer(&id))

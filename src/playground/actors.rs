@@ -15,7 +15,7 @@ use timely::progress::Antichain;
 use super::command::{ActorSpec, ReaderSpec, WriteMode, WriterSpec};
 use super::log::{Outcome, Pending};
 use super::Journal;
-use crate::persist::error::InvalidUsage;
+use crate::persist::error::{InvalidUsage, PersistError};
 use crate::persist::events::frontier;
 use crate::persist::read::ListenEvent;
 use crate::persist::{PersistClient, ShardId};
@@ -364,7 +364,7 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
                     ),
                 )
             }
-            Ok(Err(InvalidUsage::IndeterminateOutcome { .. })) => {
+            Ok(Err(PersistError::InvalidUsage(InvalidUsage::IndeterminateOutcome { .. }))) => {
                 pending.clear();
                 ctx.writer_view(|w| w.indeterminate += 1);
                 (

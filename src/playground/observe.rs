@@ -66,14 +66,17 @@ pub async fn observe_shard(
             Ok(None) => None,
             Err(e) => Some(format!("could not read shard {shard}: {e}")),
         };
-        if error.is_none() {
-            let state = client.inspect_state(&shard).await;
-            let mut c = cell.borrow_mut();
-            c.state = Some(state);
-            c.error = None;
-        } else {
-            cell.borrow_mut().error = error;
-        }
+        let error = match error {
+            None => match client.inspect_state(&shard).await {
+                Ok(state) => {
+                    cell.borrow_mut().state = Some(state);
+                    None
+                }
+                Err(e) => Some(format!("shard {shard} is broken: {e}")),
+            },
+            Some(e) => Some(e),
+        };
+        cell.borrow_mut().error = error;
         rt.sleep(period_ms).await;
     }
 }

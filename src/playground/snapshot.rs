@@ -306,6 +306,25 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
             let detail = format!("{shard}: truncated {deleted} versions below seqno {seqno}");
             (who, at_ms, "gc".into(), Outcome::Info, detail)
         }
+        PersistEvent::RollupsUnlisted {
+            who,
+            shard,
+            below,
+            count,
+            at_ms,
+        } => {
+            let detail = format!("{shard}: unlisted {count} rollups below seqno {below}");
+            (who, at_ms, "gc".into(), Outcome::Info, detail)
+        }
+        PersistEvent::ShardBroken {
+            who,
+            shard,
+            error,
+            at_ms,
+        } => {
+            let detail = format!("{shard} is broken for good: {error}");
+            (who, at_ms, "broken".into(), Outcome::Error, detail)
+        }
     };
     let actor = journal.ids.get(&who).cloned();
     Some(Pending {
@@ -493,7 +512,10 @@ async fn verify(
     view: &mut VerifyView,
 ) -> Result<(), String> {
     let shard = ShardId::new(shard)?;
-    let state = client.inspect_state(&shard).await;
+    let state = client
+        .inspect_state(&shard)
+        .await
+        .map_err(|e| e.to_string())?;
     let Some(upper) = crate::persist::events::frontier(state.upper()) else {
         return Err("the shard is finished".into());
     };

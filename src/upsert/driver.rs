@@ -79,7 +79,11 @@ pub async fn start_replica(
         .open_writer::<SourceData, ()>(&shard)
         .await
         .map_err(|e| e.to_string())?;
-    let resume_upper = write.fetch_recent_upper().await.clone();
+    let resume_upper = write
+        .fetch_recent_upper()
+        .await
+        .map_err(|e| e.to_string())?
+        .clone();
     let (tx, rx) = mpsc::unbounded();
     let (button, token) = ShutdownButton::new();
     let name = format!("{}#{generation}", cfg.name);

@@ -127,7 +127,6 @@ impl UpsertPipeline {
     /// Starts the checker (before any replica, so its reader holds the since at 0).
     pub async fn start_checker(&mut self) {
         let client = self.client(u64::MAX);
-        // Register the reader first, so nothing is compacted away before the checker reads it.
         let fut = run_checker(
             client,
             self.shard.clone(),
@@ -135,8 +134,14 @@ impl UpsertPipeline {
             Rc::clone(&self.report),
         );
         self.checker = Some(self.runtime.spawn("checker", fut));
-        // Let it register its reader.
-        self.runtime.sleep(1).await;
+        // Wait until its reader holds the since (or it failed trying).
+        loop {
+            let r = self.report.borrow().clone();
+            if r.registered || !r.violations.is_empty() {
+                break;
+            }
+            self.runtime.sleep(1).await;
+        }
     }
 
     /// What the checker found so far.

@@ -70,6 +70,8 @@ pub struct CheckerReport {
     pub upper: Option<Timestamp>,
     /// Every difference found (empty: the shard always matched).
     pub violations: Vec<String>,
+    /// Whether its reader is registered (holding the since).
+    pub registered: bool,
 }
 
 /// Follows the shard from time 0 (its reader holds the since there until it has read), and at
@@ -88,6 +90,7 @@ pub async fn run_checker(
         Ok(r) => r,
         Err(e) => return fail(format!("checker: {e}")),
     };
+    report.borrow_mut().registered = true;
     let mut contents: BTreeMap<SourceData, i64> = BTreeMap::new();
     let check = |contents: &mut BTreeMap<SourceData, i64>, upper: Timestamp| {
         contents.retain(|_, d| *d != 0);

@@ -22,7 +22,7 @@ use timely::PartialOrder;
 use super::types::SourceData;
 use super::worker::OutputUpdate;
 use crate::persist::codec::Timestamp;
-use crate::persist::error::{InvalidUsage, UpperMismatch};
+use crate::persist::error::{PersistError, UpperMismatch};
 use crate::persist::write::WriteHandle;
 
 /// One write the sink wants: `updates` in `[lower, upper)`.
@@ -136,7 +136,7 @@ impl PersistSink {
 pub async fn append(
     handle: &mut WriteHandle<SourceData, ()>,
     write: &SinkWrite,
-) -> Result<Result<(), UpperMismatch>, InvalidUsage> {
+) -> Result<Result<(), UpperMismatch>, PersistError> {
     handle
         .compare_and_append(&write.updates, write.lower.clone(), write.upper.clone())
         .await

@@ -192,6 +192,9 @@ impl SourceGenerator {
 pub struct SourceReader {
     next: usize,
     rng: Xoshiro256PlusPlus,
+    // Messages read from the log but held back for a later read (arrival order is not offset
+    // order); the frontier never passes them.
+    held: Vec<SourceUpdate>,
 }
 
 impl SourceReader {
@@ -202,30 +205,45 @@ impl SourceReader {
         SourceReader {
             next: first.saturating_sub(replay),
             rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            held: Vec::new(),
         }
     }
 
-    /// Reads up to `max` messages, shuffled; returns them and the frontier the replica's source
-    /// may advance to.
+    /// Reads up to `max` more messages and delivers a shuffled part of what it holds (the rest
+    /// waits for a later read); returns them and the frontier the replica's source may advance
+    /// to (never past a held message).
     pub fn read(&mut self, log: &SourceLog, max: usize) -> (Vec<SourceUpdate>, Timestamp) {
         let end = (self.next + max).min(log.messages.len());
-        let mut out: Vec<SourceUpdate> = log.messages[self.next..end]
-            .iter()
-            .map(SourceMessage::to_update)
-            .collect();
+        self.held.extend(
+            log.messages[self.next..end]
+                .iter()
+                .map(SourceMessage::to_update),
+        );
         self.next = end;
         // Fisher-Yates with the reader's own seed: arrival order differs from offset order.
-        for i in (1..out.len()).rev() {
+        for i in (1..self.held.len()).rev() {
             let j = (self.rng.next_u64() % (i as u64 + 1)) as usize;
-            out.swap(i, j);
+            self.held.swap(i, j);
         }
-        let frontier = log.messages.get(self.next).map_or(log.upper, |m| m.ts);
+        let keep = if self.held.len() > 1 && self.rng.next_u64() % 3 == 0 {
+            (self.rng.next_u64() % self.held.len() as u64) as usize
+        } else {
+            0
+        };
+        let out = self.held.split_off(keep);
+        let next_ts = log.messages.get(self.next).map_or(log.upper, |m| m.ts);
+        let frontier = self
+            .held
+            .iter()
+            .map(|(_, t, _)| *t)
+            .min()
+            .map_or(next_ts, |h| h.min(next_ts));
         (out, frontier)
     }
 
     /// Messages not yet read.
     pub fn unread(&self, log: &SourceLog) -> usize {
-        log.messages.len() - self.next.min(log.messages.len())
+        log.messages.len() - self.next.min(log.messages.len()) + self.held.len()
     }
 }
 

@@ -9,6 +9,7 @@
 //! | `ReadHandle`, `Listen` | snapshot, listen, subscribe | [`read`] |
 //! | `WriteTask` | the differential write task | [`write_task`] |
 //! | `TimestampOracle` | the timestamp oracle, in memory or durable | [`oracle`] |
+//! | `UpsertPipeline` | upsert with continual feedback: racing replicas, a checker | [`upsert`] |
 //!
 //! Conventions (see [`convert`] and [`errors`]): camelCase names; times are plain numbers
 //! (integers up to `Number.MAX_SAFE_INTEGER`), diffs and seqnos `bigint`; every bad argument
@@ -27,5 +28,7 @@ pub mod location;
 pub mod oracle;
 pub mod read;
 pub mod shard;
+pub mod upsert;
+pub mod upsert_events;
 pub mod write_task;
 pub mod write_task_events;

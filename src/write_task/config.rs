@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Row, WriteTaskError, WriteTaskLog};
+use crate::retry::Backoff;
 use crate::runtime::Runtime;
 
 /// How a write retries (the original: 1 s initial back-off, factor 1.25, clamp 3 s, 20 tries).
@@ -16,6 +17,15 @@ pub struct RetryPolicy {
     pub clamp_backoff_ms: u64,
     /// Attempts per write, at least 1.
     pub max_tries: u32,
+}
+
+impl RetryPolicy {
+    /// The policy's waits as the crate's one back-off: `initial_backoff_ms`, then each the
+    /// previous times `factor_percent / 100`, at most `clamp_backoff_ms`.
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(self.initial_backoff_ms, self.clamp_backoff_ms)
+            .with_factor_percent(self.factor_percent)
+    }
 }
 
 impl Default for RetryPolicy {

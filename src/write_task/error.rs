@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::location::PermanentError;
 use crate::persist::codec::Timestamp;
 
 /// Why a command was not (known to be) made durable.
@@ -38,6 +39,17 @@ pub enum WriteTaskError {
     ShardFinished {
         /// The collection.
         id: String,
+    },
+    /// The shard, or its store, is broken for good (state that does not decode, a blob that
+    /// is gone, a connection closed for good): persist answered a permanent error, which names
+    /// what is broken. The task ended at once and writes nothing more; the change was not
+    /// written.
+    #[error("collection {id}: the shard is broken for good ({error}); the change was not written")]
+    ShardBroken {
+        /// The collection.
+        id: String,
+        /// What persist found broken.
+        error: PermanentError,
     },
     /// The task ended for another reason before the change was durable.
     #[error("collection {id}: the write task ended ({reason}); the change was not written")]

@@ -15,13 +15,13 @@
 //! ```
 //!
 //! A write stops at the first `Committed`, at `GaveUp` once its retries are spent, or when the
-//! task ends. Every `Mismatch` that does not end the task is followed by a re-sync attempt.
-
-use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::rc::Rc;
+//! task ends. Every `Mismatch` that does not end the task is followed by a re-sync attempt. An
+//! attempt whose persist call fails for good (the shard is broken, or persist refused it) is
+//! followed directly by `Ended`, which says why.
 
 use serde::Serialize;
+
+use crate::event_log::EventLog;
 
 use crate::persist::codec::Timestamp;
 
@@ -181,80 +181,14 @@ pub struct WriteTaskEvent {
     pub kind: WriteTaskEventKind,
 }
 
-/// How many events a log keeps before it drops the oldest.
-pub const WRITE_TASK_LOG_CAPACITY: usize = 100_000;
+/// A shared, bounded, numbered log of write-task events (the crate's one event log). Clones
+/// share it; several tasks may share one, and it can share its numbering with a persist client's
+/// or an oracle's log ([`EventLog::sharing_seq`]).
+pub type WriteTaskLog = EventLog<WriteTaskEvent>;
 
-/// A shared, bounded log of write-task events. Clones share it; several tasks may share one.
-#[derive(Clone, Default)]
-pub struct WriteTaskLog {
-    inner: Rc<RefCell<LogInner>>,
-}
-
-#[derive(Default)]
-struct LogInner {
-    events: VecDeque<WriteTaskEvent>,
-    dropped: u64,
-    enabled: bool,
-}
-
-impl WriteTaskLog {
-    /// A log that records.
-    pub fn new() -> Self {
-        let log = WriteTaskLog::default();
-        log.inner.borrow_mut().enabled = true;
-        log
-    }
-
-    /// A log that records nothing (benchmarks). Events are built lazily, so a disabled log
-    /// costs nothing, including the fingerprints of `desired`.
-    pub fn disabled() -> Self {
-        WriteTaskLog::default()
-    }
-
-    /// Whether this log records.
-    pub fn is_enabled(&self) -> bool {
-        self.inner.borrow().enabled
-    }
-
-    /// Records the event `make` builds, if the log is enabled.
-    pub fn record(&self, make: impl FnOnce() -> WriteTaskEvent) {
-        if !self.is_enabled() {
-            return;
-        }
-        let event = make();
-        let mut inner = self.inner.borrow_mut();
-        if inner.events.len() == WRITE_TASK_LOG_CAPACITY {
-            inner.events.pop_front();
-            inner.dropped += 1;
-        }
-        inner.events.push_back(event);
-    }
-
-    /// Everything recorded and still kept, oldest first.
-    pub fn events(&self) -> Vec<WriteTaskEvent> {
-        self.inner.borrow().events.iter().cloned().collect()
-    }
-
-    /// The events of one task, oldest first.
-    pub fn events_of(&self, task: &str) -> Vec<WriteTaskEvent> {
-        self.inner
-            .borrow()
-            .events
-            .iter()
-            .filter(|e| e.task == task)
-            .cloned()
-            .collect()
-    }
-
-    /// Takes everything recorded so far.
-    pub fn take(&self) -> Vec<WriteTaskEvent> {
-        self.inner.borrow_mut().events.drain(..).collect()
-    }
-
-    /// How many events were dropped for capacity.
-    pub fn dropped(&self) -> u64 {
-        self.inner.borrow().dropped
-    }
+/// The events of the task `task` in `log`, oldest first.
+pub fn events_of(log: &WriteTaskLog, task: &str) -> Vec<WriteTaskEvent> {
+    log.events_where(|e| e.task == task)
 }
 
 /// Checks that one task's events follow the grammar in the module docs, and that commits advance
@@ -297,6 +231,8 @@ pub fn check_event_order(events: &[WriteTaskEvent], ended: bool) -> Result<(), S
                     expected_upper: m, ..
                 }) if m == expected_upper => {}
                 Some(K::AttemptTimedOut { .. }) => {}
+                // Persist failed for good: the task ended at once.
+                Some(K::Ended { .. }) => {}
                 _ => return fail(i, "an attempt is followed by its outcome"),
             },
             K::Mismatch {

@@ -43,6 +43,11 @@
 //!   sender is gone, when the shard is finished (its upper is the empty frontier), or on an error
 //!   the original would panic on (a persist usage error, a snapshot before the since), which it
 //!   reports instead.
+//! - **A broken shard** (persist answers a permanent error: state that does not decode, a blob
+//!   that is gone, a store closed for good): never retried. The task ends at once, answering the
+//!   write in flight and every queued command with [`WriteTaskError::ShardBroken`], which names
+//!   what is broken, and writes nothing more (persist, too, refuses every later command on that
+//!   shard in this process).
 //! - **No responder is ever dropped unanswered**, even when the task is aborted by dropping its
 //!   [`JoinHandle`]: the task's destructor answers [`WriteTaskError::Aborted`].
 //!
@@ -99,8 +104,9 @@ use futures::future::{FutureExt, LocalBoxFuture};
 use futures::StreamExt;
 use timely::progress::Antichain;
 
+use crate::location::PermanentError;
 use crate::persist::codec::{Diff, Row, Timestamp};
-use crate::persist::error::InvalidUsage;
+use crate::persist::error::PersistError;
 use crate::persist::read::ReadHandle;
 use crate::persist::write::WriteHandle;
 use crate::runtime::{Interval, JoinHandle, Runtime};
@@ -115,7 +121,9 @@ mod sync;
 pub use config::{DifferentialIntrospectionConfig, InitialDesired, RetryPolicy, WriteTaskConfig};
 pub use error::WriteTaskError;
 
-pub use events::{check_event_order, WriteCause, WriteTaskEvent, WriteTaskEventKind, WriteTaskLog};
+pub use events::{
+    check_event_order, events_of, WriteCause, WriteTaskEvent, WriteTaskEventKind, WriteTaskLog,
+};
 pub use ops::{apply_write_op, derive_to_write, fingerprint, DiffOverflow, StorageWriteOp};
 
 /// Answers one command: `Ok` once its change is durable, or why not.
@@ -126,7 +134,7 @@ type CommandReceiver = mpsc::UnboundedReceiver<(StorageWriteOp, Responder)>;
 /// The task's clock: milliseconds, never decreasing. New uppers are `max(now, upper + 1)`.
 pub type NowFn = Rc<dyn Fn() -> Timestamp>;
 /// What a `read_handle_fn` returns: a fresh reader of the task's shard.
-pub type ReadHandleFuture = LocalBoxFuture<'static, Result<ReadHandle<Row, ()>, InvalidUsage>>;
+pub type ReadHandleFuture = LocalBoxFuture<'static, Result<ReadHandle<Row, ()>, PersistError>>;
 
 /// The runtime's clock as a [`NowFn`].
 pub fn now_fn(runtime: &Runtime) -> NowFn {
@@ -144,15 +152,34 @@ enum EndReason {
     Shutdown,
     SendersDropped,
     ShardFinished,
+    /// Persist answered a permanent error while the task was doing `during`: the shard (or its
+    /// store) is broken for good, so the task writes nothing more.
+    Broken {
+        during: &'static str,
+        error: PermanentError,
+    },
     Failed(String),
 }
 
 impl EndReason {
+    /// The end for a persist call that failed while the task was doing `during`.
+    fn persist_failed(during: &'static str, error: PersistError) -> EndReason {
+        match error {
+            PersistError::Permanent(error) => EndReason::Broken { during, error },
+            PersistError::InvalidUsage(usage) => {
+                EndReason::Failed(format!("{during}: persist refused: {usage}"))
+            }
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             EndReason::Shutdown => "shut down".into(),
             EndReason::SendersDropped => "every command sender was dropped".into(),
             EndReason::ShardFinished => "the shard is finished (its upper is empty)".into(),
+            EndReason::Broken { during, error } => {
+                format!("{during}: the shard is broken for good: {error}")
+            }
             EndReason::Failed(why) => why.clone(),
         }
     }
@@ -449,6 +476,10 @@ where
         let error = |id: String| match &reason {
             EndReason::ShardFinished => WriteTaskError::ShardFinished { id },
             EndReason::Shutdown => WriteTaskError::ShuttingDown { id },
+            EndReason::Broken { error, .. } => WriteTaskError::ShardBroken {
+                id,
+                error: error.clone(),
+            },
             other => WriteTaskError::TaskEnded {
                 id,
                 reason: other.describe(),

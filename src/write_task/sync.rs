@@ -12,7 +12,7 @@ use super::{
     WriteTaskEventKind,
 };
 use crate::persist::codec::{Diff, Row, Timestamp};
-use crate::persist::error::InvalidUsage;
+use crate::persist::error::{InvalidUsage, PersistError};
 
 impl<R> DifferentialWriteTask<R>
 where
@@ -28,16 +28,16 @@ where
             InitialDesired::Empty => return Continue(()),
             InitialDesired::FromShard { retain } => retain,
         };
-        let mut backoff_ms = self.retry.initial_backoff_ms;
+        let mut backoff = self.retry.backoff();
         loop {
             let (write_handle, read_handle_fn) = (&mut self.write_handle, &mut self.read_handle_fn);
             let read = self.runtime.timeout(self.attempt_timeout_ms, async move {
-                let upper = write_handle.fetch_recent_upper().await.clone();
+                let upper = write_handle.fetch_recent_upper().await?.clone();
                 let Some(upper_ts) = opt(&upper) else {
                     return Ok(None);
                 };
                 let snapshot = read_snapshot(read_handle_fn, upper_ts).await?;
-                Ok::<_, InvalidUsage>(Some((upper, snapshot)))
+                Ok::<_, PersistError>(Some((upper, snapshot)))
             });
             match read.await {
                 Ok(Ok(None)) => return Break(EndReason::ShardFinished),
@@ -63,11 +63,7 @@ where
                     });
                     return Continue(());
                 }
-                Ok(Err(e)) => {
-                    return Break(EndReason::Failed(format!(
-                        "prepare could not read the shard: {e}"
-                    )))
-                }
+                Ok(Err(e)) => return Break(EndReason::persist_failed("prepare", e)),
                 Err(_elapsed) => {}
             }
             // A send or a dropped sender both mean shut down.
@@ -75,8 +71,7 @@ where
                 self.handle_shutdown();
                 return Break(EndReason::Shutdown);
             }
-            self.runtime.sleep(backoff_ms).await;
-            backoff_ms = self.next_backoff(backoff_ms);
+            backoff.wait(&self.runtime).await;
         }
     }
 
@@ -84,7 +79,7 @@ where
     /// retries. When they are spent, the responders get an error and `to_write` stays pending.
     pub(super) async fn write_to_persist(&mut self, cause: WriteCause) -> ControlFlow<EndReason> {
         debug_assert!(!self.read_only, "read-only tasks never write");
-        let mut backoff_ms = self.retry.initial_backoff_ms;
+        let mut backoff = self.retry.backoff();
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -110,19 +105,8 @@ where
             if let Some(current) = mismatch {
                 self.sync_to_persist(current).await?;
             }
-            self.runtime.sleep(backoff_ms).await;
-            backoff_ms = self.next_backoff(backoff_ms);
+            backoff.wait(&self.runtime).await;
         }
-    }
-
-    fn next_backoff(&self, backoff_ms: u64) -> u64 {
-        (backoff_ms.saturating_mul(self.retry.factor_percent) / 100)
-            .max(backoff_ms)
-            .min(
-                self.retry
-                    .clamp_backoff_ms
-                    .max(self.retry.initial_backoff_ms),
-            )
     }
 
     /// One `compare_and_append` of `to_write` at `current_upper`, up to
@@ -197,9 +181,7 @@ where
                 }
                 Continue(Attempt::Mismatch(mismatch.current))
             }
-            Ok(Err(usage)) => Break(EndReason::Failed(format!(
-                "persist refused the write: {usage}"
-            ))),
+            Ok(Err(e)) => Break(EndReason::persist_failed("write", e)),
             Err(elapsed) => {
                 self.record(|_| WriteTaskEventKind::AttemptTimedOut {
                     expected_upper: Some(expected),
@@ -228,9 +210,7 @@ where
             Ok(Ok(snapshot)) => snapshot,
             Ok(Err(e)) => {
                 // The original panics here (a since violation, say); we end the task and say why.
-                return Break(EndReason::Failed(format!(
-                    "re-sync could not read the shard: {e}"
-                )));
+                return Break(EndReason::persist_failed("re-sync", e));
             }
             Err(elapsed) => {
                 self.record(|_| WriteTaskEventKind::ResyncFailed {
@@ -266,7 +246,7 @@ where
 async fn read_snapshot<R>(
     read_handle_fn: &mut R,
     upper: Timestamp,
-) -> Result<Vec<(Row, Diff)>, InvalidUsage>
+) -> Result<Vec<(Row, Diff)>, PersistError>
 where
     R: FnMut() -> ReadHandleFuture,
 {
@@ -282,6 +262,6 @@ where
         .collect();
     // Persist consolidates already; this is cheap on sorted input and guards the invariant.
     ops::consolidate(&mut snapshot)
-        .map_err(|e| InvalidUsage::Corrupted(format!("snapshot: {e}")))?;
+        .map_err(|e| PersistError::from(InvalidUsage::Corrupted(format!("snapshot: {e}"))))?;
     Ok(snapshot)
 }

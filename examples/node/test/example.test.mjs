@@ -9,6 +9,7 @@ import init, {
   PersistClient,
   TimestampOracle,
   WriteTask,
+  UpsertPipeline,
 } from "persist-playground";
 
 await init(); // a no-op under Node; the same line works in a browser
@@ -28,6 +29,25 @@ test("the node build is the one resolved", async () => {
   const resolved = createRequire(import.meta.url).resolve("persist-playground");
   assert.match(resolved, /node_modules\/persist-playground\/node\/index\.cjs$/);
   assert.match(import.meta.resolve("persist-playground"), /\/node\/index\.mjs$/);
+});
+
+test("the bundler build works where .wasm imports are ES modules (node --experimental-wasm-modules)", () => {
+  const script = `
+    import init, { PersistLocation, PersistClient } from "persist-playground/bundler";
+    await init();
+    const client = new PersistClient(PersistLocation.inMemory());
+    const writer = await client.openWriter("s");
+    const out = await writer.compareAndAppend([{ key: "k", value: "v", time: 0 }], 0, 1);
+    const rows = await (await client.openReader("s")).snapshot(0);
+    console.log(JSON.stringify({ out, rows: rows.map((r) => [r.key, r.value, r.time, String(r.diff)]) }));
+    process.exit(0);
+  `;
+  const r = spawnSync(process.execPath, ["--experimental-wasm-modules", "--no-warnings", "--input-type=module", "-e", script], {
+    encoding: "utf8",
+    cwd: new URL("..", import.meta.url).pathname,
+  });
+  assert.equal(r.status, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), { out: { committed: true, upper: 1 }, rows: [["k", "v", 0, "1"]] });
 });
 
 test("a shard: compareAndAppend, a lost race, append, snapshot", async () => {
@@ -106,6 +126,19 @@ test("subscribe: a snapshot, then a listen that sees later writes", async () => 
   assert.deepEqual(seen, ["b", "c"]);
   assert.equal(listen.frontier, null);
   await listen.expire();
+  await writer.expire();
+});
+
+test("expire() cancels a next() that waits for data", async () => {
+  const location = PersistLocation.inMemory();
+  const client = new PersistClient(location, { seed: 4 });
+  const writer = await client.openWriter("quiet");
+  await writer.compareAndAppend([], 0, 1);
+  const listen = await (await client.openReader("quiet")).listen(0);
+  assert.equal((await listen.next()).at(-1).frontier, 1);
+  const pending = listen.next(); // nothing more is written: it waits
+  await listen.expire();
+  await assert.rejects(pending, (e) => e.code === "Expired" && /listen of reader r[0-9a-f]+ has expired/.test(e.message));
   await writer.expire();
 });
 
@@ -190,5 +223,61 @@ test("faults: a location that fails every call times out, then recovers", async 
   assert.deepEqual(out, { committed: true, upper: 1 });
   assert.ok(location.faultCounts().ok > 0);
   await writer.expire();
+  location.close();
+});
+
+test("upsert: two replicas race to write one shard and it always matches the model", async () => {
+  const location = PersistLocation.inMemory();
+  const pipeline = await UpsertPipeline.create(location, {
+    shardId: "upserts",
+    seed: 2,
+    replicas: [{ readBatch: 1, tickMs: 2 }, { readBatch: 5, tickMs: 3 }],
+    callTimeoutMs: 60_000,
+  });
+  await pipeline.start(0);
+  await pipeline.start(1);
+
+  // By hand: the later offset wins per key, a null deletes, an error takes its key's place.
+  pipeline.push(1, "a", 1);
+  pipeline.push(2, "b", 1);
+  pipeline.push(1, "c", 2);
+  pipeline.push(2, null, 3);
+  pipeline.pushError(3n, "bad bytes", 3);
+  pipeline.seal(4);
+  let report = await pipeline.waitForChecker(4);
+  assert.deepEqual(report.violations, []);
+  const { rows, upper } = await pipeline.contents();
+  assert.ok(upper >= 4);
+  assert.deepEqual(rows, [
+    { row: [1n, "c"], error: null, diff: 1n },
+    { row: null, error: "upsert: value for key (3): bad bytes", diff: 1n },
+  ]);
+
+  // Seeded bursts while the replicas race; then replica 0 crashes and restarts from the
+  // shard's upper, rehydrating its state from the shard alone.
+  let target = pipeline.generate({ bursts: 20, seed: 9, keys: 6 });
+  report = await pipeline.waitForChecker(target);
+  assert.deepEqual(report.violations, []);
+  assert.equal(await pipeline.crash(0), true);
+  target = pipeline.generate({ bursts: 10, seed: 10, keys: 6 });
+  await pipeline.start(0);
+  target = pipeline.generate({ bursts: 10, seed: 11, keys: 6 });
+  report = await pipeline.waitForChecker(target);
+  assert.deepEqual(report.violations, []);
+  assert.ok(report.checks >= 10, JSON.stringify(report));
+
+  const snapshot = await pipeline.snapshot();
+  assert.equal(snapshot.replicas.length, 2);
+  assert.ok(snapshot.replicas.every((r) => r !== null && r.halted === null));
+  assert.equal(snapshot.replicas[0].generation, 1, "replica 0 restarted once");
+  const counters = await pipeline.counters();
+  assert.ok(counters.sinkAppends > 0 && counters.emitted > 0 && counters.persistIngested > 0);
+  assert.equal(counters.restarts, 1);
+  const events = pipeline.takeEvents();
+  assert.ok(events.some((e) => e.event.type === "started" && e.who.startsWith("r0#1")));
+  assert.ok(events.some((e) => e.event.type === "sinkAppended"));
+
+  await pipeline.shutdown();
+  await assert.rejects(pipeline.report(), (e) => e.code === "Expired" && /shut down/.test(e.message));
   location.close();
 });

@@ -9,6 +9,7 @@ import {
   PersistClient,
   TimestampOracle,
   WriteTask,
+  UpsertPipeline,
 } from "persist-playground";
 
 const location = PersistLocation.inMemory();
@@ -29,6 +30,8 @@ const closedClient = new PersistClient(closed);
 const closedWriter = await closedClient.openWriter("gone");
 closed.close();
 const faulty = PersistLocation.inMemory({ faults: { shouldHappen: 1, shouldTimeout: 0 } });
+const pipeline = await UpsertPipeline.create(location, { shardId: "inputs-upsert", replicas: [{}] });
+pipeline.push(1, "a", 5);
 const u = (over) => [{ key: "k", value: "v", time: 10, ...over }];
 
 function bad(name, run, Class, message, code) {
@@ -74,7 +77,7 @@ const CASES = [
   bad("a listen before the since", () => downgraded.listen(2), Error, /before the since/, "SinceViolation"),
   bad("a call on an expired writer", () => expiredWriter.compareAndAppend([], 10, 11), Error, /writer w[0-9a-f]+ has expired; open a new one/, "Expired"),
   bad("a call on a reader that moved into a listen", () => listened.snapshot(0), Error, /reader r[0-9a-f]+ was moved into a listen/, "Expired"),
-  bad("a call on an expired listen", async () => { await listen.expire(); return listen.next(); }, Error, /listen .*has expired/, "Expired"),
+  bad("a call on an expired listen", async () => { await listen.expire(); return listen.next(); }, Error, /next: listen of reader r[0-9a-f]+ has expired/, "Expired"),
   bad("opening a shard on a closed location", () => closedClient.openWriter("x"), Error, /the location is closed/, "Closed"),
   bad("a handle call on a closed location", () => closedWriter.fetchRecentUpper(), Error, /fetchRecentUpper: the location is closed/, "Closed"),
   bad("a client on a closed location", () => new PersistClient(closed), Error, /the location is closed/, "Closed"),
@@ -97,6 +100,13 @@ const CASES = [
   bad("a string for a predicate", () => task.deleteWhere("alice"), TypeError, /predicate must be a function, got a string/, "TypeError"),
   bad("IndexedDB under Node", () => PersistLocation.indexedDb("db"), Error, /IndexedDB.*not available/i, "Unavailable"),
   bad("a number for a database name", () => PersistLocation.indexedDb(7), TypeError, /name must be a string, got a number/, "TypeError"),
+  bad("no replicas for a pipeline", () => UpsertPipeline.create(location, { shardId: "u", replicas: [] }), RangeError, /at least one replica/, "RangeError"),
+  bad("a replica of the wrong shape", () => UpsertPipeline.create(location, { shardId: "u", replicas: [{ speed: 3 }] }), TypeError, /options.replicas\[0\] has an unknown property "speed"/, "TypeError"),
+  bad("a replica slot out of range", () => pipeline.start(3), RangeError, /replica must be a replica slot below 1, got 3/, "RangeError"),
+  bad("a number for an upsert's value", () => pipeline.push(1, 5, 6), TypeError, /value \(a string, or null to delete\) must be a string, got a number/, "TypeError"),
+  bad("an upsert before the source's last message", () => pipeline.push(1, "b", 4), RangeError, /cannot append at 4/, "RangeError"),
+  bad("a BigInt key past i64", () => pipeline.push(2n ** 64n, "b", 6), RangeError, /key must fit a signed 64-bit integer/, "RangeError"),
+  bad("a percentage above 100", () => pipeline.generate({ bursts: 1, deletePercent: 150 }), RangeError, /deletePercent must be at most 100, got 150/, "RangeError"),
 ];
 
 test(`the list has at least 30 cases (${CASES.length})`, () => {
@@ -124,5 +134,6 @@ test("after every bad input the module still works", async () => {
   assert.deepEqual(out, { committed: true, upper: 11 });
   assert.deepEqual(await reader.snapshot(10), [{ key: "ok", value: "1", time: 10, diff: 1n }]);
   task.shutdown();
+  await pipeline.shutdown();
   location.close();
 });

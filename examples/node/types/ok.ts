@@ -5,7 +5,11 @@ import init, {
   PersistClient,
   WriteTask,
   TimestampOracle,
+  UpsertPipeline,
   type AppendOutcome,
+  type CheckerReportView,
+  type UpsertRowView,
+  type UpsertEventView,
   type DatumView,
   type ErrorCode,
   type Frontier,
@@ -55,7 +59,7 @@ export async function main(): Promise<number> {
   for (const e of events) {
     if (e.type === "command") {
       const after: number | null = e.upper.after;
-      const kind: "committed" | "mismatch" | "indeterminate" | "determinate" | "skipped" = e.outcome.kind;
+      const kind: "committed" | "mismatch" | "indeterminate" | "determinate" | "permanent" | "skipped" = e.outcome.kind;
       void after;
       void kind;
     }
@@ -82,6 +86,27 @@ export async function main(): Promise<number> {
   const epoch: number | undefined = oracle.snapshot()?.epoch;
   const inMemory = TimestampOracle.inMemory({ initially: 5, clock: "none" });
   await inMemory.peekWriteTs();
+
+  const pipeline = await UpsertPipeline.create(location, {
+    shardId: "upserts",
+    replicas: [{ readBatch: 1 }, { readBatch: 5, tickMs: 3 }],
+    seed: 2n,
+  });
+  await pipeline.start(0);
+  const offset: number = pipeline.push(1, "a", 1);
+  pipeline.push(2n, null, 1);
+  pipeline.pushError(3, "bad bytes", 2);
+  pipeline.seal(3);
+  const sealed: number = pipeline.generate({ bursts: 5, keys: 4 });
+  const report: CheckerReportView = await pipeline.waitForChecker(sealed);
+  const violations: string[] = report.violations;
+  const upsertRows: UpsertRowView[] = (await pipeline.contents()).rows;
+  const upsertKey: DatumView | undefined = upsertRows[0]?.row?.[0];
+  const upsertEvents: UpsertEventView[] = pipeline.takeEvents();
+  const mismatches: number = (await pipeline.counters()).sinkMismatches;
+  const up: boolean = await pipeline.crash(1);
+  await pipeline.shutdown();
+  void [offset, violations, upsertKey, upsertEvents, mismatches, up];
 
   try {
     await writer.expire();

@@ -34,7 +34,7 @@ use web_sys::{
 };
 
 use super::request::{await_request, factory, js_err};
-use crate::location::ExternalError;
+use crate::location::{BrokenAt, ExternalError, PermanentKind};
 
 /// The schema version of the database. Bump it (and extend `upgrade`) to change the layout.
 pub const DB_VERSION: u32 = 1;
@@ -42,12 +42,15 @@ pub(super) const BLOB: &str = "blob";
 pub(super) const BLOB_TRASH: &str = "blob_trash";
 pub(super) const CONSENSUS: &str = "consensus";
 
-/// The error of every call on a connection closed for good: permanent, it will not heal.
+/// The error of every call on a connection closed for good: permanent, it will not heal. It
+/// names the database (as the store) and says why.
 pub(super) fn closed_for_good(name: &str, why: &str) -> ExternalError {
-    // TODO(plumbing): the permanent kind of `ExternalError` once it lands on main.
-    ExternalError::determinate(format!(
-        "indexeddb {name}: connection closed for good: {why}"
-    ))
+    ExternalError::permanent(
+        format!("indexeddb {name}"),
+        BrokenAt::Store,
+        PermanentKind::Closed,
+        format!("connection closed for good: {why}"),
+    )
 }
 
 /// A connection and the handlers that make it step aside.

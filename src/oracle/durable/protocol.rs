@@ -2,11 +2,12 @@
 //! reconciling with the head, truncation) and the rules for retrying them, as the
 //! [`super`] module docs describe. The in-memory serving of timestamps is in the parent module.
 
-use super::{covers, Backoff, DurableTimestampOracle, FlagGuard};
+use super::{covers, DurableTimestampOracle, FlagGuard};
 use crate::location::{CaSResult, SeqNo, VersionedData};
 use crate::oracle::config::{CLOCK_GUARD_INTERVALS, CLOCK_GUARD_STEP_MS};
 use crate::oracle::events::OracleEventKind;
 use crate::oracle::{DurableRecord, OracleError, TimestampState};
+use crate::retry::Backoff;
 
 impl DurableTimestampOracle {
     pub(super) async fn start(&self, initially: u64) -> Result<(), OracleError> {
@@ -73,7 +74,8 @@ impl DurableTimestampOracle {
                 Err(err) => {
                     // SUBTLE: an indeterminate error may hide a commit of `epoch`. We never take
                     // that epoch: the next attempt reads it and bumps above it, fencing the ghost.
-                    self.retry_wait("compare_and_set", &err, &mut backoff).await;
+                    self.retry_wait("compare_and_set", &err, &mut backoff)
+                        .await?;
                 }
             }
         }
@@ -125,7 +127,7 @@ impl DurableTimestampOracle {
                 let inst = self.instance.borrow();
                 (inst.epoch, inst.seqno, inst.durable_upper)
             };
-            self.check_fenced()?;
+            self.check_usable()?;
             if covers(durable_upper, needed) {
                 return Ok(());
             }
@@ -147,7 +149,7 @@ impl DurableTimestampOracle {
             {
                 Ok(CaSResult::Committed) => {
                     // A concurrent leadership check may have read and adopted it already.
-                    let _ = self.advance_durable(next, record.upper);
+                    self.advance_durable(next, record.upper)?;
                     self.count(|s| s.durable_writes += 1);
                     self.record(OracleEventKind::Allocated {
                         for_ts: needed,
@@ -164,12 +166,14 @@ impl DurableTimestampOracle {
                 }
                 Err(err) if err.is_indeterminate() => {
                     // SUBTLE: it may have happened. Read and decide (see the module docs).
-                    self.retry_wait("compare_and_set", &err, &mut backoff).await;
+                    self.retry_wait("compare_and_set", &err, &mut backoff)
+                        .await?;
                     self.reconcile(&mut backoff).await?;
                 }
                 Err(err) => {
                     // It did not happen: try again as is.
-                    self.retry_wait("compare_and_set", &err, &mut backoff).await;
+                    self.retry_wait("compare_and_set", &err, &mut backoff)
+                        .await?;
                 }
             }
         }
@@ -207,7 +211,7 @@ impl DurableTimestampOracle {
         }
         // Only this instance writes with its epoch: a newer version is its own write, landed
         // unheard (unless a concurrent call of this instance has recorded it meanwhile).
-        if seqno > known && self.advance_durable(seqno, record.upper) {
+        if seqno > known && self.advance_durable(seqno, record.upper)? {
             self.count(|s| s.adopted_own_writes += 1);
             self.record(OracleEventKind::AdoptedOwnWrite {
                 seqno: seqno.0,
@@ -218,26 +222,30 @@ impl DurableTimestampOracle {
     }
 
     /// Records that this instance's version `seqno` with `upper` is durable. Returns whether it
-    /// was news (newer than the latest version known).
-    pub(super) fn advance_durable(&self, seqno: SeqNo, upper: u64) -> bool {
+    /// was news (newer than the latest version known). A newer version of this instance's own
+    /// epoch with a lower upper cannot have been written by it: the store is inconsistent.
+    pub(super) fn advance_durable(&self, seqno: SeqNo, upper: u64) -> Result<bool, OracleError> {
         let mut inst = self.instance.borrow_mut();
         if seqno <= inst.seqno {
             // Already known, or older than what is: the latest version's upper is the larger.
-            return false;
+            return Ok(false);
         }
-        assert!(
-            upper >= inst.durable_upper,
-            "a later version of this instance lowered the upper: {} at {seqno} after {} at {}",
-            upper,
-            inst.durable_upper,
-            inst.seqno
-        );
+        if upper < inst.durable_upper {
+            let reason = format!(
+                "version {seqno} of this instance's epoch {} lowers the upper to {upper}, below \
+                 {} at {}",
+                inst.epoch, inst.durable_upper, inst.seqno
+            );
+            drop(inst);
+            return Err(self.inconsistent(reason));
+        }
         inst.seqno = seqno;
         inst.durable_upper = upper;
-        true
+        Ok(true)
     }
 
-    /// Deletes every version below `seqno`, best-effort.
+    /// Deletes every version below `seqno`, best-effort (a permanent failure still breaks the
+    /// instance, for its next call).
     pub(super) async fn truncate(&self, seqno: SeqNo) {
         match self.consensus.truncate(&self.key, seqno).await {
             Ok(0) => {}
@@ -249,9 +257,15 @@ impl DurableTimestampOracle {
                     deleted,
                 });
             }
-            Err(err) => self.record(OracleEventKind::TruncateFailed {
-                error: err.to_string(),
-            }),
+            Err(err) => {
+                self.record(OracleEventKind::TruncateFailed {
+                    error: err.to_string(),
+                });
+                if let Some(permanent) = err.as_permanent() {
+                    // The window just written stands; the store is gone for the next call.
+                    let _ = self.note::<()>(Err(self.storage_broken(permanent)));
+                }
+            }
         }
     }
 
@@ -267,11 +281,12 @@ impl DurableTimestampOracle {
                     let record =
                         DurableRecord::decode(&v.data).map_err(|source| OracleError::Decode {
                             timeline: self.config.timeline.clone(),
+                            seqno: v.seqno.0,
                             source,
                         })?;
                     return Ok(Some((v.seqno, record)));
                 }
-                Err(err) => self.retry_wait("head", &err, backoff).await,
+                Err(err) => self.retry_wait("head", &err, backoff).await?,
             }
         }
     }

@@ -3,7 +3,7 @@
 //! Every failure of the library's API reaches JavaScript as an `Error` object (a `TypeError`
 //! for a value of the wrong type, a `RangeError` for a number out of range, a plain `Error`
 //! otherwise) whose message says what was wrong, with a `code` property naming the kind
-//! ([`ErrorCode`]) so that callers can branch without parsing messages. Nothing on this path
+//! (the `ErrorCode` TypeScript type) so that callers can branch without parsing messages. Nothing on this path
 //! panics: a panic in wasm traps the module and kills every object of the page.
 
 use std::fmt;
@@ -11,7 +11,7 @@ use std::fmt;
 use wasm_bindgen::prelude::*;
 
 use crate::oracle::OracleError;
-use crate::persist::error::InvalidUsage;
+use crate::persist::error::{InvalidUsage, PersistError};
 use crate::runtime::Elapsed;
 use crate::write_task::WriteTaskError;
 
@@ -26,13 +26,16 @@ const TS_ERRORS: &'static str = r#"
  *   `"Corrupted"`, `"DiffOverflow"`, `"InvalidUsage"`: persist refused the call;
  * - `"Fenced"`, `"Exhausted"`, `"OracleError"`: the timestamp oracle refused the call;
  * - `"WriteTaskError"`: a write task could not make a command durable;
+ * - `"Permanent"`: the store holds something that will not heal (bytes that do not decode, a
+ *   referenced blob that is gone, a connection closed for good); the message names the shard,
+ *   the seqno or key, and what is wrong;
  * - `"Unavailable"`: the storage service cannot be used here (IndexedDB under Node).
  */
 export type ErrorCode =
     | "TypeError" | "RangeError" | "Closed" | "Expired" | "Timeout"
     | "SinceViolation" | "InvalidBounds" | "CodecMismatch" | "IndeterminateOutcome"
     | "Corrupted" | "DiffOverflow" | "InvalidUsage"
-    | "Fenced" | "Exhausted" | "OracleError" | "WriteTaskError" | "Unavailable";
+    | "Fenced" | "Exhausted" | "OracleError" | "WriteTaskError" | "Unavailable" | "Permanent";
 /** An Error thrown by the library: a plain `Error`, `TypeError` or `RangeError` with a `code`. */
 export interface PersistPlaygroundError extends Error {
     code: ErrorCode;
@@ -147,6 +150,21 @@ impl From<InvalidUsage> for LibError {
             _ => "InvalidUsage",
         };
         LibError::new(code, e.to_string())
+    }
+}
+
+impl From<PersistError> for LibError {
+    fn from(e: PersistError) -> Self {
+        match e {
+            PersistError::InvalidUsage(u) => u.into(),
+            PersistError::Permanent(p) => p.into(),
+        }
+    }
+}
+
+impl From<crate::location::PermanentError> for LibError {
+    fn from(e: crate::location::PermanentError) -> Self {
+        LibError::new("Permanent", e.to_string())
     }
 }
 

@@ -31,7 +31,8 @@ fn change(pair: (Option<u64>, Option<u64>), what: &str) -> LibResult<FrontierCha
 
 /// What came of one attempt to commit a command: `"committed"`, `"mismatch"` (another command
 /// took the seqno), `"indeterminate"` / `"determinate"` (a storage error, with its message), or
-/// `"skipped"` (nothing to commit).
+/// `"permanent"` (a failure that will not heal: the command gave up), or `"skipped"` (nothing to
+/// commit).
 #[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
 #[tsify(missing_as_null, large_number_types_as_bigints)]
@@ -181,6 +182,23 @@ pub enum PersistEventView {
         shard: String,
         seqno: u64,
         deleted: f64,
+        at_ms: f64,
+    },
+    /// GC unlisted the rollups below `below` (but the newest).
+    #[serde(rename_all = "camelCase")]
+    RollupsUnlisted {
+        who: String,
+        shard: String,
+        below: u64,
+        count: f64,
+        at_ms: f64,
+    },
+    /// The shard was found broken for good: this process writes nothing more to it.
+    #[serde(rename_all = "camelCase")]
+    ShardBroken {
+        who: String,
+        shard: String,
+        error: String,
         at_ms: f64,
     },
 }
@@ -363,6 +381,30 @@ impl PersistEventView {
                 shard,
                 seqno: seqno.0,
                 deleted: deleted as f64,
+                at_ms: t(at_ms)?,
+            },
+            PersistEvent::RollupsUnlisted {
+                who,
+                shard,
+                below,
+                count,
+                at_ms,
+            } => V::RollupsUnlisted {
+                who,
+                shard,
+                below: below.0,
+                count: count as f64,
+                at_ms: t(at_ms)?,
+            },
+            PersistEvent::ShardBroken {
+                who,
+                shard,
+                error,
+                at_ms,
+            } => V::ShardBroken {
+                who,
+                shard,
+                error: error.to_string(),
                 at_ms: t(at_ms)?,
             },
         })

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::rc::Rc;
 
-use futures::future::{AbortHandle, Abortable};
+use futures::future::{AbortHandle, Abortable, Aborted};
 use js_sys::Promise;
 use serde::Serialize;
 use tsify::Tsify;
@@ -71,6 +71,43 @@ pub struct FaultCounts {
     pub happened_then_timed_out: f64,
 }
 
+/// Calls in flight that can be cancelled together (by closing a location, or by taking a
+/// handle). A cancelled call's future ends with `Err(Aborted)` at its next poll.
+#[derive(Default)]
+pub(crate) struct CallSet {
+    next: Cell<u64>,
+    calls: RefCell<BTreeMap<u64, AbortHandle>>,
+}
+
+/// Forgets a call when it ends, however it ends (dropped futures included).
+struct Forget<'a>(&'a CallSet, u64);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.0.calls.borrow_mut().remove(&self.1);
+    }
+}
+
+impl CallSet {
+    /// Runs `fut` until it ends or the set is cancelled.
+    pub async fn run<T>(&self, fut: impl Future<Output = T>) -> Result<T, Aborted> {
+        let (abort, registration) = AbortHandle::new_pair();
+        let id = self.next.get();
+        self.next.set(id + 1);
+        self.calls.borrow_mut().insert(id, abort);
+        let _forget = Forget(self, id);
+        Abortable::new(fut, registration).await
+    }
+
+    /// Cancels every call running now.
+    pub fn cancel_all(&self) {
+        let calls = std::mem::take(&mut *self.calls.borrow_mut());
+        for abort in calls.into_values() {
+            abort.abort();
+        }
+    }
+}
+
 /// The state every object over one location shares: the services, whether it is closed, and
 /// the calls in flight (aborted on close).
 pub struct LocationShared {
@@ -80,21 +117,8 @@ pub struct LocationShared {
     faults: Option<UnreliableHandle>,
     idb: Option<IdbLocation>,
     closed: Cell<bool>,
-    next_call: Cell<u64>,
-    in_flight: RefCell<BTreeMap<u64, AbortHandle>>,
+    calls: CallSet,
     on_close: RefCell<Vec<Box<dyn FnOnce()>>>,
-}
-
-/// Removes a call from the in-flight set when it ends, however it ends.
-struct InFlight<'a> {
-    shared: &'a LocationShared,
-    id: u64,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.shared.in_flight.borrow_mut().remove(&self.id);
-    }
 }
 
 impl LocationShared {
@@ -120,15 +144,9 @@ impl LocationShared {
         fut: impl Future<Output = LibResult<T>>,
     ) -> LibResult<T> {
         self.check_open(what)?;
-        let (abort, registration) = AbortHandle::new_pair();
-        let id = self.next_call.get();
-        self.next_call.set(id + 1);
-        self.in_flight.borrow_mut().insert(id, abort);
-        let _in_flight = InFlight { shared: self, id };
-        let fut = Abortable::new(fut, registration);
         let out = match timeout {
-            Some((runtime, ms)) => runtime.timeout(ms, fut).await?,
-            None => fut.await,
+            Some((runtime, ms)) => runtime.timeout(ms, self.calls.run(fut)).await?,
+            None => self.calls.run(fut).await,
         };
         out.map_err(|_aborted| LibError::closed(what))?
     }
@@ -146,10 +164,7 @@ impl LocationShared {
         if self.closed.replace(true) {
             return;
         }
-        let calls = std::mem::take(&mut *self.in_flight.borrow_mut());
-        for abort in calls.into_values() {
-            abort.abort();
-        }
+        self.calls.cancel_all();
         let hooks = std::mem::take(&mut *self.on_close.borrow_mut());
         for hook in hooks {
             hook();
@@ -267,8 +282,7 @@ impl JsPersistLocation {
                 faults,
                 idb,
                 closed: Cell::new(false),
-                next_call: Cell::new(0),
-                in_flight: RefCell::default(),
+                calls: CallSet::default(),
                 on_close: RefCell::default(),
             }),
         }

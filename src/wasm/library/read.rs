@@ -136,7 +136,7 @@ impl JsReadHandle {
         let listen = ctx
             .call(op, async move { Ok(handle.listen(as_of).await?) })
             .await?;
-        Ok(JsListen::new(ctx.clone(), listen))
+        Ok(JsListen::new(ctx.clone(), listen, slot.id().to_string()))
     }
 }
 
@@ -293,10 +293,10 @@ pub struct JsListen {
 }
 
 impl JsListen {
-    fn new(ctx: ClientCtx, listen: Listen<String, String>) -> Self {
+    fn new(ctx: ClientCtx, listen: Listen<String, String>, reader_id: String) -> Self {
         JsListen {
             frontier: Rc::new(RefCell::new(listen.frontier().clone())),
-            slot: Slot::new("listen", String::new(), listen),
+            slot: Slot::new("listen of reader", reader_id, listen),
             ctx,
         }
     }

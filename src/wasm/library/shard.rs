@@ -24,10 +24,11 @@ use wasm_bindgen_futures::future_to_promise;
 use super::convert::{self, Options};
 use super::errors::{LibError, LibResult};
 use super::events::{PersistEventView, ShardStateView};
-use super::location::{JsPersistLocation, LocationShared};
+use super::location::{CallSet, JsPersistLocation, LocationShared};
 use super::read::JsReadHandle;
-use crate::persist::codec::{Diff, Timestamp};
+use crate::persist::codec::Timestamp;
 use crate::persist::error::UpperMismatch;
+use crate::persist::read::Update;
 use crate::persist::write::WriteHandle;
 use crate::persist::{PersistClient, PersistConfig, ShardId};
 use crate::runtime::browser::BrowserRuntime;
@@ -98,11 +99,14 @@ impl ClientCtx {
 }
 
 /// A handle that is taken by the calls that consume it (expire, listen) and queued otherwise.
+/// Taking it cancels the calls still running or queued on it (they reject with code
+/// `"Expired"`), so that `expire()` never waits behind a `next()` that waits for data.
 pub(crate) struct Slot<H> {
     what: &'static str,
     id: String,
     handle: futures::lock::Mutex<Option<H>>,
     gone: RefCell<&'static str>,
+    calls: CallSet,
 }
 
 impl<H> Slot<H> {
@@ -112,6 +116,7 @@ impl<H> Slot<H> {
             id,
             handle: futures::lock::Mutex::new(Some(handle)),
             gone: RefCell::new(""),
+            calls: CallSet::default(),
         })
     }
 
@@ -139,19 +144,28 @@ impl<H> Slot<H> {
         op: &str,
         f: impl AsyncFnOnce(&mut H) -> LibResult<T>,
     ) -> LibResult<T> {
-        let mut guard = self.handle.lock().await;
-        match guard.as_mut() {
-            Some(h) => f(h).await,
-            None => Err(self.gone_error(op)),
-        }
+        let call = self
+            .calls
+            .run(async {
+                let mut guard = self.handle.lock().await;
+                match guard.as_mut() {
+                    Some(h) => f(h).await,
+                    None => Err(self.gone_error(op)),
+                }
+            })
+            .await;
+        call.unwrap_or_else(|_aborted| Err(self.gone_error(op)))
     }
 
-    /// Takes the handle (once earlier calls are done); later calls fail saying `why`.
+    /// Takes the handle, cancelling the calls on it; later calls fail saying `why`.
     pub async fn take(&self, op: &str, why: &'static str) -> LibResult<H> {
+        // Set before cancelling, so that the cancelled calls say why.
+        if self.gone.borrow().is_empty() {
+            *self.gone.borrow_mut() = why;
+        }
+        self.calls.cancel_all();
         let mut guard = self.handle.lock().await;
-        let h = guard.take().ok_or_else(|| self.gone_error(op))?;
-        *self.gone.borrow_mut() = why;
-        Ok(h)
+        guard.take().ok_or_else(|| self.gone_error(op))
     }
 }
 
@@ -161,7 +175,7 @@ pub(crate) fn shard_id(v: &JsValue) -> LibResult<ShardId> {
 }
 
 /// Parses `updates` (an array of `UpdateInput`).
-pub(crate) fn updates(v: &JsValue) -> LibResult<Vec<((String, String), Timestamp, Diff)>> {
+pub(crate) fn updates(v: &JsValue) -> LibResult<Vec<Update<String, String>>> {
     convert::array(v, "updates")?
         .iter()
         .enumerate()
@@ -257,7 +271,7 @@ impl JsPersistClient {
     #[wasm_bindgen(js_name = openWriter, unchecked_return_type = "Promise<WriteHandle>")]
     pub fn open_writer(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "string")] shard: JsValue,
+        #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
         let ctx = self.ctx.clone();
         future_to_promise(async move {
@@ -277,7 +291,7 @@ impl JsPersistClient {
     #[wasm_bindgen(js_name = openReader, unchecked_return_type = "Promise<ReadHandle>")]
     pub fn open_reader(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "string")] shard: JsValue,
+        #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
         let ctx = self.ctx.clone();
         future_to_promise(async move {
@@ -296,7 +310,7 @@ impl JsPersistClient {
     #[wasm_bindgen(js_name = inspectState, unchecked_return_type = "Promise<ShardStateView>")]
     pub fn inspect_state(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "string")] shard: JsValue,
+        #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
         let ctx = self.ctx.clone();
         future_to_promise(async move {
@@ -304,7 +318,7 @@ impl JsPersistClient {
             let client = ctx.client.clone();
             let state = ctx
                 .call("inspectState", async move {
-                    Ok(client.inspect_state(&shard).await)
+                    Ok(client.inspect_state(&shard).await?)
                 })
                 .await?;
             Ok(convert::to_js(&ShardStateView::new(&state)?)?)
@@ -346,12 +360,12 @@ pub struct JsWriteHandle {
 
 type WriteFn = fn(
     &mut WriteHandle<String, String>,
-    Vec<((String, String), Timestamp, Diff)>,
+    Vec<Update<String, String>>,
     Antichain<Timestamp>,
     Antichain<Timestamp>,
 ) -> futures::future::LocalBoxFuture<
     '_,
-    Result<Result<(), UpperMismatch>, crate::persist::error::InvalidUsage>,
+    Result<Result<(), UpperMismatch>, crate::persist::error::PersistError>,
 >;
 
 impl JsWriteHandle {
@@ -483,7 +497,7 @@ impl JsWriteHandle {
             let upper = ctx
                 .call(
                     op,
-                    slot.with(op, async |h| Ok(h.fetch_recent_upper().await.clone())),
+                    slot.with(op, async |h| Ok(h.fetch_recent_upper().await?.clone())),
                 )
                 .await?;
             *known.borrow_mut() = upper.clone();

@@ -86,18 +86,24 @@ pub struct RowUpdateView {
 
 impl RowUpdateView {
     fn new(row: Row, diff: Diff) -> Self {
-        let row = row
-            .0
-            .into_iter()
-            .map(|d| match d {
-                Datum::Null => DatumView::Null,
-                Datum::Bool(b) => DatumView::Bool(b),
-                Datum::Int(i) => DatumView::Int(i),
-                Datum::String(s) => DatumView::String(s),
-            })
-            .collect();
-        RowUpdateView { row, diff }
+        RowUpdateView {
+            row: datum_views(row),
+            diff,
+        }
     }
+}
+
+/// A row's datums as plain data.
+pub fn datum_views(row: Row) -> Vec<DatumView> {
+    row.0
+        .into_iter()
+        .map(|d| match d {
+            Datum::Null => DatumView::Null,
+            Datum::Bool(b) => DatumView::Bool(b),
+            Datum::Int(i) => DatumView::Int(i),
+            Datum::String(s) => DatumView::String(s),
+        })
+        .collect()
 }
 
 /// What the task's shard holds.
@@ -323,7 +329,7 @@ impl JsWriteTask {
             let client = ctx.client.clone();
             let (upper, as_of, rows) = ctx
                 .call("snapshot", async move {
-                    let state = client.inspect_state(&shard).await;
+                    let state = client.inspect_state(&shard).await?;
                     let upper = state.upper().clone();
                     let Some(&u) = upper.elements().first() else {
                         return Ok((upper, None, Vec::new()));

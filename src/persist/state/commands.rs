@@ -1,0 +1,695 @@
+//! The transitions handles ask for: registration, compare_and_append, heartbeats, downgrades,
+//! expiry, tombstones and the reads' batch selection. Pure: no I/O, no clock (time comes in as
+//! an argument), no randomness. See the parent module for the invariants.
+
+use std::convert::Infallible;
+use std::ops::ControlFlow::{self, Break, Continue};
+use std::rc::Rc;
+
+use differential_dataflow::lattice::Lattice;
+use timely::progress::Antichain;
+use timely::PartialOrder;
+
+use super::*;
+use crate::location::SeqNo;
+use crate::persist::codec::Timestamp;
+use crate::persist::error::InvalidUsage;
+
+impl StateCollections {
+    /// An empty, uninitialized collection set.
+    pub fn new() -> Self {
+        StateCollections {
+            schemas: BTreeMap::new(),
+            last_gc_req: SeqNo::minimum(),
+            rollups: BTreeMap::new(),
+            leased_readers: BTreeMap::new(),
+            critical_readers: BTreeMap::new(),
+            writers: BTreeMap::new(),
+            trace: Trace::default(),
+        }
+    }
+
+    /// Registers (or finds) the schema with these codecs. A shard with another schema refuses.
+    pub fn register_schema(&mut self, schema: &Schema) -> ControlFlow<InvalidUsage, SchemaId> {
+        match self.schemas.iter().next() {
+            Some((id, existing)) if existing == schema => Continue(*id),
+            Some((_, existing)) => Break(InvalidUsage::CodecMismatch {
+                stored: format!("({}, {})", existing.key_codec, existing.val_codec),
+                requested: format!("({}, {})", schema.key_codec, schema.val_codec),
+            }),
+            None => {
+                self.schemas.insert(SchemaId(0), schema.clone());
+                Continue(SchemaId(0))
+            }
+        }
+    }
+
+    /// Registers a writer (or heartbeats it if it exists) and returns the shard's upper.
+    pub fn register_writer(
+        &mut self,
+        writer_id: &WriterId,
+        lease_duration_ms: u64,
+        now_ms: u64,
+    ) -> ControlFlow<Infallible, Antichain<Timestamp>> {
+        let writer = self
+            .writers
+            .entry(writer_id.clone())
+            .or_insert_with(|| WriterState {
+                last_heartbeat_ms: now_ms,
+                lease_duration_ms,
+                most_recent_write_token: IdempotencyToken::sentinel(),
+                most_recent_write_upper: Antichain::from_elem(Timestamp::MIN),
+            });
+        writer.last_heartbeat_ms = writer.last_heartbeat_ms.max(now_ms);
+        Continue(self.trace.upper().clone())
+    }
+
+    /// Registers a leased reader at `seqno` with since = the shard's since.
+    pub fn register_leased_reader(
+        &mut self,
+        reader_id: &LeasedReaderId,
+        seqno: SeqNo,
+        lease_duration_ms: u64,
+        now_ms: u64,
+    ) -> ControlFlow<Infallible, LeasedReaderState> {
+        // A new reader holds the shard's current since; a re-registration keeps its own.
+        let since = self.trace.since().clone();
+        let reader = self
+            .leased_readers
+            .entry(reader_id.clone())
+            .or_insert_with(|| LeasedReaderState {
+                seqno,
+                since,
+                last_heartbeat_ms: now_ms,
+                lease_duration_ms,
+            });
+        reader.last_heartbeat_ms = reader.last_heartbeat_ms.max(now_ms);
+        let out = reader.clone();
+        self.update_since();
+        Continue(out)
+    }
+
+    /// Registers a critical reader (keeping the existing registration if there is one).
+    pub fn register_critical_reader(
+        &mut self,
+        reader_id: &CriticalReaderId,
+        initial_opaque: u64,
+    ) -> ControlFlow<Infallible, CriticalReaderState> {
+        let since = self.trace.since().clone();
+        let out = self
+            .critical_readers
+            .entry(reader_id.clone())
+            .or_insert_with(|| CriticalReaderState {
+                since,
+                opaque: initial_opaque,
+            })
+            .clone();
+        self.update_since();
+        Continue(out)
+    }
+
+    /// Appends `batch` iff the shard's upper equals `batch.desc.lower`. See the notes, section 1.4,
+    /// for the order of the checks.
+    pub fn compare_and_append(
+        &mut self,
+        batch: &HollowBatch,
+        writer_id: &WriterId,
+        now_ms: u64,
+        lease_duration_ms: u64,
+        token: &IdempotencyToken,
+    ) -> ControlFlow<CompareAndAppendBreak, ()> {
+        let desc = &batch.desc;
+        if self.is_tombstone() {
+            // A finished shard: nothing is ever appended again.
+            return Break(CompareAndAppendBreak::Upper {
+                shard_upper: Antichain::new(),
+                writer_upper: Antichain::new(),
+            });
+        }
+        // Writers register themselves on their first write.
+        let writer = self
+            .writers
+            .entry(writer_id.clone())
+            .or_insert_with(|| WriterState {
+                last_heartbeat_ms: now_ms,
+                lease_duration_ms,
+                most_recent_write_token: IdempotencyToken::sentinel(),
+                most_recent_write_upper: Antichain::from_elem(Timestamp::MIN),
+            });
+        if !PartialOrder::less_equal(&desc.lower, &desc.upper) {
+            return Break(CompareAndAppendBreak::InvalidUsage(
+                InvalidUsage::InvalidBounds {
+                    lower: desc.lower.clone(),
+                    upper: desc.upper.clone(),
+                },
+            ));
+        }
+        if desc.lower == desc.upper && batch.len > 0 {
+            return Break(CompareAndAppendBreak::InvalidUsage(
+                InvalidUsage::InvalidEmptyTimeInterval {
+                    lower: desc.lower.clone(),
+                    upper: desc.upper.clone(),
+                },
+            ));
+        }
+        if *token == writer.most_recent_write_token {
+            // SUBTLE: a retry of a write that did commit (its acknowledgement was lost). Its
+            // upper is the one committed with the token (validate: at most the shard's upper).
+            if writer.most_recent_write_upper != desc.upper {
+                return Break(CompareAndAppendBreak::Inconsistent(format!(
+                    "writer {writer_id} committed token {token} with upper {:?}, not {:?}",
+                    writer.most_recent_write_upper, desc.upper
+                )));
+            }
+            return Break(CompareAndAppendBreak::AlreadyCommitted);
+        }
+        if self.trace.upper() != &desc.lower {
+            return Break(CompareAndAppendBreak::Upper {
+                shard_upper: self.trace.upper().clone(),
+                writer_upper: writer.most_recent_write_upper.clone(),
+            });
+        }
+        let inline_now: u64 = self.trace.batches().iter().map(|b| b.inline_bytes()).sum();
+        let inline_new = batch.inline_bytes();
+        if inline_new > 0 && inline_now + inline_new > INLINE_WRITES_TOTAL_MAX_BYTES {
+            return Break(CompareAndAppendBreak::InlineBackpressure);
+        }
+        if desc.lower != desc.upper {
+            self.trace.push_batch(batch.clone());
+        }
+        // Registered at the top of this transition. A writer's upper never goes back: it is at
+        // most the shard's upper (validate), which is this batch's lower.
+        if let Some(writer) = self.writers.get_mut(writer_id) {
+            debug_assert!(PartialOrder::less_equal(
+                &writer.most_recent_write_upper,
+                &desc.upper
+            ));
+            writer.most_recent_write_token = token.clone();
+            writer.most_recent_write_upper = desc.upper.clone();
+            writer.last_heartbeat_ms = writer.last_heartbeat_ms.max(now_ms);
+        }
+        Continue(())
+    }
+
+    /// Heartbeats a writer. Breaks if it is no longer registered.
+    pub fn heartbeat_writer(
+        &mut self,
+        writer_id: &WriterId,
+        now_ms: u64,
+    ) -> ControlFlow<WriterExpired, ()> {
+        let tombstone = self.is_tombstone();
+        let found = self
+            .writers
+            .get_mut(writer_id)
+            .map(|w| &mut w.last_heartbeat_ms);
+        heartbeat(tombstone, found, now_ms).map_break(|()| WriterExpired)
+    }
+
+    /// Heartbeats a leased reader. Breaks if it is no longer registered.
+    pub fn heartbeat_leased_reader(
+        &mut self,
+        reader_id: &LeasedReaderId,
+        now_ms: u64,
+    ) -> ControlFlow<ReaderExpired, ()> {
+        let tombstone = self.is_tombstone();
+        let found = self
+            .leased_readers
+            .get_mut(reader_id)
+            .map(|r| &mut r.last_heartbeat_ms);
+        heartbeat(tombstone, found, now_ms).map_break(|()| ReaderExpired)
+    }
+
+    /// Downgrades a leased reader's since (and its seqno hold to `outstanding_seqno`), then
+    /// recomputes the shard's since. A downgrade to an older since changes nothing but still
+    /// commits (it heartbeats). Returns the reader's since.
+    pub fn downgrade_since(
+        &mut self,
+        reader_id: &LeasedReaderId,
+        outstanding_seqno: SeqNo,
+        new_since: &Antichain<Timestamp>,
+        now_ms: u64,
+    ) -> ControlFlow<ReaderExpired, Antichain<Timestamp>> {
+        if self.is_tombstone() {
+            return Continue(Antichain::new());
+        }
+        let Some(reader) = self.leased_readers.get_mut(reader_id) else {
+            return Break(ReaderExpired);
+        };
+        reader.last_heartbeat_ms = reader.last_heartbeat_ms.max(now_ms);
+        // The seqno hold only moves forward.
+        reader.seqno = reader.seqno.max(outstanding_seqno);
+        if PartialOrder::less_than(&reader.since, new_since) {
+            reader.since = new_since.clone();
+        }
+        let since = reader.since.clone();
+        self.update_since();
+        Continue(since)
+    }
+
+    /// Downgrades a critical reader's since iff `expected_opaque` matches the stored token.
+    /// Always commits. `Err((stored_opaque, since))` on a fenced token.
+    pub fn compare_and_downgrade_since(
+        &mut self,
+        reader_id: &CriticalReaderId,
+        expected_opaque: u64,
+        new_opaque: u64,
+        new_since: &Antichain<Timestamp>,
+    ) -> ControlFlow<ReaderExpired, CaDSResult> {
+        if self.is_tombstone() {
+            return Continue(Ok(Antichain::new()));
+        }
+        let Some(reader) = self.critical_readers.get_mut(reader_id) else {
+            return Break(ReaderExpired);
+        };
+        if reader.opaque != expected_opaque {
+            return Continue(Err((reader.opaque, reader.since.clone())));
+        }
+        reader.opaque = new_opaque;
+        if PartialOrder::less_equal(&reader.since, new_since) {
+            reader.since = new_since.clone();
+        }
+        let since = reader.since.clone();
+        self.update_since();
+        Continue(Ok(since))
+    }
+
+    /// Whether the shard is a tombstone: upper and since both empty, and no handle registered.
+    /// Nothing can be written or read there ever again; commands on it commit nothing
+    /// (`machine.rs`).
+    pub fn is_tombstone(&self) -> bool {
+        self.trace.upper().is_empty()
+            && self.trace.since().is_empty()
+            && self.writers.is_empty()
+            && self.leased_readers.is_empty()
+            && self.critical_readers.is_empty()
+    }
+
+    /// Once upper and since are both empty, drops every handle and every batch (nothing can be
+    /// read at any time, so GC may delete their parts): the shard becomes a tombstone. Runs on
+    /// every new version. Returns whether it did.
+    pub fn maybe_become_tombstone(&mut self) -> bool {
+        if !self.trace.upper().is_empty() || !self.trace.since().is_empty() || self.is_tombstone() {
+            return false;
+        }
+        self.writers.clear();
+        self.leased_readers.clear();
+        self.critical_readers.clear();
+        self.trace.finish();
+        true
+    }
+
+    /// Finishes the shard for good: its upper must be empty already (every writer finished it);
+    /// its since is closed too if no reader holds it (else every reader must have downgraded to
+    /// the empty since). Then it becomes a tombstone. A tombstone finalizes again as a no-op.
+    pub fn finalize_shard(&mut self) -> ControlFlow<InvalidUsage, ()> {
+        if self.is_tombstone() {
+            return Continue(());
+        }
+        let has_readers = !self.leased_readers.is_empty() || !self.critical_readers.is_empty();
+        if !self.trace.upper().is_empty() || (has_readers && !self.trace.since().is_empty()) {
+            return Break(InvalidUsage::NotFinalizable {
+                upper: self.trace.upper().clone(),
+                since: self.trace.since().clone(),
+            });
+        }
+        if !self.trace.since().is_empty() {
+            self.trace.downgrade_since(&Antichain::new());
+        }
+        self.maybe_become_tombstone();
+        Continue(())
+    }
+
+    /// Removes a writer. Returns whether it existed.
+    pub fn expire_writer(&mut self, writer_id: &WriterId) -> ControlFlow<Infallible, bool> {
+        Continue(self.writers.remove(writer_id).is_some())
+    }
+
+    /// Removes a leased reader and recomputes the since. Returns whether it existed.
+    pub fn expire_leased_reader(
+        &mut self,
+        reader_id: &LeasedReaderId,
+    ) -> ControlFlow<Infallible, bool> {
+        let existed = self.leased_readers.remove(reader_id).is_some();
+        self.update_since();
+        Continue(existed)
+    }
+
+    /// Removes a critical reader and recomputes the since. Returns whether it existed.
+    pub fn expire_critical_reader(
+        &mut self,
+        reader_id: &CriticalReaderId,
+    ) -> ControlFlow<Infallible, bool> {
+        let existed = self.critical_readers.remove(reader_id).is_some();
+        self.update_since();
+        Continue(existed)
+    }
+
+    /// Expires every leased reader and writer whose lease ran out by `now_ms`, then recomputes
+    /// the since. Runs as maintenance on every command. Returns what it expired.
+    pub fn expire_at(&mut self, now_ms: u64) -> (Vec<LeasedReaderId>, Vec<WriterId>) {
+        let expired = |hb: u64, lease: u64| hb.saturating_add(lease) < now_ms;
+        let readers: Vec<_> = self
+            .leased_readers
+            .iter()
+            .filter(|(_, r)| expired(r.last_heartbeat_ms, r.lease_duration_ms))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let writers: Vec<_> = self
+            .writers
+            .iter()
+            .filter(|(_, w)| expired(w.last_heartbeat_ms, w.lease_duration_ms))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for r in &readers {
+            self.leased_readers.remove(r);
+        }
+        for w in &writers {
+            self.writers.remove(w);
+        }
+        self.update_since();
+        (readers, writers)
+    }
+
+    /// The meet of every reader's since, if there are readers.
+    pub fn readers_since(&self) -> Option<Antichain<Timestamp>> {
+        let sinces = self
+            .leased_readers
+            .values()
+            .map(|r| &r.since)
+            .chain(self.critical_readers.values().map(|r| &r.since));
+        sinces.fold(None, |meet: Option<Antichain<Timestamp>>, s| {
+            Some(meet.map_or_else(|| s.clone(), |m| m.meet(s)))
+        })
+    }
+
+    /// Sets the shard's since to the meet of the readers' sinces; with no readers it stays.
+    fn update_since(&mut self) {
+        if let Some(since) = self.readers_since() {
+            // The meet can only rise: every reader's since starts at the shard's since and only
+            // moves forward. Assert it where it could break.
+            assert!(
+                PartialOrder::less_equal(self.trace.since(), &since),
+                "since would regress: {:?} -> {:?}",
+                self.trace.since(),
+                since
+            );
+            if &since != self.trace.since() {
+                self.trace.downgrade_since(&since);
+            }
+        }
+    }
+
+    /// The seqno below which no live reader needs state: `min(seqno, every reader's hold)`.
+    pub fn seqno_since(&self, seqno: SeqNo) -> SeqNo {
+        self.leased_readers
+            .values()
+            .map(|r| r.seqno)
+            .fold(seqno, SeqNo::min)
+    }
+
+    /// The batches a snapshot at `as_of` needs.
+    pub fn snapshot(
+        &self,
+        seqno: SeqNo,
+        as_of: &Antichain<Timestamp>,
+    ) -> Result<Vec<Rc<HollowBatch>>, SnapshotErr> {
+        if PartialOrder::less_than(as_of, self.trace.since()) {
+            return Err(SnapshotErr::AsOfHistoricalDistinctionsLost(
+                self.trace.since().clone(),
+            ));
+        }
+        if PartialOrder::less_equal(self.trace.upper(), as_of) {
+            return Err(SnapshotErr::AsOfNotYetAvailable(
+                seqno,
+                self.trace.upper().clone(),
+            ));
+        }
+        Ok(self
+            .trace
+            .batches()
+            .iter()
+            .filter(|b| PartialOrder::less_equal(&b.desc.lower, as_of))
+            .cloned()
+            .collect())
+    }
+
+    /// The batch with `lower <= frontier < upper`, if the shard has one yet.
+    pub fn next_listen_batch(&self, frontier: &Antichain<Timestamp>) -> Option<Rc<HollowBatch>> {
+        self.trace
+            .batches()
+            .iter()
+            .find(|b| {
+                PartialOrder::less_equal(&b.desc.lower, frontier)
+                    && PartialOrder::less_than(frontier, &b.desc.upper)
+            })
+            .cloned()
+    }
+}
+
+/// A heartbeat: moves a registered handle's last heartbeat up to `now_ms`; on a tombstone it is
+/// a no-op that succeeds; `Break` if the handle is not registered.
+fn heartbeat(tombstone: bool, last_ms: Option<&mut u64>, now_ms: u64) -> ControlFlow<(), ()> {
+    match (tombstone, last_ms) {
+        (true, _) => Continue(()),
+        (false, Some(last)) => {
+            *last = (*last).max(now_ms);
+            Continue(())
+        }
+        (false, None) => Break(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persist::state::{
+        BatchPart, CompareAndAppendBreak, CriticalReaderId, CriticalReaderState, Description,
+        HollowBatch, HollowRollup, IdempotencyToken, LeasedReaderId, ReaderExpired, Schema,
+        SchemaId, State, StateCollections, WriterId, INLINE_WRITES_TOTAL_MAX_BYTES,
+    };
+    use crate::persist::ShardId;
+
+    use crate::persist::trace::tests::{batch, f};
+
+    fn w(id: &str) -> WriterId {
+        WriterId(id.into())
+    }
+
+    fn tok(id: &str) -> IdempotencyToken {
+        IdempotencyToken(id.into())
+    }
+
+    fn caa(
+        s: &mut StateCollections,
+        b: &HollowBatch,
+        writer: &str,
+        token: &str,
+    ) -> ControlFlow<CompareAndAppendBreak, ()> {
+        s.compare_and_append(b, &w(writer), 0, 1_000, &tok(token))
+    }
+
+    #[test]
+    fn compare_and_append_ordinary_and_mismatch() {
+        let mut s = StateCollections::new();
+        assert_eq!(caa(&mut s, &batch(0, 5, 2), "w1", "t1"), Continue(()));
+        assert_eq!(s.trace.upper(), &f(5));
+        assert_eq!(s.writers[&w("w1")].most_recent_write_upper, f(5));
+        // A batch whose lower is not the upper.
+        assert_eq!(
+            caa(&mut s, &batch(3, 8, 1), "w2", "t2"),
+            Break(CompareAndAppendBreak::Upper {
+                shard_upper: f(5),
+                writer_upper: f(0)
+            })
+        );
+        // Contiguous append.
+        assert_eq!(caa(&mut s, &batch(5, 9, 1), "w2", "t3"), Continue(()));
+        assert_eq!(s.trace.batches().len(), 2);
+        s.trace.validate().unwrap();
+    }
+
+    #[test]
+    fn compare_and_append_errors() {
+        let mut s = StateCollections::new();
+        let mut inverted = batch(0, 5, 0);
+        inverted.desc = Description::new(f(5), f(3));
+        assert!(matches!(
+            caa(&mut s, &inverted, "w", "t"),
+            Break(CompareAndAppendBreak::InvalidUsage(
+                InvalidUsage::InvalidBounds { .. }
+            ))
+        ));
+        let mut empty_with_data = batch(0, 5, 1);
+        empty_with_data.desc = Description::new(f(0), f(0));
+        assert!(matches!(
+            caa(&mut s, &empty_with_data, "w", "t"),
+            Break(CompareAndAppendBreak::InvalidUsage(
+                InvalidUsage::InvalidEmptyTimeInterval { .. }
+            ))
+        ));
+        assert_eq!(s.trace.upper(), &f(0), "errors change nothing visible");
+    }
+
+    #[test]
+    fn empty_interval_is_a_heartbeat_and_tokens_are_idempotent() {
+        let mut s = StateCollections::new();
+        // [0, 0) with no data: heartbeat, trace unchanged.
+        assert_eq!(caa(&mut s, &batch(0, 0, 0), "w", "t0"), Continue(()));
+        assert!(s.trace.batches().is_empty());
+        assert_eq!(caa(&mut s, &batch(0, 4, 1), "w", "t1"), Continue(()));
+        // The same token again: already committed.
+        assert_eq!(
+            caa(&mut s, &batch(0, 4, 1), "w", "t1"),
+            Break(CompareAndAppendBreak::AlreadyCommitted)
+        );
+        // An empty batch advancing the upper is pushed (it carries progress).
+        assert_eq!(caa(&mut s, &batch(4, 10, 0), "w", "t2"), Continue(()));
+        assert_eq!(s.trace.upper(), &f(10));
+        // Finishing the shard: upper = [].
+        let mut fin = batch(10, 10, 0);
+        fin.desc.upper = Antichain::new();
+        assert_eq!(caa(&mut s, &fin, "w", "t3"), Continue(()));
+        assert!(s.trace.upper().is_empty());
+        assert!(matches!(
+            caa(&mut s, &batch(10, 11, 0), "w", "t4"),
+            Break(CompareAndAppendBreak::Upper { shard_upper, .. }) if shard_upper.is_empty()
+        ));
+    }
+
+    #[test]
+    fn inline_backpressure() {
+        let mut s = StateCollections::new();
+        let mut big = batch(0, 1, 1);
+        big.parts = vec![BatchPart::Inline {
+            encoded: vec![0; INLINE_WRITES_TOTAL_MAX_BYTES as usize],
+        }];
+        assert_eq!(caa(&mut s, &big, "w", "t1"), Continue(()));
+        let mut more = batch(1, 2, 1);
+        more.parts = vec![BatchPart::Inline {
+            encoded: vec![0; 1],
+        }];
+        assert_eq!(
+            caa(&mut s, &more, "w", "t2"),
+            Break(CompareAndAppendBreak::InlineBackpressure)
+        );
+    }
+
+    #[test]
+    fn since_is_the_meet_of_readers_and_recomputed_on_expiry() {
+        let mut s = StateCollections::new();
+        let (r1, r2) = (LeasedReaderId("r1".into()), LeasedReaderId("r2".into()));
+        let _ = s.register_leased_reader(&r1, SeqNo(1), 100, 0);
+        let _ = s.register_leased_reader(&r2, SeqNo(1), 100, 0);
+        assert_eq!(s.downgrade_since(&r1, SeqNo(2), &f(10), 1), Continue(f(10)));
+        assert_eq!(s.trace.since(), &f(0), "r2 still holds 0");
+        assert_eq!(s.downgrade_since(&r2, SeqNo(2), &f(5), 1), Continue(f(5)));
+        assert_eq!(s.trace.since(), &f(5));
+        // A downgrade backwards changes nothing but still commits.
+        assert_eq!(s.downgrade_since(&r1, SeqNo(2), &f(3), 2), Continue(f(10)));
+        // Expiring r2 lets the since rise to r1's.
+        assert_eq!(s.expire_leased_reader(&r2), Continue(true));
+        assert_eq!(s.trace.since(), &f(10));
+        // Lease expiry does the same.
+        let c = CriticalReaderId("c".into());
+        let _ = s.register_critical_reader(&c, 0);
+        let (readers, _) = s.expire_at(1_000);
+        assert_eq!(readers, vec![r1.clone()]);
+        assert_eq!(s.trace.since(), &f(10), "the critical reader holds 10");
+        assert_eq!(
+            s.downgrade_since(&r1, SeqNo(3), &f(20), 3),
+            Break(ReaderExpired)
+        );
+    }
+
+    #[test]
+    fn critical_reader_is_fenced_by_its_opaque_token() {
+        let mut s = StateCollections::new();
+        let c = CriticalReaderId("c".into());
+        assert_eq!(
+            s.register_critical_reader(&c, 7),
+            Continue(CriticalReaderState {
+                since: f(0),
+                opaque: 7
+            })
+        );
+        assert_eq!(
+            s.compare_and_downgrade_since(&c, 7, 8, &f(4)),
+            Continue(Ok(f(4)))
+        );
+        assert_eq!(
+            s.compare_and_downgrade_since(&c, 7, 9, &f(6)),
+            Continue(Err((8, f(4)))),
+            "the old token is fenced"
+        );
+        assert_eq!(
+            s.compare_and_downgrade_since(&c, 8, 9, &f(2)),
+            Continue(Ok(f(4))),
+            "a lower since returns the larger one"
+        );
+        assert_eq!(s.trace.since(), &f(4));
+    }
+
+    #[test]
+    fn schemas_register_once() {
+        let mut s = StateCollections::new();
+        let a = Schema {
+            key_codec: "String".into(),
+            val_codec: "()".into(),
+        };
+        let b = Schema {
+            key_codec: "Row".into(),
+            val_codec: "()".into(),
+        };
+        assert_eq!(s.register_schema(&a), Continue(SchemaId(0)));
+        assert_eq!(s.register_schema(&a), Continue(SchemaId(0)));
+        assert!(matches!(
+            s.register_schema(&b),
+            Break(InvalidUsage::CodecMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn snapshot_and_listen_batches() {
+        let mut s = StateCollections::new();
+        let _ = caa(&mut s, &batch(0, 5, 1), "w", "t1");
+        let _ = caa(&mut s, &batch(5, 9, 1), "w", "t2");
+        assert_eq!(s.snapshot(SeqNo(3), &f(4)).unwrap().len(), 1);
+        assert_eq!(s.snapshot(SeqNo(3), &f(5)).unwrap().len(), 2);
+        assert_eq!(
+            s.snapshot(SeqNo(3), &f(9)),
+            Err(SnapshotErr::AsOfNotYetAvailable(SeqNo(3), f(9)))
+        );
+        let r = LeasedReaderId("r".into());
+        let _ = s.register_leased_reader(&r, SeqNo(1), 100, 0);
+        let _ = s.downgrade_since(&r, SeqNo(1), &f(3), 0);
+        assert_eq!(
+            s.snapshot(SeqNo(3), &f(2)),
+            Err(SnapshotErr::AsOfHistoricalDistinctionsLost(f(3)))
+        );
+        assert_eq!(s.next_listen_batch(&f(5)).unwrap().desc.lower, f(5));
+        assert_eq!(s.next_listen_batch(&f(9)), None);
+    }
+
+    #[test]
+    fn clone_apply_breaks_leave_nothing_and_validate_catches_regressions() {
+        let mut state = State::uninitialized(ShardId("s".into()));
+        state.collections.rollups.insert(
+            SeqNo(1),
+            HollowRollup {
+                key: "r".into(),
+                encoded_size_bytes: 1,
+            },
+        );
+        state.seqno = SeqNo(1);
+        let out: ControlFlow<&str, ((), State)> = state.clone_apply(5, &mut |_, _| Break("no"));
+        assert_eq!(out, Break("no"));
+        let Continue(((), next)) = state.clone_apply(5, &mut |_, c: &mut StateCollections| {
+            c.compare_and_append(&batch(0, 3, 1), &w("w"), 5, 10, &tok("t"))
+        }) else {
+            panic!("expected Continue")
+        };
+        next.validate(Some(&state)).unwrap();
+        assert_eq!(next.seqno, SeqNo(2));
+        assert!(state.validate(Some(&next)).is_err(), "going back is caught");
+    }
+}

@@ -1,0 +1,127 @@
+//! The maintenance transitions: compaction's merge results, rollups and GC's bookkeeping (the
+//! spine is in `trace.rs`; the work that uses these is in `compact.rs`, `gc.rs`, `rollup.rs` and
+//! `maintenance.rs`, where their unit tests live). Pure, like the rest of the state.
+
+use std::ops::ControlFlow::{self, Break, Continue};
+
+use super::{HollowBatch, HollowRollup, StateCollections};
+use crate::location::SeqNo;
+
+/// After this many multiples of the rollup threshold without a rollup (the process assigned to
+/// write one failed), every commit is assigned one until one lands.
+pub const ROLLUP_FALLBACK_MULTIPLE: u64 = 3;
+
+impl StateCollections {
+    /// Replaces the batches of a merge request by its output if they still line up (see
+    /// `trace.rs` for each outcome). `Break` when not applied: there is nothing to commit.
+    pub fn apply_merge_res(
+        &mut self,
+        req: &crate::persist::trace::FueledMergeReq,
+        output: &HollowBatch,
+    ) -> ControlFlow<crate::persist::trace::ApplyMergeResult, crate::persist::trace::ApplyMergeResult>
+    {
+        let result = self.trace.apply_merge_res(req, output);
+        if result.applied() {
+            Continue(result)
+        } else {
+            Break(result)
+        }
+    }
+
+    /// Adds the rollup `(seqno, rollup)`. It applies iff no rollup is listed at `seqno` and
+    /// `seqno` is not older than every listed rollup (such a rollup helps no one: readers start
+    /// from the newest, GC from the one at the earliest live version, which is listed).
+    ///
+    /// `Continue(true)`: added. `Break(true)`: this very rollup is already listed (an earlier
+    /// attempt committed). `Break(false)`: refused, so the caller deletes its blob.
+    pub fn add_rollup(&mut self, seqno: SeqNo, rollup: &HollowRollup) -> ControlFlow<bool, bool> {
+        match self.try_add_rollup(seqno, rollup) {
+            AddRollup::Added => Continue(true),
+            AddRollup::AlreadyListed => Break(true),
+            AddRollup::Refused => Break(false),
+        }
+    }
+
+    /// GC's last command: unlists every rollup below `seqno`, keeping at least the newest
+    /// one. The caller has truncated Consensus to `seqno`, so none of them is at the earliest
+    /// live version (see `gc.rs`). Returns how many it unlisted; `Break(0)` when none.
+    pub fn remove_rollups_below(&mut self, seqno: SeqNo) -> ControlFlow<usize, usize> {
+        let newest = self.rollups.keys().next_back().copied();
+        let below: Vec<SeqNo> = self
+            .rollups
+            .range(..seqno)
+            .map(|(s, _)| *s)
+            .filter(|s| Some(*s) != newest)
+            .collect();
+        for s in &below {
+            self.rollups.remove(s);
+        }
+        if below.is_empty() {
+            Break(0)
+        } else {
+            Continue(below.len())
+        }
+    }
+
+    fn try_add_rollup(&mut self, seqno: SeqNo, rollup: &HollowRollup) -> AddRollup {
+        if let Some(existing) = self.rollups.get(&seqno) {
+            return if existing.key == rollup.key {
+                AddRollup::AlreadyListed
+            } else {
+                AddRollup::Refused
+            };
+        }
+        if self
+            .rollups
+            .keys()
+            .next()
+            .is_some_and(|oldest| seqno < *oldest)
+        {
+            return AddRollup::Refused;
+        }
+        self.rollups.insert(seqno, rollup.clone());
+        AddRollup::Added
+    }
+
+    /// Whether the process that commits `seqno` should write a rollup of it: every `threshold`
+    /// seqnos after the newest rollup (exact multiples, so one process is assigned each), and, as a
+    /// fallback when the assigned one failed, every seqno once the newest rollup is more than
+    /// [`ROLLUP_FALLBACK_MULTIPLE`] thresholds old. A threshold of 0 assigns none.
+    pub fn need_rollup(&self, seqno: SeqNo, threshold: u64) -> Option<SeqNo> {
+        if threshold == 0 {
+            return None;
+        }
+        let (latest, _) = self.rollups.last_key_value()?;
+        let behind = seqno.0.checked_sub(latest.0)?;
+        let due = behind > 0
+            && (behind % threshold == 0
+                || behind > threshold.saturating_mul(ROLLUP_FALLBACK_MULTIPLE));
+        due.then_some(seqno)
+    }
+
+    /// The GC trigger, run on every new version before it is committed: if the seqno since
+    /// moved at least `max(1, ceil(log2(seqno)))` past `last_gc_req`, and this command is a
+    /// write (GC work goes to writers) or there are no writers, it moves `last_gc_req` up to the
+    /// seqno since and returns the request for whoever commits this version.
+    pub fn maybe_gc(&mut self, is_write: bool, seqno: SeqNo) -> Option<crate::persist::gc::GcReq> {
+        let seqno_since = self.seqno_since(seqno);
+        let threshold = u64::from(seqno.0.next_power_of_two().trailing_zeros()).max(1);
+        let moved = seqno_since.0.saturating_sub(self.last_gc_req.0);
+        if moved < threshold || !(is_write || self.writers.is_empty()) {
+            return None;
+        }
+        let old_seqno_since = self.last_gc_req;
+        self.last_gc_req = seqno_since;
+        Some(crate::persist::gc::GcReq {
+            old_seqno_since,
+            new_seqno_since: seqno_since,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AddRollup {
+    Added,
+    AlreadyListed,
+    Refused,
+}

@@ -1,0 +1,427 @@
+//! Broken bytes end in a typed error, in bounded virtual time, and nothing is written after.
+//!
+//! For each of five kinds of damage (a corrupted head version, a corrupted diff in the middle of
+//! the chain, a corrupted rollup, a missing rollup blob, a missing part blob), and for both a
+//! fresh open (a new process: cold cache) and a warm handle (one that read the shard before the
+//! damage and must catch up through it), on the simulator:
+//! - the call answers `PersistError::Permanent` naming the shard, the seqno or Blob key, and the
+//!   kind of problem, well inside a virtual deadline (a transient retry loop would hit it);
+//! - after the error the same process writes nothing more (no Consensus version, no blob), even
+//!   when it keeps calling and its maintenance has virtual time to run.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use persist_playground::location::mem::{Latency, MemBlob, MemConsensus};
+use persist_playground::location::{
+    Blob, BrokenAt, Consensus, Location, PermanentError, PermanentKind, SeqNo,
+};
+use persist_playground::persist::error::PersistError;
+use persist_playground::persist::gc::gc_now;
+use persist_playground::persist::write::WriteHandle;
+use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
+use persist_playground::runtime::sim::Simulator;
+use timely::progress::Antichain;
+
+const SHARD: &str = "s-broken";
+/// Far more than any answer needs; a retry loop at the back-off cap would run into it.
+const DEADLINE_MS: u64 = 120_000;
+/// What an answer may take: a few back-offs of a few milliseconds, plus latency.
+const ANSWER_BOUND_MS: u64 = 2_000;
+
+fn f(t: u64) -> Antichain<u64> {
+    Antichain::from_elem(t)
+}
+
+fn shard() -> ShardId {
+    ShardId::new(SHARD).unwrap()
+}
+
+struct World {
+    sim: Simulator,
+    blob: MemBlob,
+    consensus: MemConsensus,
+    location: Location,
+    cfg: PersistConfig,
+}
+
+fn world(seed: u64) -> World {
+    let sim = Simulator::new(seed);
+    let rt = sim.runtime();
+    let (blob, consensus) = (MemBlob::new(), MemConsensus::new());
+    let location = Location {
+        blob: Rc::new(blob.with_latency(Latency::new(rt.clone(), seed ^ 1, 0, 3))),
+        consensus: Rc::new(consensus.with_latency(Latency::new(rt, seed ^ 2, 0, 3))),
+    };
+    let cfg = PersistConfig {
+        // Every batch in Blob, and no routine maintenance: the damage is placed by hand.
+        inline_writes_single_max_bytes: 0,
+        compaction_enabled: false,
+        gc_enabled: false,
+        rollup_threshold: 0,
+        ..PersistConfig::default()
+    };
+    World {
+        sim,
+        blob,
+        consensus,
+        location,
+        cfg,
+    }
+}
+
+impl World {
+    fn client(&self, seed: u64) -> PersistClient {
+        PersistClient::new(
+            self.location.clone(),
+            self.sim.runtime(),
+            self.cfg.clone(),
+            seed,
+        )
+    }
+
+    fn head(&self) -> SeqNo {
+        self.consensus
+            .head(SHARD)
+            .now_or_never()
+            .unwrap()
+            .unwrap()
+            .unwrap()
+            .seqno
+    }
+
+    fn blob_keys(&self) -> BTreeSet<String> {
+        let mut keys = BTreeSet::new();
+        self.blob
+            .list_keys_and_metadata("", &mut |m| {
+                keys.insert(m.key);
+            })
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        keys
+    }
+
+    /// What storage holds: the head seqno and every blob key.
+    fn footprint(&self) -> (SeqNo, BTreeSet<String>) {
+        (self.head(), self.blob_keys())
+    }
+
+    fn state(&self) -> persist_playground::persist::state::State {
+        let client = self.client(0x5eed);
+        self.sim
+            .block_on(async move { client.inspect_state(&shard()).await.unwrap() })
+            .unwrap()
+    }
+}
+
+/// Writes `n` one-update batches from `handle`'s upper on.
+async fn write(handle: &mut WriteHandle<String, ()>, n: u64) {
+    for _ in 0..n {
+        let lo = *handle.upper().elements().first().unwrap();
+        let updates = vec![((format!("k{lo}"), ()), lo, 1)];
+        handle
+            .compare_and_append(&updates, f(lo), f(lo + 1))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Where the damage goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Damage {
+    CorruptHead,
+    CorruptMidChain,
+    CorruptRollup,
+    MissingRollup,
+    MissingPart,
+}
+
+impl Damage {
+    fn all() -> [Damage; 5] {
+        [
+            Damage::CorruptHead,
+            Damage::CorruptMidChain,
+            Damage::CorruptRollup,
+            Damage::MissingRollup,
+            Damage::MissingPart,
+        ]
+    }
+
+    /// Whether the shard is collected up to its head first (so that readers start from a
+    /// rollup at the head, and a warm handle's next diffs are truncated away).
+    fn collected(self) -> bool {
+        matches!(self, Damage::CorruptRollup | Damage::MissingRollup)
+    }
+
+    /// Damages storage and says where the error must point.
+    fn apply(self, w: &World, warm_seqno: SeqNo) -> (BrokenAt, PermanentKind) {
+        let state = w.state();
+        let head = w.head();
+        let garbage = Bytes::from_static(b"not a state version");
+        match self {
+            Damage::CorruptHead => {
+                assert!(w.consensus.tamper(SHARD, head, Bytes::new()));
+                (BrokenAt::Version(head), PermanentKind::Undecodable)
+            }
+            Damage::CorruptMidChain => {
+                // Above the warm handle's seqno and the newest rollup, below the head.
+                let (rollup, _) = state.latest_rollup().unwrap();
+                let mid = SeqNo(warm_seqno.0.max(rollup.0) + 2);
+                assert!(mid < head, "{mid} < {head}");
+                assert!(w.consensus.tamper(SHARD, mid, garbage));
+                (BrokenAt::Version(mid), PermanentKind::Undecodable)
+            }
+            Damage::CorruptRollup | Damage::MissingRollup => {
+                let (_, rollup) = state.latest_rollup().unwrap();
+                let key = rollup.key.clone();
+                if self == Damage::CorruptRollup {
+                    w.blob.set(&key, garbage).now_or_never().unwrap().unwrap();
+                    (BrokenAt::BlobKey(key), PermanentKind::Undecodable)
+                } else {
+                    w.blob.delete(&key).now_or_never().unwrap().unwrap();
+                    (BrokenAt::BlobKey(key), PermanentKind::Missing)
+                }
+            }
+            Damage::MissingPart => {
+                let key = state.part_keys().next().unwrap().to_string();
+                w.blob.delete(&key).now_or_never().unwrap().unwrap();
+                (BrokenAt::BlobKey(key), PermanentKind::Missing)
+            }
+        }
+    }
+}
+
+fn check_error(
+    damage: Damage,
+    how: &str,
+    err: &PermanentError,
+    (at, kind): &(BrokenAt, PermanentKind),
+) {
+    assert_eq!(err.shard, SHARD, "{damage:?} {how}: {err}");
+    assert_eq!(&err.at, at, "{damage:?} {how}: {err}");
+    assert_eq!(&err.kind, kind, "{damage:?} {how}: {err}");
+}
+
+fn permanent<T: std::fmt::Debug>(r: Result<T, PersistError>, what: &str) -> PermanentError {
+    match r {
+        Err(PersistError::Permanent(e)) => e,
+        other => panic!("{what}: expected a permanent error, got {other:?}"),
+    }
+}
+
+type Reader = persist_playground::persist::read::ReadHandle<String, ()>;
+
+/// The shard with some history: writer `a` (kept: the warm handle) wrote 3 batches, then writer
+/// `b` of another process 8 more. For the part damage, `a`'s process also keeps a reader (it
+/// holds GC back, so only then). Returns `a`, the reader, and the seqno `a`'s cache is at.
+fn prepare(
+    w: &World,
+    damage: Damage,
+) -> (
+    PersistClient,
+    WriteHandle<String, ()>,
+    Option<Reader>,
+    SeqNo,
+) {
+    let warm = w.client(1);
+    let warm_client = warm.clone();
+    let with_reader = damage == Damage::MissingPart;
+    let (a, r) = w
+        .sim
+        .block_on(async move {
+            let mut a = warm.open_writer::<String, ()>(&shard()).await.unwrap();
+            let r = if with_reader {
+                Some(
+                    warm.open_leased_reader::<String, ()>(&shard())
+                        .await
+                        .unwrap(),
+                )
+            } else {
+                None
+            };
+            write(&mut a, 3).await;
+            (a, r)
+        })
+        .unwrap();
+    let warm_seqno = w.head();
+    let other = w.client(2);
+    let collect = damage.collected();
+    w.sim
+        .block_on(async move {
+            let mut b = other.open_writer::<String, ()>(&shard()).await.unwrap();
+            b.fetch_recent_upper().await.unwrap();
+            write(&mut b, 8).await;
+            if collect {
+                // Truncates to the head, with a rollup there.
+                gc_now(&other, &shard()).await.unwrap();
+            }
+            b.abandon();
+        })
+        .unwrap();
+    (warm_client, a, r, warm_seqno)
+}
+
+/// The first call that meets the damage, bounded by [`DEADLINE_MS`].
+async fn first_call(
+    damage: Damage,
+    warm: bool,
+    fresh: PersistClient,
+    a: &mut WriteHandle<String, ()>,
+    r: &mut Option<Reader>,
+) -> Result<PermanentError, String> {
+    let rt = fresh.runtime().clone();
+    let out: Result<Result<(), PersistError>, _> = match (warm, damage == Damage::MissingPart) {
+        (true, true) => {
+            let r = r.as_mut().unwrap();
+            rt.timeout(DEADLINE_MS, r.snapshot_and_fetch(f(5)))
+                .await
+                .map(|x| x.map(|_| ()))
+        }
+        (true, false) => {
+            let lo = *a.upper().elements().first().unwrap();
+            let updates = vec![(("late".to_string(), ()), lo, 1)];
+            rt.timeout(
+                DEADLINE_MS,
+                a.compare_and_append(&updates, f(lo), f(lo + 1)),
+            )
+            .await
+            .map(|x| x.map(|_| ()))
+        }
+        (false, true) => {
+            rt.timeout(DEADLINE_MS, async {
+                let mut reader = fresh.open_leased_reader::<String, ()>(&shard()).await?;
+                reader.snapshot_and_fetch(f(5)).await.map(|_| ())
+            })
+            .await
+        }
+        (false, false) => rt
+            .timeout(DEADLINE_MS, fresh.open_writer::<String, ()>(&shard()))
+            .await
+            .map(|x| x.map(|_| ())),
+    };
+    match out {
+        Err(_elapsed) => Err("timed out".into()),
+        Ok(r) => Ok(permanent(r, "first call")),
+    }
+}
+
+#[test]
+fn broken_bytes_are_permanent_errors_for_fresh_and_warm_handles() {
+    for (i, damage) in Damage::all().into_iter().enumerate() {
+        for warm in [false, true] {
+            let how = if warm { "warm" } else { "fresh" };
+            let w = world(100 + i as u64 * 2 + u64::from(warm));
+            let (warm_client, mut a, mut r, warm_seqno) = prepare(&w, damage);
+            let expected = damage.apply(&w, warm_seqno);
+            let start = w.sim.now_ms();
+            let fresh = w.client(77);
+            let (out, a, r) = {
+                let fresh = fresh.clone();
+                w.sim
+                    .block_on(async move {
+                        let out = first_call(damage, warm, fresh, &mut a, &mut r).await;
+                        (out, a, r)
+                    })
+                    .unwrap()
+            };
+            let err = out.unwrap_or_else(|e| panic!("{damage:?} {how}: {e}"));
+            let took = w.sim.now_ms() - start;
+            println!("{damage:?} {how}: {err} (after {took} ms)");
+            check_error(damage, how, &err, &expected);
+            assert!(took < ANSWER_BOUND_MS, "{damage:?} {how}: took {took} ms");
+            // From here on, the process that met the damage writes nothing: calls on it answer
+            // the same error at once, and its handles' expiry on drop and its background work
+            // (given virtual time) commit nothing.
+            let after = w.footprint();
+            let broken = if warm { warm_client } else { fresh };
+            let again = w
+                .sim
+                .block_on(async move {
+                    let reopened = broken.open_writer::<String, ()>(&shard()).await.map(|_| ());
+                    let state = broken.inspect_state(&shard()).await;
+                    (permanent(reopened, "reopen"), state.err())
+                })
+                .unwrap();
+            assert_eq!(again.0, err, "{damage:?} {how}: the process stays broken");
+            assert_eq!(again.1, Some(err.clone()), "{damage:?} {how}");
+            if warm {
+                drop((a, r));
+            } else {
+                // The warm process did not meet the damage here: keep it out of the way.
+                a.abandon();
+                if let Some(r) = r {
+                    r.abandon();
+                }
+            }
+            w.sim.run_for(10_000).unwrap();
+            assert_eq!(
+                w.footprint(),
+                after,
+                "{damage:?} {how}: wrote after the error"
+            );
+        }
+    }
+}
+
+/// Compaction and GC, run by hand on a fresh process, meet the damage too: a typed error, and
+/// nothing written after it.
+#[test]
+fn compaction_and_gc_answer_permanent_errors() {
+    use persist_playground::persist::compact::compact_now;
+    let cases = [
+        (Damage::MissingPart, "compact"),
+        (Damage::CorruptMidChain, "gc"),
+        (Damage::CorruptHead, "compact"),
+    ];
+    for (i, (damage, work)) in cases.into_iter().enumerate() {
+        let w = world(300 + i as u64);
+        let (_, a, r, warm_seqno) = prepare(&w, damage);
+        a.abandon();
+        if let Some(r) = r {
+            r.abandon();
+        }
+        let expected = damage.apply(&w, warm_seqno);
+        let before = w.footprint();
+        let client = w.client(91);
+        let rt = w.sim.runtime();
+        let start = w.sim.now_ms();
+        let out = w
+            .sim
+            .block_on(async move {
+                let out = if work == "gc" {
+                    rt.timeout(DEADLINE_MS, gc_now(&client, &shard()))
+                        .await
+                        .map(|r| r.map(|_| ()))
+                } else {
+                    rt.timeout(DEADLINE_MS, compact_now(&client, &shard()))
+                        .await
+                        .map(|r| r.map(|_| ()))
+                };
+                let again = compact_now(&client, &shard()).await.map(|_| ());
+                (out, again)
+            })
+            .unwrap();
+        let err = out
+            .0
+            .unwrap_or_else(|_| panic!("{damage:?} {work}: timed out"))
+            .unwrap_err();
+        assert!(w.sim.now_ms() - start < ANSWER_BOUND_MS);
+        check_error(damage, work, &err, &expected);
+        assert_eq!(
+            out.1,
+            Err(err),
+            "{damage:?} {work}: the process stays broken"
+        );
+        w.sim.run_for(10_000).unwrap();
+        assert_eq!(
+            w.footprint(),
+            before,
+            "{damage:?} {work}: wrote after the error"
+        );
+    }
+}
