@@ -70,7 +70,7 @@ fn one_replica_matches_the_model_at_every_upper() {
     assert!(p.check_cells().unwrap() > 0);
     let snap = p.snapshot();
     let r = snap.replicas[0].as_ref().unwrap();
-    assert!(r.operator.as_ref().unwrap().state.len() > 0);
+    assert!(!r.operator.as_ref().unwrap().state.is_empty());
     // The snapshot is plain serde data.
     serde_json::to_string(&snap).unwrap();
     // Every step is an event, tagged by kind, stamped with its replica and the runtime's clock.

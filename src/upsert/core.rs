@@ -33,7 +33,7 @@ use super::observe::{
     DrainKind, OperatorSnapshot, StashEntryView, StateCellView, UpsertCounters, UpsertEvent,
     UpsertEventKind, UpsertLog,
 };
-use super::stash::{drain_staged_input, stage_input, DrainStats, DrainStyle, Stash};
+use super::stash::{drain_staged_input, stage_input, DrainStats, DrainStyle, SourceBatch, Stash};
 use super::state::{StateValue, UpsertStateBackend, UpsertValueAndSize, Value};
 use super::types::{DataflowError, EnvelopeError, UpsertKey, UpsertValue};
 use crate::persist::codec::{Diff, Row};
@@ -283,11 +283,7 @@ where
 
     /// Source data at `time` (its message's capability). Stashes it; returns whether the stash
     /// is non-empty (the operator then keeps the lesser of its stash capability and this one).
-    pub fn on_source_data(
-        &mut self,
-        time: &T,
-        data: &mut Vec<((UpsertKey, Option<UpsertValue>, F), T, Diff)>,
-    ) -> bool {
+    pub fn on_source_data(&mut self, time: &T, data: &mut SourceBatch<T, F>) -> bool {
         if self.halted.is_some() {
             data.clear();
             return !self.stash.is_empty();

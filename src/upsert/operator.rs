@@ -141,12 +141,15 @@ where
     }
 }
 
+/// Where a built operator leaves a handle to its core.
+type CoreSlot<T> = Rc<RefCell<Option<Rc<RefCell<dyn InspectCore<T>>>>>>;
+
 /// The operator's observability: where its events go, and (once built) a handle to its core.
 #[derive(Clone)]
 pub struct UpsertMetrics<T> {
     /// Events and their stamp.
     pub observer: CoreObserver<T>,
-    core: Rc<RefCell<Option<Rc<RefCell<dyn InspectCore<T>>>>>>,
+    core: CoreSlot<T>,
 }
 
 impl<T> UpsertMetrics<T> {

@@ -39,6 +39,9 @@ use crate::persist::codec::Diff;
 /// One stashed source update.
 pub type StashEntry<T, F> = (T, UpsertKey, Reverse<F>, Option<UpsertValue>);
 
+/// Updates of the source input: `((key, value or delete, from_time), time, diff)`.
+pub type SourceBatch<T, F> = Vec<((UpsertKey, Option<UpsertValue>, F), T, Diff)>;
+
 type Staged<F> = (UpsertKey, Reverse<F>, Option<UpsertValue>);
 
 /// Stashed source updates, by time. See the module docs.
@@ -150,7 +153,7 @@ pub struct DrainStats {
 /// Returns how many were dropped. A non-positive diff is an error (a source must only add).
 pub fn stage_input<T, F>(
     stash: &mut Stash<T, F>,
-    data: &mut Vec<((UpsertKey, Option<UpsertValue>, F), T, Diff)>,
+    data: &mut SourceBatch<T, F>,
     input_upper: &Antichain<T>,
     resume_upper: &Antichain<T>,
 ) -> Result<u64, String>
