@@ -50,10 +50,9 @@ async fn two_upsert_replicas_race_over_indexeddb() {
     let configs: Vec<ReplicaConfig> = (0..2)
         .map(|i| {
             let mut c = ReplicaConfig::new(&format!("r{i}"), 7 + i);
-            // Different speeds: 100 or 40 messages per step; feedback in slices of 250, so
-            // that no single step does much.
+            // Different speeds: 100 or 40 messages per step (and feedback in slices of 250, set
+            // below), so that no single step does much.
             c.read_batch = if i == 0 { 100 } else { 40 };
-            c.feed_budget = 250;
             c.tick_ms = 2 + 3 * i;
             c.caa_timeout_ms = 60_000;
             c
@@ -78,17 +77,17 @@ async fn two_upsert_replicas_race_over_indexeddb() {
         pipeline.start(i).await.unwrap();
         let r = &pipeline.replica(i).unwrap().replica;
         r.borrow_mut().set_step_clock(Box::new(performance_now));
+        r.borrow_mut().set_feed_budget(250);
     }
     let source = pipeline.source();
     let gen_cfg = GeneratorConfig {
         keys: 2_000,
         delete_percent: 10,
         error_percent: 1,
-        burst_min: 1_000,
         burst_max: 1_000,
         ts_step_max: 1,
     };
-    let mut gen = SourceGenerator::new(5, gen_cfg, 1);
+    let mut gen = SourceGenerator::new(5, gen_cfg, 1).with_burst_min(1_000);
     let timestamps = 12;
     for _ in 0..timestamps {
         gen.burst(&mut source.borrow_mut());

@@ -80,11 +80,6 @@ fn run_seed(seed: u64) -> Totals {
             c.replay = (rng.next_u64() % 4) as usize;
             c.snapshot_buffering_max =
                 (rng.next_u64() % 4 == 0).then(|| 1 + (rng.next_u64() % 3) as usize);
-            // Sometimes feedback trickles in a few updates per step: the persist input is then
-            // mid-timestamp across activations.
-            if rng.next_u64() % 3 == 0 {
-                c.feed_budget = 1 + (rng.next_u64() % 4) as usize;
-            }
             c
         })
         .collect();
@@ -92,10 +87,20 @@ fn run_seed(seed: u64) -> Totals {
         keys: 3 + rng.next_u64() % 8,
         delete_percent: 10 + rng.next_u64() % 20,
         error_percent: rng.next_u64() % 8,
-        burst_min: 1,
         burst_max: 1 + rng.next_u64() % 8,
         ts_step_max: 1 + rng.next_u64() % 3,
     };
+    // Sometimes a replica's feedback trickles in a few updates per step: its persist input is
+    // then mid-timestamp across activations.
+    let feed_budgets: Vec<usize> = (0..n)
+        .map(|_| {
+            if rng.next_u64() % 3 == 0 {
+                1 + (rng.next_u64() % 4) as usize
+            } else {
+                usize::MAX
+            }
+        })
+        .collect();
     let bursts = 12 + rng.next_u64() % 12;
     let mut pipeline = UpsertPipeline::new(
         location,
@@ -125,9 +130,15 @@ fn run_seed(seed: u64) -> Totals {
     })
     .detach();
     let result = sim.block_on(async move {
+        let set_feed_budget = |p: &UpsertPipeline, i: usize| {
+            if let Some(r) = p.replica(i) {
+                r.replica.borrow_mut().set_feed_budget(feed_budgets[i]);
+            }
+        };
         pipeline.start_checker().await;
         for i in 0..pipeline.replicas() {
             pipeline.start(i).await.expect("start");
+            set_feed_budget(&pipeline, i);
         }
         let source = pipeline.source();
         let mut gen = SourceGenerator::new(seed ^ 0x6e, gen_cfg, main_rng.next_u64() % 2);
@@ -162,6 +173,7 @@ fn run_seed(seed: u64) -> Totals {
             for i in restart_dead(&pipeline) {
                 assert_no_health_error(&pipeline, i, seed);
                 pipeline.start(i).await.expect("restart");
+                set_feed_budget(&pipeline, i);
             }
             cells_checked += pipeline
                 .check_cells()
@@ -202,6 +214,7 @@ fn run_seed(seed: u64) -> Totals {
             for i in restart_dead(&pipeline) {
                 assert_no_health_error(&pipeline, i, seed);
                 pipeline.start(i).await.expect("restart");
+                set_feed_budget(&pipeline, i);
             }
             if std::env::var("UPSERT_SIM_TRACE").is_ok() {
                 let snap = pipeline.snapshot();

@@ -47,9 +47,6 @@ pub struct ReplicaConfig {
     pub snapshot_buffering_max: Option<usize>,
     /// The most `worker.step()`s per step.
     pub step_budget: u32,
-    /// The most feedback updates moved into the operator per step (the rest wait for the next
-    /// step, and the persist input's progress waits behind them), bounding one step's work.
-    pub feed_budget: usize,
 }
 
 impl ReplicaConfig {
@@ -65,7 +62,6 @@ impl ReplicaConfig {
             prevent_snapshot_buffering: true,
             snapshot_buffering_max: None,
             step_budget: 64,
-            feed_budget: usize::MAX,
         }
     }
 }
@@ -129,6 +125,7 @@ pub struct Replica {
     _persist_source: Option<ShutdownButton>,
     step_clock: Option<StepClock>,
     step_stats: StepStats,
+    feed_budget: usize,
 }
 
 /// A clock in milliseconds (fractional) used only to measure how long steps take, never to
@@ -210,7 +207,15 @@ impl Replica {
             _persist_source: persist_source,
             step_clock: None,
             step_stats: StepStats::default(),
+            feed_budget: usize::MAX,
         }
+    }
+
+    /// Moves at most `n` feedback updates into the operator per step (the rest wait for the
+    /// next step, and the persist input's progress waits behind them), bounding one step's work.
+    /// Unbounded by default.
+    pub fn set_feed_budget(&mut self, n: usize) {
+        self.feed_budget = n.max(1);
     }
 
     /// Measures every [`Replica::step`] with `clock`.
@@ -251,15 +256,16 @@ impl Replica {
         }
     }
 
-    /// Moves the feedback that has arrived into the operator's persist input, at most
-    /// `feed_budget` updates (progress stays behind the updates it follows).
+    /// Moves the feedback that has arrived into the operator's persist input, at most the feed
+    /// budget's worth of updates ([`Replica::set_feed_budget`]; progress stays behind the
+    /// updates it follows).
     pub fn feed(&mut self) -> u64 {
         while let Ok(event) = self.feedback.try_recv() {
             self.feedback_queue.push_back(event);
         }
         let mut moved = 0;
         let mut upper = None;
-        let budget = self.cfg.feed_budget.max(1) as u64;
+        let budget = self.feed_budget as u64;
         while let Some(mut event) = self.feedback_queue.pop_front() {
             if moved >= budget {
                 self.feedback_queue.push_front(event);

@@ -119,9 +119,8 @@ pub struct GeneratorConfig {
     pub delete_percent: u64,
     /// Percent of upserts whose value is an error.
     pub error_percent: u64,
-    /// Upserts per time: from `burst_min` to `burst_max` (a burst at one time).
-    pub burst_min: u64,
-    /// See `burst_min`.
+    /// Upserts per time: from 1 (or the generator's [`SourceGenerator::with_burst_min`]) to this
+    /// many (a burst at one time).
     pub burst_max: u64,
     /// Times advance by 1 to this many between bursts.
     pub ts_step_max: u64,
@@ -133,7 +132,6 @@ impl Default for GeneratorConfig {
             keys: 8,
             delete_percent: 15,
             error_percent: 5,
-            burst_min: 1,
             burst_max: 6,
             ts_step_max: 2,
         }
@@ -146,6 +144,7 @@ pub struct SourceGenerator {
     cfg: GeneratorConfig,
     next_ts: Timestamp,
     values: u64,
+    burst_min: u64,
 }
 
 impl SourceGenerator {
@@ -156,7 +155,14 @@ impl SourceGenerator {
             cfg,
             next_ts: start_ts,
             values: 0,
+            burst_min: 1,
         }
+    }
+
+    /// Every burst has at least `n` upserts (at most the config's `burst_max`, if larger).
+    pub fn with_burst_min(mut self, n: u64) -> Self {
+        self.burst_min = n.max(1);
+        self
     }
 
     fn below(&mut self, n: u64) -> u64 {
@@ -166,7 +172,7 @@ impl SourceGenerator {
     /// One burst of upserts at the next time, then seals the log past it. Returns its time.
     pub fn burst(&mut self, log: &mut SourceLog) -> Timestamp {
         let ts = self.next_ts.max(log.upper);
-        let min = self.cfg.burst_min.max(1);
+        let min = self.burst_min;
         let n = min + self.below(self.cfg.burst_max.saturating_sub(min) + 1);
         for _ in 0..n {
             let key = self.below(self.cfg.keys) as i64;
