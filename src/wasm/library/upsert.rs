@@ -200,7 +200,6 @@ fn replica_config(v: &JsValue, i: usize, pipeline_seed: u64) -> LibResult<Replic
             o.parse_or("stepBudget", d.step_budget as u64, count)?,
             "stepBudget",
         )?,
-        feed_budget: d.feed_budget,
     })
 }
 
@@ -495,7 +494,6 @@ impl JsUpsertPipeline {
             keys: o.parse_or("keys", d.keys, convert::time)?.max(1),
             delete_percent: o.parse_or("deletePercent", d.delete_percent, percent)?,
             error_percent: o.parse_or("errorPercent", d.error_percent, percent)?,
-            burst_min: d.burst_min,
             burst_max: o.parse_or("burstMax", d.burst_max, convert::time)?.max(1),
             ts_step_max: o
                 .parse_or("tsStepMax", d.ts_step_max, convert::time)?
