@@ -36,6 +36,13 @@ fn performance_now() -> f64 {
 
 #[wasm_bindgen_test]
 async fn two_upsert_replicas_race_over_indexeddb() {
+    // Keys hash the same here as natively (the native unit test pins the same value).
+    let key = persist_playground::upsert::types::UpsertKey::from_key(
+        &persist_playground::persist::codec::Row::new([
+            persist_playground::persist::codec::Datum::Int(42),
+        ]),
+    );
+    assert_eq!(key.short(), "fa03d4a33fb9");
     let name = "test-upsert-race";
     IdbLocation::delete_database(name).await.unwrap();
     let rt = BrowserRuntime::runtime();

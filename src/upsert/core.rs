@@ -33,7 +33,7 @@ use super::observe::{
     DrainKind, OperatorSnapshot, StashEntryView, StateCellView, UpsertCounters, UpsertEvent,
     UpsertEventKind, UpsertLog,
 };
-use super::stash::{drain_staged_input, stage_input, DrainStats, DrainStyle, StashEntry};
+use super::stash::{drain_staged_input, stage_input, DrainStats, DrainStyle, Stash};
 use super::state::{StateValue, UpsertStateBackend, UpsertValueAndSize, Value};
 use super::types::{DataflowError, EnvelopeError, UpsertKey, UpsertValue};
 use crate::persist::codec::{Diff, Row};
@@ -83,7 +83,7 @@ pub struct UpsertCore<T, F, S> {
     resume_upper: Antichain<T>,
     prevent_snapshot_buffering: bool,
     state: UpsertState<S, T, Option<F>>,
-    stash: Vec<StashEntry<T, F>>,
+    stash: Stash<T, F>,
     stash_cap: Option<T>,
     input_upper: Antichain<T>,
     persist_upper: Antichain<T>,
@@ -124,7 +124,7 @@ where
             resume_upper,
             prevent_snapshot_buffering,
             state: UpsertState::new(backend),
-            stash: Vec::new(),
+            stash: Stash::default(),
             stash_cap: None,
             input_upper: Antichain::from_elem(T::minimum()),
             persist_upper: Antichain::from_elem(T::minimum()),
@@ -336,8 +336,8 @@ where
     /// Drains what may be drained (see the module docs) into `output`, and returns the stash's
     /// least remaining time for the capability.
     pub fn drain(&mut self, output: &mut Vec<(UpsertValue, T, Diff)>) -> StashFrontier<T> {
-        let frontier = |stash: &Vec<StashEntry<T, F>>| StashFrontier {
-            min_time: stash.iter().map(|e| e.0.clone()).min(),
+        let frontier = |stash: &Stash<T, F>| StashFrontier {
+            min_time: stash.min_time().cloned(),
         };
         if self.halted.is_some() || self.finished {
             return frontier(&self.stash);
@@ -455,7 +455,7 @@ where
         stash.sort();
         let stash = stash
             .into_iter()
-            .map(|(time, key, Reverse(from), value)| StashEntryView {
+            .map(|(time, (key, Reverse(from), value))| StashEntryView {
                 time: time.clone(),
                 key: key.short(),
                 from_time: format!("{from:?}"),
