@@ -98,6 +98,7 @@ pub struct UpsertCore<T, F, S> {
     halted: Option<String>,
     unreported_error: Option<String>,
     finished: bool,
+    activations: u64,
 }
 
 fn opt<T: Clone>(f: &Antichain<T>) -> Option<T> {
@@ -138,6 +139,7 @@ where
             halted: None,
             unreported_error: None,
             finished: false,
+            activations: 0,
         }
     }
 
@@ -166,6 +168,25 @@ where
         &self.input_upper
     }
 
+    /// Counts one activation of the operator (the host uses the count to tell a quiet worker).
+    pub fn note_activation(&mut self) {
+        self.activations += 1;
+    }
+
+    /// Activations so far.
+    pub fn activations(&self) -> u64 {
+        self.activations
+    }
+
+    /// Whether the persist input is mid-timestamp: updates at a time the persist upper has not
+    /// passed have arrived, so some cells may hold part of that time's updates (and need not
+    /// decode until the rest arrives).
+    pub fn mid_timestamp(&self) -> bool {
+        self.largest_seen_persist_ts
+            .as_ref()
+            .is_some_and(|l| self.persist_upper.less_equal(l))
+    }
+
     /// The counters.
     pub fn counters(&self) -> UpsertCounters {
         let mut c = self.counters;
@@ -191,6 +212,11 @@ where
     /// Records that the operator holds (or no longer holds) a stash capability at `time`.
     pub fn set_stash_cap(&mut self, time: Option<T>) {
         self.stash_cap = time;
+    }
+
+    /// Stops the core with `error` (reported once on the health stream).
+    pub fn fail(&mut self, error: String) {
+        self.halt(error)
     }
 
     fn halt(&mut self, error: String) {
@@ -317,7 +343,7 @@ where
             return frontier(&self.stash);
         }
         if let Some(largest) = &self.largest_seen_persist_ts {
-            if self.persist_upper.less_equal(largest) {
+            if self.mid_timestamp() {
                 self.counters.drains_skipped += 1;
                 self.observer.record(UpsertEventKind::DrainSkipped {
                     persist_upper: opt(&self.persist_upper),

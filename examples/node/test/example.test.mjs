@@ -29,6 +29,10 @@ test("the node build is the one resolved", async () => {
   const resolved = createRequire(import.meta.url).resolve("persist-playground");
   assert.match(resolved, /node_modules\/persist-playground\/node\/index\.cjs$/);
   assert.match(import.meta.resolve("persist-playground"), /\/node\/index\.mjs$/);
+  // require() gets the same classes, async iterator included.
+  const cjs = createRequire(import.meta.url)("persist-playground");
+  assert.equal(cjs.PersistLocation, PersistLocation);
+  assert.equal(typeof cjs.Listen.prototype[Symbol.asyncIterator], "function");
 });
 
 test("the bundler build works where .wasm imports are ES modules (node --experimental-wasm-modules)", () => {
