@@ -525,6 +525,10 @@ fn upsert_replicas_race_through_crashes_and_match_the_reference_model() {
     .unwrap();
     s.run_for(3_000).unwrap();
     let snap = s.snapshot();
+    assert!(
+        bincode::serialize(&snap).is_ok(),
+        "a snapshot with replicas encodes (its digest is real)"
+    );
     let up = snap.upsert.clone().expect("the pipeline shows");
     assert!(up.source_messages > 10, "{up:?}");
     assert!(up.recent.iter().any(|m| m.key >= 0));

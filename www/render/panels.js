@@ -87,7 +87,7 @@ export function renderConsensus(el, snap, t0) {
   setHtml(
     el,
     `<p class="summary">last ${snap.consensus.length}: ${summary || "none yet"}</p>` +
-      `<table class="grid"><thead><tr><th>at</th><th>process</th><th>key</th><th>expected → new</th><th>bytes</th><th>outcome</th></tr></thead><tbody>${rows || `<tr><td colspan="6" class="empty">No compare_and_set yet.</td></tr>`}</tbody></table>`,
+      `<table class="grid"><thead><tr><th>at</th><th>process</th><th>key</th><th title="the seqno it expected at the head → the one it wrote">seqno</th><th>bytes</th><th>won?</th></tr></thead><tbody>${rows || `<tr><td colspan="6" class="empty">No compare_and_set yet.</td></tr>`}</tbody></table>`,
   );
 }
 

@@ -14,6 +14,10 @@
 //! - **Options objects** must be plain objects (or `undefined`), and an unknown key is a
 //!   `TypeError`: a misspelt option fails loudly instead of being ignored.
 
+use std::future::Future;
+
+use futures::future::LocalBoxFuture;
+use js_sys::Promise;
 use serde::Serialize;
 use timely::progress::Antichain;
 use tsify::Tsify;
@@ -22,6 +26,18 @@ use wasm_bindgen::JsCast;
 
 use super::errors::{LibError, LibResult};
 use crate::persist::codec::{Datum, Row, Timestamp};
+
+/// Runs `fut` as a JS `Promise` (see `wasm_bindgen_futures::future_to_promise`). Every async
+/// method goes through here with its future boxed, so the promise machinery is compiled once
+/// for the whole API rather than once per method (a size measure; the behaviour is the same).
+pub fn promise(fut: impl Future<Output = Result<JsValue, JsValue>> + 'static) -> Promise {
+    boxed_promise(Box::pin(fut))
+}
+
+#[inline(never)]
+fn boxed_promise(fut: LocalBoxFuture<'static, Result<JsValue, JsValue>>) -> Promise {
+    wasm_bindgen_futures::future_to_promise(fut)
+}
 
 /// `Number.MAX_SAFE_INTEGER`: the largest integer a JS number holds exactly, with its neighbours.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;

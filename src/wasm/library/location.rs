@@ -19,12 +19,11 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::rc::Rc;
 
-use futures::future::{AbortHandle, Abortable, Aborted};
+use futures::future::{AbortHandle, Abortable, Aborted, LocalBoxFuture};
 use js_sys::Promise;
 use serde::Serialize;
 use tsify::Tsify;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::convert::{self, Options};
 use super::errors::{LibError, LibResult};
@@ -89,8 +88,9 @@ impl Drop for Forget<'_> {
 }
 
 impl CallSet {
-    /// Runs `fut` until it ends or the set is cancelled.
-    pub async fn run<T>(&self, fut: impl Future<Output = T>) -> Result<T, Aborted> {
+    /// Runs `fut` until it ends or the set is cancelled. (The future is boxed so that this is
+    /// compiled once per output type, not once per call site.)
+    pub async fn run<T>(&self, fut: LocalBoxFuture<'_, T>) -> Result<T, Aborted> {
         let (abort, registration) = AbortHandle::new_pair();
         let id = self.next.get();
         self.next.set(id + 1);
@@ -142,6 +142,16 @@ impl LocationShared {
         what: &str,
         timeout: Option<(&Runtime, u64)>,
         fut: impl Future<Output = LibResult<T>>,
+    ) -> LibResult<T> {
+        self.run_boxed(what, timeout, Box::pin(fut)).await
+    }
+
+    /// [`LocationShared::run`] on a boxed future: compiled once per output type.
+    async fn run_boxed<T>(
+        &self,
+        what: &str,
+        timeout: Option<(&Runtime, u64)>,
+        fut: LocalBoxFuture<'_, LibResult<T>>,
     ) -> LibResult<T> {
         self.check_open(what)?;
         let out = match timeout {
@@ -240,7 +250,7 @@ impl JsPersistLocation {
         #[wasm_bindgen(unchecked_param_type = "string")] name: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "LocationOptions")] options: JsValue,
     ) -> Promise {
-        future_to_promise(async move {
+        convert::promise(async move {
             let name = convert::string(&name, "name")?;
             if name.is_empty() || name.chars().count() > 256 {
                 return Err(LibError::range("name must be 1 to 256 characters").into());
@@ -258,7 +268,7 @@ impl JsPersistLocation {
     pub fn delete_indexed_db(
         #[wasm_bindgen(unchecked_param_type = "string")] name: JsValue,
     ) -> Promise {
-        future_to_promise(async move {
+        convert::promise(async move {
             let name = convert::string(&name, "name")?;
             IdbLocation::delete_database(&name)
                 .await

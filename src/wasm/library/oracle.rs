@@ -16,7 +16,6 @@ use js_sys::Promise;
 use serde::Serialize;
 use tsify::Tsify;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::convert::{self, ms, opt_ms, Options};
 use super::errors::{LibError, LibResult};
@@ -341,7 +340,7 @@ impl JsTimestampOracle {
     ) -> Promise {
         let (oracle, location) = (Rc::clone(&self.oracle), self.location.clone());
         let (runtime, timeout) = (self.runtime.clone(), self.call_timeout_ms);
-        future_to_promise(async move {
+        convert::promise(async move {
             let value = match &location {
                 Some(l) => {
                     l.run(op, timeout.map(|ms| (&runtime, ms)), f(oracle))
@@ -382,7 +381,7 @@ impl JsTimestampOracle {
         #[wasm_bindgen(unchecked_param_type = "DurableOracleOptions")] options: JsValue,
     ) -> Promise {
         let shared = Rc::clone(&location.shared);
-        future_to_promise(async move {
+        convert::promise(async move {
             let o = Options::required(
                 &options,
                 "options",

@@ -20,7 +20,6 @@ use timely::progress::Antichain;
 use timely::PartialOrder;
 use tsify::Tsify;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::convert;
 use super::errors::LibResult;
@@ -174,7 +173,7 @@ impl JsReadHandle {
         #[wasm_bindgen(js_name = asOf, unchecked_param_type = "Time")] as_of: JsValue,
     ) -> Promise {
         let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        future_to_promise(async move {
+        convert::promise(async move {
             let as_of = convert::frontier(&as_of, "asOf", false)?;
             let op = "snapshot";
             let updates = ctx
@@ -199,7 +198,7 @@ impl JsReadHandle {
             Rc::clone(&self.slot),
             Rc::clone(&self.since),
         );
-        future_to_promise(async move {
+        convert::promise(async move {
             let since = convert::frontier(&since, "since", true)?;
             let op = "downgradeSince";
             ctx.call(
@@ -222,7 +221,7 @@ impl JsReadHandle {
         #[wasm_bindgen(js_name = asOf, unchecked_param_type = "Time")] as_of: JsValue,
     ) -> Promise {
         let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        future_to_promise(async move {
+        convert::promise(async move {
             let as_of = convert::frontier(&as_of, "asOf", false)?;
             Ok(Self::into_listen(&ctx, &slot, "listen", as_of)
                 .await?
@@ -237,7 +236,7 @@ impl JsReadHandle {
         #[wasm_bindgen(js_name = asOf, unchecked_param_type = "Time")] as_of: JsValue,
     ) -> Promise {
         let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        future_to_promise(async move {
+        convert::promise(async move {
             let as_of = convert::frontier(&as_of, "asOf", false)?;
             let op = "subscribe";
             let a = as_of.clone();
@@ -260,7 +259,7 @@ impl JsReadHandle {
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn heartbeat(&self) -> Promise {
         let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        future_to_promise(async move {
+        convert::promise(async move {
             let op = "heartbeat";
             ctx.call(op, slot.with(op, async |h| Ok(h.heartbeat().await?)))
                 .await?;
@@ -272,7 +271,7 @@ impl JsReadHandle {
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn expire(&self) -> Promise {
         let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        future_to_promise(async move {
+        convert::promise(async move {
             let handle = slot.take("expire", "has expired").await?;
             ctx.call("expire", async move {
                 handle.expire().await;
@@ -320,7 +319,7 @@ impl JsListen {
             Rc::clone(&self.slot),
             Rc::clone(&self.frontier),
         );
-        future_to_promise(async move {
+        convert::promise(async move {
             let op = "next";
             let events = ctx
                 .call(
@@ -352,7 +351,7 @@ impl JsListen {
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn expire(&self) -> Promise {
         let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        future_to_promise(async move {
+        convert::promise(async move {
             let listen = slot.take("expire", "has expired").await?;
             ctx.call("expire", async move {
                 listen.expire().await;

@@ -19,7 +19,6 @@ use serde::Serialize;
 use timely::progress::Antichain;
 use tsify::Tsify;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::convert::{self, Options};
 use super::errors::{LibError, LibResult};
@@ -146,13 +145,13 @@ impl<H> Slot<H> {
     ) -> LibResult<T> {
         let call = self
             .calls
-            .run(async {
+            .run(Box::pin(async {
                 let mut guard = self.handle.lock().await;
                 match guard.as_mut() {
                     Some(h) => f(h).await,
                     None => Err(self.gone_error(op)),
                 }
-            })
+            }))
             .await;
         call.unwrap_or_else(|_aborted| Err(self.gone_error(op)))
     }
@@ -274,7 +273,7 @@ impl JsPersistClient {
         #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
         let ctx = self.ctx.clone();
-        future_to_promise(async move {
+        convert::promise(async move {
             let shard = shard_id(&shard)?;
             let client = ctx.client.clone();
             let handle = ctx
@@ -294,7 +293,7 @@ impl JsPersistClient {
         #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
         let ctx = self.ctx.clone();
-        future_to_promise(async move {
+        convert::promise(async move {
             let shard = shard_id(&shard)?;
             let client = ctx.client.clone();
             let handle = ctx
@@ -313,7 +312,7 @@ impl JsPersistClient {
         #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
         let ctx = self.ctx.clone();
-        future_to_promise(async move {
+        convert::promise(async move {
             let shard = shard_id(&shard)?;
             let client = ctx.client.clone();
             let state = ctx
@@ -393,7 +392,7 @@ impl JsWriteHandle {
             Rc::clone(&self.slot),
             Rc::clone(&self.upper),
         );
-        future_to_promise(async move {
+        convert::promise(async move {
             let updates = self::updates(&updates)?;
             let lower = convert::frontier(&lower, names[0], false)?;
             let upper = convert::frontier(&upper, names[1], true)?;
@@ -492,7 +491,7 @@ impl JsWriteHandle {
             Rc::clone(&self.slot),
             Rc::clone(&self.upper),
         );
-        future_to_promise(async move {
+        convert::promise(async move {
             let op = "fetchRecentUpper";
             let upper = ctx
                 .call(
@@ -510,7 +509,7 @@ impl JsWriteHandle {
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn heartbeat(&self) -> Promise {
         let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        future_to_promise(async move {
+        convert::promise(async move {
             let op = "heartbeat";
             ctx.call(op, slot.with(op, async |h| Ok(h.heartbeat().await?)))
                 .await?;
@@ -522,7 +521,7 @@ impl JsWriteHandle {
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn expire(&self) -> Promise {
         let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        future_to_promise(async move {
+        convert::promise(async move {
             let handle = slot.take("expire", "has expired").await?;
             ctx.call("expire", async move {
                 handle.expire().await;

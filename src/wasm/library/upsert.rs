@@ -20,7 +20,6 @@ use js_sys::Promise;
 use serde::Serialize;
 use tsify::Tsify;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::convert::{self, Options};
 use super::errors::{LibError, LibResult};
@@ -237,7 +236,7 @@ impl JsUpsertPipeline {
     ) -> Promise {
         let (pipeline, location) = (Rc::clone(&self.pipeline), Rc::clone(&self.location));
         let (runtime, timeout) = (self.runtime.clone(), self.call_timeout_ms);
-        future_to_promise(async move {
+        convert::promise(async move {
             let value = location
                 .run(op, timeout.map(|ms| (&runtime, ms)), async move {
                     let mut guard = pipeline.lock().await;
@@ -302,7 +301,7 @@ impl JsUpsertPipeline {
         #[wasm_bindgen(unchecked_param_type = "UpsertPipelineOptions")] options: JsValue,
     ) -> Promise {
         let shared = Rc::clone(&location.shared);
-        future_to_promise(async move {
+        convert::promise(async move {
             let o = Options::required(
                 &options,
                 "options",
@@ -538,7 +537,7 @@ impl JsUpsertPipeline {
         };
         let (pipeline, location) = (Rc::clone(&self.pipeline), Rc::clone(&self.location));
         let (runtime, timeout) = (self.runtime.clone(), self.call_timeout_ms);
-        future_to_promise(async move {
+        convert::promise(async move {
             let rt = runtime.clone();
             let report = location
                 .run(
@@ -622,7 +621,7 @@ impl JsUpsertPipeline {
             Rc::clone(&self.location),
         );
         let (runtime, timeout) = (self.runtime.clone(), self.call_timeout_ms);
-        future_to_promise(async move {
+        convert::promise(async move {
             let (upper, as_of, rows) = location
                 .run("contents", timeout.map(|ms| (&runtime, ms)), async move {
                     let state = client.inspect_state(&shard).await?;
@@ -676,7 +675,7 @@ impl JsUpsertPipeline {
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn shutdown(&self) -> Promise {
         let pipeline = Rc::clone(&self.pipeline);
-        future_to_promise(async move {
+        convert::promise(async move {
             drop(pipeline.lock().await.take());
             Ok(JsValue::UNDEFINED)
         })

@@ -19,7 +19,6 @@ use js_sys::Promise;
 use serde::Serialize;
 use tsify::Tsify;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::convert::{self, Options};
 use super::errors::{LibError, LibResult};
@@ -148,7 +147,7 @@ pub struct JsWriteTask {
 impl JsWriteTask {
     fn send(&self, op: &'static str, cmd: LibResult<StorageWriteOp>) -> Promise {
         let (ctx, commands, id) = (self.ctx.clone(), self.commands.clone(), self.id.clone());
-        future_to_promise(async move {
+        convert::promise(async move {
             let cmd = cmd?;
             let (tx, rx) = oneshot::channel();
             ctx.location.check_open(op)?;
@@ -184,7 +183,7 @@ impl JsWriteTask {
         #[wasm_bindgen(unchecked_optional_param_type = "WriteTaskOptions")] options: JsValue,
     ) -> Promise {
         let ctx = client.ctx().clone();
-        future_to_promise(async move {
+        convert::promise(async move {
             let shard = shard_id(&shard)?;
             let o = Options::new(
                 &options,
@@ -325,7 +324,7 @@ impl JsWriteTask {
     #[wasm_bindgen(unchecked_return_type = "Promise<WriteTaskSnapshot>")]
     pub fn snapshot(&self) -> Promise {
         let (ctx, shard) = (self.ctx.clone(), self.shard.clone());
-        future_to_promise(async move {
+        convert::promise(async move {
             let client = ctx.client.clone();
             let (upper, as_of, rows) = ctx
                 .call("snapshot", async move {
