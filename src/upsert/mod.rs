@@ -41,7 +41,7 @@
 //! - [`source`]: the source log, its generator and per-replica readers; [`sink`]: the persist
 //!   sink; [`persist_source`]: the feedback reader; [`replica`]: one replica with explicit steps;
 //!   [`driver`]: a replica's loop on the runtime; [`pipeline`]: racing replicas plus a checker;
-//!   [`reference`]: the reference model and the checker;
+//!   [`reference`](mod@reference): the reference model and the checker;
 //! - [`observe`]: counters, events and snapshots as plain serde data.
 //!
 //! ```
