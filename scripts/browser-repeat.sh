@@ -9,8 +9,10 @@
 # session for each test file, and chromedriver gives each session a new temporary
 # --user-data-dir unless webdriver.json names one (ours does not). This script does not take that
 # on trust: while each run goes, it samples the command lines of the Chromium processes, records
-# every --user-data-dir it sees, and checks at the end that no directory served two sessions and
-# that none existed before the run that used it.
+# every --user-data-dir it sees (of the Chromium processes that descend from that run's wasm-pack,
+# not other programs' browsers), and checks at the end that no directory served two runs, that
+# none existed before the run that used it, and that every run had a profile of its own for each
+# test file.
 #
 # Logs go to target/browser-repeat/run-<i>.log; the summary line is the last one printed.
 set -uo pipefail
@@ -40,10 +42,22 @@ if ! cargo build --target wasm32-unknown-unknown --tests >"$out/build.log" 2>&1;
   exit 2
 fi
 
-sample_profiles() { # run file: appends "run dir" for every --user-data-dir seen, until killed
+sample_profiles() { # root-pid run file: appends "run dir" for every --user-data-dir of a Chromium
+  # that descends from root-pid (this run's wasm-pack; other programs' browsers are not ours),
+  # until killed
   while :; do
-    ps -eo args= 2>/dev/null | grep '^/usr/lib/chromium/chromium ' |
-      grep -o -e '--user-data-dir=[^ ]*' | sed "s|^--user-data-dir=|$1 |" >>"$2"
+    ps -eo pid=,ppid=,args= 2>/dev/null | awk -v root="$1" -v run="$2" '
+      { pid = $1; ppid[pid] = $2; $1 = ""; $2 = ""; args[pid] = $0 }
+      END {
+        for (p in args) {
+          if (args[p] !~ /^ *\/usr\/lib\/chromium\/chromium /) continue
+          q = p
+          for (depth = 0; depth < 32 && q != "" && q != root && q != 1; depth++) q = ppid[q]
+          if (q != root) continue
+          if (match(args[p], /--user-data-dir=[^ ]*/))
+            print run, substr(args[p], RSTART + 16, RLENGTH - 16)
+        }
+      }' >>"$3"
     sleep 0.2
   done
 }
@@ -57,10 +71,12 @@ for i in $(seq 1 "$runs"); do
   ls -d /tmp/*hromium* /tmp/*Chrome* 2>/dev/null | sort >"$before"
   # Sample the profiles of the Chromium processes of this run (chromedriver's are
   # /tmp/org.chromium.Chromium.scoped_dir.XXXXXX).
-  sample_profiles "$i" "$out/profiles-$i.txt" &
-  sampler=$!
   wasm-pack test --mode no-install --headless --chrome --chromedriver /usr/bin/chromedriver \
-    "${tests[@]}" >"$log" 2>&1
+    "${tests[@]}" >"$log" 2>&1 &
+  runner=$!
+  sample_profiles "$runner" "$i" "$out/profiles-$i.txt" &
+  sampler=$!
+  wait "$runner"
   status=$?
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
@@ -88,10 +104,17 @@ while read -r run dir; do
     preexisting=$((preexisting + 1))
   fi
 done <"$out/profiles.txt"
+short=0
+for i in $(seq 1 "$runs"); do
+  n=$(awk -v r="$i" '$1 == r' "$out/profiles.txt" | wc -l)
+  if [ "$n" -lt $(( ${#tests[@]} / 2 )) ]; then
+    short=$((short + 1))
+  fi
+done
 fresh="yes"
-if [ "$profiles_total" -eq 0 ] || [ "$reused" -ne 0 ] || [ "$preexisting" -ne 0 ]; then
+if [ "$profiles_total" -eq 0 ] || [ "$reused" -ne 0 ] || [ "$preexisting" -ne 0 ] || [ "$short" -ne 0 ]; then
   fresh="NO"
 fi
-echo "[browser-repeat] profiles: $profiles_distinct distinct --user-data-dir seen over $runs runs, $reused reused across runs, $preexisting existing before their run: fresh=$fresh"
+echo "[browser-repeat] profiles: $profiles_distinct distinct --user-data-dir seen over $runs runs ($(( ${#tests[@]} / 2 )) test files a run), $reused reused across runs, $preexisting existing before their run, $short runs with fewer profiles than test files: fresh=$fresh"
 echo "[browser-repeat] browser layer passed $passed/$runs runs${failed_runs[*]:+ (failed: ${failed_runs[*]})}"
 [ "$passed" -eq "$runs" ] && [ "$fresh" = "yes" ]

@@ -41,6 +41,23 @@ const TS_TYPES: &'static str = r#"
 export type PlaygroundCommand = { type: string; [field: string]: unknown };
 /** What an applied command reports. */
 export interface Applied { actor: string | null; process: string | null; message: string }
+/** When a command applied, in seed mode: simulator steps taken before it, and its virtual time. */
+export interface Stamp { step: number; atMs: number }
+/** A command with its stamp: a seed-mode run is a function of its seed and these. */
+export interface StampedCommand { stamp: Stamp; command: PlaygroundCommand }
+/**
+ * Everything the page draws (src/playground/snapshot.rs). The top level is typed here; the
+ * panels' views are plain objects whose fields the Rust docs of each view describe.
+ */
+export interface PlaygroundSnapshot {
+    mode: "seed" | "live"; seed: string; nowMs: number; steps: number; lastSeq: number;
+    commands: number;
+    processes: Record<string, unknown>[]; actors: Record<string, unknown>[];
+    shards: Record<string, unknown>[]; timelines: Record<string, unknown>[];
+    consensus: Record<string, unknown>[]; faults: Record<string, unknown>;
+    verify: Record<string, unknown> | null; notices: Record<string, unknown>[];
+    upsert: Record<string, unknown> | null;
+}
 /** One event of the merged log. */
 export interface PlayEvent {
     seq: number; atMs: number; actor: string | null; process: string | null;
@@ -113,7 +130,9 @@ pub struct Playground {
 #[wasm_bindgen]
 impl Playground {
     /// A seed-mode scenario (the simulator over memory): a function of its seed and commands.
-    pub fn seeded(seed: JsValue) -> Result<Playground, JsValue> {
+    pub fn seeded(
+        #[wasm_bindgen(unchecked_param_type = "number | string")] seed: JsValue,
+    ) -> Result<Playground, JsValue> {
         let seed = parse_seed(&seed)?;
         Ok(Playground {
             scenario: RefCell::new(Scenario::seeded(seed)),
@@ -179,6 +198,7 @@ impl Playground {
     }
 
     /// The snapshot the page draws (plain data; see `src/playground/snapshot.rs`).
+    #[wasm_bindgen(unchecked_return_type = "PlaygroundSnapshot")]
     pub fn snapshot(&self) -> Result<JsValue, JsValue> {
         let snap = self.with(|s| s.snapshot())?;
         to_js(&snap)
@@ -202,7 +222,7 @@ impl Playground {
 
     /// The commands applied so far with their stamps (in seed mode, a run is a function of the
     /// seed and these).
-    #[wasm_bindgen(js_name = stampedCommands)]
+    #[wasm_bindgen(js_name = stampedCommands, unchecked_return_type = "StampedCommand[]")]
     pub fn stamped_commands(&self) -> Result<JsValue, JsValue> {
         let stamped = self.with(|s| s.stamped().to_vec())?;
         to_js(&stamped)

@@ -10,6 +10,8 @@
 //! - two instances with `confirm_leadership` taking over from each other, passing a baton so
 //!   that every takeover happens while the old instance is calling: no timestamp from either is
 //!   ever below one the other handed out earlier;
+//! - a connection closed under a running oracle, and another connection's reset of the
+//!   database: typed permanent errors at the next call, the instance broken for good;
 //! - what `confirm_leadership` costs per call (logged, not asserted: tests never assert on
 //!   wall-clock time).
 #![cfg(target_arch = "wasm32")]
@@ -20,7 +22,7 @@ use std::rc::Rc;
 use futures::StreamExt;
 use persist_playground::location::idb::IdbLocation;
 use persist_playground::location::unreliable::LostAckConsensus;
-use persist_playground::location::{CaSResult, SeqNo, SCAN_ALL};
+use persist_playground::location::{CaSResult, PermanentKind, SeqNo, SCAN_ALL};
 use persist_playground::oracle::conformance::{timestamp_oracle_impl_test, History};
 use persist_playground::oracle::{
     DurableOracleConfig, DurableRecord, DurableTimestampOracle, NowFn, OracleError,
@@ -477,4 +479,93 @@ async fn idb_confirm_leadership_cost_is_one_read_per_call() {
         )
         .into(),
     );
+}
+
+#[wasm_bindgen_test]
+async fn idb_a_connection_closed_under_a_running_oracle_is_a_permanent_error_at_once() {
+    // Goal: an oracle whose connection is closed for good while it allocates windows answers
+    // OracleError::Storage (kind Closed) in bounded time, never retrying at its back-off cap,
+    // and is broken from then on. Method: a loop of write_ts and apply_write with a 1 ms window,
+    // so that nearly every call allocates; after ten calls the connection is closed under it.
+    let db = "test-oracle-closed-under";
+    IdbLocation::delete_database(db).await.unwrap();
+    let rt = BrowserRuntime::runtime();
+    let config = DurableOracleConfig::new(TIMELINE).persist_interval_ms(1);
+    let (loc, oracle) = open_instance(db, &rt, &config).await.unwrap();
+    let mut calls = 0;
+    let err = loop {
+        if calls == 10 {
+            loc.close();
+        }
+        let call = async {
+            let w = oracle.write_ts().await?;
+            oracle.apply_write(w.timestamp).await
+        };
+        match rt.timeout(10_000, call).await {
+            Ok(Ok(())) => calls += 1,
+            Ok(Err(err)) => break err,
+            Err(elapsed) => panic!("no answer in bounded time: {elapsed}"),
+        }
+        assert!(calls <= 10, "a call after the close succeeded");
+    };
+    assert!(
+        matches!(&err, OracleError::Storage { source, .. } if source.kind == PermanentKind::Closed),
+        "{err:?}"
+    );
+    assert!(err.is_permanent());
+    assert_eq!(oracle.broken(), Some(err.clone()));
+    assert_eq!(oracle.read_ts().await.unwrap_err(), err, "broken for good");
+    assert_eq!(oracle.stats().storage_retries, 0, "nothing was retried");
+}
+
+#[wasm_bindgen_test]
+async fn idb_another_connections_reset_of_the_database_breaks_the_oracle() {
+    // Goal: another connection resets the database under a running oracle (with the leadership
+    // check, so its next call reads the store). Deleted and created again: the connection
+    // reopens once into the new database, where the oracle's record is gone: Inconsistent
+    // ("vanished"). Deleted only: the reopen finds nothing: Storage (kind Closed). Either is a
+    // typed, permanent error at the next call.
+    let rt = BrowserRuntime::runtime();
+    for recreate in [true, false] {
+        let db = if recreate {
+            "test-oracle-reset-recreated"
+        } else {
+            "test-oracle-reset-deleted"
+        };
+        IdbLocation::delete_database(db).await.unwrap();
+        let config = DurableOracleConfig::new(TIMELINE).confirm_leadership(true);
+        let (loc, oracle) = open_instance(db, &rt, &config).await.unwrap();
+        oracle.write_ts().await.unwrap();
+        IdbLocation::delete_database(db).await.unwrap();
+        let other = if recreate {
+            Some(IdbLocation::open(db).await.unwrap())
+        } else {
+            None
+        };
+        let err = rt
+            .timeout(10_000, oracle.read_ts())
+            .await
+            .expect("an answer in bounded time")
+            .unwrap_err();
+        assert!(err.is_permanent(), "{err:?}");
+        if recreate {
+            assert_eq!(loc.reopens(), 1);
+            assert!(
+                matches!(&err, OracleError::Inconsistent { reason, .. } if reason.contains("vanished")),
+                "{err:?}"
+            );
+            let keys = other.unwrap().consensus().list_keys().await.unwrap();
+            assert!(
+                keys.is_empty(),
+                "nothing written to the new database: {keys:?}"
+            );
+        } else {
+            assert!(loc.is_closed_for_good());
+            assert!(
+                matches!(&err, OracleError::Storage { source, .. } if source.kind == PermanentKind::Closed),
+                "{err:?}"
+            );
+        }
+        assert_eq!(oracle.write_ts().await.unwrap_err(), err, "broken for good");
+    }
 }

@@ -25,7 +25,8 @@ use persist_playground::location::idb::IdbLocation;
 use persist_playground::location::unreliable::{
     LostAckConsensus, UnreliableBlob, UnreliableConsensus, UnreliableHandle,
 };
-use persist_playground::location::{CaSResult, Location};
+use persist_playground::location::{CaSResult, Location, PermanentKind};
+use persist_playground::persist::error::PersistError;
 use persist_playground::persist::read::ListenEvent;
 use persist_playground::persist::write::WriteHandle;
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
@@ -333,4 +334,184 @@ async fn persist_over_indexeddb_races_faults_and_reopening() {
         }
     }
     assert_eq!(got, vec![(("after-reopen".to_string(), ()), upper, 1)]);
+}
+
+/// A writer on its own database that has committed `n` batches. Its client runs no maintenance,
+/// so the writer's own calls are the only ones its connection serves (a test decides when they
+/// happen).
+async fn writer_with_commits(
+    name: &str,
+    rt: &Runtime,
+    n: u64,
+) -> (IdbLocation, PersistClient, WriteHandle<String, ()>) {
+    IdbLocation::delete_database(name).await.unwrap();
+    let idb = IdbLocation::open(name).await.unwrap();
+    let quiet = PersistConfig {
+        compaction_enabled: false,
+        rollup_threshold: 0,
+        gc_enabled: false,
+        ..cfg()
+    };
+    let client = PersistClient::new(idb.location(), rt.clone(), quiet, 23);
+    let shard = ShardId::new("s-closing").unwrap();
+    let mut writer = client.open_writer::<String, ()>(&shard).await.unwrap();
+    for i in 0..n {
+        let lo = lower(&writer);
+        let updates = vec![((format!("k{i}"), ()), lo, 1i64)];
+        writer
+            .compare_and_append(&updates, f(lo), f(lo + 1))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    (idb, client, writer)
+}
+
+/// The next write of `writer`, bounded by `bound_ms`: `None` if it did not answer in time.
+async fn next_write(
+    rt: &Runtime,
+    writer: &mut WriteHandle<String, ()>,
+    bound_ms: u64,
+) -> Option<Result<(), PersistError>> {
+    let lo = lower(writer);
+    let updates = vec![(("next".to_string(), ()), lo, 1i64)];
+    let r = rt
+        .timeout(
+            bound_ms,
+            writer.compare_and_append(&updates, f(lo), f(lo + 1)),
+        )
+        .await
+        .ok()?;
+    Some(match r {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(mismatch)) => panic!("an upper mismatch: {mismatch:?}"),
+        Err(e) => Err(e),
+    })
+}
+
+#[wasm_bindgen_test]
+async fn a_connection_closed_under_a_running_writer_is_a_permanent_error_at_once() {
+    // Goal: a writer whose IndexedDB connection is closed for good while it runs answers a
+    // typed permanent error in bounded time, never a spin at the back-off cap, and keeps
+    // answering it at once. Method: a writer loop runs; once it has committed three batches,
+    // the connection is closed under it (between two of its writes or during one: IndexedDB lets
+    // a transaction in flight finish).
+    let rt = BrowserRuntime::runtime();
+    let (idb, _client, writer) = writer_with_commits("test-closed-under-writer", &rt, 1).await;
+    let committed = Rc::new(Cell::new(0u32));
+    let writer = Rc::new(RefCell::new(Some(writer)));
+    let running = {
+        let (rt, committed, writer) = (rt.clone(), Rc::clone(&committed), Rc::clone(&writer));
+        async move {
+            let mut w = writer.borrow_mut().take().unwrap();
+            for _ in 0..1_000 {
+                match next_write(&rt, &mut w, 30_000).await {
+                    Some(Ok(())) => committed.set(committed.get() + 1),
+                    other => {
+                        *writer.borrow_mut() = Some(w);
+                        return other;
+                    }
+                }
+            }
+            panic!("the writer never noticed the closed connection");
+        }
+    };
+    let closer = {
+        let (rt, committed, idb) = (rt.clone(), Rc::clone(&committed), idb.clone());
+        async move {
+            while committed.get() < 3 {
+                rt.sleep(1).await;
+            }
+            idb.close();
+        }
+    };
+    let (outcome, ()) = futures::join!(running, closer);
+    let err = match outcome {
+        Some(Err(e)) => e,
+        other => panic!("expected a permanent error in bounded time, got {other:?}"),
+    };
+    let permanent = err.as_permanent().expect("a permanent error");
+    assert_eq!(permanent.kind, PermanentKind::Closed, "{err}");
+    assert!(err.to_string().contains("closed for good"), "{err}");
+    // And at once from then on.
+    let mut w = writer.borrow_mut().take().unwrap();
+    for _ in 0..3 {
+        match next_write(&rt, &mut w, 1_000).await {
+            Some(Err(again)) => assert_eq!(again.as_permanent(), Some(permanent)),
+            other => panic!("expected the same permanent error at once, got {other:?}"),
+        }
+    }
+    console_log!(
+        "closed under a running writer after {} commits: {err}",
+        committed.get()
+    );
+}
+
+#[wasm_bindgen_test]
+async fn another_connections_reset_of_the_database_is_a_typed_error_in_bounded_time() {
+    // Goal: another connection resets the database under a writer. Method, both ways a reset
+    // goes, forced by the order of the calls (the writer's client runs no background work, so
+    // the writer's own next call is the first its connection serves after the reset):
+    // (1) the database is deleted and not created again: the connection steps aside, its one
+    //     reopen finds nothing, and it is closed for good; the writer answers that permanent
+    //     error at once;
+    // (2) the database is deleted and created again: the connection reopens once into the new,
+    //     empty database. Nothing from the writer's stale state may land there.
+    //
+    // KNOWN GAP (persist, reported in /work/notes/edges-to-persist.md): in case (2) persist does
+    // not yet notice that the shard's state vanished, so the write keeps retrying instead of
+    // answering a permanent error; the test bounds it and logs the gap, and checks what the
+    // IndexedDB layer owns (one reopen, nothing written to the new database).
+    let rt = BrowserRuntime::runtime();
+    for recreate in [false, true] {
+        let name = if recreate {
+            "test-reset-recreated"
+        } else {
+            "test-reset-deleted"
+        };
+        let (idb, _client, mut writer) = writer_with_commits(name, &rt, 3).await;
+        IdbLocation::delete_database(name).await.unwrap();
+        let other = if recreate {
+            Some(IdbLocation::open(name).await.unwrap())
+        } else {
+            None
+        };
+        assert!(idb.is_closed(), "stepped aside for the deletion");
+        let outcome = next_write(&rt, &mut writer, 5_000).await;
+        match other {
+            None => {
+                let err = match outcome {
+                    Some(Err(e)) => e,
+                    other => panic!("expected a permanent error at once, got {other:?}"),
+                };
+                let permanent = err.as_permanent().expect("a permanent error");
+                assert_eq!(idb.reopens(), 0);
+                assert!(idb.is_closed_for_good());
+                assert_eq!(permanent.kind, PermanentKind::Closed, "{err}");
+                assert!(err.to_string().contains("no longer exists"), "{err}");
+                console_log!("reset (deleted): {err}");
+            }
+            Some(other) => {
+                assert_eq!(idb.reopens(), 1, "reopened into the new database");
+                assert!(!idb.is_closed_for_good());
+                assert_eq!(
+                    other.consensus().list_keys().await.unwrap(),
+                    Vec::<String>::new(),
+                    "nothing from the stale state landed in the new database"
+                );
+                match outcome {
+                    Some(Err(err)) => {
+                        let permanent = err.as_permanent().expect("a permanent error");
+                        assert_ne!(permanent.kind, PermanentKind::Closed, "{err}");
+                        console_log!("reset (recreated): {err}");
+                    }
+                    None => console_log!(
+                        "KNOWN GAP (persist): over the reset database the write kept retrying \
+                         for 5 s instead of answering that the shard's state vanished"
+                    ),
+                    Some(Ok(())) => panic!("a write from stale state landed in the new database"),
+                }
+            }
+        }
+    }
 }

@@ -16,6 +16,7 @@
 
 use futures::channel::oneshot;
 use persist_playground::location::idb::IdbLocation;
+use persist_playground::location::PermanentKind;
 use persist_playground::persist::codec::{Datum, Row};
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
 use persist_playground::runtime::browser::BrowserRuntime;
@@ -63,6 +64,42 @@ fn send(tx: &CommandSender, op: StorageWriteOp, answers: &mut Vec<Answer>) {
     answers.push(resp_rx);
 }
 
+/// A task `id` on its own connection to the database `name` and its own persist client (a
+/// process of its own), writing `shard`. Returns the connection too.
+async fn spawn_task(
+    rt: &Runtime,
+    name: &str,
+    shard: &ShardId,
+    id: &str,
+    seed: u64,
+    log: &WriteTaskLog,
+) -> (
+    IdbLocation,
+    CommandSender,
+    persist_playground::runtime::JoinHandle<()>,
+    oneshot::Sender<()>,
+) {
+    let db = IdbLocation::open(name).await.unwrap();
+    let client = PersistClient::new(db.location(), rt.clone(), persist_cfg(), seed);
+    let write = client.open_writer::<Row, ()>(shard).await.unwrap();
+    let (c, s) = (client.clone(), shard.clone());
+    let read_handle_fn = move || -> ReadHandleFuture {
+        let (c, s) = (c.clone(), s.clone());
+        Box::pin(async move { c.open_leased_reader::<Row, ()>(&s).await })
+    };
+    let (tx, handle, shutdown) = DifferentialWriteTask::spawn(
+        id,
+        write,
+        read_handle_fn,
+        false,
+        now_fn(rt),
+        DifferentialIntrospectionConfig::default(),
+        task_cfg(rt, log),
+    )
+    .unwrap();
+    (db, tx, handle, shutdown)
+}
+
 #[wasm_bindgen_test]
 async fn two_write_tasks_race_over_indexeddb() {
     let name = "test-write-task-race";
@@ -80,25 +117,10 @@ async fn two_write_tasks_race_over_indexeddb() {
     let mut answers = Vec::new();
     let mut dbs = Vec::new();
     for i in 0..2i64 {
-        let db = IdbLocation::open(name).await.unwrap();
-        let client = PersistClient::new(db.location(), rt.clone(), persist_cfg(), 1 + i as u64);
+        let id = format!("task{i}");
+        let (db, tx, handle, shutdown) =
+            spawn_task(&rt, name, &shard, &id, 1 + i as u64, &log).await;
         dbs.push(db);
-        let write = client.open_writer::<Row, ()>(&shard).await.unwrap();
-        let (c, s) = (client.clone(), shard.clone());
-        let read_handle_fn = move || -> ReadHandleFuture {
-            let (c, s) = (c.clone(), s.clone());
-            Box::pin(async move { c.open_leased_reader::<Row, ()>(&s).await })
-        };
-        let (tx, handle, shutdown) = DifferentialWriteTask::spawn(
-            format!("task{i}"),
-            write,
-            read_handle_fn,
-            false,
-            now_fn(&rt),
-            DifferentialIntrospectionConfig::default(),
-            task_cfg(&rt, &log),
-        )
-        .unwrap();
         // Different desired collections: each task its own rows.
         let updates = (0..4).map(|j| (row(100 * i + j), 1)).collect();
         send(&tx, StorageWriteOp::Append { updates }, &mut answers);
@@ -218,4 +240,66 @@ async fn two_write_tasks_race_over_indexeddb() {
     drop(keep);
     drop(dbs);
     checker_db.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_connection_closed_under_a_running_write_task_ends_it_with_a_typed_error() {
+    // Goal: a write task whose IndexedDB connection is closed for good while it runs answers
+    // the command in flight, and every queued one, with ShardBroken (kind Closed) in bounded
+    // time, ends, and writes nothing more. Method: the task commits a first command; the
+    // connection is closed; two more commands follow.
+    let name = "test-write-task-closed";
+    IdbLocation::delete_database(name).await.unwrap();
+    let rt = BrowserRuntime::runtime();
+    let shard = ShardId::new("mz_closed").unwrap();
+    let log = WriteTaskLog::new();
+    let (db, tx, _handle, _shutdown) = spawn_task(&rt, name, &shard, "closed", 5, &log).await;
+    let mut first = Vec::new();
+    send(
+        &tx,
+        StorageWriteOp::Append {
+            updates: vec![(row(1), 1)],
+        },
+        &mut first,
+    );
+    let answer = rt.timeout(10_000, first.pop().unwrap()).await;
+    assert_eq!(answer, Ok(Ok(Ok(()))), "the first command committed");
+    db.close();
+    let mut answers = Vec::new();
+    for k in 2..4 {
+        send(
+            &tx,
+            StorageWriteOp::Append {
+                updates: vec![(row(k), 1)],
+            },
+            &mut answers,
+        );
+    }
+    for rx in answers {
+        let answer = rt
+            .timeout(10_000, rx)
+            .await
+            .expect("an answer in bounded time")
+            .expect("answered, not dropped");
+        assert!(
+            matches!(&answer, Err(WriteTaskError::ShardBroken { error, .. }) if error.kind == PermanentKind::Closed),
+            "{answer:?}"
+        );
+    }
+    let events = events_of(&log, "closed");
+    check_event_order(&events, true).unwrap();
+    assert!(
+        matches!(&events.last().unwrap().kind, WriteTaskEventKind::Ended { reason } if reason.contains("broken for good")),
+        "{:?}",
+        events.last()
+    );
+    let commits = |events: &[WriteTaskEvent]| {
+        events
+            .iter()
+            .filter(|e| matches!(e.kind, WriteTaskEventKind::Committed { .. }))
+            .count()
+    };
+    let before = commits(&events);
+    rt.sleep(300).await;
+    assert_eq!(commits(&events_of(&log, "closed")), before, "nothing more");
 }

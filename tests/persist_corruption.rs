@@ -21,6 +21,7 @@ use persist_playground::location::{
 };
 use persist_playground::persist::error::PersistError;
 use persist_playground::persist::gc::gc_now;
+use persist_playground::persist::state::{IdempotencyToken, WriterId, WriterState};
 use persist_playground::persist::write::WriteHandle;
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
 use persist_playground::runtime::sim::Simulator;
@@ -424,4 +425,175 @@ fn compaction_and_gc_answer_permanent_errors() {
             "{damage:?} {work}: wrote after the error"
         );
     }
+}
+
+/// Background maintenance that meets damage breaks its process: a writer whose compaction finds
+/// a part gone that the state still lists answers the permanent error on its next write, and
+/// neither it nor its maintenance writes anything after.
+#[test]
+fn background_compaction_meeting_damage_stops_the_writer() {
+    let mut w = world(400);
+    w.cfg.compaction_enabled = true;
+    // Merge the first two batches (the spine plans it) without waiting for more inputs.
+    w.cfg.compaction_min_inputs = 2;
+    let client = w.client(5);
+    let c = client.clone();
+    let mut writer = w
+        .sim
+        .block_on(async move {
+            let mut writer = c.open_writer::<String, ()>(&shard()).await.unwrap();
+            write(&mut writer, 1).await;
+            writer
+        })
+        .unwrap();
+    // The first batch's only part goes missing; the second append assigns the merge of both.
+    let state = w.state();
+    let key = state.part_keys().next().unwrap().to_string();
+    w.blob.delete(&key).now_or_never().unwrap().unwrap();
+    writer = w
+        .sim
+        .block_on(async move {
+            write(&mut writer, 1).await;
+            writer
+        })
+        .unwrap();
+    w.sim.run_for(2_000).unwrap();
+    let after = w.footprint();
+    let (out, writer) = w
+        .sim
+        .block_on(async move {
+            let out = append_one(&mut writer).await;
+            (out, writer)
+        })
+        .unwrap();
+    let err = permanent(out, "the write after the broken compaction");
+    check_error(
+        Damage::MissingPart,
+        "background",
+        &err,
+        &(BrokenAt::BlobKey(key), PermanentKind::Missing),
+    );
+    drop(writer);
+    w.sim.run_for(10_000).unwrap();
+    assert_eq!(w.footprint(), after, "wrote after the error");
+}
+
+/// One more one-update batch at `handle`'s upper.
+async fn append_one(handle: &mut WriteHandle<String, ()>) -> Result<(), PersistError> {
+    let lo = *handle.upper().elements().first().unwrap();
+    let updates = vec![(("more".to_string(), ()), lo, 1)];
+    handle
+        .compare_and_append(&updates, f(lo), f(lo + 1))
+        .await
+        .map(|_| ())
+}
+
+/// The shard with some history (see [`prepare`]), its handles abandoned: the head's seqno and
+/// bytes.
+fn prepared_head(w: &World) -> (SeqNo, Bytes) {
+    let (_, a, _, _) = prepare(w, Damage::CorruptHead);
+    a.abandon();
+    let head = w.head();
+    let stored = w
+        .consensus
+        .scan(SHARD, head, 1)
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    (head, stored[0].data.clone())
+}
+
+/// A head version that is checksummed and decodes but is wrong (a writer's upper beyond the
+/// shard's upper, a seqno that cannot follow) is an `Inconsistent` permanent error, never a
+/// panic in a transition, for a fresh open.
+#[test]
+fn well_formed_but_wrong_versions_are_inconsistent() {
+    use persist_playground::persist::encoding::{decode_diff, encode_diff};
+    type Edit = fn(&mut persist_playground::persist::encoding::StateDiff);
+    let edits: [(&str, Edit); 3] = [
+        ("writer upper beyond the shard upper", |d| {
+            d.writers = vec![(
+                WriterId("w-forged".into()),
+                Some(WriterState {
+                    last_heartbeat_ms: 0,
+                    lease_duration_ms: 1,
+                    most_recent_write_token: IdempotencyToken("i-forged".into()),
+                    most_recent_write_upper: Antichain::from_elem(u64::MAX),
+                }),
+            )];
+        }),
+        ("a walltime that goes back", |d| d.walltime_ms = 0),
+        ("a rollup listed past the version", |d| {
+            let (seqno, rollup) = d.latest_rollup.clone().unwrap();
+            d.rollups = vec![(SeqNo(seqno.0 + 1_000), Some(rollup))];
+        }),
+    ];
+    for (i, (what, edit)) in edits.into_iter().enumerate() {
+        let w = world(500 + i as u64);
+        let (head, bytes) = prepared_head(&w);
+        let mut diff = decode_diff(&bytes).unwrap();
+        edit(&mut diff);
+        assert!(w.consensus.tamper(SHARD, head, encode_diff(&diff).into()));
+        let fresh = w.client(8);
+        let err = w
+            .sim
+            .block_on(async move { fresh.open_writer::<String, ()>(&shard()).await.map(|_| ()) })
+            .unwrap();
+        let err = permanent(err, what);
+        assert_eq!(
+            (err.at.clone(), err.kind),
+            (BrokenAt::Version(head), PermanentKind::Inconsistent),
+            "{what}: {err}"
+        );
+    }
+}
+
+/// Random damage to the head version, end to end: random bytes, and real versions with bytes
+/// flipped and the checksum recomputed (so the payload decoder sees them). A fresh open answers
+/// within the deadline, with a permanent error or (when the damage happens to leave a valid
+/// version) a handle; it never panics and never retries for ever.
+#[test]
+fn random_damage_to_the_head_never_panics_or_hangs() {
+    use rand_core::{RngCore, SeedableRng};
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(0xbad);
+    let (mut permanent_errors, mut opened) = (0, 0);
+    for i in 0..60u64 {
+        let w = world(600 + i);
+        let (head, bytes) = prepared_head(&w);
+        let mut bytes = bytes.to_vec();
+        if i % 3 == 0 {
+            let len = (rng.next_u64() % 64) as usize;
+            bytes = (0..len).map(|_| rng.next_u64() as u8).collect();
+        } else {
+            for _ in 0..=(rng.next_u64() % 3) {
+                let at = 8 + (rng.next_u64() as usize) % (bytes.len() - 8);
+                bytes[at] ^= 1 << (rng.next_u64() % 8);
+            }
+            let crc = crc32fast::hash(&bytes[8..]);
+            bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+        }
+        assert!(w.consensus.tamper(SHARD, head, bytes.into()));
+        let (fresh, rt) = (w.client(9), w.sim.runtime());
+        let out = w
+            .sim
+            .block_on(async move {
+                rt.timeout(DEADLINE_MS, fresh.open_writer::<String, ()>(&shard()))
+                    .await
+                    .map(|r| r.map(|_| ()))
+            })
+            .unwrap()
+            .unwrap_or_else(|_| panic!("damage {i}: timed out"));
+        match out {
+            Ok(()) => opened += 1,
+            Err(PersistError::Permanent(e)) => {
+                // The damaged version itself, or the rollup a damaged key in it now names.
+                let named = e.at == BrokenAt::Version(head) || matches!(e.at, BrokenAt::BlobKey(_));
+                assert!(named, "damage {i}: {e}");
+                permanent_errors += 1;
+            }
+            Err(e) => panic!("damage {i}: {e}"),
+        }
+    }
+    println!("{permanent_errors} permanent errors, {opened} opened anyway");
+    assert!(permanent_errors > 40);
 }

@@ -84,6 +84,8 @@ fn two_writers_one_mismatch_one_retry_one_compaction() {
     let cfg = PersistConfig {
         gc_enabled: false,
         rollup_threshold: 0,
+        // Merge whatever the spine plans, so that two batches make the one compaction.
+        compaction_min_inputs: 2,
         ..PersistConfig::default()
     };
     // Two processes: separate clients, separate caches, one event log each.

@@ -33,7 +33,7 @@ use persist_playground::location::mem::{Latency, MemBlob, MemConsensus};
 use persist_playground::location::unreliable::LostAckConsensus;
 use persist_playground::location::{Blob, CaSResult, Consensus, Location, SeqNo, SCAN_ALL};
 use persist_playground::persist::compact::{compact_now, CompactionOutcome};
-use persist_playground::persist::encoding::decode_diff;
+use persist_playground::persist::encoding::{decode_diff, decode_rollup};
 use persist_playground::persist::events::PersistEvent;
 use persist_playground::persist::gc::{gc_and_truncate, gc_now, leaked_blobs, GcReq};
 use persist_playground::persist::read::ListenEvent;
@@ -207,6 +207,46 @@ fn leaks(w: &World) -> Vec<String> {
         .collect()
 }
 
+/// No live version (not only the newest) refers to a missing blob: replays every stored version
+/// from the rollup at the earliest one, straight from the raw storage.
+fn check_no_dangling(w: &World, state: &State) {
+    let stored = w
+        .consensus
+        .scan(SHARD, SeqNo(0), SCAN_ALL)
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    let keys = blob_keys(&w.blob);
+    let earliest = stored[0].seqno;
+    let rollup = &state.collections.rollups[&earliest];
+    let bytes = w
+        .blob
+        .get(&rollup.key)
+        .now_or_never()
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let mut replay = decode_rollup(&bytes).unwrap();
+    for version in stored.iter().skip(1) {
+        let refs = replay
+            .part_keys()
+            .map(String::from)
+            .chain(replay.collections.rollups.values().map(|r| r.key.clone()));
+        for key in refs {
+            assert!(
+                keys.contains(&key),
+                "live version {} refers to a deleted {key}",
+                replay.seqno
+            );
+        }
+        decode_diff(&version.data)
+            .unwrap()
+            .apply(&mut replay)
+            .unwrap();
+    }
+    assert_eq!(&replay, state);
+}
+
 /// The storage invariants: every blob the current state refers to exists; a rollup is listed
 /// at the earliest live version, and exists; the versions are contiguous up to the state.
 fn check_storage(w: &World, state: &State) {
@@ -229,6 +269,7 @@ fn check_storage(w: &World, state: &State) {
     );
     assert_eq!(live.last(), Some(&state.seqno));
     assert_eq!(live.len() as u64, state.seqno.0 - earliest.0 + 1);
+    check_no_dangling(w, state);
 }
 
 /// A fresh client (cold cache: it starts from the newest rollup) reads the same state, and its

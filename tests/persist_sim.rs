@@ -321,8 +321,15 @@ struct Model {
     crashed_writers: BTreeSet<String>,
 }
 
-fn cfg() -> PersistConfig {
+/// Odd seeds merge whatever the spine plans (every two batches: many compactions racing the
+/// writers); even seeds wait for the default number of inputs.
+fn cfg(seed: u64) -> PersistConfig {
     PersistConfig {
+        compaction_min_inputs: if seed % 2 == 1 {
+            2
+        } else {
+            PersistConfig::default().compaction_min_inputs
+        },
         reader_lease_duration_ms: 3_000,
         writer_lease_duration_ms: 3_000,
         backoff_min_ms: 2,
@@ -506,7 +513,7 @@ fn run_seed(seed: u64) -> Counts {
         )),
         consensus: Rc::new(UnreliableConsensus::new(Rc::new(consensus), faults.clone())),
     };
-    let client = PersistClient::new(location, rt.clone(), cfg(), seed);
+    let client = PersistClient::new(location, rt.clone(), cfg(seed), seed);
     let model = Rc::new(RefCell::new(Model::default()));
     let done = Rc::new(Cell::new(false));
 
@@ -561,7 +568,7 @@ fn run_seed(seed: u64) -> Counts {
             let fresh = PersistClient::new(
                 client2.location().clone(),
                 client2.runtime().clone(),
-                cfg(),
+                cfg(seed),
                 !0,
             );
             let shard = ShardId(SHARD.into());
@@ -592,7 +599,7 @@ fn run_seed(seed: u64) -> Counts {
     // then ask the leak check (which commits nothing).
     let quiet = |sim: &Simulator| sim.run_for(30_000).unwrap();
     quiet(&sim);
-    let checker = PersistClient::new(client.location().clone(), rt.clone(), cfg(), !1)
+    let checker = PersistClient::new(client.location().clone(), rt.clone(), cfg(seed), !1)
         .with_events(client.events().clone());
     let c = checker.clone();
     sim.block_on(async move { gc_now(&c, &ShardId(SHARD.into())).await.unwrap() })

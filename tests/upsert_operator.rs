@@ -181,7 +181,7 @@ fn partial_emission_is_retracted_and_overwritten_by_feedback() {
         .iter()
         .all(|c| c.mode == "consolidating" && c.decode_error.is_none()));
     assert_eq!(w.counters().provisional_overwritten, 2);
-    assert_eq!(w.check_cells(), Ok(2));
+    assert_eq!(w.check_cells(), Ok(Some(2)));
 }
 
 /// The stash's capability is held only while the stash is non-empty, and updates wait for both
@@ -233,6 +233,21 @@ fn rehydrates_from_resume_upper() {
     );
     assert_eq!(w.counters().source_dropped_before_resume, 2);
     assert!(!w.snapshot().unwrap().hydrating);
+    // The snapshot-progress stream is done once rehydration is.
+    assert!(w.snapshot_frontier().is_empty());
+}
+
+/// While rehydrating, the snapshot-progress frontier follows the persist upper.
+#[test]
+fn snapshot_progress_follows_the_persist_upper_until_rehydrated() {
+    let mut w = worker(10);
+    w.advance_persist(4);
+    w.step(64);
+    assert_eq!(w.snapshot_frontier(), Antichain::from_elem(4));
+    assert!(w.snapshot().unwrap().hydrating);
+    w.advance_persist(10);
+    w.step(64);
+    assert!(w.snapshot_frontier().is_empty());
 }
 
 /// Feedback that does not decode (two values for one key) is reported on the health stream
@@ -311,4 +326,25 @@ fn snapshot_buffering_max_spreads_work_without_changing_the_output() {
     let all = run(None);
     assert_eq!(all.len(), 3);
     assert_eq!(run(Some(2)), all);
+}
+
+/// The shutdown button stops the operator: it releases its stash capability and emits nothing
+/// more.
+#[test]
+fn the_shutdown_button_stops_the_operator() {
+    let mut w = worker(0);
+    w.send_source(vec![msg(1, Some(1), 1, 3)]).unwrap();
+    w.advance_source(4);
+    w.step(64);
+    assert_eq!(w.stash_len(), 1);
+    assert!(w.output_frontier().less_equal(&3));
+    w.shutdown();
+    w.advance_persist(3);
+    w.step(64);
+    assert!(w.take_output().is_empty());
+    assert_eq!(
+        w.output_frontier(),
+        Antichain::from_elem(4),
+        "the stash cap is released"
+    );
 }

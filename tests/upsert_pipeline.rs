@@ -67,7 +67,7 @@ fn one_replica_matches_the_model_at_every_upper() {
     assert!(report.checks > 10, "{report:?}");
     let c = p.counters();
     assert!(c.sink_appends > 0 && c.emitted > 0, "{c:?}");
-    p.check_cells().unwrap();
+    assert!(p.check_cells().unwrap() > 0);
     let snap = p.snapshot();
     let r = snap.replicas[0].as_ref().unwrap();
     assert!(r.operator.as_ref().unwrap().state.len() > 0);
@@ -104,5 +104,5 @@ fn two_replicas_at_different_speeds_agree_with_the_model() {
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
     let c = p.counters();
     assert!(c.sink_mismatches > 0, "the replicas raced: {c:?}");
-    p.check_cells().unwrap();
+    assert!(p.check_cells().unwrap() > 0);
 }

@@ -17,7 +17,7 @@ const STEP_MS = 100;
 const MAX_FRAME_VIRTUAL_MS = 250;
 /** At full speed: the wall-time budget the simulator gets per frame, and its slice. */
 const FULL_SPEED_BUDGET_MS = 5;
-const FULL_SPEED_SLICE_STEPS = 50;
+const FULL_SPEED_SLICE_STEPS = 20;
 
 export function readParams(search) {
   const p = new URLSearchParams(search);

@@ -36,8 +36,8 @@ use bytes::Bytes;
 use js_sys::{Array, ArrayBuffer, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{
-    IdbCursor, IdbCursorDirection, IdbCursorWithValue, IdbKeyRange, IdbObjectStore, IdbTransaction,
-    IdbTransactionMode,
+    IdbCursor, IdbCursorDirection, IdbCursorWithValue, IdbKeyRange, IdbObjectStore, IdbRequest,
+    IdbTransaction, IdbTransactionMode,
 };
 
 use super::idb_keys::{parse_seqno_key, seqno_key};
@@ -204,6 +204,15 @@ impl IdbLocation {
         commit(&tx, "put_raw").await
     }
 
+    /// Begins a transaction on `stores` (reopening a connection that stepped aside, once).
+    async fn begin(
+        &self,
+        stores: &[&str],
+        mode: IdbTransactionMode,
+    ) -> Result<IdbTransaction, ExternalError> {
+        self.conn.transaction(stores, mode).await
+    }
+
     /// This database as a [`Blob`].
     pub fn blob(&self) -> Rc<dyn Blob> {
         Rc::new(IdbBlob { conn: self.clone() })
@@ -233,8 +242,7 @@ impl Blob for IdbBlob {
     async fn get(&self, key: &str) -> Result<Option<Bytes>, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB], IdbTransactionMode::Readonly)
+            .begin(&[BLOB], IdbTransactionMode::Readonly)
             .await?;
         let req = store(&tx, BLOB)?
             .get(&JsValue::from_str(key))
@@ -253,8 +261,7 @@ impl Blob for IdbBlob {
     ) -> Result<(), ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB], IdbTransactionMode::Readonly)
+            .begin(&[BLOB], IdbTransactionMode::Readonly)
             .await?;
         let os = store(&tx, BLOB)?;
         let (keys_req, values_req) = if key_prefix.is_empty() {
@@ -303,8 +310,7 @@ impl Blob for IdbBlob {
     async fn set(&self, key: &str, value: Bytes) -> Result<(), ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
+            .begin(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
             .await?;
         let k = JsValue::from_str(key);
         store(&tx, BLOB)?
@@ -319,8 +325,7 @@ impl Blob for IdbBlob {
     async fn delete(&self, key: &str) -> Result<Option<usize>, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
+            .begin(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
             .await?;
         let k = JsValue::from_str(key);
         let live = store(&tx, BLOB)?;
@@ -345,8 +350,7 @@ impl Blob for IdbBlob {
     async fn restore(&self, key: &str) -> Result<(), ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
+            .begin(&[BLOB, BLOB_TRASH], IdbTransactionMode::Readwrite)
             .await?;
         let k = JsValue::from_str(key);
         let live = store(&tx, BLOB)?;
@@ -384,21 +388,33 @@ pub struct IdbConsensus {
     conn: IdbLocation,
 }
 
+/// Awaits a cursor request over the versions of one key, newest first: the cursor on the newest
+/// version and its seqno, or `None` if the key has no versions.
+async fn newest(req: &IdbRequest) -> Result<Option<(IdbCursor, SeqNo)>, ExternalError> {
+    let cursor = await_request(req, "consensus head").await?;
+    if cursor.is_null() || cursor.is_undefined() {
+        return Ok(None);
+    }
+    let cursor: IdbCursor = cursor
+        .dyn_into()
+        .map_err(|v| js_err("consensus head: not a cursor", v))?;
+    let raw_key = cursor.key().map_err(|e| js_err("consensus head", e))?;
+    let (_, seqno) = split_consensus_key(&raw_key)?;
+    Ok(Some((cursor, seqno)))
+}
+
 /// Reads the head of `key` inside `tx` (one cursor request, newest first).
 async fn head_in(os: &IdbObjectStore, key: &str) -> Result<Option<VersionedData>, ExternalError> {
     let req = os
         .open_cursor_with_range_and_direction(&all_versions(key)?.into(), IdbCursorDirection::Prev)
         .map_err(|e| js_err("consensus head", e))?;
-    let cursor = await_request(&req, "consensus head").await?;
-    if cursor.is_null() || cursor.is_undefined() {
+    let Some((cursor, seqno)) = newest(&req).await? else {
         return Ok(None);
-    }
-    let cursor: IdbCursorWithValue = cursor
-        .dyn_into()
-        .map_err(|v| js_err("consensus head: not a cursor", v))?;
-    let raw_key = cursor.key().map_err(|e| js_err("consensus head", e))?;
-    let (_, seqno) = split_consensus_key(&raw_key)?;
-    let value = cursor.value().map_err(|e| js_err("consensus head", e))?;
+    };
+    let value = cursor
+        .unchecked_into::<IdbCursorWithValue>()
+        .value()
+        .map_err(|e| js_err("consensus head", e))?;
     let data = bytes_from_js(&value, &|| format!("consensus {key} {seqno}"))?;
     Ok(Some(VersionedData { seqno, data }))
 }
@@ -412,16 +428,7 @@ async fn head_seqno_in(os: &IdbObjectStore, key: &str) -> Result<Option<SeqNo>, 
             IdbCursorDirection::Prev,
         )
         .map_err(|e| js_err("consensus head", e))?;
-    let cursor = await_request(&req, "consensus head").await?;
-    if cursor.is_null() || cursor.is_undefined() {
-        return Ok(None);
-    }
-    let cursor: IdbCursor = cursor
-        .dyn_into()
-        .map_err(|v| js_err("consensus head: not a cursor", v))?;
-    let raw_key = cursor.key().map_err(|e| js_err("consensus head", e))?;
-    let (_, seqno) = split_consensus_key(&raw_key)?;
-    Ok(Some(seqno))
+    Ok(newest(&req).await?.map(|(_, seqno)| seqno))
 }
 
 #[async_trait(?Send)]
@@ -429,8 +436,7 @@ impl Consensus for IdbConsensus {
     async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readonly)
             .await?;
         head_in(&store(&tx, CONSENSUS)?, key).await
     }
@@ -444,8 +450,7 @@ impl Consensus for IdbConsensus {
         validate_compare_and_set(expected, &new)?;
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readwrite)
             .await?;
         let os = store(&tx, CONSENSUS)?;
         // SUBTLE: between this read and the put below, await nothing but this transaction's own
@@ -473,8 +478,7 @@ impl Consensus for IdbConsensus {
         }
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readonly)
             .await?;
         let os = store(&tx, CONSENSUS)?;
         let range = key_range(key, from, SeqNo(u64::MAX), false)?;
@@ -509,8 +513,7 @@ impl Consensus for IdbConsensus {
     async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readwrite)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readwrite)
             .await?;
         let os = store(&tx, CONSENSUS)?;
         let Some(head) = head_seqno_in(&os, key).await? else {
@@ -541,8 +544,7 @@ impl Consensus for IdbConsensus {
     async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
         let tx = self
             .conn
-            .conn
-            .transaction(&[CONSENSUS], IdbTransactionMode::Readonly)
+            .begin(&[CONSENSUS], IdbTransactionMode::Readonly)
             .await?;
         let req = store(&tx, CONSENSUS)?
             .get_all_keys()

@@ -82,7 +82,7 @@ pub struct Machine {
     pub(crate) seen: Rc<RefCell<BTreeMap<SeqNo, Vec<String>>>>,
 }
 
-/// How many versions [`Machine::seen`] remembers at most (the oldest are forgotten first: a
+/// How many versions `Machine::seen` remembers at most (the oldest are forgotten first: a
 /// collector then decodes them again).
 pub const SEEN_CAPACITY: usize = 4096;
 
@@ -111,6 +111,10 @@ impl Machine {
     }
 
     fn remember(&self, seqno: SeqNo, diff: &StateDiff) {
+        if !self.cfg.gc_enabled {
+            // No routine collector in this process reads it (one by hand decodes instead).
+            return;
+        }
         let mut seen = self.seen.borrow_mut();
         seen.insert(seqno, diff.inserted_blobs());
         while seen.len() > SEEN_CAPACITY {

@@ -15,7 +15,8 @@
 //!
 //! What runs (each knob in [`super::PersistConfig`]):
 //! - **compaction** (`compaction_enabled`): after a compare_and_append that appended a batch, the
-//!   spine's merge request that includes it (`trace.rs`), done by `compact.rs`;
+//!   spine's merge request that includes it (`trace.rs`), done by `compact.rs`, once it is big
+//!   enough (`compaction_min_inputs` inputs or `compaction_min_updates` updates);
 //! - **rollups** (`rollup_threshold`): every `rollup_threshold` seqnos the whole state is written to
 //!   Blob, then an `add_rollup` command lists it (if another rollup already holds that seqno, ours
 //!   is deleted); readers that start cold begin from the newest rollup;
@@ -179,7 +180,15 @@ impl Machine {
             .is_some();
         let appended = cmd == COMPARE_AND_APPEND && old.upper() != new.upper();
         let compaction = if self.cfg.compaction_enabled && appended {
-            new.collections.trace.newest_merge_req()
+            new.collections.trace.newest_merge_req().filter(|req| {
+                let updates = req
+                    .inputs
+                    .iter()
+                    .map(|b| b.len)
+                    .fold(0, u64::saturating_add);
+                req.inputs.len() >= self.cfg.compaction_min_inputs
+                    || updates >= self.cfg.compaction_min_updates
+            })
         } else {
             None
         };

@@ -11,8 +11,17 @@
 //! - [`state`]: the pure transitions (`ControlFlow`, no I/O, no clock) and the invariants;
 //! - [`trace`]: the batches of a shard and their contiguity;
 //! - [`encoding`]: every stored byte, versioned and checksummed;
-//! - [`machine`]: the command loop, the only caller of `compare_and_set` on shard state;
-//! - [`write`] and [`read`]: the handles a user holds.
+//! - [`machine`]: the command loop, the only caller of `compare_and_set` on shard state; it
+//!   tells transient storage errors (retried) from permanent ones (the shard is broken: a typed
+//!   [`error::PersistError::Permanent`], and nothing more is written);
+//! - [`write`](mod@write) and [`read`]: the handles a user holds;
+//! - [`maintenance`] (which work a commit assigns, and when it runs), built from the steps in
+//!   `background.rs` and `rollup.rs` and the work in [`compact`] and [`gc`] (which also has the
+//!   leak check, [`gc::leaked_blobs`]).
+//!
+//! A shard whose upper and since are both empty is a tombstone
+//! ([`PersistClient::finalize_shard`], [`PersistClient::is_finalized`]): every later command on
+//! it is a no-op that spends no seqno.
 //!
 //! ```
 //! use persist_playground::location::{Location, mem::{MemBlob, MemConsensus}};
@@ -99,6 +108,7 @@ impl fmt::Display for ShardId {
 
 /// Knobs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PersistConfig {
     /// A writer that stays silent this long may be expired by others.
     pub writer_lease_duration_ms: u64,
@@ -115,6 +125,13 @@ pub struct PersistConfig {
     /// Whether writers compact their shard in the background after each compare_and_append that
     /// appends a batch (see `compact.rs`). Off for benchmarks of the write path.
     pub compaction_enabled: bool,
+    /// A routine merge runs only once it has at least this many inputs, or at least
+    /// [`PersistConfig::compaction_min_updates`] updates: merging every two tiny batches would
+    /// cost a state command per append (the spine still bounds the trace: the groups it plans
+    /// grow until they pass the threshold). 2 merges whatever the spine plans.
+    pub compaction_min_inputs: usize,
+    /// See [`PersistConfig::compaction_min_inputs`].
+    pub compaction_min_updates: u64,
     /// A rollup of the whole state is written every this many seqnos (see `maintenance.rs`); 0
     /// writes none routinely (GC still writes the ones it needs).
     pub rollup_threshold: u64,
@@ -141,6 +158,8 @@ impl Default for PersistConfig {
             backoff_min_ms: 4,
             backoff_max_ms: 1_000,
             compaction_enabled: true,
+            compaction_min_inputs: 8,
+            compaction_min_updates: 1024,
             rollup_threshold: 16,
             gc_enabled: true,
         }

@@ -213,15 +213,14 @@ impl Scenario {
                 Ok(applied(None, None, "checking acknowledged writes".into()))
             }
             Command::PushUpsert { key, value } => {
-                let hub = self.upsert_hub();
-                let offset = hub.push(*key, value.as_deref()).map_err(CommandError)?;
+                self.upsert_hub().push(*key, value.as_deref());
                 let what = value
                     .as_ref()
                     .map_or("delete".to_string(), |v| format!("{v:?}"));
                 Ok(applied(
                     None,
                     None,
-                    format!("pushed upsert #{offset}: key {key} → {what}"),
+                    format!("pushed upsert: key {key} → {what}"),
                 ))
             }
             Command::SetGenerator { on } => {

@@ -40,6 +40,7 @@ pub mod observe;
 pub mod services;
 pub mod snapshot;
 pub mod upsert;
+pub mod upsert_source;
 
 pub use command::{Command, CommandError, Stamp, Stamped};
 pub use snapshot::Snapshot;
@@ -389,8 +390,17 @@ impl Scenario {
     fn upsert_hub(&mut self) -> &upsert::UpsertHub {
         if self.upsert.is_none() {
             let seed = self.next_seed();
-            let hub = upsert::UpsertHub::start(&self.runtime, self.observer_client.clone(), seed);
+            let client = PersistClient::new(
+                self.truth.clone(),
+                self.runtime.clone(),
+                self.cfg.clone(),
+                seed,
+            )
+            .with_events(EventLog::disabled());
+            let hub =
+                upsert::UpsertHub::start(&self.runtime, client, Rc::clone(&self.journal), seed);
             self.upsert = Some(hub);
+            self.observe_shard(upsert_source::SOURCE_SHARD);
             self.observe_shard(upsert::UPSERT_SHARD);
         }
         self.upsert.as_ref().expect("just set")

@@ -83,7 +83,10 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
                 Outcome::Info
             }
         }
-        WriteTaskEventKind::ReadOnlyRejected { .. } => Outcome::Error,
+        WriteTaskEventKind::ReadOnlyRejected { responders } => {
+            t.refused += *responders;
+            Outcome::Error
+        }
         WriteTaskEventKind::Ticked { pending, .. } => {
             w.pending = *pending;
             Outcome::Info

@@ -383,11 +383,6 @@ impl Scenario {
         }
         if let Some(hub) = &self.upsert {
             hub.pump_into(&mut journal.log);
-            for a in &self.actors {
-                if let Some(snap) = hub.replica_snapshot(&a.replica) {
-                    a.view.borrow_mut().detail = ActorDetail::Replica(Box::new(snap));
-                }
-            }
         }
         journal.log.pump();
     }
@@ -395,6 +390,15 @@ impl Scenario {
     /// What the page draws now.
     pub fn snapshot(&mut self) -> Snapshot {
         self.pump();
+        // Replicas show their own snapshot, taken now (between runtime steps, so no borrow of
+        // a replica is held by its tasks).
+        if let Some(hub) = &self.upsert {
+            for a in &self.actors {
+                if let Some(snap) = hub.replica_snapshot(&a.replica) {
+                    a.view.borrow_mut().detail = ActorDetail::Replica(Box::new(snap));
+                }
+            }
+        }
         let journal = self.journal.borrow();
         let processes = self
             .processes

@@ -2,6 +2,9 @@
 //! seeded generator) and replica actors that race to write the output shard, each learning its
 //! state only from what the shard holds (the feedback edge).
 //!
+//! The source is durable (the `upsert_src` shard, see [`super::upsert_source`]), so it survives a
+//! reload and tabs share it.
+//!
 //! Each replica runs in its own process like any actor: its client and storage gate are the
 //! process's, so crashing the process stops the replica mid-command and a restart resumes it from
 //! the shard's upper. A checker on the raw location compares the shard with the reference model
@@ -14,15 +17,18 @@ use serde::Serialize;
 
 use super::actors::{ActorCtx, ActorState};
 use super::log::{Outcome, Pending};
+use super::upsert_source::{run_source_reader, run_source_writer, SourceQueue};
+use super::Journal;
 use crate::persist::codec::Timestamp;
 use crate::persist::{PersistClient, ShardId};
 use crate::runtime::{JoinHandle, Runtime};
 use crate::upsert::driver::start_replica;
 use crate::upsert::observe::UpsertLog;
-use crate::upsert::reference::{run_checker, CheckerReport};
+use crate::upsert::reference::{check_contents, CheckerReport};
 use crate::upsert::replica::{Replica, ReplicaConfig, ReplicaSnapshot};
 use crate::upsert::source::{GeneratorConfig, SourceGenerator, SourceLog};
 use crate::upsert::types::kv_row;
+use crate::upsert::types::SourceData;
 
 /// The shard every replica writes.
 pub const UPSERT_SHARD: &str = "upsert_out";
@@ -58,6 +64,8 @@ pub struct UpsertView {
     pub source_messages: u64,
     /// Whether the generator is on.
     pub generating: bool,
+    /// Upserts pushed or generated that are not yet in the source shard.
+    pub queued: u64,
     /// The newest messages, oldest first.
     pub recent: Vec<MessageView>,
     /// What the checker found.
@@ -67,7 +75,7 @@ pub struct UpsertView {
 /// The shared source, generator, log and checker of a scenario's replicas.
 pub struct UpsertHub {
     pub(crate) source: Rc<RefCell<SourceLog>>,
-    generator: Rc<RefCell<SourceGenerator>>,
+    queue: SourceQueue,
     generating: Rc<Cell<bool>>,
     pub(crate) log: UpsertLog<Timestamp>,
     report: Rc<RefCell<CheckerReport>>,
@@ -75,47 +83,65 @@ pub struct UpsertHub {
 }
 
 impl UpsertHub {
-    /// Starts the generator task (off until switched on) and the checker.
-    pub fn start(runtime: &Runtime, checker_client: PersistClient, seed: u64) -> Self {
+    /// Starts the source's writer and reader (see [`super::upsert_source`]), the generator
+    /// (off until switched on) and the checker. `client` works on the raw location.
+    pub fn start(
+        runtime: &Runtime,
+        client: PersistClient,
+        journal: Rc<RefCell<Journal>>,
+        seed: u64,
+    ) -> Self {
         let source = Rc::new(RefCell::new(SourceLog::new()));
-        let generator = Rc::new(RefCell::new(SourceGenerator::new(
-            seed,
-            GeneratorConfig::default(),
-            1,
-        )));
+        let queue: SourceQueue = Rc::default();
         let generating = Rc::new(Cell::new(false));
         let report = Rc::default();
-        let (g, s, on, rt) = (
-            Rc::clone(&generator),
-            Rc::clone(&source),
-            Rc::clone(&generating),
-            runtime.clone(),
-        );
+        let mut generator = SourceGenerator::new(seed, GeneratorConfig::default(), 1);
+        let (q, on, rt) = (Rc::clone(&queue), Rc::clone(&generating), runtime.clone());
         let gen_task = runtime.spawn("upsert generator", async move {
             loop {
                 rt.sleep(GENERATOR_PERIOD_MS).await;
                 if on.get() {
-                    g.borrow_mut().burst(&mut s.borrow_mut());
+                    // The generator writes a burst into a scratch log; the burst goes to the
+                    // source shard, which gives every message its time.
+                    let mut scratch = SourceLog::new();
+                    generator.burst(&mut scratch);
+                    let mut q = q.borrow_mut();
+                    q.extend(scratch.messages().iter().map(|m| (m.key, m.value.clone())));
                 }
             }
         });
-        let shard = ShardId(UPSERT_SHARD.to_string());
+        let failed = |what: &'static str, journal: Rc<RefCell<Journal>>, rt: Runtime| {
+            move |result: Result<(), String>| {
+                if let Err(e) = result {
+                    journal.borrow_mut().notice(
+                        rt.now_ms(),
+                        true,
+                        format!("upsert source {what} stopped: {e}"),
+                    );
+                }
+            }
+        };
+        let on_writer = failed("writer", Rc::clone(&journal), runtime.clone());
+        let writer_task = {
+            let fut = run_source_writer(client.clone(), Rc::clone(&queue));
+            runtime.spawn("upsert source writer", async move { on_writer(fut.await) })
+        };
+        let on_reader = failed("reader", journal, runtime.clone());
+        let reader_task = {
+            let fut = run_source_reader(client.clone(), Rc::clone(&source));
+            runtime.spawn("upsert source reader", async move { on_reader(fut.await) })
+        };
         let checker = runtime.spawn(
             "upsert checker",
-            run_checker(
-                checker_client,
-                shard,
-                Rc::clone(&source),
-                Rc::clone(&report),
-            ),
+            run_output_checker(client, Rc::clone(&source), Rc::clone(&report)),
         );
         UpsertHub {
             source,
-            generator,
+            queue,
             generating,
             log: UpsertLog::new(),
             report,
-            _tasks: vec![gen_task, checker],
+            _tasks: vec![gen_task, writer_task, reader_task, checker],
         }
     }
 
@@ -124,20 +150,11 @@ impl UpsertHub {
         self.generating.set(on);
     }
 
-    /// Pushes one upsert at the source's upper and seals the log past it.
-    pub fn push(&self, key: i64, value: Option<&str>) -> Result<u64, String> {
-        let mut source = self.source.borrow_mut();
-        let ts = source.upper();
-        let offset = source.push(key, value.map(|v| Ok(kv_row(key, v))), ts)?;
-        source.seal(ts + 1);
-        Ok(offset)
-    }
-
-    /// One generator burst now.
-    pub fn burst(&self) -> Timestamp {
-        self.generator
+    /// Queues one upsert for the source shard (it reaches the log once written and read back).
+    pub fn push(&self, key: i64, value: Option<&str>) {
+        self.queue
             .borrow_mut()
-            .burst(&mut self.source.borrow_mut())
+            .push((key, value.map(|v| Ok(kv_row(key, v)))));
     }
 
     /// The panel's data.
@@ -160,6 +177,7 @@ impl UpsertHub {
             source_upper: source.upper(),
             source_messages: messages.len() as u64,
             generating: self.generating.get(),
+            queued: self.queue.borrow().len() as u64,
             recent,
             checker: self.report.borrow().clone(),
         }
@@ -225,6 +243,68 @@ pub async fn run_replica(
         if let Some(why) = halted {
             ctx.view.borrow_mut().state = ActorState::Failed;
             return ctx.fail("upsert", "replica halted", why);
+        }
+    }
+}
+
+/// Follows the output shard from its since and, at every upper it reaches, compares its contents
+/// with the reference model over the source log, once the log has caught up to that upper (the
+/// log is rebuilt from the source shard after a reload, so the check waits for it).
+pub async fn run_output_checker(
+    client: PersistClient,
+    source: Rc<RefCell<SourceLog>>,
+    report: Rc<RefCell<CheckerReport>>,
+) {
+    use crate::persist::events::frontier;
+    use crate::persist::read::ListenEvent;
+    use std::collections::BTreeMap;
+    let rt = client.runtime().clone();
+    let fail = |e: String| report.borrow_mut().violations.push(format!("checker: {e}"));
+    let shard = ShardId(UPSERT_SHARD.to_string());
+    let read = match client.open_leased_reader::<SourceData, ()>(&shard).await {
+        Ok(r) => r,
+        Err(e) => return fail(e.to_string()),
+    };
+    let as_of = read.since().clone();
+    let (snapshot, mut listen) = match read.subscribe(as_of.clone()).await {
+        Ok(s) => s,
+        Err(e) => return fail(e.to_string()),
+    };
+    let mut contents: BTreeMap<SourceData, i64> = BTreeMap::new();
+    for ((d, ()), _, r) in snapshot {
+        *contents.entry(d).or_default() += r;
+    }
+    let mut pending_upper = frontier(&as_of).map(|t| t + 1);
+    loop {
+        if let Some(upper) = pending_upper.take() {
+            while source.borrow().upper() < upper {
+                rt.sleep(20).await;
+            }
+            contents.retain(|_, d| *d != 0);
+            let result = check_contents(&contents, source.borrow().messages(), upper);
+            let mut r = report.borrow_mut();
+            r.checks += 1;
+            r.upper = Some(upper);
+            if let Err(e) = result {
+                r.violations.push(e);
+            }
+        }
+        let events = match listen.next().await {
+            Ok(e) => e,
+            Err(e) => return fail(e.to_string()),
+        };
+        for event in events {
+            match event {
+                ListenEvent::Updates(updates) => {
+                    for ((d, ()), _, r) in updates {
+                        *contents.entry(d).or_default() += r;
+                    }
+                }
+                ListenEvent::Progress(p) => match frontier(&p) {
+                    Some(u) => pending_upper = Some(u),
+                    None => return,
+                },
+            }
         }
     }
 }

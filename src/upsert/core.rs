@@ -33,7 +33,7 @@ use super::observe::{
     DrainKind, OperatorSnapshot, StashEntryView, StateCellView, UpsertCounters, UpsertEvent,
     UpsertEventKind, UpsertLog,
 };
-use super::stash::{drain_staged_input, stage_input, DrainStats, DrainStyle, StashEntry};
+use super::stash::{drain_staged_input, stage_input, DrainStats, DrainStyle, Stash};
 use super::state::{StateValue, UpsertStateBackend, UpsertValueAndSize, Value};
 use super::types::{DataflowError, EnvelopeError, UpsertKey, UpsertValue};
 use crate::persist::codec::{Diff, Row};
@@ -83,7 +83,7 @@ pub struct UpsertCore<T, F, S> {
     resume_upper: Antichain<T>,
     prevent_snapshot_buffering: bool,
     state: UpsertState<S, T, Option<F>>,
-    stash: Vec<StashEntry<T, F>>,
+    stash: Stash<T, F>,
     stash_cap: Option<T>,
     input_upper: Antichain<T>,
     persist_upper: Antichain<T>,
@@ -98,6 +98,7 @@ pub struct UpsertCore<T, F, S> {
     halted: Option<String>,
     unreported_error: Option<String>,
     finished: bool,
+    activations: u64,
 }
 
 fn opt<T: Clone>(f: &Antichain<T>) -> Option<T> {
@@ -123,7 +124,7 @@ where
             resume_upper,
             prevent_snapshot_buffering,
             state: UpsertState::new(backend),
-            stash: Vec::new(),
+            stash: Stash::default(),
             stash_cap: None,
             input_upper: Antichain::from_elem(T::minimum()),
             persist_upper: Antichain::from_elem(T::minimum()),
@@ -138,6 +139,7 @@ where
             halted: None,
             unreported_error: None,
             finished: false,
+            activations: 0,
         }
     }
 
@@ -166,6 +168,25 @@ where
         &self.input_upper
     }
 
+    /// Counts one activation of the operator (the host uses the count to tell a quiet worker).
+    pub fn note_activation(&mut self) {
+        self.activations += 1;
+    }
+
+    /// Activations so far.
+    pub fn activations(&self) -> u64 {
+        self.activations
+    }
+
+    /// Whether the persist input is mid-timestamp: updates at a time the persist upper has not
+    /// passed have arrived, so some cells may hold part of that time's updates (and need not
+    /// decode until the rest arrives).
+    pub fn mid_timestamp(&self) -> bool {
+        self.largest_seen_persist_ts
+            .as_ref()
+            .is_some_and(|l| self.persist_upper.less_equal(l))
+    }
+
     /// The counters.
     pub fn counters(&self) -> UpsertCounters {
         let mut c = self.counters;
@@ -191,6 +212,11 @@ where
     /// Records that the operator holds (or no longer holds) a stash capability at `time`.
     pub fn set_stash_cap(&mut self, time: Option<T>) {
         self.stash_cap = time;
+    }
+
+    /// Stops the core with `error` (reported once on the health stream).
+    pub fn fail(&mut self, error: String) {
+        self.halt(error)
     }
 
     fn halt(&mut self, error: String) {
@@ -310,14 +336,14 @@ where
     /// Drains what may be drained (see the module docs) into `output`, and returns the stash's
     /// least remaining time for the capability.
     pub fn drain(&mut self, output: &mut Vec<(UpsertValue, T, Diff)>) -> StashFrontier<T> {
-        let frontier = |stash: &Vec<StashEntry<T, F>>| StashFrontier {
-            min_time: stash.iter().map(|e| e.0.clone()).min(),
+        let frontier = |stash: &Stash<T, F>| StashFrontier {
+            min_time: stash.min_time().cloned(),
         };
         if self.halted.is_some() || self.finished {
             return frontier(&self.stash);
         }
         if let Some(largest) = &self.largest_seen_persist_ts {
-            if self.persist_upper.less_equal(largest) {
+            if self.mid_timestamp() {
                 self.counters.drains_skipped += 1;
                 self.observer.record(UpsertEventKind::DrainSkipped {
                     persist_upper: opt(&self.persist_upper),
@@ -429,7 +455,7 @@ where
         stash.sort();
         let stash = stash
             .into_iter()
-            .map(|(time, key, Reverse(from), value)| StashEntryView {
+            .map(|(time, (key, Reverse(from), value))| StashEntryView {
                 time: time.clone(),
                 key: key.short(),
                 from_time: format!("{from:?}"),

@@ -73,6 +73,7 @@
 //! assert_eq!(out, vec![(Ok(row(7)), 1, -1), (Ok(row(8)), 1, 1)]);
 //! ```
 
+pub mod bench;
 pub mod consolidate;
 pub mod core;
 pub mod driver;

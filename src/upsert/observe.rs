@@ -11,10 +11,6 @@
 //! ```
 //! and a replica adds `Started`, `FedBack`, `SinkAppended`, `SinkMismatch`, `Crashed`, `Halted`.
 
-use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::rc::Rc;
-
 use serde::Serialize;
 
 /// Counts of what an operator (or a replica) did. Summed over replicas and seeds by the tests.
@@ -230,92 +226,10 @@ pub struct UpsertEvent<T> {
     pub kind: UpsertEventKind<T>,
 }
 
-/// The most events a log keeps; older ones are dropped (and counted).
-pub const UPSERT_LOG_CAPACITY: usize = 50_000;
-
-/// A shared, bounded log of [`UpsertEvent`]s. Clones share the log. A disabled log records
-/// nothing (for benchmarks).
-#[derive(Clone)]
-pub struct UpsertLog<T> {
-    inner: Rc<RefCell<LogInner<T>>>,
-}
-
-struct LogInner<T> {
-    events: VecDeque<UpsertEvent<T>>,
-    dropped: u64,
-    enabled: bool,
-}
-
-impl<T> UpsertLog<T> {
-    /// An enabled, empty log.
-    pub fn new() -> Self {
-        UpsertLog {
-            inner: Rc::new(RefCell::new(LogInner {
-                events: VecDeque::new(),
-                dropped: 0,
-                enabled: true,
-            })),
-        }
-    }
-
-    /// A log that records nothing.
-    pub fn disabled() -> Self {
-        let log = Self::new();
-        log.inner.borrow_mut().enabled = false;
-        log
-    }
-
-    /// Whether it records.
-    pub fn is_enabled(&self) -> bool {
-        self.inner.borrow().enabled
-    }
-
-    /// Records the event `make` builds, if enabled.
-    pub fn record(&self, make: impl FnOnce() -> UpsertEvent<T>) {
-        let mut inner = self.inner.borrow_mut();
-        if !inner.enabled {
-            return;
-        }
-        if inner.events.len() == UPSERT_LOG_CAPACITY {
-            inner.events.pop_front();
-            inner.dropped += 1;
-        }
-        inner.events.push_back(make());
-    }
-
-    /// Removes and returns every event recorded so far.
-    pub fn take(&self) -> Vec<UpsertEvent<T>> {
-        self.inner.borrow_mut().events.drain(..).collect()
-    }
-
-    /// How many events were dropped for space.
-    pub fn dropped(&self) -> u64 {
-        self.inner.borrow().dropped
-    }
-
-    /// How many events are held.
-    pub fn len(&self) -> usize {
-        self.inner.borrow().events.len()
-    }
-
-    /// Whether no event is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl<T: Clone> UpsertLog<T> {
-    /// A copy of every event held.
-    pub fn events(&self) -> Vec<UpsertEvent<T>> {
-        self.inner.borrow().events.iter().cloned().collect()
-    }
-}
-
-impl<T> Default for UpsertLog<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// A shared, bounded log of [`UpsertEvent`]s: the project's one event log
+/// ([`crate::event_log::EventLog`]), so upsert events number and merge with those of persist and
+/// the other components. Clones share the log; a disabled one records nothing (benchmarks).
+pub type UpsertLog<T> = crate::event_log::EventLog<UpsertEvent<T>>;
 
 /// One stash entry as plain data.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -93,14 +93,17 @@ pub trait InspectCore<T> {
     fn snapshot(&self) -> OperatorSnapshot<T>;
     /// Its counters.
     fn counters(&self) -> UpsertCounters;
-    /// Checks that every state cell decodes; the number of cells.
-    fn check_cells(&self) -> Result<usize, String>;
+    /// Checks that every state cell decodes; the number of cells, or `None` while the persist
+    /// input is mid-timestamp (cells may then hold part of a time's updates).
+    fn check_cells(&self) -> Result<Option<usize>, String>;
     /// Entries in the stash.
     fn stash_len(&self) -> usize;
     /// The error it stopped on, if any.
     fn halted(&self) -> Option<String>;
     /// Whether it is rehydrating.
     fn hydrating(&self) -> bool;
+    /// How many times the operator has run.
+    fn activations(&self) -> u64;
 }
 
 impl<T, F, S> InspectCore<T> for UpsertCore<T, F, S>
@@ -115,8 +118,14 @@ where
     fn counters(&self) -> UpsertCounters {
         UpsertCore::counters(self)
     }
-    fn check_cells(&self) -> Result<usize, String> {
-        self.state().check_cells().map_err(|e| e.to_string())
+    fn check_cells(&self) -> Result<Option<usize>, String> {
+        if self.mid_timestamp() {
+            return Ok(None);
+        }
+        self.state()
+            .check_cells()
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
     fn stash_len(&self) -> usize {
         UpsertCore::stash_len(self)
@@ -126,6 +135,9 @@ where
     }
     fn hydrating(&self) -> bool {
         UpsertCore::hydrating(self)
+    }
+    fn activations(&self) -> u64 {
+        UpsertCore::activations(self)
     }
 }
 
@@ -275,6 +287,7 @@ where
         let mut out: Vec<(UpsertValue, T, Diff)> = Vec::new();
 
         move |frontiers| {
+            core.borrow_mut().note_activation();
             if token.is_pressed() {
                 // Shut down: release everything, swallow whatever arrives.
                 stash_cap = None;
@@ -347,12 +360,16 @@ where
             out.clear();
             let remaining = core.drain(&mut out);
             if !out.is_empty() {
-                if let Some(cap) = stash_cap.as_ref() {
-                    let mut handle = output.activate();
-                    let mut session = handle.session(cap);
-                    for (value, ts, diff) in out.drain(..) {
-                        session.give((value.map_err(DataflowError::from), ts, diff));
+                match stash_cap.as_ref() {
+                    Some(cap) => {
+                        let mut handle = output.activate();
+                        let mut session = handle.session(cap);
+                        for (value, ts, diff) in out.drain(..) {
+                            session.give((value.map_err(DataflowError::from), ts, diff));
+                        }
                     }
+                    // Drains only emit what the stash held, under its capability.
+                    None => core.fail("output without a stash capability".into()),
                 }
             }
             if core.halted().is_none() {

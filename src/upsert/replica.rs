@@ -116,11 +116,33 @@ pub struct Replica {
     reader: SourceReader,
     source_frontier: Timestamp,
     feedback: UnboundedReceiver<FeedbackEvent>,
+    // Feedback received but not yet moved into the operator (over the feed budget).
+    feedback_queue: std::collections::VecDeque<FeedbackEvent>,
     persist_fed: Antichain<Timestamp>,
     observer: CoreObserver<Timestamp>,
     counters: UpsertCounters,
     halted: Option<String>,
     _persist_source: Option<ShutdownButton>,
+    step_clock: Option<StepClock>,
+    step_stats: StepStats,
+    feed_budget: usize,
+}
+
+/// A clock in milliseconds (fractional) used only to measure how long steps take, never to
+/// decide anything: for example `performance.now()` in a browser.
+pub type StepClock = Box<dyn Fn() -> f64>;
+
+/// How long steps took, by the step clock (zero without one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct StepStats {
+    /// Steps measured.
+    pub steps: u64,
+    /// The longest single step, ms.
+    pub max_step_ms: f64,
+    /// All steps, ms.
+    pub total_step_ms: f64,
+    /// The most source messages a single step read.
+    pub max_read: u64,
 }
 
 impl Replica {
@@ -177,12 +199,33 @@ impl Replica {
             reader,
             source_frontier: 0,
             feedback,
+            feedback_queue: Default::default(),
             persist_fed: Antichain::from_elem(0),
             observer,
             counters,
             halted: None,
             _persist_source: persist_source,
+            step_clock: None,
+            step_stats: StepStats::default(),
+            feed_budget: usize::MAX,
         }
+    }
+
+    /// Moves at most `n` feedback updates into the operator per step (the rest wait for the
+    /// next step, and the persist input's progress waits behind them), bounding one step's work.
+    /// Unbounded by default.
+    pub fn set_feed_budget(&mut self, n: usize) {
+        self.feed_budget = n.max(1);
+    }
+
+    /// Measures every [`Replica::step`] with `clock`.
+    pub fn set_step_clock(&mut self, clock: StepClock) {
+        self.step_clock = Some(clock);
+    }
+
+    /// How long steps took so far.
+    pub fn step_stats(&self) -> StepStats {
+        self.step_stats
     }
 
     fn record(&self, kind: UpsertEventKind<Timestamp>) {
@@ -213,11 +256,28 @@ impl Replica {
         }
     }
 
-    /// Moves every feedback event that has arrived into the operator's persist input.
+    /// Moves the feedback that has arrived into the operator's persist input, at most the feed
+    /// budget's worth of updates ([`Replica::set_feed_budget`]; progress stays behind the
+    /// updates it follows).
     pub fn feed(&mut self) -> u64 {
+        while let Ok(event) = self.feedback.try_recv() {
+            self.feedback_queue.push_back(event);
+        }
         let mut moved = 0;
         let mut upper = None;
-        while let Ok(event) = self.feedback.try_recv() {
+        let budget = self.feed_budget as u64;
+        while let Some(mut event) = self.feedback_queue.pop_front() {
+            if moved >= budget {
+                self.feedback_queue.push_front(event);
+                break;
+            }
+            if let FeedbackEvent::Updates(updates) = &mut event {
+                let room = (budget - moved) as usize;
+                if updates.len() > room {
+                    let rest = updates.split_off(room);
+                    self.feedback_queue.push_front(FeedbackEvent::Updates(rest));
+                }
+            }
             match event {
                 FeedbackEvent::Updates(updates) => {
                     moved += updates.len() as u64;
@@ -280,6 +340,20 @@ impl Replica {
         if self.halted().is_some() {
             return StepReport::default();
         }
+        let started = self.step_clock.as_ref().map(|c| c());
+        let report = self.step_inner(source);
+        if let (Some(clock), Some(started)) = (self.step_clock.as_ref(), started) {
+            let ms = clock() - started;
+            let s = &mut self.step_stats;
+            s.steps += 1;
+            s.total_step_ms += ms;
+            s.max_step_ms = s.max_step_ms.max(ms);
+            s.max_read = s.max_read.max(report.read);
+        }
+        report
+    }
+
+    fn step_inner(&mut self, source: &SourceLog) -> StepReport {
         let fed_back = self.feed();
         let read = if self.halted.is_none() {
             self.read_source(source)
@@ -326,8 +400,13 @@ impl Replica {
         });
     }
 
-    /// Checks that every state cell decodes.
-    pub fn check_cells(&self) -> Result<usize, String> {
+    /// The shard's upper as the sink knows it.
+    pub fn sink_upper(&self) -> Option<Timestamp> {
+        self.sink.upper().elements().first().copied()
+    }
+
+    /// Checks that every state cell decodes (`None`: mid-timestamp, not checkable now).
+    pub fn check_cells(&self) -> Result<Option<usize>, String> {
         self.worker.check_cells()
     }
 

@@ -119,7 +119,8 @@ pub struct GeneratorConfig {
     pub delete_percent: u64,
     /// Percent of upserts whose value is an error.
     pub error_percent: u64,
-    /// Upserts per time: from 1 to this many (a burst at one time).
+    /// Upserts per time: from 1 (or the generator's [`SourceGenerator::with_burst_min`]) to this
+    /// many (a burst at one time).
     pub burst_max: u64,
     /// Times advance by 1 to this many between bursts.
     pub ts_step_max: u64,
@@ -143,6 +144,7 @@ pub struct SourceGenerator {
     cfg: GeneratorConfig,
     next_ts: Timestamp,
     values: u64,
+    burst_min: u64,
 }
 
 impl SourceGenerator {
@@ -153,7 +155,14 @@ impl SourceGenerator {
             cfg,
             next_ts: start_ts,
             values: 0,
+            burst_min: 1,
         }
+    }
+
+    /// Every burst has at least `n` upserts (at most the config's `burst_max`, if larger).
+    pub fn with_burst_min(mut self, n: u64) -> Self {
+        self.burst_min = n.max(1);
+        self
     }
 
     fn below(&mut self, n: u64) -> u64 {
@@ -163,7 +172,8 @@ impl SourceGenerator {
     /// One burst of upserts at the next time, then seals the log past it. Returns its time.
     pub fn burst(&mut self, log: &mut SourceLog) -> Timestamp {
         let ts = self.next_ts.max(log.upper);
-        let n = 1 + self.below(self.cfg.burst_max);
+        let min = self.burst_min;
+        let n = min + self.below(self.cfg.burst_max.saturating_sub(min) + 1);
         for _ in 0..n {
             let key = self.below(self.cfg.keys) as i64;
             let roll = self.below(100);
@@ -225,11 +235,11 @@ impl SourceReader {
             let j = (self.rng.next_u64() % (i as u64 + 1)) as usize;
             self.held.swap(i, j);
         }
-        let keep = if self.held.len() > 1 && self.rng.next_u64() % 3 == 0 {
-            (self.rng.next_u64() % self.held.len() as u64) as usize
-        } else {
-            0
-        };
+        // Deliver at most `max`; now and then hold back a random part for a later read.
+        let mut keep = self.held.len().saturating_sub(max);
+        if self.held.len() > 1 && self.rng.next_u64() % 3 == 0 {
+            keep = keep.max((self.rng.next_u64() % self.held.len() as u64) as usize);
+        }
         let out = self.held.split_off(keep);
         let next_ts = log.messages.get(self.next).map_or(log.upper, |m| m.ts);
         let frontier = self

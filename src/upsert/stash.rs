@@ -17,8 +17,15 @@
 //! Only `AtTime` writes the state (provisional values, one `multi_put`); `ToUpper` never does,
 //! so `ToUpper` must not run twice at one persist upper (the second would read stale state),
 //! while `AtTime` may: it remembers what it emitted through the provisional values.
+//!
+//! The [`Stash`] keeps its entries by time. Both eligibility rules depend only on an entry's
+//! time and, for totally ordered times, hold for a prefix of the times (if `ts` is eligible, so
+//! is every earlier time): a drain takes that prefix and never scans the rest, so a stash that
+//! runs far ahead of the persist upper costs nothing per drain. (The original keeps a vector and
+//! filters all of it; its stash stays short because its source is backpressured.)
 
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 
 use timely::order::TotalOrder;
 use timely::progress::Antichain;
@@ -31,6 +38,77 @@ use crate::persist::codec::Diff;
 
 /// One stashed source update.
 pub type StashEntry<T, F> = (T, UpsertKey, Reverse<F>, Option<UpsertValue>);
+
+type Staged<F> = (UpsertKey, Reverse<F>, Option<UpsertValue>);
+
+/// Stashed source updates, by time. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Stash<T, F> {
+    by_time: BTreeMap<T, Vec<Staged<F>>>,
+    // Invariant: the number of entries in `by_time`.
+    len: usize,
+}
+
+impl<T: Ord + Clone, F> Default for Stash<T, F> {
+    fn default() -> Self {
+        Stash {
+            by_time: BTreeMap::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T: Ord + Clone, F> Stash<T, F> {
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The least time held.
+    pub fn min_time(&self) -> Option<&T> {
+        self.by_time.keys().next()
+    }
+
+    /// Adds one entry.
+    pub fn push(&mut self, (time, key, order, value): StashEntry<T, F>) {
+        self.by_time
+            .entry(time)
+            .or_default()
+            .push((key, order, value));
+        self.len += 1;
+    }
+
+    /// Every entry, by time.
+    pub fn iter(&self) -> impl Iterator<Item = (&T, &Staged<F>)> {
+        self.by_time
+            .iter()
+            .flat_map(|(t, entries)| entries.iter().map(move |e| (t, e)))
+    }
+
+    /// Removes and returns the entries of the leading times for which `eligible` holds (it must
+    /// hold for a prefix of the times: see the module docs).
+    fn take_prefix(&mut self, mut eligible: impl FnMut(&T) -> bool) -> Vec<StashEntry<T, F>> {
+        let mut out = Vec::new();
+        while let Some(entry) = self.by_time.first_entry() {
+            if !eligible(entry.key()) {
+                break;
+            }
+            let (time, entries) = entry.remove_entry();
+            self.len -= entries.len();
+            out.extend(
+                entries
+                    .into_iter()
+                    .map(|(key, order, value)| (time.clone(), key, order, value)),
+            );
+        }
+        out
+    }
+}
 
 /// Which entries a drain takes. See the module docs.
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +149,7 @@ pub struct DrainStats {
 /// Stashes `data`, dropping updates before `resume_upper` while the input has not reached it.
 /// Returns how many were dropped. A non-positive diff is an error (a source must only add).
 pub fn stage_input<T, F>(
-    stash: &mut Vec<StashEntry<T, F>>,
+    stash: &mut Stash<T, F>,
     data: &mut Vec<((UpsertKey, Option<UpsertValue>, F), T, Diff)>,
     input_upper: &Antichain<T>,
     resume_upper: &Antichain<T>,
@@ -89,10 +167,9 @@ where
             "invalid upsert input: diff {diff} at {ts:?} (source updates must have positive diffs)"
         ));
     }
-    stash.extend(
-        data.drain(..)
-            .map(|((key, value, order), time, _)| (time, key, Reverse(order), value)),
-    );
+    for ((key, value, order), time, _) in data.drain(..) {
+        stash.push((time, key, Reverse(order), value));
+    }
     Ok(dropped)
 }
 
@@ -100,7 +177,7 @@ where
 /// `slots` are scratch space.
 #[allow(clippy::too_many_arguments)]
 pub fn drain_staged_input<T, F, S>(
-    stash: &mut Vec<StashEntry<T, F>>,
+    stash: &mut Stash<T, F>,
     keys: &mut Vec<UpsertKey>,
     slots: &mut Vec<UpsertValueAndSize<T, Option<F>>>,
     output: &mut Vec<(UpsertValue, T, Diff)>,
@@ -124,16 +201,8 @@ where
         }
         DrainStyle::AtTime { time, .. } => ts <= time && !persist_upper.less_than(ts),
     };
-    // Take the eligible entries out, swapping (the stash's order does not matter).
-    let mut eligible = Vec::new();
-    let mut i = 0;
-    while i < stash.len() {
-        if eligible_now(&stash[i].0) {
-            eligible.push(stash.swap_remove(i));
-        } else {
-            i += 1;
-        }
-    }
+    // Take the eligible entries out: a prefix of the stash's times.
+    let mut eligible = stash.take_prefix(eligible_now);
     stats.eligible = eligible.len() as u64;
     eligible.retain(|(ts, ..)| persist_upper.less_equal(ts));
     stats.discarded = stats.eligible - eligible.len() as u64;

@@ -115,8 +115,9 @@ pub struct UpsertWorker {
     persist: PersistHandle,
     output: Rc<RefCell<Captured<OutputUpdate>>>,
     health: Rc<RefCell<Captured<(usize, HealthStatusUpdate)>>>,
+    snapshot_progress: Rc<RefCell<Captured<std::convert::Infallible>>>,
     metrics: UpsertMetrics<Timestamp>,
-    _shutdown: ShutdownButton,
+    shutdown: ShutdownButton,
     steps: u64,
 }
 
@@ -128,11 +129,13 @@ impl UpsertWorker {
         let metrics = UpsertMetrics::new(observer);
         let output = captured();
         let health = captured();
+        let snapshot_progress = captured();
         let (m, o, h) = (metrics.clone(), Rc::clone(&output), Rc::clone(&health));
+        let sp = Rc::clone(&snapshot_progress);
         let (source, persist, shutdown) = worker.dataflow::<Timestamp, _, _>(move |scope| {
             let (source, source_stream) = scope.new_input::<Vec<SourceUpdate>>();
             let (persist, persist_stream) = scope.new_input::<Vec<OutputUpdate>>();
-            let (out, health_stream, _snapshot, shutdown) = upsert_inner(
+            let (out, health_stream, snapshot_stream, shutdown) = upsert_inner(
                 source_stream.as_collection(),
                 cfg.key_indices.clone(),
                 cfg.resume_upper.clone(),
@@ -150,6 +153,7 @@ impl UpsertWorker {
             );
             out.inner.capture_into(CapturePusher(o));
             health_stream.capture_into(CapturePusher(h));
+            snapshot_stream.capture_into(CapturePusher(sp));
             (source, persist, shutdown)
         });
         UpsertWorker {
@@ -158,8 +162,9 @@ impl UpsertWorker {
             persist,
             output,
             health,
+            snapshot_progress,
             metrics,
-            _shutdown: shutdown,
+            shutdown,
             steps: 0,
         }
     }
@@ -237,7 +242,7 @@ impl UpsertWorker {
         self.persist.flush();
         let mut taken = 0;
         let mut quiet = 0;
-        while taken < budget.max(2) && quiet < 2 {
+        while taken < budget.max(3) && quiet < 3 {
             let before = self.signature();
             self.worker.step();
             taken += 1;
@@ -249,6 +254,12 @@ impl UpsertWorker {
         }
         self.steps += u64::from(taken);
         taken
+    }
+
+    /// Presses the operator's shutdown button: it releases its capabilities and ignores every
+    /// input from then on (as when the button is dropped).
+    pub fn shutdown(&mut self) {
+        self.shutdown.press();
     }
 
     /// Total `worker.step()`s so far.
@@ -266,6 +277,15 @@ impl UpsertWorker {
         self.output.borrow().frontier.frontier().to_owned()
     }
 
+    /// The snapshot-progress stream's frontier: the persist upper while rehydrating, then empty.
+    pub fn snapshot_frontier(&self) -> Antichain<Timestamp> {
+        self.snapshot_progress
+            .borrow()
+            .frontier
+            .frontier()
+            .to_owned()
+    }
+
     /// Health updates reported so far.
     pub fn health(&self) -> Vec<(usize, HealthStatusUpdate)> {
         self.health.borrow().data.clone()
@@ -281,8 +301,9 @@ impl UpsertWorker {
         self.metrics.inspect(|c| c.snapshot())
     }
 
-    /// Checks every state cell decodes; the number of cells.
-    pub fn check_cells(&self) -> Result<usize, String> {
+    /// Checks every state cell decodes; the number of cells (`None` while the persist input is
+    /// mid-timestamp, when cells need not decode).
+    pub fn check_cells(&self) -> Result<Option<usize>, String> {
         self.metrics
             .inspect(|c| c.check_cells())
             .unwrap_or_else(|| Err("the operator is gone".into()))

@@ -12,6 +12,7 @@
 use std::fmt;
 
 use crate::persist::codec::{Codec, Diff, Row};
+use crate::persist::consolidate::consolidate_by;
 
 /// A change to a differential collection, sent to its write task.
 pub enum StorageWriteOp {
@@ -66,51 +67,18 @@ pub struct DiffOverflow {
     pub sum: i128,
 }
 
-/// Sorts `updates` by row, sums the diffs of equal rows and drops zeros, in place. On error
-/// `updates` is left sorted but otherwise unchanged.
+/// Sorts `updates` by row, sums the diffs of equal rows and drops zeros, in place (the crate's
+/// one checked consolidation, [`consolidate_by`]). On error `updates` is left sorted but
+/// otherwise unchanged.
 pub fn consolidate(updates: &mut Vec<(Row, Diff)>) -> Result<(), DiffOverflow> {
     if is_consolidated(updates) {
         // The common case for snapshots, which persist consolidates already: nothing to do.
         return Ok(());
     }
-    // A stable sort keeps runs that are already sorted cheap.
-    updates.sort_by(|a, b| a.0.cmp(&b.0));
-    // First pass: every run's sum must fit, so that an error leaves the input whole.
-    let mut i = 0;
-    while i < updates.len() {
-        let (sum, j) = run_sum(updates, i);
-        if Diff::try_from(sum).is_err() {
-            return Err(DiffOverflow {
-                row: updates[i].0.clone(),
-                sum,
-            });
-        }
-        i = j;
-    }
-    // Second pass: compact each run into its first slot, moving rows, never cloning them.
-    let (mut read, mut write) = (0, 0);
-    while read < updates.len() {
-        let (sum, next) = run_sum(updates, read);
-        if sum != 0 {
-            updates.swap(write, read);
-            updates[write].1 = Diff::try_from(sum).expect("checked in the first pass");
-            write += 1;
-        }
-        read = next;
-    }
-    updates.truncate(write);
-    Ok(())
-}
-
-/// The exact sum of the run of equal rows starting at `start`, and where the run ends.
-fn run_sum(updates: &[(Row, Diff)], start: usize) -> (i128, usize) {
-    let mut sum = 0i128;
-    let mut end = start;
-    while end < updates.len() && updates[end].0 == updates[start].0 {
-        sum += i128::from(updates[end].1);
-        end += 1;
-    }
-    (sum, end)
+    consolidate_by(updates, |a, b| a.0.cmp(&b.0), |u| &mut u.1).map_err(|o| DiffOverflow {
+        row: updates[o.index].0.clone(),
+        sum: o.sum,
+    })
 }
 
 /// Whether `updates` is consolidated: sorted by row, one entry per row, no zero diffs.

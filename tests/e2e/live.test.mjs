@@ -26,7 +26,7 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
   assert.match(await page.getByTestId("mode").textContent(), new RegExp(`live · ${db}`));
   assert.ok(await page.getByTestId("play").isDisabled(), "live mode cannot be paused");
   assert.ok(await page.getByTestId("step").isDisabled(), "nor stepped");
-  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 5, "the default actors");
+  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the default actors");
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="10"]').click();
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
   await waitFor(page, () => {
@@ -34,8 +34,8 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
     const data = s.shards.find((x) => x.name === "data");
     const task = s.actors.find((a) => a.id === "T1").detail;
     const oracle = s.actors.find((a) => a.id === "O1").detail;
-    return data.seqno > 8 && data.updates > 4 && task.desiredRows === 11 && task.writer.committed > 1 && oracle.handedOut > 2;
-  }, "writes, the task's rows and oracle timestamps", null, 30_000);
+    return data.seqno > 8 && data.updates > 4 && task.desiredRows === 11 && task.writer.committed > 1 && oracle.handedOut > 2 && s.upsert.checker.checks > 2;
+  }, "writes, the task's rows, oracle timestamps and checked upsert output", null, 30_000);
   const before = await latest(page);
   const beforeData = shardOf(before, "data");
   const beforeTask = shardOf(before, "mz_task");
@@ -45,7 +45,7 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
   await page.reload();
   await waitForStatus(page, "ok", new RegExp(`^ready: live mode on IndexedDB database ${db}$`));
   // The same actors start again (this tab's layout), in new processes with new handles.
-  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 5, "the actors again");
+  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the actors again");
   await waitFor(
     page,
     ([seqno, upper, taskUpper]) => {
@@ -59,6 +59,12 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
   );
   await waitFor(page, (n) => window.__playground.state.latest().actors.find((a) => a.id === "T1").detail.desiredRows === n, "the task's desired rows, from the shard", 11);
   await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "O1").detail.firstTs !== null && window.__playground.state.latest().actors.find((a) => a.id === "O1").detail.firstTs !== undefined, "a timestamp from the restarted oracle");
+  // The upsert source comes back from its shard, and the output still matches the model.
+  await waitFor(page, (n) => {
+    const u = window.__playground.state.latest().upsert;
+    return u && u.sourceMessages >= n && u.checker.checks > 0;
+  }, "the upsert source read back", before.upsert.sourceMessages);
+  assert.deepEqual((await latest(page)).upsert.checker.violations, [], "the replicas' output matches the reference model after the reload");
   const afterOracle = (await latest(page)).actors.find((a) => a.id === "O1").detail;
   assert.ok(afterOracle.firstTs > beforeOracle.writeTs, `the oracle resumes above every timestamp handed out before (${afterOracle.firstTs} > ${beforeOracle.writeTs})`);
   assert.ok(afterOracle.epoch > beforeOracle.epoch, "a new epoch");
@@ -124,7 +130,7 @@ test("live mode: reset database deletes it and starts the actors again on an emp
   await waitForStatus(page, "ok", new RegExp(`^reset: deleted ${db} and started again, empty$`));
   const after = shardOf(await latest(page), "data").seqno;
   assert.ok(after < before, `a fresh shard (${after} < ${before})`);
-  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 5, "the actors again");
+  await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the actors again");
   await waitFor(page, () => /●/.test(document.getElementById("writers-view").textContent), "writers commit on the new database", null, 30_000);
   noErrors(page);
 });

@@ -46,7 +46,7 @@ test("a newcomer's first view: every panel with its caption, moving, legible at 
     const caption = await panel.locator(".caption").textContent();
     assert.ok(caption.trim().length > 40, `${p} panel has a one-line caption`);
   }
-  await waitFor(page, () => document.querySelectorAll("#writers-view tr[data-actor]").length === 3, "three rows in the writers panel");
+  await waitFor(page, () => document.querySelectorAll("#writers-view tbody[data-actor]").length === 3, "three rows in the writers panel");
   await waitFor(page, () => /●/.test(document.getElementById("consensus-view").textContent), "a committed compare_and_set");
   await waitFor(page, () => document.querySelectorAll("#log-view li[data-seq]").length > 20, "events in the log");
   await waitFor(page, () => document.querySelector("#oracle-view [data-testid=durable-upper]")?.textContent !== "∅", "the oracle's durable upper");
@@ -122,8 +122,8 @@ test("add and remove writers, readers, write tasks and oracle instances (buttons
     ["W1", "W3"],
   );
   // Each new writer shows up in the writers panel and commits.
-  await waitFor(page, () => document.querySelectorAll("#writers-view tr[data-actor]").length === 5, "W1-W3, T1, T2 in the writers panel");
-  await waitFor(page, () => /●/.test(document.querySelector('#writers-view tr[data-actor="W3"]')?.textContent ?? ""), "W3 commits");
+  await waitFor(page, () => document.querySelectorAll("#writers-view tbody[data-actor]").length === 5, "W1-W3, T1, T2 in the writers panel");
+  await waitFor(page, () => /●/.test(document.querySelector('#writers-view tbody[data-actor="W3"]')?.textContent ?? ""), "W3 commits");
   // A second oracle instance fenced the first.
   await waitFor(page, () => /fenced/.test(document.querySelector('#oracle-view tr[data-actor="O1"]')?.textContent ?? ""), "O1 fenced by O2");
   // Remove.
@@ -166,9 +166,9 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   await waitFor(page, () => document.querySelector('[data-stat="updates"] .v').textContent !== "0", "the task's shard holds its rows");
   await page.locator('input[data-action="read-only"][data-actor="T1"]').check();
   await waitForStatus(page, "ok", /T1 restarted: tick 1000 ms, read-only true/);
-  await waitFor(page, () => /task \(read-only\)/.test(document.querySelector('#writers-view tr[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows read-only");
+  await waitFor(page, () => /task \(read-only\)/.test(document.querySelector('#writers-view tbody[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows read-only");
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
-  await waitFor(page, () => [...document.querySelectorAll("#log-view li")].some((li) => /T1/.test(li.textContent) && /read-only/.test(li.textContent)), "the log shows the read-only refusal");
+  await waitFor(page, () => /read-only: 1 commands kept in desired, not written/.test(document.querySelector('#writers-view tbody[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows the read-only refusal");
   await page.locator('input[data-field="tick"][data-actor="T1"]').fill("250");
   await page.locator('button[data-action="set-tick"][data-actor="T1"]').click();
   await waitForStatus(page, "ok", /T1 restarted: tick 250 ms/);
@@ -188,7 +188,7 @@ test("crash and restart processes: actors stop mid-command and come back with a 
   await page.locator('button[data-action="crash"][data-process="P1"]').click();
   await waitForStatus(page, "ok", /crashed P1 \(W1\) mid-command/);
   await waitFor(page, () => /crashed/.test(document.querySelector('#processes-view .proc[data-process="P1"]').textContent), "P1 shown crashed");
-  assert.match(await page.locator('#writers-view tr[data-actor="W1"]').textContent(), /crashed/);
+  assert.match(await page.locator('#writers-view tbody[data-actor="W1"]').textContent(), /crashed/);
   await page.locator('button[data-action="restart"][data-process="P1"]').click();
   await waitForStatus(page, "ok", /restarted P1 as P8 with a fresh client/);
   await waitFor(page, () => /restarted as P8/.test(document.querySelector('#processes-view .proc[data-process="P1"]').textContent), "P1 restarted as P8");
@@ -304,7 +304,9 @@ test("seed mode is deterministic: the same seed and the same clicks give the sam
     const ctx = await launch();
     try {
       const page = await openPage(ctx, server.url("?seed=42&autoplay=0"));
-      for (let i = 0; i < 8; i++) await page.getByTestId("step").click();
+      await page.getByTestId("step").click();
+      const firstDigest = await page.getByTestId("digest").textContent();
+      for (let i = 0; i < 7; i++) await page.getByTestId("step").click();
       await page.getByTestId("add-writer").click();
       await page.locator('button[data-action="crash"][data-process="P2"]').click();
       for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
@@ -317,7 +319,7 @@ test("seed mode is deterministic: the same seed and the same clicks give the sam
       const digest = await page.getByTestId("digest").textContent();
       const snap = await latest(page);
       noErrors(page);
-      return { digest, snap };
+      return { digest, snap, firstDigest };
     } finally {
       await ctx.close();
     }
@@ -325,6 +327,7 @@ test("seed mode is deterministic: the same seed and the same clicks give the sam
   const a = await run();
   const b = await run();
   assert.match(a.digest, /^[0-9a-f]{16}$/);
+  assert.notEqual(a.digest, a.firstDigest, "the digest follows the state (it is not a constant)");
   assert.equal(a.snap.nowMs, 2800);
   assert.equal(a.digest, b.digest, "same digest on the page");
   assert.deepEqual(a.snap, b.snap, "same snapshot");
@@ -361,10 +364,16 @@ test("upsert controls: add replicas, push upserts by hand, the generator, step t
   await page.getByTestId("u-key").fill("3");
   await page.getByTestId("u-value").fill("hello");
   await page.getByTestId("push-upsert").click();
-  await waitForStatus(page, "ok", /pushed upsert #\d+: key 3 → "hello"/);
-  assert.match(await page.getByTestId("upsert-source").textContent(), /source: 1 messages, frontier 1, generator off/);
+  await waitForStatus(page, "ok", /pushed upsert: key 3 → "hello"/);
+  // Queued for the (durable) source shard; one step later it is in the source log.
+  assert.match(await page.getByTestId("upsert-source").textContent(), /source: 0 messages, 1 queued/);
+  const inLog = /source: 1 messages, 0 queued, frontier \d+, generator off/;
+  for (let i = 0; i < 20 && !inLog.test(await page.getByTestId("upsert-source").textContent()); i++) {
+    await page.getByTestId("step").click();
+  }
+  assert.match(await page.getByTestId("upsert-source").textContent(), inLog, "the upsert reached the source log");
   await page.getByTestId("step-replicas").click();
-  await waitForStatus(page, "ok", /stepped U1: fed back \d+, read 1, \d+ worker steps, \d+ out; U2: fed back \d+, read 1/);
+  await waitForStatus(page, "ok", /stepped U1: fed back \d+, read \d+, \d+ worker steps, \d+ out; U2: fed back \d+, read \d+/);
   await page.keyboard.press("j");
   await waitForStatus(page, "ok", /stepped U1/);
   // Run: the replicas write, read it back, and the shard matches the model.

@@ -47,9 +47,13 @@ const drawnAt = new Map();
 const OFFSCREEN_REDRAW_MS = 500;
 let observer = null;
 let forceAll = false;
+let frameNo = 0;
+/** Panels in the second group redraw on odd frames, the rest on even ones (each at ~30 fps). */
+const SECOND_GROUP = new Set(["panel-consensus", "panel-oracle", "panel-frontiers", "panel-upsert", "panel-log"]);
 function visible(el) {
   const panel = el.closest(".panel");
   if (!panel) return true;
+  if (!forceAll && SECOND_GROUP.has(panel.id) !== (frameNo % 2 === 1)) return false;
   const now = performance.now();
   if (!forceAll && onScreen.get(panel) === false && now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS) {
     observe();
@@ -73,6 +77,7 @@ export function renderAll(dom, state, view, force = false) {
   const snap = state.latest();
   if (!snap) return;
   forceAll = force;
+  frameNo += 1;
   const t0 = view.t0;
   // Measure before any write this frame (no forced layout), so SVG text keeps its native size.
   const shardWidth = Math.round(dom.shard.clientWidth) || 940;

@@ -12,14 +12,17 @@ function writerSide(a) {
   return null;
 }
 
-function lagCell(value, shardUpper) {
+function lagCell(value, shared, shardUpper) {
   const b = lagBar(value, shardUpper, LAG_W);
   if (!b) return `<td class="lag"></td>`;
-  const behind = b.behind <= 0 ? "at the shard's upper" : `${b.behind} ms behind`;
-  return `<td class="lag" title="${esc(behind)}"><svg viewBox="0 0 ${LAG_W + 6} 14" width="${LAG_W + 6}" height="14">` +
+  const s = lagBar(shared, shardUpper, LAG_W);
+  const behind = (x) => (x.behind <= 0 ? "at the shard's upper" : `${x.behind} ms behind it`);
+  const title = `cached upper (filled) ${behind(b)}${s ? `; shared upper (ring) ${behind(s)}` : ""}`;
+  return `<td class="lag" title="${esc(title)}"><svg viewBox="0 0 ${LAG_W + 6} 14" width="${LAG_W + 6}" height="14">` +
     `<line x1="0" x2="${LAG_W}" y1="7" y2="7" class="lag-axis"/>` +
     `<line x1="${LAG_W}" x2="${LAG_W}" y1="1" y2="13" class="upper"/>` +
-    `<circle cx="${b.x.toFixed(1)}" cy="7" r="4" class="lag-dot"/></svg></td>`;
+    (s ? `<circle cx="${s.x.toFixed(1)}" cy="7" r="5" class="shared-dot"/>` : "") +
+    `<circle cx="${b.x.toFixed(1)}" cy="7" r="3.2" class="lag-dot"/></svg></td>`;
 }
 
 export function renderWriters(el, snap, t0) {
@@ -34,6 +37,8 @@ export function renderWriters(el, snap, t0) {
     let status;
     if (a.state !== "running") {
       status = `<span class="state s-${a.state}">${esc(a.state)}</span>${a.error ? ` <span class="err">${esc(a.error)}</span>` : ""}`;
+    } else if (a.detail.kind === "task" && a.detail.readOnly) {
+      status = `${mark("error", OUTCOMES)} read-only: ${a.detail.refused} commands kept in desired, not written`;
     } else if (w?.inFlight) {
       status = w.inFlight.retrying
         ? `${mark("retrying", OUTCOMES)} retrying [${esc(fmtFrontier(w.inFlight.lower, t0))}, ${esc(fmtFrontier(w.inFlight.upper, t0))})`
@@ -45,19 +50,19 @@ export function renderWriters(el, snap, t0) {
     }
     const kind = a.spec.kind === "task" ? `task${a.detail.readOnly ? " (read-only)" : ""}` : a.spec.mode === "append" ? "append" : "c&a";
     rows.push(
-      `<tr data-actor="${esc(a.id)}"><td>${chip(a.id, c)}<span class="how">${esc(kind)}</span></td>` +
-        `<td class="mono">${esc(fmtFrontier(w?.cachedUpper, t0))}</td>${lagCell(w?.cachedUpper, su)}` +
+      `<tbody data-actor="${esc(a.id)}"><tr><td rowspan="2">${chip(a.id, c)}<span class="how">${esc(kind)}</span></td>` +
+        `<td class="mono">${w && (w.last || w.committed) ? esc(fmtFrontier(w.cachedUpper, t0)) : "–"}</td>${lagCell(w?.cachedUpper, w?.sharedUpper, su)}` +
         `<td class="mono num" data-col="pending">${w ? w.pending : ""}</td>` +
-        `<td class="mono num">${w ? `${w.committed}/${w.mismatches}/${w.indeterminate}` : ""}</td>` +
-        `<td class="last" data-col="last" title="${esc(last?.detail ?? "")}">${status}</td></tr>`,
+        `<td class="mono num">${w ? `${w.committed}/${w.mismatches}/${w.indeterminate}` : ""}</td></tr>` +
+        `<tr class="sub"><td colspan="4" class="last" data-col="last" title="${esc(last?.detail ?? "")}">${status}</td></tr></tbody>`,
     );
   }
   const body = rows.length
     ? rows.join("")
-    : `<tr><td colspan="6" class="empty">No writers. Add one with + Writer (w).</td></tr>`;
+    : `<tbody><tr><td colspan="5" class="empty">No writers. Add one with + Writer (w).</td></tr></tbody>`;
   setHtml(
     el,
-    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="the dot is the cached upper; the bar ends at the shard's upper">vs shard</th><th title="to_write">pending</th><th title="committed / lost races / indeterminate">ok/✕/?</th><th>last attempt</th></tr></thead><tbody>${body}</tbody></table>`,
+    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="to_write">pending</th><th title="committed / lost races / indeterminate">ok/✕/?</th></tr></thead>${body}</table>`,
   );
 }
 
@@ -82,7 +87,7 @@ export function renderConsensus(el, snap, t0) {
   setHtml(
     el,
     `<p class="summary">last ${snap.consensus.length}: ${summary || "none yet"}</p>` +
-      `<table class="grid"><thead><tr><th>at</th><th>process</th><th>key</th><th>expected → new</th><th>bytes</th><th>outcome</th></tr></thead><tbody>${rows || `<tr><td colspan="6" class="empty">No compare_and_set yet.</td></tr>`}</tbody></table>`,
+      `<table class="grid"><thead><tr><th>at</th><th>process</th><th>key</th><th title="the seqno it expected at the head → the one it wrote">seqno</th><th>bytes</th><th>won?</th></tr></thead><tbody>${rows || `<tr><td colspan="6" class="empty">No compare_and_set yet.</td></tr>`}</tbody></table>`,
   );
 }
 

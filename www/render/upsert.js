@@ -3,7 +3,10 @@
 // discarded and fed back), and the feedback edge from the shard into every replica, animated
 // while feedback arrives.
 
-import { actorColour, fmtFrontier } from "../spec.js";
+import { actorColour } from "../spec.js";
+
+/** Source times are not the clock: plain numbers (∅ for the empty frontier). */
+const fmtT = (t) => (t === null || t === undefined ? "∅" : String(t));
 import { chip, esc, setHtml } from "./dom.js";
 
 /** Did replica `id` get feedback since the previous snapshot? */
@@ -18,7 +21,7 @@ function diagram(snap, replicas, prev) {
   const H = Math.max(90, 20 + replicas.length * rowH);
   const midY = H / 2;
   const parts = [];
-  parts.push(`<rect x="4" y="${midY - 18}" width="78" height="36" rx="5" class="up-box"/><text x="43" y="${midY - 2}" class="up-label" text-anchor="middle">source</text><text x="43" y="${midY + 12}" class="up-sub" text-anchor="middle">upper ${snap.upsert.sourceUpper}</text>`);
+  parts.push(`<rect x="4" y="${midY - 18}" width="78" height="36" rx="5" class="up-box"/><text x="43" y="${midY - 2}" class="up-label" text-anchor="middle">source</text><text x="43" y="${midY + 12}" class="up-sub" text-anchor="middle">${snap.upsert.sourceMessages} msgs</text>`);
   parts.push(`<rect x="${W - 92}" y="${midY - 18}" width="88" height="36" rx="5" class="up-box shard"/><text x="${W - 48}" y="${midY - 2}" class="up-label" text-anchor="middle">upsert_out</text><text x="${W - 48}" y="${midY + 12}" class="up-sub" text-anchor="middle">shard</text>`);
   replicas.forEach((a, i) => {
     const y = 10 + i * rowH + rowH / 2;
@@ -53,7 +56,7 @@ function replicaCard(a) {
   if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
   const op = r.operator;
   const c = r.counters;
-  const frontiers = `input upper <b class="mono">${fmtFrontier(op?.input_upper)}</b> · persist upper <b class="mono">${fmtFrontier(op?.persist_upper)}</b> · output <b class="mono">${fmtFrontier(r.output_frontier)}</b> · sink at <b class="mono">${fmtFrontier(r.sink.upper)}</b>`;
+  const frontiers = `input upper <b class="mono">${fmtT(op?.input_upper)}</b> · persist upper <b class="mono">${fmtT(op?.persist_upper)}</b> · output <b class="mono">${fmtT(r.output_frontier)}</b> · sink at <b class="mono">${fmtT(r.sink.upper)}</b>`;
   const counts = `emitted <b>${c.emitted}</b> · discarded <b>${c.stash_discarded}</b> · fed back <b>${c.fed_back}</b> · partial <b>${c.partial_emissions}</b> · lost races <b>${c.sink_mismatches}</b>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} gen ${r.generation}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
     `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${stateTable(op)}</div>`;
@@ -76,7 +79,7 @@ export function renderUpsert(el, snap, prev) {
     : `<b class="ok">matches the reference model</b> at ${u.checker.checks} uppers`;
   setHtml(
     el,
-    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} messages, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"} · shard ${check}</p>` +
+    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} messages, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"} · shard ${check}</p>` +
       diagram(snap, replicas, prev) +
       replicas.map(replicaCard).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,

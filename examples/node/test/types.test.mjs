@@ -35,16 +35,9 @@ test("tsc --noEmit fails on the deliberate type error, and only on it", () => {
   assert.match(errors[0], /bad\.ts\(8,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/);
 });
 
-// `any` the playground facade (src/wasm.rs, not the library's modules) still declares, by class
-// and line. Each entry is a known gap for that file's owner to close with wasm-bindgen's
-// unchecked_param_type / unchecked_return_type; any other `any` fails the test.
-const KNOWN_ANY = new Set([
-  "Playground:    static seeded(seed: any): Playground;",
-  "Playground:    snapshot(): any;",
-  "Playground:    stampedCommands(): any;",
-]);
-
-test("no declaration file of the package says any (but the listed gaps of the playground facade)", () => {
+// Every `any` in a declaration file fails this test: the library and the playground facade both
+// name their types (src/wasm.rs closes its gaps with unchecked_param_type / unchecked_return_type).
+test("no declaration file of the package says any", () => {
   const pkg = join(project, "node_modules/persist-playground");
   const files = [];
   const walk = (dir) => {
@@ -56,7 +49,6 @@ test("no declaration file of the package says any (but the listed gaps of the pl
   };
   walk(pkg);
   assert.ok(files.length >= 6, `found only ${files}`);
-  const known = new Set();
   for (const file of files) {
     const code = readFileSync(file, "utf8")
       .replace(/\/\*[\s\S]*?\*\//g, "")
@@ -67,11 +59,7 @@ test("no declaration file of the package says any (but the listed gaps of the pl
       if (opened) klass = opened[1];
       else if (/^}/.test(line)) klass = "";
       if (!/\bany\b/.test(line)) continue;
-      const entry = `${klass}:${line}`;
-      assert.ok(KNOWN_ANY.has(entry), `${file} says any: ${entry}`);
-      known.add(entry);
+      assert.fail(`${file} says any: ${klass}:${line}`);
     }
   }
-  // A gap that was closed must leave the list, so the list never hides a new one.
-  for (const entry of KNOWN_ANY) assert.ok(known.has(entry), `no longer found (remove it from KNOWN_ANY): ${entry}`);
 });

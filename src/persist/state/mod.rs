@@ -280,7 +280,7 @@ pub enum CompareAndAppendBreak {
 }
 
 impl std::fmt::Debug for CompareAndAppendBreak {
-    /// Short, because events show it: "Upper(shard [1], writer [0])".
+    /// Short, because events show it: `Upper(shard [1], writer [0])`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CompareAndAppendBreak::Upper {
