@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the wasm package for the web into pkg/ (release profile: opt-level "z", lto, one codegen unit),
-# then drops the .wasm's name section (debug names only: ~40% of the file; the page never reads it).
+# then drops the .wasm's custom sections (debug names: ~40% of the file; producers; target_features):
+# engines ignore them and the page never reads them.
 # --mode no-install: use the wasm-bindgen on PATH (scripts/setup.sh installs the pinned version);
 # a mismatch then fails at once instead of a silent 4-minute cargo install.
 set -euo pipefail

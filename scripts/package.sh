@@ -56,7 +56,8 @@ copy "$build/bundler" "$out/bundler"
 copy "$build/nodejs" "$out/node"
 cp "$build/bundler/$wasm" "$build/bundler/$wasm.d.ts" "$out/bundler/"
 if [ "$profile" = "--release" ]; then
-  # Debug names only (~40% of the file): nothing reads them at run time.
+  # Custom sections only (debug names: ~40% of the file; producers; target_features): engines
+  # ignore them.
   python3 scripts/strip-wasm-names.py "$out/bundler/$wasm"
 fi
 repoint() { # file old-reference new-reference

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Removes the `name` custom section (function names for stack traces, ~40% of the file) from a
-.wasm file in place. Nothing at run time reads it; panics still print their messages."""
+"""Removes the custom sections of a .wasm file in place: `name` (function names for stack traces,
+~40% of the file), `producers` (the toolchain's versions) and `target_features` (for linkers).
+Engines ignore custom sections, so nothing at run time reads them; panics still print their
+messages."""
 import sys
 
 
@@ -13,6 +15,9 @@ def leb(data, i):
         shift += 7
         if b < 0x80:
             return result, i
+
+
+DROPPED = (b"name", b"producers", b"target_features")
 
 
 def strip(path):
@@ -28,12 +33,12 @@ def strip(path):
         keep = True
         if section_id == 0:
             n, j = leb(data, body)
-            keep = data[j : j + n] != b"name"
+            keep = data[j : j + n] not in DROPPED
         if keep:
             out += data[start:end]
         i = end
     open(path, "wb").write(out)
-    print(f"[build] {path}: {len(data)} -> {len(out)} bytes (name section removed)")
+    print(f"[build] {path}: {len(data)} -> {len(out)} bytes (name, producers and target_features sections removed)")
 
 
 for p in sys.argv[1:]:
