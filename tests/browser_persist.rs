@@ -458,10 +458,8 @@ async fn another_connections_reset_of_the_database_is_a_typed_error_in_bounded_t
     // (2) the database is deleted and created again: the connection reopens once into the new,
     //     empty database. Nothing from the writer's stale state may land there.
     //
-    // KNOWN GAP (persist, reported in /work/notes/edges-to-persist.md): in case (2) persist does
-    // not yet notice that the shard's state vanished, so the write keeps retrying instead of
-    // answering a permanent error; the test bounds it and logs the gap, and checks what the
-    // IndexedDB layer owns (one reopen, nothing written to the new database).
+    //     Persist then finds that the version its cache knew is gone and answers a permanent
+    //     `Inconsistent` error ("the shard's state vanished") instead of writing a new chain.
     let rt = BrowserRuntime::runtime();
     for recreate in [false, true] {
         let name = if recreate {
@@ -502,12 +500,13 @@ async fn another_connections_reset_of_the_database_is_a_typed_error_in_bounded_t
                 match outcome {
                     Some(Err(err)) => {
                         let permanent = err.as_permanent().expect("a permanent error");
-                        assert_ne!(permanent.kind, PermanentKind::Closed, "{err}");
+                        assert_eq!(permanent.kind, PermanentKind::Inconsistent, "{err}");
+                        assert!(err.to_string().contains("vanished"), "{err}");
                         console_log!("reset (recreated): {err}");
                     }
-                    None => console_log!(
-                        "KNOWN GAP (persist): over the reset database the write kept retrying \
-                         for 5 s instead of answering that the shard's state vanished"
+                    None => panic!(
+                        "over the reset database the write kept retrying for 5 s instead of \
+                         answering that the shard's state vanished"
                     ),
                     Some(Ok(())) => panic!("a write from stale state landed in the new database"),
                 }

@@ -597,3 +597,116 @@ fn random_damage_to_the_head_never_panics_or_hangs() {
     println!("{permanent_errors} permanent errors, {opened} opened anyway");
     assert!(permanent_errors > 40);
 }
+
+/// A Consensus that another party can reset (every key gone, as when another tab deletes the
+/// IndexedDB database and creates it again): delegates to a store that `reset` replaces.
+struct ResettableConsensus(std::cell::RefCell<Rc<MemConsensus>>);
+
+impl ResettableConsensus {
+    fn current(&self) -> Rc<MemConsensus> {
+        Rc::clone(&self.0.borrow())
+    }
+    fn reset(&self) {
+        *self.0.borrow_mut() = Rc::new(MemConsensus::new());
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Consensus for ResettableConsensus {
+    async fn head(
+        &self,
+        key: &str,
+    ) -> Result<
+        Option<persist_playground::location::VersionedData>,
+        persist_playground::location::ExternalError,
+    > {
+        self.current().head(key).await
+    }
+    async fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<SeqNo>,
+        new: persist_playground::location::VersionedData,
+    ) -> Result<persist_playground::location::CaSResult, persist_playground::location::ExternalError>
+    {
+        self.current().compare_and_set(key, expected, new).await
+    }
+    async fn scan(
+        &self,
+        key: &str,
+        from: SeqNo,
+        limit: usize,
+    ) -> Result<
+        Vec<persist_playground::location::VersionedData>,
+        persist_playground::location::ExternalError,
+    > {
+        self.current().scan(key, from, limit).await
+    }
+    async fn truncate(
+        &self,
+        key: &str,
+        seqno: SeqNo,
+    ) -> Result<usize, persist_playground::location::ExternalError> {
+        self.current().truncate(key, seqno).await
+    }
+    async fn list_keys(&self) -> Result<Vec<String>, persist_playground::location::ExternalError> {
+        self.current().list_keys().await
+    }
+}
+
+/// The store is reset under a warm writer (its cache knows seqno N; Consensus now holds nothing
+/// for the shard). Its next compare_and_append answers a permanent `Inconsistent` error naming
+/// seqno N in bounded virtual time, instead of retrying for ever or starting a new chain under
+/// stale state; nothing is written into the reset store.
+#[test]
+fn a_store_reset_under_a_warm_writer_is_a_permanent_error() {
+    let sim = Simulator::new(77);
+    let consensus = Rc::new(ResettableConsensus(std::cell::RefCell::new(Rc::new(
+        MemConsensus::new(),
+    ))));
+    let location = Location {
+        blob: Rc::new(MemBlob::new()),
+        consensus: consensus.clone(),
+    };
+    let cfg = PersistConfig {
+        compaction_enabled: false,
+        gc_enabled: false,
+        rollup_threshold: 0,
+        ..PersistConfig::default()
+    };
+    let client = PersistClient::new(location, sim.runtime(), cfg, 3);
+    let rt = sim.runtime();
+    let (c2, rt2) = (consensus.clone(), rt.clone());
+    let (result, elapsed, known) = sim
+        .block_on(async move {
+            let mut w = client.open_writer::<String, ()>(&shard()).await.unwrap();
+            write(&mut w, 3).await;
+            let known = c2.current().head(SHARD).await.unwrap().unwrap().seqno;
+            c2.reset();
+            let start = rt2.now_ms();
+            let r = rt2.timeout(DEADLINE_MS, append_one(&mut w)).await;
+            (r, rt2.now_ms() - start, known)
+        })
+        .unwrap();
+    let err = match result {
+        Ok(r) => permanent(r, "a write after the reset"),
+        Err(_) => panic!("the write after a reset kept retrying for {DEADLINE_MS} ms"),
+    };
+    assert!(elapsed <= ANSWER_BOUND_MS, "answered after {elapsed} ms");
+    assert_eq!(
+        (err.at.clone(), err.kind),
+        (BrokenAt::Version(known), PermanentKind::Inconsistent),
+        "{err}"
+    );
+    assert!(err.to_string().contains("vanished"), "{err}");
+    let keys = consensus
+        .current()
+        .list_keys()
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    assert!(
+        keys.is_empty(),
+        "nothing was written after the reset: {keys:?}"
+    );
+}

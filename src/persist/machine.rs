@@ -310,21 +310,52 @@ impl Machine {
         let consensus = &self.location.consensus;
         let shard = &self.shard_id.0;
         let cached_seqno = self.seqno();
-        if let (true, Some(from)) = (cached_seqno > SeqNo(0), cached_seqno.checked_next()) {
-            let diffs = consensus.scan(shard, from, SCAN_ALL).await?;
-            if diffs.is_empty() {
-                return Ok(());
-            }
-            if diffs[0].seqno == from {
-                let mut state = self.state();
-                if state.seqno == cached_seqno {
-                    self.apply_versions(&mut state, &diffs)?;
-                    self.record_fetch(state.seqno, false);
-                    self.install(state);
+        if cached_seqno > SeqNo(0) {
+            // Scan from the cached version itself: finding it proves the cache still describes
+            // this shard's chain; the versions after it are what is new.
+            let versions = consensus.scan(shard, cached_seqno, SCAN_ALL).await?;
+            match versions.first() {
+                Some(first) if first.seqno == cached_seqno => {
+                    let diffs = &versions[1..];
+                    if diffs.is_empty() {
+                        return Ok(());
+                    }
+                    let mut state = self.state();
+                    if state.seqno == cached_seqno {
+                        self.apply_versions(&mut state, diffs)?;
+                        self.record_fetch(state.seqno, false);
+                        self.install(state);
+                    }
+                    return Ok(());
                 }
-                return Ok(());
+                // The cached version was truncated and newer ones exist: start from a rollup.
+                Some(_) => {}
+                // Nothing at or after the cached version. Versions are never deleted at or above
+                // the earliest live one, so unless the head moved past us meanwhile, the chain
+                // we knew is gone: the store was reset or truncated past the cache. Writing on
+                // would start a new chain under stale state, so this will not heal.
+                None => match consensus.head(shard).await? {
+                    Some(head) if head.seqno > cached_seqno => {}
+                    head => {
+                        return Err(self
+                            .permanent(
+                                BrokenAt::Version(cached_seqno),
+                                PermanentKind::Inconsistent,
+                                format!(
+                                    "the shard's state vanished: this process knew seqno {}, \
+                                     Consensus now holds {} (the store was reset or truncated \
+                                     past it)",
+                                    cached_seqno.0,
+                                    head.map_or("no version".to_string(), |h| format!(
+                                        "only up to seqno {}",
+                                        h.seqno.0
+                                    ))
+                                ),
+                            )
+                            .into());
+                    }
+                },
             }
-            // The versions after our cache were truncated: start from a rollup.
         }
         self.fetch_from_rollup().await
     }
