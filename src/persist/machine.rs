@@ -311,8 +311,7 @@ impl Machine {
         let shard = &self.shard_id.0;
         let cached_seqno = self.seqno();
         if cached_seqno > SeqNo(0) {
-            // Scan from the cached version itself: finding it proves the cache still describes
-            // this shard's chain; the versions after it are what is new.
+            // Scan from the cached version itself: finding it proves the cache is still valid.
             let versions = consensus.scan(shard, cached_seqno, SCAN_ALL).await?;
             match versions.first() {
                 Some(first) if first.seqno == cached_seqno => {
@@ -330,10 +329,8 @@ impl Machine {
                 }
                 // The cached version was truncated and newer ones exist: start from a rollup.
                 Some(_) => {}
-                // Nothing at or after the cached version. Versions are never deleted at or above
-                // the earliest live one, so unless the head moved past us meanwhile, the chain
-                // we knew is gone: the store was reset or truncated past the cache. Writing on
-                // would start a new chain under stale state, so this will not heal.
+                // Nothing at or after the cached version: unless the head moved past us, the
+                // chain we knew is gone (the store was reset or truncated past the cache).
                 None => match consensus.head(shard).await? {
                     Some(head) if head.seqno > cached_seqno => {}
                     head => {
