@@ -7,9 +7,19 @@ export function esc(s) {
 
 /** Sets `el`'s markup only when it changed (keeps focus, selection and hover stable). */
 export function setHtml(el, html) {
-  if (el.__html !== html) {
-    el.innerHTML = html;
-    el.__html = html;
+  if (el.__html === html) return;
+  // A redraw must not undo what the user is typing: keep every text field whose value was
+  // edited (it differs from the value the markup gave it), and the focus, across the redraw.
+  const edited = [...el.querySelectorAll("input[data-field]")]
+    .filter((i) => i.value !== i.defaultValue)
+    .map((i) => ({ field: i.dataset.field, actor: i.dataset.actor, value: i.value, focused: i === document.activeElement }));
+  el.innerHTML = html;
+  el.__html = html;
+  for (const e of edited) {
+    const i = el.querySelector(`input[data-field="${CSS.escape(e.field)}"][data-actor="${CSS.escape(e.actor ?? "")}"]`);
+    if (!i) continue;
+    i.value = e.value;
+    if (e.focused) i.focus();
   }
 }
 
