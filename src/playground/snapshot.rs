@@ -340,8 +340,10 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
 
 impl Scenario {
     /// Moves what every component logged since the last pump into the merged log, and updates the
-    /// views that are derived from component events.
-    pub fn pump(&mut self) {
+    /// views that are derived from component events. Seed mode pumps after every simulator step,
+    /// so what it folds (the log's order, maintenance notes, retrying marks) does not depend on
+    /// where the page paused or took snapshots: a replay reaches the same snapshot.
+    pub fn pump(&self) {
         let mut journal = self.journal.borrow_mut();
         for p in &self.processes {
             for e in p.client.events().take() {
