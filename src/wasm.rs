@@ -131,15 +131,24 @@ fn whole(what: &str, n: f64) -> Result<u64, JsValue> {
     }
 }
 
-fn replay_of(seed: &JsValue, commands: JsValue, step: f64, at_ms: f64) -> Result<Replay, JsValue> {
+fn replay_of(
+    seed: &JsValue,
+    commands: JsValue,
+    step: f64,
+    at_ms: Option<f64>,
+) -> Result<Replay, JsValue> {
     let seed = parse_seed(seed)?;
     let commands: Vec<Stamped> = serde_wasm_bindgen::from_value(commands)
         .map_err(|e| js_error(format!("bad stamped command list: {e}")))?;
-    let target = Stamp {
-        step: whole("the step", step)?,
-        at_ms: whole("the time", at_ms)?,
-    };
-    Replay::new(seed, commands, target).map_err(js_error)
+    let step = whole("the step", step)?;
+    match at_ms {
+        Some(ms) => {
+            let at_ms = whole("the time", ms)?;
+            Replay::new(seed, commands, Stamp { step, at_ms })
+        }
+        None => Replay::to_step(seed, commands, step),
+    }
+    .map_err(js_error)
 }
 
 /// A rebuild of a seed-mode run to a point, a slice of steps at a time (see
@@ -153,13 +162,14 @@ pub struct PlaygroundReplay {
 #[wasm_bindgen]
 impl PlaygroundReplay {
     /// A replay of `commands` (`StampedCommand[]`) on a fresh scenario of `seed`, to stop at
-    /// simulator step `step` and virtual time `atMs`. Throws if the input is malformed.
+    /// simulator step `step` and virtual time `atMs` (a recorded point), or without `atMs`
+    /// right after step `step` (a point between recorded ones). Throws if the input is malformed.
     #[wasm_bindgen(constructor)]
     pub fn new(
         #[wasm_bindgen(unchecked_param_type = "number | string")] seed: JsValue,
         #[wasm_bindgen(unchecked_param_type = "StampedCommand[]")] commands: JsValue,
         step: f64,
-        #[wasm_bindgen(js_name = atMs)] at_ms: f64,
+        #[wasm_bindgen(js_name = atMs)] at_ms: Option<f64>,
     ) -> Result<PlaygroundReplay, JsValue> {
         Ok(PlaygroundReplay {
             replay: RefCell::new(Some(replay_of(&seed, commands, step, at_ms)?)),
@@ -239,7 +249,7 @@ impl Playground {
         step: f64,
         #[wasm_bindgen(js_name = atMs)] at_ms: f64,
     ) -> Result<Playground, JsValue> {
-        let mut r = replay_of(&seed, commands, step, at_ms)?;
+        let mut r = replay_of(&seed, commands, step, Some(at_ms))?;
         r.advance(u64::MAX).map_err(js_error)?;
         Ok(Playground {
             scenario: RefCell::new(r.finish().map_err(js_error)?),

@@ -126,6 +126,14 @@ fn a_replay_reaches_every_point_of_the_run_with_its_digest_in_slices_of_any_size
             );
         }
     }
+    // A point between recorded ones, by step alone: after `step(53)` the clock is wherever
+    // those steps left it, and a replay to that step reaches the same snapshot.
+    let p = &points[4];
+    let mut r = Replay::to_step(21, stamped[..p.commands].to_vec(), p.at.step).unwrap();
+    while !r.advance(100).unwrap() {}
+    let mut r = r.finish().unwrap();
+    assert_eq!(point(&mut r).at, p.at);
+    assert_eq!(point(&mut r).digest, p.digest, "a replay to a step");
     // The one-shot helper stops right after the last command.
     let last = stamped.last().unwrap().stamp;
     let mut r = Scenario::replay(21, &stamped).unwrap();

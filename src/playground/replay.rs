@@ -29,6 +29,9 @@ pub struct Replay {
     /// The next command to apply.
     next: usize,
     target: Stamp,
+    /// Whether the target's time must be reached exactly (a recorded point), or only its step
+    /// (a point between recorded ones: wherever virtual time is after that many steps).
+    exact_time: bool,
 }
 
 fn refuse<T>(msg: String) -> Result<T, CommandError> {
@@ -42,6 +45,22 @@ fn before(a: Stamp, b: Stamp) -> bool {
 impl Replay {
     /// A replay of `commands` on a fresh scenario of `seed`, to stop at `target`.
     pub fn new(seed: u64, commands: Vec<Stamped>, target: Stamp) -> Result<Replay, CommandError> {
+        Replay::build(seed, commands, target, true)
+    }
+
+    /// A replay of `commands` that stops after `step` simulator steps, at whatever virtual time
+    /// that is (every command must be stamped at or before `step`).
+    pub fn to_step(seed: u64, commands: Vec<Stamped>, step: u64) -> Result<Replay, CommandError> {
+        let at_ms = commands.last().map_or(0, |c| c.stamp.at_ms);
+        Replay::build(seed, commands, Stamp { step, at_ms }, false)
+    }
+
+    fn build(
+        seed: u64,
+        commands: Vec<Stamped>,
+        target: Stamp,
+        exact_time: bool,
+    ) -> Result<Replay, CommandError> {
         if commands.len() > MAX_REPLAY_COMMANDS {
             return refuse(format!(
                 "a replay takes at most {MAX_REPLAY_COMMANDS} commands, not {}",
@@ -74,6 +93,7 @@ impl Replay {
             commands,
             next: 0,
             target,
+            exact_time,
         })
     }
 
@@ -92,6 +112,9 @@ impl Replay {
             left -= n;
             if self.scenario.steps() < goal.step {
                 return Ok(false);
+            }
+            if self.next == self.commands.len() && !self.exact_time {
+                return Ok(true);
             }
             let which = match self.next {
                 i if i < self.commands.len() => format!("command {}", i + 1),
@@ -135,9 +158,8 @@ impl Replay {
 
     /// The rebuilt scenario, once the target is reached.
     pub fn finish(self) -> Result<Scenario, CommandError> {
-        if self.next < self.commands.len()
-            || self.scenario.steps() != self.target.step
-            || self.scenario.now_ms() != self.target.at_ms
+        let time_off = self.exact_time && self.scenario.now_ms() != self.target.at_ms;
+        if self.next < self.commands.len() || self.scenario.steps() != self.target.step || time_off
         {
             return refuse(format!(
                 "the replay is not finished: at step {} of {}",
