@@ -3,11 +3,13 @@
 // protocol state: every frame draws the engine's latest snapshot.
 //
 // URL parameters: ?seed=N (seed mode), ?mode=live&db=NAME (live mode over IndexedDB),
-// ?autoplay=0 (start paused), ?empty=1 (start with no actors).
+// ?autoplay=0 (start paused), ?empty=1 (start with no actors), ?run=... (a share link: a seed-mode
+// run, replayed to its step; see www/time.js).
 
 import { wireControls } from "./controls.js";
 import { findDom, renderAll, renderMode, renderRunbar, renderStatus } from "./render/index.js";
 import { makeState } from "./state.js";
+import { makeTime } from "./time.js";
 
 const DEFAULT_DB = "persist-playground";
 const SPEEDS = ["0.25", "1", "4", "16", "max"];
@@ -27,6 +29,7 @@ export function readParams(search) {
     seed: p.get("seed") || "1",
     autoplay: p.get("autoplay") !== "0",
     empty: p.get("empty") === "1",
+    run: p.get("run"),
   };
 }
 
@@ -71,26 +74,42 @@ function main() {
   renderMode(dom, params.mode, params.db);
   let wasm;
   let pg;
+  let time;
   let lastFrame = performance.now();
 
   const report = (status) => renderStatus(dom, status);
   const errorText = (err) => (err instanceof Error ? err.message : String(err));
 
   function refreshDigest() {
-    view.digest = pg.mode === "seed" && !view.playing ? pg.digest() : null;
+    // The digest is the present's: hidden while the page shows the past.
+    view.digest = pg.mode === "seed" && !view.playing && !view.past ? pg.digest() : null;
   }
 
   function pull() {
     const snap = pg.snapshot();
     state.push(snap);
     state.addEvents(pg.eventsAfter(state.cursor(), 500));
+    time?.record(snap);
     return snap;
   }
 
   /** After a command or a step: draw at once, so the page never shows the state before it. */
   function redraw() {
     refreshDigest();
-    renderAll(dom, state, view, true);
+    renderAll(dom, time ? time.shown(state) : state, view, true);
+    time?.render();
+  }
+
+  /** Time (www/time.js): swaps in a replayed playground (a fork, an import), paused. */
+  function replacePg(next) {
+    pg.free();
+    pg = next;
+    state.clear();
+    const snap = pull();
+    state.addEvents(pg.eventsAfter(Math.max(0, snap.lastSeq - 400), 400));
+    view.playing = false;
+    view.t0 = 0;
+    redraw();
   }
 
   function saveLayout() {
@@ -103,6 +122,7 @@ function main() {
   function send(command, okText) {
     let applied;
     try {
+      time?.guard();
       applied = pg.send(command);
     } catch (err) {
       report({ kind: "error", text: errorText(err) });
@@ -134,6 +154,20 @@ function main() {
       pg = await wasm.Playground.live(params.db);
       const saved = sessionStorage.getItem(layoutKey(params.db));
       addLayout(layout ?? (saved ? JSON.parse(saved) : defaultLayout()));
+    } else if (params.run && !layout) {
+      // A share link: replay its run to its step, paused; a damaged link starts the default run.
+      try {
+        const opened = await time.openLink(params.run);
+        pg = opened.pg;
+        pull();
+        view.t0 = 0;
+        view.linkText = `ready: opened the share link: seed ${pg.seed}, ${opened.doc.commands.length} commands, replayed to step ${opened.doc.at.step}`;
+        return;
+      } catch (err) {
+        view.linkError = err;
+        pg = wasm.Playground.seeded(params.seed);
+        addLayout(defaultLayout());
+      }
     } else {
       pg = wasm.Playground.seeded(params.seed);
       addLayout(layout ?? defaultLayout());
@@ -152,6 +186,7 @@ function main() {
     latest: () => state.latest(),
     togglePlay() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: it cannot be paused");
+      time.guard();
       view.playing = !view.playing;
       lastFrame = performance.now();
       redraw();
@@ -160,6 +195,7 @@ function main() {
     step() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: there is nothing to step");
       if (view.playing) throw new Error("pause first (space), then step");
+      time.guard();
       pg.runFor(STEP_MS);
       pull();
       redraw();
@@ -211,9 +247,11 @@ function main() {
 
   function frame(now) {
     const start = performance.now();
+    // Time: while the past is shown or a replay runs, nothing is simulated or pulled.
+    const still = time && (time.inPast() || time.busy());
     if (!view.busy && pg) {
       try {
-        if (pg.mode === "seed" && view.playing) {
+        if (pg.mode === "seed" && view.playing && !still) {
           if (view.speed === "max") {
             // Whole simulator steps, a few at a time: the overshoot is at most one slow poll.
             do pg.step(FULL_SPEED_SLICE_STEPS);
@@ -224,9 +262,10 @@ function main() {
           }
         }
         const simmed = performance.now();
-        pull();
+        if (!still) pull();
         const pulled = performance.now();
-        renderAll(dom, state, view);
+        renderAll(dom, time.shown(state), view);
+        time.render();
         view.parts.push([simmed - start, pulled - simmed, performance.now() - pulled]);
         if (view.parts.length > 2000) view.parts.splice(0, 1000);
       } catch (err) {
@@ -244,19 +283,21 @@ function main() {
   (async () => {
     try {
       wasm = await loadWasm();
+      time = makeTime({ dom, wasm, pg: () => pg, replacePg, state, view, report, redraw });
       await create();
     } catch (err) {
       report({ kind: "error", text: errorText(err) });
       return;
     }
     wireControls(dom, app);
-    view.playing = pg.mode === "seed" && params.autoplay;
+    view.playing = pg.mode === "seed" && params.autoplay && !view.linkText;
     refreshDigest();
     renderAll(dom, state, view);
     renderRunbar(dom, state.latest(), view);
-    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : `ready: seed ${pg.seed}` });
+    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : view.linkText ?? `ready: seed ${pg.seed}` });
+    if (view.linkError) report({ kind: "error", text: `${view.linkError.message}; started seed ${pg.seed} instead` });
     // For the end-to-end tests and the page benchmark: read-only handles onto the page.
-    window.__playground = { view, state, pg: () => pg, readyMs: performance.now() };
+    window.__playground = { view, state, time, pg: () => pg, readyMs: performance.now() };
     requestAnimationFrame(frame);
   })();
 }

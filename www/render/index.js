@@ -9,6 +9,7 @@ import { renderUpsert } from "./upsert.js";
 import { renderProcesses } from "./processes.js";
 import { renderShard } from "./shard.js";
 import { esc, setHtml } from "./dom.js";
+import { findTimeDom } from "./timeline.js";
 import { fmtMs } from "../spec.js";
 
 export function findDom(doc) {
@@ -23,6 +24,7 @@ export function findDom(doc) {
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
     oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
+    time: findTimeDom(doc),
     faults: {
       blob: { fail: $("f-blob-fail"), timeout: $("f-blob-timeout"), latency: $("f-blob-latency"), outage: $("f-blob-outage") },
       consensus: { fail: $("f-cons-fail"), timeout: $("f-cons-timeout"), latency: $("f-cons-latency"), outage: $("f-cons-outage") },
@@ -103,13 +105,15 @@ export function renderAll(dom, state, view, force = false) {
 }
 
 export function renderRunbar(dom, snap, view) {
-  const clock = snap.mode === "seed" ? `t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since load`;
+  const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since load`;
   setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span data-testid="digest">${esc(view.digest)}</span>` : ""}`);
   dom.play.textContent = view.playing ? "❚❚ Pause" : "▶ Play";
   dom.play.setAttribute("aria-pressed", String(view.playing));
   const live = snap.mode === "live";
-  dom.play.disabled = live;
-  dom.step.disabled = live || view.playing;
+  // Viewing the past (or a replay under way): nothing runs; Fork here or Present (www/time.js).
+  const still = Boolean(view.past || view.busyTime);
+  dom.play.disabled = live || still;
+  dom.step.disabled = live || view.playing || still;
   dom.speed.disabled = live;
   dom.modePill.textContent = live ? `live · ${view.db}` : `seed ${snap.seed}`;
   dom.modePill.dataset.mode = snap.mode;
