@@ -194,10 +194,16 @@ export function makeTime(ctx) {
     return hist.get(hist.size() - 1);
   }
 
-  function show(entry, draw = true) {
+  /** Throws unless the page can move in time now. */
+  function idle() {
     if (live()) throw new Error("live mode runs on real timers and IndexedDB: nothing is replayable, so there is no past to scrub");
     if (job) throw new Error(`wait: ${job.label} is under way`);
-    if (!entry) throw new Error("no snapshot kept yet");
+    if (!present()) throw new Error("no snapshot kept yet");
+  }
+
+  /** Shows `entry` (null, or the newest: the present). */
+  function show(entry, draw = true) {
+    idle();
     if (entry === present()) entry = null;
     if (entry && !past) view.playing = false; // scrubbing back pauses the run
     past = entry;
@@ -281,11 +287,13 @@ export function makeTime(ctx) {
       if (past) throw new Error(`you are viewing the past (step ${past.steps}): Fork here (f) to change the run from this point, or go back to the present (End)`);
     },
     back() {
+      idle();
       const i = past ? hist.indexOf(past) : hist.size() - 1;
       if (i <= 0) throw new Error("this is the oldest kept snapshot");
       show(hist.get(i - 1));
     },
     forward() {
+      idle();
       if (!past) throw new Error("already at the present");
       show(hist.get(hist.indexOf(past) + 1));
     },
