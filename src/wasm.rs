@@ -241,22 +241,6 @@ impl Playground {
         })
     }
 
-    /// The seed-mode run of `seed` and `commands` (`StampedCommand[]`), replayed at once to
-    /// simulator step `step` and virtual time `atMs` (`PlaygroundReplay` does it in slices).
-    pub fn replay(
-        #[wasm_bindgen(unchecked_param_type = "number | string")] seed: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "StampedCommand[]")] commands: JsValue,
-        step: f64,
-        #[wasm_bindgen(js_name = atMs)] at_ms: f64,
-    ) -> Result<Playground, JsValue> {
-        let mut r = replay_of(&seed, commands, step, Some(at_ms))?;
-        r.advance(u64::MAX).map_err(js_error)?;
-        Ok(Playground {
-            scenario: RefCell::new(r.finish().map_err(js_error)?),
-            db: None,
-        })
-    }
-
     /// A live-mode scenario over IndexedDB database `dbName`, on real timers, with a seed drawn
     /// from `crypto.getRandomValues`. Resolves to a `Playground`.
     #[wasm_bindgen(unchecked_return_type = "Promise<Playground>")]

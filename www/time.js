@@ -433,6 +433,7 @@ export function makeTime(ctx) {
   function render() {
     renderTimeline(dom.time, {
       live: live(),
+      playing: view.playing,
       entries: hist.entries(),
       past,
       present: present(),
@@ -440,8 +441,12 @@ export function makeTime(ctx) {
       link,
       bytes: hist.estimatedBytes(),
     });
-    document.body.dataset.time = past ? "past" : job ? "busy" : "present";
-    for (const el of dom.time.changesRun()) el.inert = Boolean(past || job);
+    // Touch the DOM only on a change: an attribute set, even to its value, restyles the page.
+    const mode = past ? "past" : job ? "busy" : "present";
+    if (document.body.dataset.time !== mode) {
+      document.body.dataset.time = mode;
+      for (const el of dom.time.changesRun()) el.inert = Boolean(past || job);
+    }
   }
 
   function safeSteps(replay) {

@@ -20,8 +20,9 @@ use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
 use timely::progress::Antichain;
 
-/// How many compare_and_set attempts a snapshot carries.
-pub const CAS_IN_SNAPSHOT: usize = 60;
+/// How many compare_and_set attempts a snapshot carries (the panel shows the newest 16 and counts
+/// these; fewer fields serialized per frame).
+pub const CAS_IN_SNAPSHOT: usize = 32;
 
 /// A message for the page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

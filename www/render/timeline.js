@@ -1,5 +1,5 @@
 // The time bar: the scrub bar over the run's simulator steps, a strip of what is kept (a tick per
-// column that holds kept snapshots, a mark where a command applied, the point shown), the label
+// column that holds kept snapshots, a mark where a command applied), the label
 // that says whether the page shows the present or the past, and a replay's progress. It only
 // draws; www/time.js owns the history and wires the buttons.
 
@@ -22,7 +22,12 @@ export function findTimeDom(doc) {
   };
 }
 
-function strip(entries, past, maxStep) {
+/** The strip redraws at most this often while the run plays (it changes with every frame). */
+const STRIP_EVERY_MS = 250;
+let stripKey = "";
+let stripAt = 0;
+
+function strip(entries, maxStep) {
   const x = (s) => (maxStep > 0 ? (s / maxStep) * W : W);
   const kept = new Set();
   const commands = new Set();
@@ -37,36 +42,40 @@ function strip(entries, past, maxStep) {
   let out = "";
   for (const c of kept) out += `<rect x="${(c * cw).toFixed(1)}" y="6" width="${cw.toFixed(1)}" height="6" class="t-kept"/>`;
   for (const c of commands) out += `<path d="M${((c + 0.5) * cw).toFixed(1)},0 l3,5 l-6,0 z" class="t-cmd"/>`;
-  if (past) out += `<line x1="${x(past.steps).toFixed(1)}" x2="${x(past.steps).toFixed(1)}" y1="0" y2="${H}" class="t-at"/>`;
   return `<svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" class="t-svg" role="img" aria-label="kept snapshots (grey) and commands (triangles) over the run">${out}</svg>`;
 }
 
 /**
- * Draws the time bar. `m`: `{ live, entries, past, present, job, link, bytes }` (entries are the
+ * Draws the time bar. `m`: `{ live, playing, entries, past, present, job, link, bytes }` (entries are the
  * kept snapshots, oldest first; `past` the one shown, or null; `job` a replay under way).
  */
 export function renderTimeline(d, m) {
   if (!d.bar) return;
   const { live, entries, past, present, job } = m;
-  d.bar.dataset.state = live ? "live" : job ? "busy" : past ? "past" : "present";
   const idle = !live && !job;
-  d.oldest.disabled = !idle || !entries.length || entries[0] === (past ?? present);
-  d.back.disabled = d.oldest.disabled;
-  d.forward.disabled = !idle || !past;
-  d.present.disabled = !idle || !past;
-  d.fork.disabled = !idle || !past;
-  d.scrub.disabled = !idle || !present;
-  d.goto.disabled = !idle;
-  d.gotoForm.querySelector("button").disabled = !idle;
-  d.share.disabled = !idle || Boolean(past);
-  d.importFile.disabled = !idle;
-  d.link.value = m.link;
-  d.link.hidden = !m.link;
+  // Set a property only when it changes: the page redraws this every frame.
+  const set = (el, prop, v) => {
+    if (el[prop] !== v) el[prop] = v;
+  };
+  const atOldest = !entries.length || entries[0] === (past ?? present);
+  set(d.oldest, "disabled", !idle || atOldest);
+  set(d.back, "disabled", !idle || atOldest);
+  set(d.forward, "disabled", !idle || !past);
+  set(d.present, "disabled", !idle || !past);
+  set(d.fork, "disabled", !idle || !past);
+  set(d.scrub, "disabled", !idle || !present);
+  set(d.goto, "disabled", !idle);
+  set(d.gotoForm.querySelector("button"), "disabled", !idle);
+  set(d.share, "disabled", !idle || Boolean(past));
+  set(d.importFile, "disabled", !idle);
+  set(d.link, "value", m.link);
+  set(d.link, "hidden", !m.link);
+  set(d.bar.dataset, "state", live ? "live" : job ? "busy" : past ? "past" : "present");
   const maxStep = present?.steps ?? 0;
   if (String(d.scrub.max) !== String(maxStep)) d.scrub.max = String(maxStep);
   const at = String((past ?? present)?.steps ?? 0);
   if (d.scrub.value !== at) d.scrub.value = at;
-  d.progress.hidden = !job;
+  set(d.progress, "hidden", !job);
   if (job) {
     const pct = job.target > 0 ? Math.min(100, Math.round((job.steps / job.target) * 100)) : 100;
     d.progressText.textContent = `${job.label}: replaying step ${job.steps} of ${job.target} (${pct} %)`;
@@ -85,5 +94,13 @@ export function renderTimeline(d, m) {
     label = "no snapshot yet";
   }
   setHtml(d.label, label);
-  setHtml(d.strip, live ? "" : strip(entries, past, maxStep));
+  // The scrub bar's thumb shows the point; the strip (what is kept, where commands applied)
+  // changes only as the run grows, so it redraws when that changed, a few times a second.
+  const key = live ? "live" : `${entries.length}:${maxStep}:${entries[0]?.steps}`;
+  const now = performance.now();
+  if (key !== stripKey && (now - stripAt > STRIP_EVERY_MS || !m.playing)) {
+    stripKey = key;
+    stripAt = now;
+    setHtml(d.strip, live ? "" : strip(entries, maxStep));
+  }
 }
