@@ -32,7 +32,7 @@ try {
   await page.getByTestId("u-generator").check();
   await page.getByTestId("speed").selectOption("max");
   await waitFor(page, (n) => window.__playground.state.latest().lastSeq >= n + 500, `${EVENTS + 500} events in the log`, EVENTS, 180_000);
-  await page.keyboard.press(" ");
+  await page.getByTestId("play").click();
   await waitFor(page, () => !window.__playground.view.playing, "paused");
   const rows = [];
   for (let s = 0; s < sweeps; s++) {
@@ -40,7 +40,8 @@ try {
       const { time, view } = window.__playground;
       const entries = time.history().entries();
       const present = entries.at(-1);
-      const first = entries.find((e) => e.lastSeq >= present.lastSeq - events) ?? entries[0];
+      // The newest kept snapshot at least `events` events before the present: the span holds them all.
+      const first = entries.findLast((e) => e.lastSeq <= present.lastSeq - events) ?? entries[0];
       const span = present.steps - first.steps;
       const scrub = document.getElementById("t-scrub");
       // Back to the start of the span over half the frames, then forward again.
@@ -73,11 +74,11 @@ try {
       await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
       const frame = view.frameMs.slice(1); // the first frame drew before the first position
       time.toPresent();
-      return { frame, input, shown: shown.size, events: maxSeq - minSeq, kept: entries.length, inPast: frame.length };
+      return { frame, input, shown: shown.size, events: maxSeq - minSeq, kept: entries.length, firstStep: entries[0].steps, spanFrom: first.steps, present: present.steps };
     }, [frames, EVENTS]);
     const total = r.frame.map((f, i) => f + (r.input[i] ?? 0));
     rows.push({ p50: pct(total, 50), p95: pct(total, 95), p99: pct(total, 99) });
-    console.log(`sweep ${s + 1}: ${r.frame.length} frames over ${r.events} events (${r.shown} distinct kept snapshots of ${r.kept}); frame script time p50 ${fmt(pct(total, 50))} ms, p95 ${fmt(pct(total, 95))} ms, p99 ${fmt(pct(total, 99))} ms (input handling p95 ${fmt(pct(r.input, 95))} ms)`);
+    console.log(`sweep ${s + 1}: ${r.frame.length} frames over ${r.events} events (${r.shown} distinct kept snapshots of ${r.kept}, steps ${r.spanFrom}-${r.present}, oldest kept ${r.firstStep}); frame script time p50 ${fmt(pct(total, 50))} ms, p95 ${fmt(pct(total, 95))} ms, p99 ${fmt(pct(total, 99))} ms (input handling p95 ${fmt(pct(r.input, 95))} ms)`);
   }
   if (page.errors.length) throw new Error(`errors in the page: ${page.errors.join("; ")}`);
   console.log(`viewport ${viewport.width}x${viewport.height}: median over ${sweeps} sweeps: p50 ${fmt(median(rows.map((r) => r.p50)))} ms, p95 ${fmt(median(rows.map((r) => r.p95)))} ms, p99 ${fmt(median(rows.map((r) => r.p99)))} ms`);
