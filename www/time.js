@@ -20,6 +20,8 @@ export const FORMAT_VERSION = 1;
 /** The wall-time budget a replay gets per animation frame, and its slice of simulator steps. */
 const REPLAY_BUDGET_MS = 8;
 const REPLAY_SLICE_STEPS = 200;
+/** While a replay rebuilds a new run (an import, a share link), it keeps a snapshot this often. */
+const KEEP_EVERY_STEPS = 1000;
 /** The past view's event log: the events up to the point, read from the engine's log. */
 const PAST_EVENTS = 60;
 /** The frontiers panel's history in the past view. */
@@ -181,7 +183,7 @@ const nextFrame = () => new Promise((r) => requestAnimationFrame(r));
  */
 export function makeTime(ctx) {
   const { dom, view, report } = ctx;
-  const hist = makeHistory();
+  let hist = makeHistory();
   let past = null; // the entry shown, or null: the present
   let pastEvents = { entry: null, events: [] };
   let job = null; // a replay under way: { replay, label, target, cancelled }
@@ -222,16 +224,24 @@ export function makeTime(ctx) {
   }
 
   /** Runs a replay a slice at a time on animation frames; resolves to the finished playground. */
-  async function runReplay(replay, label, target) {
+  async function runReplay(replay, label, target, keep = null) {
     job = { replay, label, target, cancelled: false };
     view.busyTime = true;
     render();
+    let keptAt = 0;
     try {
       for (;;) {
         const start = performance.now();
         let done = false;
-        do done = replay.advance(REPLAY_SLICE_STEPS);
-        while (!done && performance.now() - start < REPLAY_BUDGET_MS);
+        do {
+          done = replay.advance(REPLAY_SLICE_STEPS);
+          // A new run's snapshots on the way are kept (one per KEEP_EVERY_STEPS), so it can be
+          // scrubbed at once.
+          if (keep && !done && replay.steps - keptAt >= KEEP_EVERY_STEPS) {
+            keptAt = replay.steps;
+            keep.push(replay.snapshot());
+          }
+        } while (!done && performance.now() - start < REPLAY_BUDGET_MS);
         if (done) return replay.finish();
         render();
         await nextFrame();
@@ -247,14 +257,14 @@ export function makeTime(ctx) {
   }
 
   /** Rebuilds a run document into a new playground (the running one is left as it was). */
-  async function rebuild(doc, label) {
+  async function rebuild(doc, label, keep = null) {
     let replay;
     try {
       replay = new ctx.wasm.PlaygroundReplay(doc.seed, doc.commands, doc.at.step, doc.at.atMs);
     } catch (err) {
       throw new Error(errorText(err));
     }
-    return runReplay(replay, label, doc.at.step);
+    return runReplay(replay, label, doc.at.step, keep);
   }
 
   const api = {
@@ -384,13 +394,14 @@ export function makeTime(ctx) {
       if (job) throw new Error(`wait: ${job.label} is under way`);
       let doc;
       let next;
+      const kept = makeHistory();
       try {
         doc = parseRun(text);
-        next = await rebuild(doc, `importing ${name}`);
+        next = await rebuild(doc, `importing ${name}`, kept);
       } catch (err) {
         throw new Error(`could not import ${name}: ${errorText(err)}; the running state is unchanged`);
       }
-      hist.clear();
+      hist = kept;
       past = null;
       view.past = false;
       ctx.replacePg(next);
@@ -418,8 +429,11 @@ export function makeTime(ctx) {
       } catch (err) {
         throw new Error(`the share link is damaged: ${errorText(err)}`);
       }
+      const kept = makeHistory();
       try {
-        return { pg: await rebuild(doc, "opening the share link"), doc };
+        const opened = { pg: await rebuild(doc, "opening the share link", kept), doc };
+        hist = kept;
+        return opened;
       } catch (err) {
         throw new Error(`the share link's run could not be replayed: ${errorText(err)}`);
       }

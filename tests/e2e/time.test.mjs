@@ -59,6 +59,13 @@ test("a share link opened in a new browser context reaches the same snapshot at 
   const got = { digest: await digest(b), ...(await present(b)) };
   assert.deepEqual(got, want, "same snapshot (digest), step, time, commands and actors");
   assert.match(await b.locator("#clock").textContent(), new RegExp(`step ${want.steps}`));
+  // The replay kept snapshots on the way: the opened run can be scrubbed back at once.
+  assert.ok(await b.evaluate(() => window.__playground.time.history().size()) > 1, "snapshots kept while replaying");
+  await b.keyboard.press(",");
+  await waitFor(b, () => document.body.dataset.time === "past", "the past of the opened run");
+  assert.ok((await shownStep(b)) < want.steps);
+  await b.keyboard.press("End");
+  await waitForStatus(b, "ok", /^back to the present/);
   // The opened run is paused at the link's step and plays on from it.
   assert.match(await b.getByTestId("play").textContent(), /Play/);
   await b.keyboard.press(" ");
