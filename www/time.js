@@ -242,7 +242,11 @@ export function makeTime(ctx) {
             keep.push(replay.snapshot());
           }
         } while (!done && performance.now() - start < REPLAY_BUDGET_MS);
-        if (done) return replay.finish();
+        if (done) {
+          const finished = replay.finish();
+          replay.free(); // used up: finish() took its scenario
+          return finished;
+        }
         render();
         await nextFrame();
         if (job.cancelled) throw new Error(`${label} cancelled`);

@@ -49,7 +49,9 @@ impl Replay {
     }
 
     /// A replay of `commands` that stops after `step` simulator steps, at whatever virtual time
-    /// that is (every command must be stamped at or before `step`).
+    /// that is (every command must be stamped at or before `step`). It is the original's state
+    /// there; only where the original paused at exactly that step may its clock read later (a
+    /// pause lets time run on without a step: the next step is then a timer, which both reach).
     pub fn to_step(seed: u64, commands: Vec<Stamped>, step: u64) -> Result<Replay, CommandError> {
         let at_ms = commands.last().map_or(0, |c| c.stamp.at_ms);
         Replay::build(seed, commands, Stamp { step, at_ms }, false)

@@ -183,6 +183,20 @@ test("scrubbing back and forward shows the past, and says so", { timeout: 90_000
     const s = Number(document.querySelector("[data-testid=t-step]").textContent);
     return s <= half && s > 0;
   }, "the scrub bar at half way", Math.floor(now.steps / 2));
+  // A step between two kept snapshots is rebuilt exactly, by replay, and kept from then on.
+  const [lo, hi] = await page.evaluate(() => {
+    const e = window.__playground.time.history().entries();
+    const i = e.findIndex((x, j) => j + 1 < e.length && e[j + 1].steps > x.steps + 1 && x.steps > 0);
+    return [e[i], e[i + 1]].map((x) => ({ steps: x.steps, nowMs: x.nowMs }));
+  });
+  const between = lo.steps + 1;
+  await page.getByTestId("t-goto").fill(String(between));
+  await page.getByTestId("t-goto-go").click();
+  await waitForStatus(page, "ok", new RegExp(`^step ${between} rebuilt by replay`));
+  assert.equal(await shownStep(page), between);
+  const rebuilt = await page.evaluate(() => window.__playground.time.shown(window.__playground.state).latest());
+  assert.equal(rebuilt.steps, between);
+  assert.ok(rebuilt.nowMs >= lo.nowMs && rebuilt.nowMs <= hi.nowMs, "its time lies between its neighbours'");
   await page.keyboard.press("Home");
   await page.keyboard.press("End");
   await waitForStatus(page, "ok", /^back to the present: step \d+$/);
