@@ -22,9 +22,9 @@ const MAX_FRAME_VIRTUAL_MS = 250;
  * the render are paid for (their cost over the last three frames: panels take turns between frames),
  * between a floor and a ceiling, in slices of a few steps (a slice overshoots by at most one).
  */
-const FRAME_SCRIPT_TARGET_MS = 8;
+const FRAME_SCRIPT_TARGET_MS = 7;
 const FULL_SPEED_MIN_MS = 1;
-const FULL_SPEED_MAX_MS = 4.5;
+const FULL_SPEED_MAX_MS = 4;
 const FULL_SPEED_SLICE_STEPS = 5;
 
 export function readParams(search) {
