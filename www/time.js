@@ -90,14 +90,17 @@ export function makeHistory({ maxPoints = 600, dense = 240, maxBytes = 48 << 20 
 
 // ---- The run as a document: JSON export/import and the share link ----
 
-/** The seed-mode run of `pg` as a document: seed, stamped commands and the point it is at. */
+/**
+ * The seed-mode run of `pg` as a document: seed, stamped commands and the point it is at; with
+ * `snap` a point of the past, the commands up to it (what the run had applied there).
+ */
 export function runDocument(pg, snap) {
   return {
     format: RUN_FORMAT,
     version: FORMAT_VERSION,
     seed: pg.seed,
     at: { step: snap.steps, atMs: snap.nowMs },
-    commands: pg.stampedCommands(),
+    commands: pg.stampedCommands().slice(0, snap.commands),
   };
 }
 
@@ -414,8 +417,9 @@ export function makeTime(ctx) {
     /** The share link of the run as it is now (seed mode), also shown in the link field. */
     async shareLink() {
       if (live()) throw new Error("live mode runs on real timers and IndexedDB: nothing is replayable, so there is no share link (Export saves the event log)");
-      api.guard();
-      const doc = runDocument(pg(), present().snap);
+      if (job) throw new Error(`wait: ${job.label} is under way`);
+      // In the past, the link is to the point shown: it opens there.
+      const doc = runDocument(pg(), (past ?? present()).snap);
       const url = new URL(window.location.href);
       url.search = `?run=${await encodeRun(doc)}`;
       url.hash = "";

@@ -172,6 +172,13 @@ test("scrubbing back and forward shows the past, and says so", { timeout: 90_000
   await shot(page, "time-past");
   // The run stood still meanwhile.
   assert.deepEqual(await present(page), now);
+  // A share link made in the past opens at the point shown, with the snapshot kept there.
+  await page.getByTestId("t-share").click();
+  await waitForStatus(page, "ok", new RegExp(`^share link for step ${s2} `));
+  const other = await openPage(await launch(t), await page.getByTestId("t-link").inputValue());
+  await waitForStatus(other, "ok", new RegExp(`replayed to step ${s2}$`));
+  assert.deepEqual(await other.evaluate(() => window.__playground.pg().snapshot()), pastSnap, "the same snapshot as the past point shown");
+  noErrors(other);
   // Forward, the scrub bar, and back to the present.
   await page.keyboard.press(".");
   assert.ok((await shownStep(page)) > s2, "forward one");

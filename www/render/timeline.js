@@ -66,7 +66,7 @@ export function renderTimeline(d, m) {
   set(d.scrub, "disabled", !idle || !present);
   set(d.goto, "disabled", !idle);
   set(d.gotoForm.querySelector("button"), "disabled", !idle);
-  set(d.share, "disabled", !idle || Boolean(past));
+  set(d.share, "disabled", !idle || !present);
   set(d.importFile, "disabled", !idle);
   set(d.link, "value", m.link);
   set(d.link, "hidden", !m.link);
