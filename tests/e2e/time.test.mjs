@@ -262,6 +262,24 @@ test("malformed links and malformed JSON show a clear message and leave the runn
   noErrors(page);
 });
 
+test("a long replay shows its progress, refuses commands meanwhile, and can be cancelled", { timeout: 90_000 }, async (t) => {
+  const page = await openPage(await launch(t), server.url("?seed=5&autoplay=0"));
+  const before = { digest: await digest(page), ...(await present(page)) };
+  // A run whose end is twenty million steps away: far too long to replay in a moment.
+  const far = { format: "persist-playground-run", version: 1, seed: "5", at: { step: 20_000_000, atMs: 0 }, commands: [] };
+  await page.getByTestId("t-import").setInputFiles({ name: "far.json", mimeType: "application/json", buffer: Buffer.from(JSON.stringify(far)) });
+  await waitFor(page, () => /^importing far\.json: replaying step [1-9]\d* of 20000000 \(\d+ %\)$/.test(document.getElementById("t-progress-text").textContent), "the replay's progress");
+  assert.ok(await page.getByTestId("t-progress").isVisible());
+  await page.keyboard.press("w");
+  await waitForStatus(page, "error", /^wait: importing far\.json is under way/);
+  await shot(page, "time-replay-progress");
+  await page.getByTestId("t-cancel").click();
+  await waitForStatus(page, "error", /^could not import far\.json: importing far\.json cancelled; the running state is unchanged$/);
+  assert.ok(await page.getByTestId("t-progress").isHidden());
+  assert.deepEqual({ digest: await digest(page), ...(await present(page)) }, before, "the running state is intact");
+  noErrors(page);
+});
+
 test("live mode: nothing is replayable, so export gives the event log and says so", { timeout: 90_000 }, async (t) => {
   const page = await openPage(await launch(t), server.url(`?mode=live&db=e2e-time-live-${process.pid}`));
   assert.match(await page.getByTestId("t-label").textContent(), /Live mode is not replayable.*Export.*saves the event log/);
