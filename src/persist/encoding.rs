@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 
+use super::checksum;
 use super::codec::{Diff, Timestamp};
 use super::state::{
     CriticalReaderId, CriticalReaderState, HollowBatch, HollowRollup, LeasedReaderId,
@@ -59,7 +60,7 @@ fn encode_framed<T: Serialize>(magic: [u8; 4], value: &T) -> Vec<u8> {
         .expect("bincode serialization of plain data into a Vec");
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     out.extend_from_slice(&magic);
-    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&checksum::crc32(&payload).to_le_bytes());
     out.extend_from_slice(&payload);
     out
 }
@@ -85,7 +86,7 @@ fn decode_framed<T: Serialize + DeserializeOwned>(
         )));
     }
     let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-    if crc != crc32fast::hash(payload) {
+    if crc != checksum::crc32(payload) {
         return Err(err("checksum mismatch (corrupted)".into()));
     }
     let value: T = options()
@@ -495,7 +496,7 @@ mod tests {
     fn reframe(bytes: &mut [u8]) {
         // Recompute the checksum so that a mutation reaches the payload decoder.
         if bytes.len() >= HEADER_BYTES {
-            let crc = crc32fast::hash(&bytes[HEADER_BYTES..]);
+            let crc = checksum::crc32(&bytes[HEADER_BYTES..]);
             bytes[4..8].copy_from_slice(&crc.to_le_bytes());
         }
     }
@@ -616,7 +617,7 @@ mod tests {
             let mut payload = len.to_le_bytes().to_vec();
             payload.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 7]);
             let mut bytes = MAGIC_PART.to_vec();
-            bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+            bytes.extend_from_slice(&checksum::crc32(&payload).to_le_bytes());
             bytes.extend_from_slice(&payload);
             assert!(decode_part(&bytes).is_err(), "length {len}");
             let mut as_diff = bytes.clone();

@@ -57,6 +57,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
 pub(crate) mod background;
+pub mod checksum;
 pub mod codec;
 pub mod compact;
 pub mod consolidate;
