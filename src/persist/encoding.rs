@@ -262,8 +262,8 @@ fn diff_batches(
     // Canonical order, as `diff_map` makes it: removals first, then insertions, each by key.
     let (mut removed, mut inserted): (Vec<_>, Vec<_>) =
         out.into_iter().partition(|(_, v)| v.is_none());
-    removed.sort_by_key(|(k, _)| *k);
-    inserted.sort_by_key(|(k, _)| *k);
+    crate::sort::sort_by_key(&mut removed, |(k, _)| *k);
+    crate::sort::sort_by_key(&mut inserted, |(k, _)| *k);
     removed.extend(inserted);
     removed
 }
