@@ -20,7 +20,7 @@
 //!
 //! Shared plumbing used by every layer: [`retry`] (the one back-off, and which storage errors
 //! are worth retrying), [`event_log`] (the one bounded, numbered event log) and [`sort`] (the
-//! one sort, compiled once).
+//! one sort, compiled once) and [`vec_map`] (the small ordered map of a shard's state).
 //!
 //! Each layer uses only the ones below it; see `DESIGN.md` in the shared notes.
 //!
@@ -51,6 +51,7 @@ pub mod retry;
 pub mod runtime;
 pub mod sort;
 pub mod upsert;
+pub mod vec_map;
 pub mod write_task;
 
 #[cfg(target_arch = "wasm32")]

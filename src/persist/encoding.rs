@@ -13,7 +13,6 @@
 //! encoding of what it decoded to (so a successful decode always re-encodes to the input), and
 //! the semantic invariants of what it decoded. Bad bytes are an error, never a panic.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bincode::Options;
@@ -30,6 +29,7 @@ use super::state::{
 use super::trace::Trace;
 use super::ShardId;
 use crate::location::SeqNo;
+use crate::vec_map::VecMap;
 
 const MAGIC_DIFF: [u8; 4] = *b"PPd1";
 const MAGIC_ROLLUP: [u8; 4] = *b"PPr1";
@@ -186,8 +186,8 @@ pub struct StateDiff {
 }
 
 fn diff_map<K: Ord + Clone, V: PartialEq + Clone>(
-    old: &BTreeMap<K, V>,
-    new: &BTreeMap<K, V>,
+    old: &VecMap<K, V>,
+    new: &VecMap<K, V>,
 ) -> MapDiff<K, V> {
     let mut out = Vec::new();
     for k in old.keys() {
@@ -204,7 +204,7 @@ fn diff_map<K: Ord + Clone, V: PartialEq + Clone>(
 }
 
 fn apply_map<K: Ord + Clone + std::fmt::Debug, V: Clone>(
-    map: &mut BTreeMap<K, V>,
+    map: &mut VecMap<K, V>,
     diff: &MapDiff<K, V>,
     field: &str,
 ) -> Result<(), String> {
