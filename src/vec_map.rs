@@ -1,5 +1,6 @@
 //! [`VecMap`]: an ordered map kept as one sorted `Vec` of `(key, value)` pairs, for the small
-//! maps of a shard's state (its writers, readers, schemas and rollups: a handful of entries each).
+//! maps of a shard's state (its writers, readers, schemas and rollups: a handful of entries each)
+//! and of the simulator (its tasks, ready set and timers: tens to hundreds).
 //!
 //! It has the parts of `BTreeMap`'s API those maps use, with the same semantics: iteration in key
 //! order, `insert` replaces and returns the old value, `Index` panics on a missing key (tests
@@ -161,6 +162,11 @@ impl<K: Ord, V> VecMap<K, V> {
         self.entries.first().map(|(k, v)| (k, v))
     }
 
+    /// Removes and returns the entry with the smallest key.
+    pub fn pop_first(&mut self) -> Option<(K, V)> {
+        (!self.entries.is_empty()).then(|| self.entries.remove(0))
+    }
+
     /// The entry with the largest key.
     pub fn last_key_value(&self) -> Option<(&K, &V)> {
         self.entries.last().map(|(k, v)| (k, v))
@@ -289,6 +295,10 @@ mod tests {
             assert!(ours.range(..5).rev().eq(std.range(..5).rev()));
             assert_eq!(ours.last_key_value(), std.last_key_value());
         }
+        while let Some(first) = std.pop_first() {
+            assert_eq!(ours.pop_first(), Some(first));
+        }
+        assert!(ours.is_empty());
     }
 
     #[test]
