@@ -18,6 +18,7 @@ use super::services::apply_task_event;
 use super::{Journal, Scenario};
 use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
+use crate::write_task::WriteTaskEventKind;
 use timely::progress::Antichain;
 
 /// How many compare_and_set attempts a snapshot carries.
@@ -65,6 +66,10 @@ pub struct VerifyView {
     pub acked: u64,
     /// Acknowledged updates missing from the shard: must be 0.
     pub lost: u64,
+    /// Acknowledged updates the shard holds more than once: must be 0 (each write is unique).
+    pub duplicated: u64,
+    /// Some of the duplicated values.
+    pub duplicated_examples: Vec<String>,
     /// Some of the missing values.
     pub lost_examples: Vec<String>,
     /// Per writer.
@@ -131,6 +136,8 @@ pub struct Snapshot {
     pub notices: Vec<Notice>,
     /// The upsert source and checker, once there is a replica.
     pub upsert: Option<super::upsert::UpsertView>,
+    /// Which protocol rules are on (actors added while one is off run without it).
+    pub rules: super::rules::Rules,
 }
 
 impl Snapshot {
@@ -370,6 +377,14 @@ impl Scenario {
                     continue;
                 };
                 let outcome = apply_task_event(&mut a.view.borrow_mut(), &e);
+                if let (WriteTaskEventKind::Committed { .. }, ActorSpec::Task(t)) =
+                    (&e.kind, &a.spec)
+                {
+                    if journal.task_commits.len() == super::COMMITS_KEPT {
+                        journal.task_commits.pop_front();
+                    }
+                    journal.task_commits.push_back((t.shard.clone(), e.clone()));
+                }
                 journal.log.record(Pending {
                     at_ms: e.at_ms,
                     actor: Some(e.task.clone()),
@@ -453,6 +468,7 @@ impl Scenario {
             verify: self.verify.borrow().clone(),
             notices: journal.notices.iter().cloned().collect(),
             upsert: self.upsert.as_ref().map(|h| h.view()),
+            rules: self.rules,
         }
     }
 
@@ -490,6 +506,8 @@ impl Scenario {
                     acked: 0,
                     lost: 0,
                     lost_examples: Vec::new(),
+                    duplicated: 0,
+                    duplicated_examples: Vec::new(),
                     writers: Vec::new(),
                     unchecked_append_writers: unchecked,
                     error: None,
@@ -553,10 +571,17 @@ async fn verify(
             found: 0,
         };
         for v in values {
-            if held.get(v.as_str()).is_some_and(|&d| d > 0) {
+            let copies = held.get(v.as_str()).copied().unwrap_or(0);
+            if copies > 0 {
                 w.found += 1;
             } else if view.lost_examples.len() < 5 {
                 view.lost_examples.push(v.clone());
+            }
+            if copies > 1 {
+                view.duplicated += 1;
+                if view.duplicated_examples.len() < 5 {
+                    view.duplicated_examples.push(format!("{v} x{copies}"));
+                }
             }
         }
         view.acked += w.acked;
