@@ -412,7 +412,7 @@ impl Scenario {
         // A writer without the token watches its process's Consensus through a tripwire, so it
         // needs a client of its own over that (the process's events stay one log).
         let tripwire = match &a.spec {
-            ActorSpec::Writer(w) if variant => Some(Tripwire::new(&w.shard)),
+            ActorSpec::Writer(_) if variant => Some(Tripwire::new()),
             _ => None,
         };
         let client = match &tripwire {

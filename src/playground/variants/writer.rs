@@ -4,7 +4,7 @@
 //! retries: after an indeterminate compare_and_set it re-reads state, and finding its token
 //! committed, it knows its batch landed. This variant gives that up using only the public API:
 //! its process's Consensus is wrapped in a [`Tripwire`] that fires on the first indeterminate
-//! compare_and_set of the writer's shard; the writer then drops the call (and the token with
+//! compare_and_set of the writer's own client; the writer then drops the call (and the token with
 //! it), asks the shard for its upper, and writes the same updates again in a new call, at that
 //! upper. If the lost call had landed, the upper moved because of it, the writer cannot tell,
 //! and the batch lands twice; the second copy is the one acknowledged.
@@ -12,86 +12,50 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use async_trait::async_trait;
 use futures::channel::oneshot;
 
-use crate::location::{CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData};
+use crate::location::unreliable::LostAckConsensus;
+use crate::location::Location;
 
-/// Fires on an indeterminate compare_and_set of one Consensus key while armed.
-#[derive(Debug)]
+/// Fires on an indeterminate compare_and_set while armed.
+#[derive(Debug, Default)]
 pub struct Tripwire {
-    key: String,
     armed: RefCell<Option<oneshot::Sender<String>>>,
 }
 
 impl Tripwire {
-    /// A tripwire on `key` (a shard name), not armed.
-    pub fn new(key: &str) -> Rc<Tripwire> {
-        Rc::new(Tripwire {
-            key: key.to_string(),
-            armed: RefCell::new(None),
-        })
+    /// A tripwire, not armed.
+    pub fn new() -> Rc<Tripwire> {
+        Rc::default()
     }
 
     /// Arms it for one attempt: the receiver gets the error of the first indeterminate
-    /// compare_and_set on the key from now on (or is cancelled at the next `arm`).
+    /// compare_and_set from now on (or is cancelled at the next `arm`).
     pub fn arm(&self) -> oneshot::Receiver<String> {
         let (tx, rx) = oneshot::channel();
         *self.armed.borrow_mut() = Some(tx);
         rx
     }
 
-    /// `location` with its Consensus behind this tripwire.
+    /// `location` with its Consensus behind this tripwire. Give it to the writer's own client:
+    /// that client's compare_and_sets are all on the writer's shard.
     pub fn wrap(self: &Rc<Self>, location: &Location) -> Location {
-        Location {
-            blob: Rc::clone(&location.blob),
-            consensus: Rc::new(Tripped {
-                inner: Rc::clone(&location.consensus),
-                wire: Rc::clone(self),
-            }),
-        }
-    }
-}
-
-struct Tripped {
-    inner: Rc<dyn Consensus>,
-    wire: Rc<Tripwire>,
-}
-
-#[async_trait(?Send)]
-impl Consensus for Tripped {
-    async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
-        self.inner.head(key).await
-    }
-    async fn compare_and_set(
-        &self,
-        key: &str,
-        expected: Option<SeqNo>,
-        new: VersionedData,
-    ) -> Result<CaSResult, ExternalError> {
-        let result = self.inner.compare_and_set(key, expected, new).await;
-        if let Err(e) = &result {
-            if e.is_indeterminate() && key == self.wire.key {
-                if let Some(tx) = self.wire.armed.borrow_mut().take() {
-                    let _ = tx.send(e.to_string());
+        let wire = Rc::clone(self);
+        // Scripted lost acknowledgements, used here only to watch: it never loses one itself.
+        let watched = LostAckConsensus::new(Rc::clone(&location.consensus), move |_, result| {
+            if let Err(e) = result {
+                if e.is_indeterminate() {
+                    if let Some(tx) = wire.armed.borrow_mut().take() {
+                        let _ = tx.send(e.to_string());
+                    }
                 }
             }
+            false
+        });
+        Location {
+            blob: Rc::clone(&location.blob),
+            consensus: Rc::new(watched),
         }
-        result
-    }
-    async fn scan(
-        &self,
-        key: &str,
-        from: SeqNo,
-        limit: usize,
-    ) -> Result<Vec<VersionedData>, ExternalError> {
-        self.inner.scan(key, from, limit).await
-    }
-    async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
-        self.inner.truncate(key, seqno).await
-    }
-    async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
-        self.inner.list_keys().await
     }
 }
 
