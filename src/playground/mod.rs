@@ -34,6 +34,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 pub mod actors;
 mod apply;
 pub mod command;
+pub mod fact;
 pub mod location;
 pub mod log;
 pub mod observe;
@@ -41,6 +42,7 @@ pub mod services;
 pub mod snapshot;
 pub mod upsert;
 pub mod upsert_source;
+pub mod versions;
 
 pub use command::{Command, CommandError, Stamp, Stamped};
 pub use snapshot::Snapshot;
@@ -107,6 +109,7 @@ impl Journal {
             kind: "notice".into(),
             outcome: if error { Outcome::Error } else { Outcome::Info },
             detail: text.clone(),
+            fact: None,
         });
         if self.notices.len() == NOTICES_KEPT {
             self.notices.pop_front();
@@ -353,6 +356,7 @@ impl Scenario {
                 shard,
                 Rc::clone(&cell),
                 period,
+                Rc::clone(&self.journal),
             ),
         );
         self.observers.shards.insert(name.to_string(), (cell, task));
@@ -371,6 +375,7 @@ impl Scenario {
                 timeline.to_string(),
                 Rc::clone(&cell),
                 self.observe_period_ms(),
+                Rc::clone(&self.journal),
             ),
         );
         self.observers

@@ -14,7 +14,7 @@ use super::command::{ActorSpec, WriteMode};
 use super::location::{CasAttempt, FaultsView};
 use super::log::{Outcome, Pending};
 use super::observe::{shard_view, MaintenanceView, ShardView, TimelineView, MAINTENANCE_KEPT};
-use super::services::apply_task_event;
+use super::services::{apply_task_event, task_record};
 use super::{Journal, Scenario};
 use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
@@ -159,6 +159,17 @@ fn cas_outcome(o: &CasOutcome) -> Outcome {
     }
 }
 
+fn cas_text(o: &CasOutcome) -> String {
+    match o {
+        CasOutcome::Committed => "committed".into(),
+        CasOutcome::Mismatch => "seqno taken, re-reading".into(),
+        CasOutcome::Indeterminate(e) => format!("may have happened ({e})"),
+        CasOutcome::Determinate(e) => format!("failed, retrying ({e})"),
+        CasOutcome::Permanent(e) => format!("failed for good ({e})"),
+        CasOutcome::Skipped(e) => format!("nothing to commit ({e})"),
+    }
+}
+
 fn maintenance(journal: &mut Journal, shard: &str, m: MaintenanceView) {
     let notes = journal.shards.entry(shard.to_string()).or_default();
     if m.kind == "truncate" {
@@ -187,9 +198,10 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
         } => {
             let mark = cas_outcome(&outcome);
             let detail = format!(
-                "{shard}: {cmd} expected seqno {expected}, reached {reached}, upper {} → {}: {outcome:?}",
+                "{shard}: {cmd} expected seqno {expected}, reached {reached}, upper {} → {}: {}",
                 super::actors::fmt_frontier(upper.0),
-                super::actors::fmt_frontier(upper.1)
+                super::actors::fmt_frontier(upper.1),
+                cas_text(&outcome)
             );
             (who, at_ms, cmd, mark, detail)
         }
@@ -335,6 +347,7 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
         kind,
         outcome,
         detail,
+        fact: None,
     })
 }
 
@@ -370,6 +383,11 @@ impl Scenario {
                     continue;
                 };
                 let outcome = apply_task_event(&mut a.view.borrow_mut(), &e);
+                let shard = match &a.spec {
+                    ActorSpec::Task(t) => t.shard.as_str(),
+                    _ => "",
+                };
+                let (detail, fact) = task_record(&e, shard);
                 journal.log.record(Pending {
                     at_ms: e.at_ms,
                     actor: Some(e.task.clone()),
@@ -377,7 +395,8 @@ impl Scenario {
                     component: "task",
                     kind: "write task".into(),
                     outcome,
-                    detail: format!("{:?}", e.kind),
+                    detail,
+                    fact,
                 });
             }
         }
