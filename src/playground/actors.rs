@@ -13,6 +13,7 @@ use serde::Serialize;
 use timely::progress::Antichain;
 
 use super::command::{ActorSpec, ReaderSpec, WriteMode, WriterSpec};
+use super::fact::{digest, AttemptOutcome, Fact};
 use super::log::{Outcome, Pending};
 use super::variants::writer::{unless_tripped, Tripwire};
 use super::Journal;
@@ -190,6 +191,18 @@ pub struct ActorCtx {
 impl ActorCtx {
     /// Records an event of this actor.
     pub fn event(&self, component: &'static str, kind: &str, outcome: Outcome, detail: String) {
+        self.event_fact(component, kind, outcome, detail, None);
+    }
+
+    /// Records an event of this actor with its [`Fact`].
+    pub fn event_fact(
+        &self,
+        component: &'static str,
+        kind: &str,
+        outcome: Outcome,
+        detail: String,
+        fact: Option<Fact>,
+    ) {
         self.journal.borrow_mut().log.record(Pending {
             at_ms: self.runtime.now_ms(),
             actor: Some(self.id.clone()),
@@ -198,6 +211,7 @@ impl ActorCtx {
             kind: kind.to_string(),
             outcome,
             detail,
+            fact,
         });
     }
 
@@ -349,6 +363,8 @@ pub async fn run_writer(
             WriteMode::Append => "append",
         };
         let range = format!("[{lo}, {})", ts + 1);
+        let mut fact_acked = Vec::new();
+        let mut fact_current = None;
         let (outcome, detail) = match result {
             Err(why) => {
                 // No token: whether the batch landed cannot be told, so it stays pending.
@@ -368,6 +384,10 @@ pub async fn run_writer(
                 )
             }
             Ok(Ok(Ok(Ok(())))) => {
+                fact_acked = pending
+                    .iter()
+                    .map(|(k, v)| digest(k.as_bytes(), v.as_bytes()))
+                    .collect();
                 let mut a = acked.borrow_mut();
                 for (_, v) in pending.drain(..) {
                     if a.values.len() < MAX_ACKED {
@@ -388,6 +408,7 @@ pub async fn run_writer(
             }
             Ok(Ok(Ok(Err(mismatch)))) => {
                 ctx.writer_view(|w| w.mismatches += 1);
+                fact_current = frontier(&mismatch.current);
                 (
                     Outcome::Mismatch,
                     format!(
@@ -437,7 +458,26 @@ pub async fn run_writer(
                 detail: detail.clone(),
             });
         });
-        ctx.event("writer", op, outcome, detail);
+        let fact = Fact::Append {
+            shard: spec.shard.clone(),
+            writer: writer_id.clone(),
+            mode: match spec.mode {
+                WriteMode::CompareAndAppend => "compareAndAppend",
+                WriteMode::Append => "append",
+            }
+            .into(),
+            lower: lo,
+            upper: ts + 1,
+            outcome: match outcome {
+                Outcome::Committed => AttemptOutcome::Committed,
+                Outcome::Mismatch => AttemptOutcome::Mismatch,
+                _ => AttemptOutcome::Indeterminate,
+            },
+            updates: count,
+            acked: fact_acked,
+            current: fact_current,
+        };
+        ctx.event_fact("writer", op, outcome, detail, Some(fact));
         if !matches!(outcome, Outcome::Committed | Outcome::Mismatch) {
             // Storage is in trouble: give it a moment. (A lost race retries at once, at the
             // upper it just learned.)

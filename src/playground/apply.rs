@@ -10,7 +10,8 @@ use std::rc::Rc;
 use futures::channel::mpsc;
 
 use super::actors::{self, Acked, ActorCtx, ActorDetail, ActorState, ActorView};
-use super::command::{ActorSpec, Command, CommandError, Stamp, Stamped, MAX_ACTORS};
+use super::command::{ActorSpec, Command, CommandError, Service, Stamp, Stamped, MAX_ACTORS};
+use super::fact::Fact;
 use super::location::{self, ProcessGate};
 use super::log::{Outcome, Pending};
 use super::rules::Rule;
@@ -52,6 +53,36 @@ fn mix(a: u64, b: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The fault a command injects, as a fact (`None` for other commands).
+fn command_fact(command: &Command, result: &Applied) -> Option<Fact> {
+    Some(match command {
+        Command::CrashProcess { process } => Fact::Crash {
+            process: process.clone(),
+        },
+        Command::RestartProcess { process } => Fact::Restart {
+            process: process.clone(),
+            as_process: result.process.clone().unwrap_or_default(),
+        },
+        Command::SetFaults { service, knobs } => Fact::Faults {
+            service: match service {
+                Service::Blob => "blob",
+                Service::Consensus => "consensus",
+            }
+            .into(),
+            fail_per_mille: per_mille(knobs.fail_rate),
+            timeout_per_mille: per_mille(knobs.timeout_rate),
+            latency_ms: knobs.latency_ms,
+            outage: knobs.outage,
+        },
+        Command::CorruptRecord { key } => Fact::Corrupt { key: key.clone() },
+        _ => return None,
+    })
+}
+
+fn per_mille(rate: f64) -> u32 {
+    (rate.clamp(0.0, 1.0) * 1_000.0).round() as u32
+}
+
 impl Scenario {
     /// Applies `command`, or refuses it with a message and changes nothing.
     pub fn apply(&mut self, command: Command) -> Result<Applied, CommandError> {
@@ -61,6 +92,7 @@ impl Scenario {
             at_ms: self.now_ms(),
         };
         let result = self.apply_checked(&command)?;
+        let fact = command_fact(&command, &result);
         self.stamped.push(Stamped { stamp, command });
         let now = self.now_ms();
         self.journal.borrow_mut().log.record(Pending {
@@ -71,6 +103,7 @@ impl Scenario {
             kind: "command".into(),
             outcome: Outcome::Info,
             detail: result.message.clone(),
+            fact,
         });
         Ok(result)
     }
@@ -184,11 +217,17 @@ impl Scenario {
             Command::RestartProcess { process } => self.restart(process),
             Command::SetFaults { service, knobs } => {
                 self.faults.set(*service, *knobs);
-                Ok(applied(
-                    None,
-                    None,
-                    format!("{service:?} faults: {knobs:?}"),
-                ))
+                let text = if knobs.outage {
+                    "a full outage".to_string()
+                } else {
+                    format!(
+                        "{}% of calls fail, {}% time out, {} ms added latency",
+                        per_mille(knobs.fail_rate) as f64 / 10.0,
+                        per_mille(knobs.timeout_rate) as f64 / 10.0,
+                        knobs.latency_ms
+                    )
+                };
+                Ok(applied(None, None, format!("{service:?} faults: {text}")))
             }
             Command::CorruptRecord { key } => {
                 let consensus = Rc::clone(&self.truth.consensus);
@@ -347,6 +386,12 @@ impl Scenario {
                 self.upsert_hub();
             }
             other => self.observe_shard(&other.target().to_string()),
+        }
+        if let ActorSpec::Task(t) = spec {
+            // The history check compares a task's commits with the shard's contents.
+            if let Some((obs, _)) = self.observers.shards.get(&t.shard) {
+                obs.borrow_mut().keep_contents = true;
+            }
         }
         let i = self.actors.len() - 1;
         self.spawn_actor(i);

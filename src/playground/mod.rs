@@ -34,6 +34,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 pub mod actors;
 mod apply;
 pub mod command;
+pub mod fact;
 pub mod location;
 pub mod log;
 pub mod observe;
@@ -43,6 +44,7 @@ pub mod snapshot;
 pub mod upsert;
 pub mod upsert_source;
 pub mod variants;
+pub mod versions;
 
 pub use apply::Applied;
 pub use command::{Command, CommandError, Stamp, Stamped};
@@ -116,6 +118,7 @@ impl Journal {
             kind: "notice".into(),
             outcome: if error { Outcome::Error } else { Outcome::Info },
             detail: text.clone(),
+            fact: None,
         });
         if self.notices.len() == NOTICES_KEPT {
             self.notices.pop_front();
@@ -366,6 +369,7 @@ impl Scenario {
                 shard,
                 Rc::clone(&cell),
                 period,
+                Rc::clone(&self.journal),
             ),
         );
         self.observers.shards.insert(name.to_string(), (cell, task));
@@ -384,6 +388,7 @@ impl Scenario {
                 timeline.to_string(),
                 Rc::clone(&cell),
                 self.observe_period_ms(),
+                Rc::clone(&self.journal),
             ),
         );
         self.observers

@@ -14,7 +14,7 @@ use super::command::{ActorSpec, WriteMode};
 use super::location::{CasAttempt, FaultsView};
 use super::log::{Outcome, Pending};
 use super::observe::{shard_view, MaintenanceView, ShardView, TimelineView, MAINTENANCE_KEPT};
-use super::services::apply_task_event;
+use super::services::{apply_task_event, task_record};
 use super::{Journal, Scenario};
 use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
@@ -166,6 +166,17 @@ fn cas_outcome(o: &CasOutcome) -> Outcome {
     }
 }
 
+fn cas_text(o: &CasOutcome) -> String {
+    match o {
+        CasOutcome::Committed => "committed".into(),
+        CasOutcome::Mismatch => "seqno taken, re-reading".into(),
+        CasOutcome::Indeterminate(e) => format!("may have happened ({e})"),
+        CasOutcome::Determinate(e) => format!("failed, retrying ({e})"),
+        CasOutcome::Permanent(e) => format!("failed for good ({e})"),
+        CasOutcome::Skipped(e) => format!("nothing to commit ({e})"),
+    }
+}
+
 fn maintenance(journal: &mut Journal, shard: &str, m: MaintenanceView) {
     let notes = journal.shards.entry(shard.to_string()).or_default();
     if m.kind == "truncate" {
@@ -194,9 +205,10 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
         } => {
             let mark = cas_outcome(&outcome);
             let detail = format!(
-                "{shard}: {cmd} expected seqno {expected}, reached {reached}, upper {} → {}: {outcome:?}",
+                "{shard}: {cmd} expected seqno {expected}, reached {reached}, upper {} → {}: {}",
                 super::actors::fmt_frontier(upper.0),
-                super::actors::fmt_frontier(upper.1)
+                super::actors::fmt_frontier(upper.1),
+                cas_text(&outcome)
             );
             (who, at_ms, cmd, mark, detail)
         }
@@ -342,6 +354,7 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
         kind,
         outcome,
         detail,
+        fact: None,
     })
 }
 
@@ -377,14 +390,19 @@ impl Scenario {
                     continue;
                 };
                 let outcome = apply_task_event(&mut a.view.borrow_mut(), &e);
-                if let (WriteTaskEventKind::Committed { .. }, ActorSpec::Task(t)) =
-                    (&e.kind, &a.spec)
-                {
+                let shard = match &a.spec {
+                    ActorSpec::Task(t) => t.shard.as_str(),
+                    _ => "",
+                };
+                if matches!(e.kind, WriteTaskEventKind::Committed { .. }) {
                     if journal.task_commits.len() == super::COMMITS_KEPT {
                         journal.task_commits.pop_front();
                     }
-                    journal.task_commits.push_back((t.shard.clone(), e.clone()));
+                    journal
+                        .task_commits
+                        .push_back((shard.to_string(), e.clone()));
                 }
+                let (detail, fact) = task_record(&e, shard);
                 journal.log.record(Pending {
                     at_ms: e.at_ms,
                     actor: Some(e.task.clone()),
@@ -392,7 +410,8 @@ impl Scenario {
                     component: "task",
                     kind: "write task".into(),
                     outcome,
-                    detail: format!("{:?}", e.kind),
+                    detail,
+                    fact,
                 });
             }
         }
