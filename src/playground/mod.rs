@@ -33,6 +33,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub mod actors;
 mod apply;
+pub mod check;
 pub mod command;
 pub mod fact;
 pub mod location;
@@ -80,9 +81,17 @@ pub struct Journal {
     pub shards: BTreeMap<String, ShardNotes>,
     /// Messages for the page, oldest first.
     pub notices: VecDeque<snapshot::Notice>,
+    /// The live check of the history, fed every event as it is logged.
+    pub check: check::HistoryCheck,
 }
 
 impl Journal {
+    /// Moves pending events into the log, showing each to the history check.
+    pub fn pump(&mut self) {
+        let Journal { log, check, .. } = self;
+        log.pump_with(|e| check.observe(e));
+    }
+
     fn new() -> Self {
         Journal {
             log: MergedLog::new(),

@@ -662,6 +662,8 @@ pub async fn run_oracle(ctx: Rc<ActorCtx>, spec: OracleSpec, consensus: Rc<dyn C
             .await;
         match result {
             Ok(Ok((ts, read_ts))) => {
+                // The window it took for `ts` is logged first: the check reads them in order.
+                sync_oracle(&ctx, &spec.timeline, &oracle);
                 oracle_view(&ctx, |o| {
                     o.first_ts.get_or_insert(ts);
                 });

@@ -131,6 +131,8 @@ pub struct Snapshot {
     pub notices: Vec<Notice>,
     /// The upsert source and checker, once there is a replica.
     pub upsert: Option<super::upsert::UpsertView>,
+    /// The live check of the history: checks and violations per rule (bounded).
+    pub check: super::check::CheckReport,
 }
 
 impl Snapshot {
@@ -403,7 +405,7 @@ impl Scenario {
         if let Some(hub) = &self.upsert {
             hub.pump_into(&mut journal.log);
         }
-        journal.log.pump();
+        journal.pump();
     }
 
     /// What the page draws now.
@@ -472,6 +474,7 @@ impl Scenario {
             verify: self.verify.borrow().clone(),
             notices: journal.notices.iter().cloned().collect(),
             upsert: self.upsert.as_ref().map(|h| h.view()),
+            check: journal.check.report(),
         }
     }
 
