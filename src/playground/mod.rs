@@ -300,6 +300,12 @@ impl Scenario {
         matches!(self.mode, Mode::Seed(_))
     }
 
+    /// The raw location (no latency, faults or gates): what the observers read. Tests use it to
+    /// break the store on purpose.
+    pub fn store(&self) -> Location {
+        self.truth.clone()
+    }
+
     /// The seed.
     pub fn seed(&self) -> u64 {
         self.seed

@@ -553,7 +553,7 @@ fn sync_oracle(ctx: &ActorCtx, timeline: &str, oracle: &DurableTimestampOracle) 
                 fact = Some(Fact::OracleWindow {
                     timeline: timeline.to_string(),
                     epoch: e.epoch,
-                    for_ts: *for_ts,
+                    for_ts: Some(*for_ts),
                     durable_upper: *durable_upper,
                 });
                 (
@@ -588,10 +588,18 @@ fn sync_oracle(ctx: &ActorCtx, timeline: &str, oracle: &DurableTimestampOracle) 
             OracleEventKind::AdoptedOwnWrite {
                 seqno,
                 durable_upper,
-            } => (
+            } => {
+                fact = Some(Fact::OracleWindow {
+                    timeline: timeline.to_string(),
+                    epoch: e.epoch,
+                    for_ts: None,
+                    durable_upper: *durable_upper,
+                });
+                (
                 Outcome::Committed,
-                format!("found its own timed-out write at seqno {seqno}: durable upper {durable_upper}"),
-            ),
+                    format!("found its own timed-out write at seqno {seqno}: durable upper {durable_upper}"),
+                )
+            }
             OracleEventKind::Truncated {
                 below_seqno,
                 deleted,
