@@ -53,6 +53,39 @@ fn consensus_faults(s: &mut Scenario, timeout_rate: f64) {
     );
 }
 
+/// The history check's violations in `snap`, as (rule id, message).
+fn flagged(snap: &Snapshot) -> Vec<(String, String)> {
+    snap.check
+        .violations
+        .iter()
+        .map(|v| (v.rule.clone(), v.message.clone()))
+        .collect()
+}
+
+/// Asserts the history check flagged `rule` (and no rule outside `allowed`), by its per-rule
+/// counts (the kept violations are only the newest).
+fn assert_flags(snap: &Snapshot, rule: &str, allowed: &[&str]) {
+    let broken: Vec<&str> = (snap.check.rules.iter())
+        .filter(|r| r.violations > 0)
+        .map(|r| r.rule.as_str())
+        .collect();
+    assert!(
+        broken.contains(&rule),
+        "the check flags {rule}: {broken:?}, {:?}",
+        flagged(snap)
+    );
+    for r in broken {
+        assert!(allowed.contains(&r), "unexpected {r}: {:?}", flagged(snap));
+    }
+}
+
+/// Asserts the history check found nothing, having checked `rule` at least `min` times.
+fn assert_clean(snap: &Snapshot, rule: &str, min: u64) {
+    assert_eq!(flagged(snap), Vec::<(String, String)>::new());
+    let r = snap.check.rules.iter().find(|r| r.rule == rule).unwrap();
+    assert!(r.checks >= min, "{rule} was checked: {r:?}");
+}
+
 fn actor_variant(snap: &Snapshot, id: &str) -> Option<Rule> {
     snap.actors.iter().find(|a| a.id == id).unwrap().variant
 }
@@ -104,6 +137,7 @@ fn without_the_idempotency_token_an_acknowledged_write_lands_twice() {
         off.duplicated > 0,
         "an acknowledged value is in the shard twice: {off:?}"
     );
+    assert_flags(&snap, "ack-duplicate", &["ack-duplicate"]);
 
     let (snap, on) = idempotency_scenario(true);
     assert!(
@@ -116,6 +150,7 @@ fn without_the_idempotency_token_an_acknowledged_write_lands_twice() {
         "the token keeps every write at most once: {on:?}"
     );
     assert_eq!(on.lost, 0, "{on:?}");
+    assert_clean(&snap, "ack-duplicate", 20);
 }
 
 fn oracle_view(snap: &Snapshot, id: &str) -> OracleView {
@@ -127,7 +162,7 @@ fn oracle_view(snap: &Snapshot, id: &str) -> OracleView {
 
 /// An oracle whose timeline runs ahead of the clock (a burst of 500 a tick), crashed and
 /// restarted. Returns (the old instance's view before the crash, the new one's after).
-fn oracle_scenario(on: bool) -> (OracleView, OracleView) {
+fn oracle_scenario(on: bool) -> (OracleView, OracleView, Snapshot) {
     let mut s = Scenario::seeded(42);
     set_rule(&mut s, Rule::OracleDurableBound, on);
     let (o, p) = add(
@@ -146,17 +181,18 @@ fn oracle_scenario(on: bool) -> (OracleView, OracleView) {
     // Long enough for the correct instance's clock guard (it waits, up to 2 s, for a clock
     // that is far behind the stored upper).
     s.run_for(3_000).unwrap();
-    let after = oracle_view(&s.snapshot(), &o);
+    let snap = s.snapshot();
+    let after = oracle_view(&snap, &o);
     assert!(
         after.epoch > before.epoch,
         "a new instance: {before:?} {after:?}"
     );
-    (before, after)
+    (before, after, snap)
 }
 
 #[test]
 fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
-    let (before, after) = oracle_scenario(false);
+    let (before, after, snap) = oracle_scenario(false);
     assert!(
         before.write_ts > before.durable_upper,
         "the old instance served past its durable upper: {before:?}"
@@ -170,8 +206,11 @@ fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
          old instance reached {}",
         before.write_ts
     );
+    let oracle_rules = ["oracle-regress", "oracle-duplicate", "oracle-bound"];
+    assert_flags(&snap, "oracle-regress", &oracle_rules);
+    assert_flags(&snap, "oracle-bound", &oracle_rules);
 
-    let (before, after) = oracle_scenario(true);
+    let (before, after, snap) = oracle_scenario(true);
     assert!(
         before.write_ts < before.durable_upper,
         "with the rule every timestamp is below the durable upper: {before:?}"
@@ -184,6 +223,7 @@ fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
         "the restarted instance resumes above every earlier timestamp: {first} vs {}",
         before.write_ts
     );
+    assert_clean(&snap, "oracle-regress", 10);
 }
 
 /// One replica writes for a while; then a second replica joins (the rule is set just before).
@@ -215,16 +255,18 @@ fn without_feedback_from_the_shard_upsert_output_diverges_from_the_model() {
         !checker.violations.is_empty(),
         "the output differs from the reference model: {checker:?}"
     );
+    assert_flags(&snap, "upsert-model", &["upsert-model"]);
 
     let snap = upsert_scenario(true);
     let checker = &snap.upsert.as_ref().unwrap().checker;
     assert!(checker.checks > 10, "{checker:?}");
     assert_eq!(checker.violations, Vec::<String>::new());
+    assert_clean(&snap, "upsert-model", 10);
 }
 
 /// Two write tasks on one shard, each pushed rows at the same instant, so one of them loses the
 /// race. (No reader ever downgrades the shard's since: the audit reads its whole history.)
-fn task_scenario(on: bool) -> persist_playground::write_task::audit::AuditReport {
+fn task_scenario(on: bool) -> (persist_playground::write_task::audit::AuditReport, Snapshot) {
     let mut s = Scenario::seeded(44);
     set_rule(&mut s, Rule::TaskResync, on);
     let task = || {
@@ -251,18 +293,20 @@ fn task_scenario(on: bool) -> persist_playground::write_task::audit::AuditReport
     }
     let report = s.audit_tasks("mz_task").expect("the audit runs");
     assert!(report.commits_with_data >= 3, "{report:?}");
-    report
+    (report, s.snapshot())
 }
 
 #[test]
 fn without_a_resync_the_shard_stops_equalling_the_tasks_desired() {
-    let off = task_scenario(false);
+    let (off, snap) = task_scenario(false);
     assert!(
         !off.failures.is_empty(),
         "a commit left the shard unequal to its task's desired: {off:?}"
     );
-    let on = task_scenario(true);
+    assert_flags(&snap, "task-desired", &["task-desired"]);
+    let (on, snap) = task_scenario(true);
     assert_eq!(on.failures, Vec::<String>::new(), "{on:?}");
+    assert_clean(&snap, "task-desired", 5);
 }
 
 #[test]

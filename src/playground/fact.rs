@@ -220,8 +220,9 @@ pub enum Fact {
         timeline: String,
         /// Its epoch.
         epoch: u64,
-        /// The timestamp that needed it.
-        for_ts: u64,
+        /// The timestamp that needed it (`None`: a write of its own that timed out, found in
+        /// the store and adopted).
+        for_ts: Option<u64>,
         /// The new durable upper.
         durable_upper: u64,
     },

@@ -33,6 +33,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub mod actors;
 mod apply;
+pub mod check;
 pub mod command;
 pub mod fact;
 pub mod location;
@@ -86,12 +87,20 @@ pub struct Journal {
     /// Write tasks' commits, with their shard, for [`Scenario::audit_tasks`] (the newest
     /// [`COMMITS_KEPT`]).
     pub task_commits: VecDeque<(String, crate::write_task::WriteTaskEvent)>,
+    /// The live check of the history, fed every event as it is logged.
+    pub check: check::HistoryCheck,
 }
 
 /// How many write-task commits the journal keeps for audits.
 pub const COMMITS_KEPT: usize = 5_000;
 
 impl Journal {
+    /// Moves pending events into the log, showing each to the history check.
+    pub fn pump(&mut self) {
+        let Journal { log, check, .. } = self;
+        log.pump_with(|e| check.observe(e));
+    }
+
     fn new() -> Self {
         Journal {
             log: MergedLog::new(),
@@ -302,6 +311,12 @@ impl Scenario {
     /// Whether this is a seed-mode scenario.
     pub fn is_seeded(&self) -> bool {
         matches!(self.mode, Mode::Seed(_))
+    }
+
+    /// The raw location (no latency, faults or gates): what the observers read. Tests use it to
+    /// break the store on purpose.
+    pub fn store(&self) -> Location {
+        self.truth.clone()
     }
 
     /// The seed.

@@ -572,7 +572,7 @@ fn sync_oracle(
                 fact = Some(Fact::OracleWindow {
                     timeline: timeline.to_string(),
                     epoch: e.epoch,
-                    for_ts: *for_ts,
+                    for_ts: Some(*for_ts),
                     durable_upper: *durable_upper,
                 });
                 (
@@ -607,10 +607,18 @@ fn sync_oracle(
             OracleEventKind::AdoptedOwnWrite {
                 seqno,
                 durable_upper,
-            } => (
+            } => {
+                fact = Some(Fact::OracleWindow {
+                    timeline: timeline.to_string(),
+                    epoch: e.epoch,
+                    for_ts: None,
+                    durable_upper: *durable_upper,
+                });
+                (
                 Outcome::Committed,
-                format!("found its own timed-out write at seqno {seqno}: durable upper {durable_upper}"),
-            ),
+                    format!("found its own timed-out write at seqno {seqno}: durable upper {durable_upper}"),
+                )
+            }
             OracleEventKind::Truncated {
                 below_seqno,
                 deleted,
@@ -705,6 +713,8 @@ pub async fn run_oracle(
         match result {
             Ok(Ok((range, read_ts))) => {
                 let Some((first, last)) = range else { continue };
+                // The window it took for `ts` is logged first: the check reads them in order.
+                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
                 oracle_view(&ctx, |o| {
                     o.first_ts.get_or_insert(first);
                 });

@@ -138,6 +138,8 @@ pub struct Snapshot {
     pub upsert: Option<super::upsert::UpsertView>,
     /// Which protocol rules are on (actors added while one is off run without it).
     pub rules: super::rules::Rules,
+    /// The live check of the history: checks and violations per rule (bounded).
+    pub check: super::check::CheckReport,
 }
 
 impl Snapshot {
@@ -418,7 +420,7 @@ impl Scenario {
         if let Some(hub) = &self.upsert {
             hub.pump_into(&mut journal.log);
         }
-        journal.log.pump();
+        journal.pump();
     }
 
     /// What the page draws now.
@@ -488,6 +490,7 @@ impl Scenario {
             notices: journal.notices.iter().cloned().collect(),
             upsert: self.upsert.as_ref().map(|h| h.view()),
             rules: self.rules,
+            check: journal.check.report(),
         }
     }
 

@@ -128,17 +128,26 @@ impl VersionWitness {
                 }
             }
         }
-        let batches = c
-            .trace
-            .batches()
-            .iter()
-            .map(|b| BatchFact {
+        // Small traces are itemized too, so the check knows every value from the start.
+        let total: u64 = c.trace.batches().iter().map(|b| b.len).sum();
+        let mut batches = Vec::new();
+        for b in c.trace.batches() {
+            let updates = if total <= MAX_ITEMIZED as u64 {
+                read_batch(location, b).await.map(|u| {
+                    u.iter()
+                        .map(|(k, v, d)| (super::fact::digest(k, v), *d))
+                        .collect()
+                })
+            } else {
+                None
+            };
+            batches.push(BatchFact {
                 lower: frontier(&b.desc.lower).unwrap_or(0),
                 upper: frontier(&b.desc.upper),
                 len: b.len,
-                updates: None,
-            })
-            .collect();
+                updates,
+            });
+        }
         let writers = c.writers.iter().map(|(id, w)| HandleFact {
             id: id.0.clone(),
             frontier: frontier(&w.most_recent_write_upper),
