@@ -1,8 +1,9 @@
 // End-to-end tests of "break a rule on purpose": the Rules control (a switch per protocol rule,
 // with its explanation; actors added while a rule is off carry a badge, actors added before keep
 // their code), and, for each rule, its preset scenario built on a fresh seed-mode run from the
-// page's URL (www/rules.js), once with the rule off, where the page shows the anomaly, and once
-// with it on, where it shows none. No console error anywhere; screenshots go to
+// page's URL (www/rules.js), once with the rule off, where the page shows the anomaly and the
+// history check (the snapshot's `check`, branch check) flags it, and once with it on, where the
+// page shows none and the check flags nothing. No console error anywhere; screenshots go to
 // target/e2e-artifacts/rules-*.png.
 //
 // Run: node --test tests/e2e/rules.test.mjs     (needs pkg/: bash scripts/build.sh)
@@ -35,7 +36,22 @@ test("the Rules control: a switch per rule, new actors take it, old ones keep th
   const page = await openPage(ctx, server.url("?seed=5&empty=1&autoplay=0"));
   const boxes = page.locator("#rules-view input[data-action=rule]");
   assert.equal(await boxes.count(), 4);
-  for (const rule of RULES) {
+  /** The history check's rule (src/playground/check/) that catches each broken protocol rule. */
+const CHECK_RULE = {
+  "idempotency-token": "ack-duplicate",
+  "oracle-durable-bound": "oracle-regress",
+  "upsert-feedback": "upsert-model",
+  "task-resync": "task-desired",
+};
+
+/** The page's history check (`snapshot.check`, run in the page's wasm over its event log). */
+async function pageCheck(page, rule) {
+  const check = (await latest(page)).check;
+  const r = check.rules.find((x) => x.rule === CHECK_RULE[rule]);
+  return { total: check.violationsTotal, checks: r.checks, violations: r.violations, first: check.violations[0] };
+}
+
+for (const rule of RULES) {
     const row = page.locator(`#rules-view li[data-rule=${rule}]`);
     assert.ok(await row.locator("input").isChecked(), `${rule} starts on`);
     assert.ok((await row.locator(".hint").first().textContent()).length > 60, `${rule} is explained`);
@@ -101,6 +117,21 @@ const EVIDENCE = {
   },
 };
 
+/** The history check's rule (src/playground/check/) that catches each broken protocol rule. */
+const CHECK_RULE = {
+  "idempotency-token": "ack-duplicate",
+  "oracle-durable-bound": "oracle-regress",
+  "upsert-feedback": "upsert-model",
+  "task-resync": "task-desired",
+};
+
+/** The page's history check (`snapshot.check`, run in the page's wasm over its event log). */
+async function pageCheck(page, rule) {
+  const check = (await latest(page)).check;
+  const r = check.rules.find((x) => x.rule === CHECK_RULE[rule]);
+  return { total: check.violationsTotal, checks: r.checks, violations: r.violations, first: check.violations[0] };
+}
+
 for (const rule of RULES) {
   test(`${rule}: its preset shows the anomaly with the rule off and none with it on`, { timeout: 120_000 }, async (t) => {
     const ctx = await launch(t);
@@ -112,6 +143,13 @@ for (const rule of RULES) {
       assert.ok(on ? badges === 0 : badges > 0, `badges with the rule ${on ? "on" : "off"}: ${badges}`);
       const e = await EVIDENCE[rule](page);
       assert.equal(e.anomaly, !on, `with the rule ${on ? "on" : "off"} the page shows ${e.text}`);
+      const c = await pageCheck(page, rule);
+      if (on) {
+        assert.equal(c.total, 0, `the check flags nothing with the rule on: ${JSON.stringify(c)}`);
+        assert.ok(c.checks > 0, `${CHECK_RULE[rule]} was checked: ${JSON.stringify(c)}`);
+      } else {
+        assert.ok(c.violations > 0, `the check flags ${CHECK_RULE[rule]}: ${JSON.stringify(c)}`);
+      }
       await shot(page, `rules-${rule}-${on ? "on" : "off"}`);
       noErrors(page);
       await page.close();
