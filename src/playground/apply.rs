@@ -276,9 +276,9 @@ impl Scenario {
                 for a in &self.actors {
                     let slot = a.replica.borrow();
                     let Some(r) = slot.as_ref() else { continue };
-                    let report = r.borrow_mut().step(&source.borrow());
+                    let report = r.borrow_mut().step_timely(&source.borrow());
                     stepped.push(format!(
-                        "{}: fed back {}, read {}, {} worker steps, {} out",
+                        "{}: fed back {}, read {}, {} worker step, {} out",
                         a.id, report.fed_back, report.read, report.worker_steps, report.output
                     ));
                 }

@@ -325,8 +325,9 @@ pub enum Command {
         /// On?
         on: bool,
     },
-    /// Takes one driver step of every running replica by hand: feed back what the shard
-    /// delivered, read source messages, step the timely worker until it is quiet, collect output.
+    /// Takes one timely step of every running replica by hand: feed back what the shard
+    /// delivered, read source messages, exactly one `worker.step()`, hand its output to the sink
+    /// (the sink's write happens in the replica's driver, when the run goes on).
     StepReplicas,
     /// Turns a protocol rule off or on ([`super::rules`]). Only actors added afterwards take
     /// the change: each keeps the code it was added with for its life (restarts included), and
