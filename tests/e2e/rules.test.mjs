@@ -156,3 +156,20 @@ for (const rule of RULES) {
     }
   });
 }
+
+test("step replicas: each click is one timely step() of each replica's worker", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=3&empty=1&autoplay=0"));
+  await page.locator("[data-testid=add-replica]").click();
+  for (let i = 0; i < 5; i++) await page.locator("[data-testid=step]").click();
+  const steps = async () => Number(await page.locator("#upsert-view .up-replica[data-actor=U1] [data-testid=worker-steps]").textContent());
+  await waitFor(page, () => document.querySelector("#upsert-view .up-replica[data-actor=U1] [data-testid=worker-steps]"), "U1's step count");
+  const before = await steps();
+  for (let k = 1; k <= 3; k++) {
+    await page.locator("[data-testid=step-replicas]").click();
+    await waitForStatus(page, "ok", /stepped U1: fed back \d+, read \d+, 1 worker step, \d+ out/);
+    assert.equal(await steps(), before + k, `one timely step per click (${k})`);
+  }
+  await shot(page, "step-replicas", "#panel-upsert");
+  noErrors(page);
+});
