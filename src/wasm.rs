@@ -65,6 +65,8 @@ export interface PlaygroundSnapshot {
     consensus: Record<string, unknown>[]; faults: Record<string, unknown>;
     verify: Record<string, unknown> | null; notices: Record<string, unknown>[];
     upsert: Record<string, unknown> | null;
+    /** Protocol rules (src/playground/rules.rs): false = off, new actors run the variant. */
+    rules: { idempotencyToken: boolean; oracleDurableBound: boolean; upsertFeedback: boolean; taskResync: boolean };
 }
 /** One event of the merged log. */
 export interface PlayEvent {

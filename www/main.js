@@ -3,11 +3,13 @@
 // protocol state: every frame draws the engine's latest snapshot.
 //
 // URL parameters: ?seed=N (seed mode), ?mode=live&db=NAME (live mode over IndexedDB),
-// ?autoplay=0 (start paused), ?empty=1 (start with no actors).
+// ?autoplay=0 (start paused), ?empty=1 (start with no actors), ?preset=RULE&rule=off|on (play a
+// broken-rule scenario first: www/rules.js).
 
 import { wireControls } from "./controls.js";
 import { findDom, renderAll, renderMode, renderRunbar, renderStatus } from "./render/index.js";
 import { makeState } from "./state.js";
+import { runPreset } from "./rules.js";
 
 const DEFAULT_DB = "persist-playground";
 const SPEEDS = ["0.25", "1", "4", "16", "max"];
@@ -27,6 +29,8 @@ export function readParams(search) {
     seed: p.get("seed") || "1",
     autoplay: p.get("autoplay") !== "0",
     empty: p.get("empty") === "1",
+    preset: p.get("preset"),
+    ruleOn: p.get("rule") === "on",
   };
 }
 
@@ -157,6 +161,11 @@ function main() {
       redraw();
       report({ kind: "ok", text: view.playing ? "playing" : "paused" });
     },
+    runFor(ms) {
+      if (pg.mode === "live") throw new Error("live mode runs on real timers: a preset needs seed mode");
+      pg.runFor(ms);
+      pull();
+    },
     step() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: there is nothing to step");
       if (view.playing) throw new Error("pause first (space), then step");
@@ -250,11 +259,21 @@ function main() {
       return;
     }
     wireControls(dom, app);
+    let presetDone = null;
+    let presetError = null;
+    if (params.preset) {
+      try {
+        presetDone = runPreset(app, params.preset, params.ruleOn);
+      } catch (err) {
+        presetError = `preset ${params.preset}: ${errorText(err)}`;
+      }
+    }
     view.playing = pg.mode === "seed" && params.autoplay;
     refreshDigest();
     renderAll(dom, state, view);
     renderRunbar(dom, state.latest(), view);
-    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : `ready: seed ${pg.seed}` });
+    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : `ready: seed ${pg.seed}${presetDone ? ` · ${presetDone}` : ""}` });
+    if (presetError) report({ kind: "error", text: presetError });
     // For the end-to-end tests and the page benchmark: read-only handles onto the page.
     window.__playground = { view, state, pg: () => pg, readyMs: performance.now() };
     requestAnimationFrame(frame);

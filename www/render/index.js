@@ -8,6 +8,7 @@ import {
 import { renderUpsert } from "./upsert.js";
 import { renderProcesses } from "./processes.js";
 import { renderShard } from "./shard.js";
+import { renderRules } from "./rules.js";
 import { esc, setHtml } from "./dom.js";
 import { fmtMs } from "../spec.js";
 
@@ -20,6 +21,7 @@ export function findDom(doc) {
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
     upsertValue: $("u-value"), generator: $("u-generator"), stepReplicas: $("step-replicas"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    rules: $("rules-view"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
     oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
@@ -92,6 +94,7 @@ export function renderAll(dom, state, view, force = false) {
   renderVerify(dom.verifyView, snap, t0);
   renderNotices(dom.notices, snap, t0);
   renderProcesses(dom.processes, snap);
+  renderRules(dom.rules, snap);
   if (visible(dom.consensus)) renderConsensus(dom.consensus, snap, t0);
   if (visible(dom.oracle)) renderOracle(dom.oracle, snap, t0);
   if (visible(dom.frontiers)) renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth);
