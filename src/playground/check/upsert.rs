@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{at_or_beyond, At, Findings};
+use super::{at_or_beyond, At, Findings, VecMap};
 use crate::playground::fact::{Fact, MessageFact, VersionFact};
 
 /// The most source messages waiting to be folded into the model.
@@ -31,8 +31,10 @@ pub(crate) struct UpsertTrack {
     upper: Option<u64>,
     source_upper: u64,
     next_offset: u64,
-    messages: BTreeMap<(u64, u64), (i64, Option<u64>)>,
-    latest: BTreeMap<i64, (u64, Option<u64>)>,
+    /// Messages not folded yet: (ts, offset, key, output), sorted by (ts, offset).
+    messages: Vec<(u64, u64, i64, Option<u64>)>,
+    /// Per key, the folded message that decides: (offset, output).
+    latest: VecMap<i64, (u64, Option<u64>)>,
     deferred: VecDeque<(u64, Multiset, At)>,
     model_broken: bool,
 }
@@ -95,7 +97,10 @@ impl UpsertTrack {
                 continue;
             }
             self.next_offset = m.offset + 1;
-            self.messages.insert((m.ts, m.offset), (m.key, m.output));
+            let at = self
+                .messages
+                .partition_point(|&(ts, offset, ..)| (ts, offset) < (m.ts, m.offset));
+            self.messages.insert(at, (m.ts, m.offset, m.key, m.output));
         }
         if self.messages.len() > MAX_MESSAGES {
             self.model_broken = true;
@@ -119,20 +124,15 @@ impl UpsertTrack {
 
     /// Folds every message before `u` into the per-key model and compares.
     fn compare(&mut self, u: u64, actual: &Multiset, at: At, f: &mut Findings) {
-        while let Some(entry) = self.messages.first_entry() {
-            if entry.key().0 >= u {
-                break;
-            }
-            let ((_, offset), (key, output)) = entry.remove_entry();
+        let due = self.messages.partition_point(|&(ts, ..)| ts < u);
+        for (_, offset, key, output) in self.messages.drain(..due) {
             match self.latest.get(&key) {
                 Some((o, _)) if *o > offset => {}
-                _ => {
-                    self.latest.insert(key, (offset, output));
-                }
+                _ => self.latest.insert(key, (offset, output)),
             }
         }
         let mut expected = Multiset::new();
-        for (_, d) in self.latest.values() {
+        for (_, (_, d)) in self.latest.iter() {
             if let Some(d) = d {
                 add(&mut expected, *d, 1);
             }
