@@ -82,6 +82,28 @@ pub const FAULT_WINDOW_MS: u64 = 10_000;
 /// The most fault events one violation cites.
 const FAULTS_CITED: usize = 8;
 
+/// How often a digest was seen: its multiplicity, in how many appended batches, first where,
+/// acknowledged where. The one value type of the check's `BTreeMap`s (each key/value type of a
+/// `BTreeMap` costs the page wasm).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tally {
+    pub(crate) net: i64,
+    pub(crate) appends: u32,
+    pub(crate) first: At,
+    pub(crate) acked: Option<At>,
+}
+
+impl Tally {
+    pub(crate) fn new(first: At) -> Tally {
+        Tally {
+            net: 0,
+            appends: 0,
+            first,
+            acked: None,
+        }
+    }
+}
+
 /// An event, by its sequence number and time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct At {

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{at_or_beyond, show, At, Findings, VecMap};
+use super::{at_or_beyond, show, At, Findings, Tally as Value, VecMap};
 use crate::playground::fact::{AttemptOutcome, BatchFact, Fact, HandleFact, VersionFact};
 
 /// The most values a shard's table keeps.
@@ -25,14 +25,6 @@ pub const MAX_BATCHES: usize = 100_000;
 const MAX_HANDLES: usize = 1_000;
 /// Recent versions' contents fingerprints kept, and task commits waiting for one.
 const CONTENTS_KEPT: usize = 64;
-
-#[derive(Debug)]
-struct Value {
-    net: i64,
-    appends: u32,
-    first: At,
-    acked: Option<At>,
-}
 
 #[derive(Debug)]
 struct PendingAck {
@@ -300,12 +292,7 @@ impl ShardTrack {
                     }
                 }
             }
-            let v = self.values.entry(digest).or_insert(Value {
-                net: 0,
-                appends: 0,
-                first: at,
-                acked: None,
-            });
+            let v = self.values.entry(digest).or_insert(Value::new(at));
             v.net += diff;
             if diff > 0 {
                 v.appends += 1;

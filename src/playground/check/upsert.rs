@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{at_or_beyond, At, Findings, VecMap};
+use super::{at_or_beyond, At, Findings, Tally, VecMap};
 use crate::playground::fact::{Fact, MessageFact, VersionFact};
 
 /// The most source messages waiting to be folded into the model.
@@ -20,8 +20,8 @@ pub const MAX_MESSAGES: usize = 100_000;
 /// The most checks waiting for the source log to catch up.
 const DEFERRED_KEPT: usize = 16;
 
-/// Output digest -> multiplicity.
-type Multiset = BTreeMap<u64, i64>;
+/// Output digest -> multiplicity (`Tally::net`; no entry for 0).
+type Multiset = BTreeMap<u64, Tally>;
 
 /// What the check knows of the upsert output and its source.
 #[derive(Debug, Default)]
@@ -40,11 +40,18 @@ pub(crate) struct UpsertTrack {
 }
 
 fn add(set: &mut Multiset, digest: u64, diff: i64) {
-    let e = set.entry(digest).or_default();
-    *e += diff;
-    if *e == 0 {
+    let e = set.entry(digest).or_insert(Tally::new(At::default()));
+    e.net += diff;
+    if e.net == 0 {
         set.remove(&digest);
     }
+}
+
+fn same(a: &Multiset, b: &Multiset) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((x, t), (y, u))| x == y && t.net == u.net)
 }
 
 impl UpsertTrack {
@@ -137,16 +144,16 @@ impl UpsertTrack {
                 add(&mut expected, *d, 1);
             }
         }
-        let ok = &expected == actual;
+        let ok = same(&expected, actual);
         f.expect("upsert-model", ok, &[at], || {
             let extra = actual
                 .iter()
-                .filter(|(d, n)| expected.get(d) != Some(n))
+                .filter(|(d, n)| expected.get(d).map(|e| e.net) != Some(n.net))
                 .count();
             let missing: Vec<String> = self
                 .latest
                 .iter()
-                .filter(|(_, (_, d))| d.is_some_and(|d| actual.get(&d) != Some(&1)))
+                .filter(|(_, (_, d))| d.is_some_and(|d| actual.get(&d).map(|t| t.net) != Some(1)))
                 .map(|(k, _)| k.to_string())
                 .take(5)
                 .collect();
