@@ -31,7 +31,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::location::idb::IdbLocation;
-use crate::playground::{Command, Scenario};
+use crate::playground::{Command, Replay, Scenario, Stamp, Stamped};
 use crate::runtime::browser::BrowserRuntime;
 
 /// The longest database name the page accepts.
@@ -137,6 +137,107 @@ fn random_seed() -> Result<u64, JsValue> {
     let words = js_sys::Uint32Array::new_with_length(2);
     get.call1(&crypto, &words)?;
     Ok((u64::from(words.get_index(0)) << 32) | u64::from(words.get_index(1)))
+}
+
+/// A whole number of steps or ms from 0 to 2^53.
+fn whole(what: &str, n: f64) -> Result<u64, JsValue> {
+    if n.fract() == 0.0 && (0.0..=9_007_199_254_740_991.0).contains(&n) {
+        Ok(n as u64)
+    } else {
+        Err(js_error(format!(
+            "{what} must be a whole number >= 0, not {n}"
+        )))
+    }
+}
+
+fn replay_of(
+    seed: &JsValue,
+    commands: JsValue,
+    step: f64,
+    at_ms: Option<f64>,
+) -> Result<Replay, JsValue> {
+    let seed = parse_seed(seed)?;
+    let commands: Vec<Stamped> = serde_wasm_bindgen::from_value(commands)
+        .map_err(|e| js_error(format!("bad stamped command list: {e}")))?;
+    let step = whole("the step", step)?;
+    match at_ms {
+        Some(ms) => {
+            let at_ms = whole("the time", ms)?;
+            Replay::new(seed, commands, Stamp { step, at_ms })
+        }
+        None => Replay::to_step(seed, commands, step),
+    }
+    .map_err(js_error)
+}
+
+/// A rebuild of a seed-mode run to a point, a slice of steps at a time (see
+/// `src/playground/replay.rs`): how the page forks, scrubs past its kept snapshots and opens
+/// share links and imported runs without freezing.
+#[wasm_bindgen]
+pub struct PlaygroundReplay {
+    replay: RefCell<Option<Replay>>,
+}
+
+#[wasm_bindgen]
+impl PlaygroundReplay {
+    /// A replay of `commands` (`StampedCommand[]`) on a fresh scenario of `seed`, to stop at
+    /// simulator step `step` and virtual time `atMs` (a recorded point), or without `atMs`
+    /// right after step `step` (a point between recorded ones). Throws if the input is malformed.
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        #[wasm_bindgen(unchecked_param_type = "number | string")] seed: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "StampedCommand[]")] commands: JsValue,
+        step: f64,
+        #[wasm_bindgen(js_name = atMs)] at_ms: Option<f64>,
+    ) -> Result<PlaygroundReplay, JsValue> {
+        Ok(PlaygroundReplay {
+            replay: RefCell::new(Some(replay_of(&seed, commands, step, at_ms)?)),
+        })
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Replay) -> R) -> Result<R, JsValue> {
+        let mut r = self
+            .replay
+            .try_borrow_mut()
+            .map_err(|_| js_error("the replay is busy"))?;
+        let r = r
+            .as_mut()
+            .ok_or_else(|| js_error("the replay has finished"))?;
+        Ok(f(r))
+    }
+
+    /// Takes at most `steps` simulator steps; returns whether the target is reached.
+    pub fn advance(&self, steps: u32) -> Result<bool, JsValue> {
+        self.with(|r| r.advance(u64::from(steps)))?
+            .map_err(js_error)
+    }
+
+    /// Simulator steps taken so far.
+    #[wasm_bindgen(getter)]
+    pub fn steps(&self) -> Result<f64, JsValue> {
+        self.with(|r| r.steps() as f64)
+    }
+
+    /// The snapshot of the scenario so far.
+    #[wasm_bindgen(unchecked_return_type = "PlaygroundSnapshot")]
+    pub fn snapshot(&self) -> Result<JsValue, JsValue> {
+        let snap = self.with(|r| r.scenario().snapshot())?;
+        to_js(&snap)
+    }
+
+    /// The rebuilt playground, once `advance` returned true (this replay is then used up).
+    pub fn finish(&self) -> Result<Playground, JsValue> {
+        let r = self
+            .replay
+            .try_borrow_mut()
+            .map_err(|_| js_error("the replay is busy"))?
+            .take()
+            .ok_or_else(|| js_error("the replay has finished"))?;
+        Ok(Playground {
+            scenario: RefCell::new(r.finish().map_err(js_error)?),
+            db: None,
+        })
+    }
 }
 
 /// The playground engine, for the page. See `src/playground/`.

@@ -397,6 +397,16 @@ impl Simulator {
     /// ready task has been polled and the next timer (if any) lies beyond the deadline. The clock
     /// then reads `deadline_ms`. A run in which every task waits forever reports a deadlock.
     pub fn run_until(&self, deadline_ms: u64) -> Result<(), SimError> {
+        self.run_until_then(deadline_ms, || {})
+    }
+
+    /// [`Simulator::run_until`], calling `after_step` after every step (a driver that folds
+    /// what each step recorded, so its records do not depend on where a run paused).
+    pub fn run_until_then(
+        &self,
+        deadline_ms: u64,
+        mut after_step: impl FnMut(),
+    ) -> Result<(), SimError> {
         let limit = self.steps() + DEFAULT_STEP_LIMIT;
         loop {
             if self.steps() >= limit {
@@ -414,6 +424,7 @@ impl Simulator {
                 }
             }
             self.step()?;
+            after_step();
         }
         let now = self.inner.now_ms.get();
         self.inner.now_ms.set(now.max(deadline_ms));
