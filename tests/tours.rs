@@ -208,6 +208,22 @@ fn every_tour_replays_and_every_step_shows_what_it_says() {
                 left -= ms;
             }
             let snap = snapshot_json(&mut s);
+            for p in narration {
+                for quoted in p.as_str().unwrap().split("{{").skip(1) {
+                    let path = quoted.split("}}").next().unwrap().trim();
+                    let (from, path) = match path.strip_prefix("prev:") {
+                        Some(rest) => (
+                            prev.as_ref().expect("{{prev:}} needs a previous step"),
+                            rest,
+                        ),
+                        None => (&snap, path),
+                    };
+                    assert!(
+                        value_at(from, path).is_some_and(|v| !v.is_object() && !v.is_array()),
+                        "{at}: the narration quotes {path}, which is not a value here"
+                    );
+                }
+            }
             let fails = failed(step, &snap, prev.as_ref());
             assert!(fails.is_empty(), "{at} ({}): {fails:?}", step["title"]);
             for h in step["highlight"]

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ARTIFACTS, ROOT, checkBuilt, launch, latest, noErrors, startServer, stopServer, waitFor, STEP_TIMEOUT_MS } from "./helpers.mjs";
-import { checkTour, evalSnapCheck, tourSearch } from "../../www/tours/engine.js";
+import { checkTour, evalSnapCheck, fillNarration, tourSearch, valueAt } from "../../www/tours/engine.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
 const SHOTS = join(ARTIFACTS, "tours");
@@ -62,10 +62,16 @@ async function checkStep(page, tour, index, prevSnap) {
   const step = tour.steps[index];
   const where = `${tour.id} step ${index + 1}`;
   assert.equal(await page.getByTestId("tour-title").textContent(), step.title, `${where}: title`);
-  const narration = (await page.getByTestId("tour-narration").textContent()).replace(/\s+/g, " ");
-  for (const p of step.narration) assert.ok(narration.includes(plain(p)), `${where}: narration shows ${JSON.stringify(plain(p).slice(0, 60))}…`);
-  assert.match(await page.locator(".tour-count").textContent(), new RegExp(`^${index + 1} / ${tour.steps.length}$`));
   const snap = await latest(page);
+  const narration = (await page.getByTestId("tour-narration").textContent()).replace(/\s+/g, " ");
+  for (const p of step.narration) {
+    const want = plain(fillNarration(p, snap, prevSnap));
+    for (const [, prev, path] of p.matchAll(/\{\{(prev:)?([^}]+)\}\}/g)) {
+      assert.notEqual(valueAt(prev ? prevSnap : snap, path.trim()), undefined, `${where}: the narration quotes ${path}, which resolves`);
+    }
+    assert.ok(narration.includes(want), `${where}: narration shows ${JSON.stringify(want.slice(0, 80))}…`);
+  }
+  assert.match(await page.locator(".tour-count").textContent(), new RegExp(`^${index + 1} / ${tour.steps.length}$`));
   for (const e of step.expect ?? []) {
     if (e.snap) {
       const r = evalSnapCheck(e, snap, prevSnap);

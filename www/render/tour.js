@@ -4,7 +4,7 @@
 
 import { actorColour } from "../spec.js";
 import { chip, esc, setHtml } from "./dom.js";
-import { tourSearch } from "../tours/engine.js";
+import { fillNarration, tourSearch } from "../tours/engine.js";
 
 /** Narration markup: **bold**, `code` and [text](?query) links (same-page links only). */
 export function narrationHtml(text) {
@@ -48,7 +48,7 @@ export function renderTourCard(el, at) {
     setHtml(el, "");
     return;
   }
-  const { tour, index, settled, failed, snap } = at;
+  const { tour, index, settled, failed, snap, prevSnap } = at;
   const step = tour.steps[index];
   const n = tour.steps.length;
   const last = index === n - 1;
@@ -63,7 +63,7 @@ export function renderTourCard(el, at) {
     `<div class="tour-inner" data-testid="tour-card" data-tour="${esc(tour.id)}" data-step="${index + 1}" data-state="${settled ? "settled" : "running"}">` +
       `<div class="tour-head"><span class="tour-name">Tour: ${esc(tour.title)}</span><button class="tour-x" data-tour-action="leave" title="Leave the tour and play on (Esc)" aria-label="Leave the tour">×</button></div>` +
       `<h2 data-testid="tour-title">${esc(step.title)}</h2>` +
-      `<div class="tour-narration" data-testid="tour-narration">${step.narration.map((p) => `<p>${narrationHtml(p)}</p>`).join("")}</div>` +
+      `<div class="tour-narration" data-testid="tour-narration">${step.narration.map((p) => `<p>${narrationHtml(settled ? fillNarration(p, snap, prevSnap) : p.replace(/\{\{[^}]+\}\}/g, "…"))}</p>`).join("")}</div>` +
       `<p class="tour-look small">Look at: ${lookChips(step, snap)}</p>` +
       `<div class="tour-nav"><button data-tour-action="back" data-testid="tour-back"${index === 0 ? " disabled" : ""} title="Back one step (←)">← Back</button>` +
       `<span class="tour-count mono">${index + 1} / ${n}</span>` +
@@ -81,7 +81,8 @@ export function renderHighlights(styleEl, highlight) {
   for (const h of highlight ?? []) {
     if (h.startsWith("panel-")) rules.push(`#${CSS.escape(h)} { outline: 3px solid var(--accent); outline-offset: 1px; }`);
     else if (/^[A-Z]\d+$/.test(h)) {
-      rules.push(`.panels [data-actor="${h}"] > *, .panels li[data-actor="${h}"], .panels .up-replica[data-actor="${h}"] { background: #fff3c4; }`);
+      const a = `[data-actor="${h}"]`;
+      rules.push(`.panels tbody${a} td, .panels tr${a} > td, .panels li${a}, .panels .up-replica${a} { background: #fff3c4; }`);
     }
   }
   const text = rules.join("\n");

@@ -58,7 +58,7 @@ export function startTours(host, tours) {
     const settled = !at.run;
     const failed = settled ? failedChecks(at.tour, at.step - 1, host.latest(), at.prevSnap) : [];
     for (const f of failed) console.warn(`tour ${at.tour.id} step ${at.step}: ${f.text}`);
-    renderTourCard(els.card, { tour: at.tour, index: at.step - 1, settled, failed, snap: host.latest() });
+    renderTourCard(els.card, { tour: at.tour, index: at.step - 1, settled, failed, snap: host.latest(), prevSnap: at.prevSnap });
     renderHighlights(els.style, step.highlight ?? []);
   }
 
@@ -71,7 +71,9 @@ export function startTours(host, tours) {
   function scrollToFirst(step) {
     const id = (step.highlight ?? []).find((h) => h.startsWith("panel-"));
     const panel = id && doc.getElementById(id);
-    if (panel) panel.scrollIntoView({ block: "nearest" });
+    if (!panel) return;
+    const r = panel.getBoundingClientRect();
+    if (r.top < 0 || r.bottom > window.innerHeight) panel.scrollIntoView({ block: "start" });
   }
 
   /** Applies step `index` (0-based) to the current playground; runs it over frames unless `now`. */

@@ -13,6 +13,8 @@
 //   { snap: "...", op: "<", ref: "shards[name=data].upper" }     another path, same snapshot
 //   { snap: "...", op: ">", prev: "..." }                         a path in the previous step's snapshot
 //   { panel: "panel-writers", text: "UpperMismatch" }             what a panel shows (regex, page only)
+// Narration may quote the run: `{{path}}` is the value at path in the step's final snapshot,
+// `{{prev:path}}` in the previous step's (fillNarration).
 // Paths: dot-separated fields; `name[k=v]` picks the array element whose field k is v; `name[N]`
 // picks by index (negative from the end); a final `length` counts an array or string.
 // tests/tours.rs evaluates the same `snap` checks natively (keep the two in step).
@@ -153,4 +155,16 @@ export function failedChecks(tour, index, snap, prevSnap) {
     .filter((e) => e.snap)
     .map((e) => evalSnapCheck(e, snap, prevSnap))
     .filter((r) => !r.ok);
+}
+
+/** A value as narration shows it: numbers as they are, the empty frontier as ∅. */
+function shown(v) {
+  if (v === null) return "∅";
+  if (v === undefined) return "?";
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+
+/** Replaces `{{path}}` and `{{prev:path}}` in a narration paragraph with values from the run. */
+export function fillNarration(text, snap, prevSnap = null) {
+  return text.replace(/\{\{(prev:)?([^}]+)\}\}/g, (_, prev, path) => shown(valueAt(prev ? prevSnap : snap, path.trim())));
 }
