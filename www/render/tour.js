@@ -69,7 +69,7 @@ export function renderTourCard(el, at) {
       `<span class="tour-count mono">${index + 1} / ${n}</span>` +
       `<button class="primary" data-tour-action="next" data-testid="tour-next" title="${last ? "Finish the tour and play on" : "Next step (→)"}">${last ? "Finish ✓" : "Next →"}</button></div>` +
       `<nav class="tour-dots" aria-label="Steps">${dots}</nav>` +
-      `<p class="tour-foot small"><button data-tour-action="leave" data-testid="tour-leave">Leave the tour and play from here</button> <a href="${esc(tourSearch(tour.id, index + 1))}" class="muted">link to this step</a> <span class="muted">· ← → keys</span></p>` +
+      `<p class="tour-foot small"><button data-tour-action="leave" data-testid="tour-leave">Leave the tour and play from here</button> <a href="${esc(tourSearch(tour.id, index + 1))}" class="muted">link to this step</a> <span class="muted">· ← → step, Esc leaves</span></p>` +
       warn +
       `</div>`,
   );
