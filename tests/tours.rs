@@ -200,6 +200,9 @@ fn every_tour_replays_and_every_step_shows_what_it_says() {
                 !step["expect"].as_array().map(Vec::is_empty).unwrap_or(true),
                 "{at}: says what the panels must show"
             );
+            if step["reset"] == true {
+                s = Scenario::seeded(seed(&tour));
+            }
             apply_commands(&mut s, &tour, i);
             let mut left = run_ms(step);
             while left > 0 {
@@ -260,6 +263,9 @@ fn digests(tour: &Value, chunk: u64, pull: bool) -> Vec<String> {
     let mut s = Scenario::seeded(seed(tour));
     let mut out = Vec::new();
     for (i, step) in steps(tour).iter().enumerate() {
+        if step["reset"] == true {
+            s = Scenario::seeded(seed(tour));
+        }
         apply_commands(&mut s, tour, i);
         if pull {
             s.snapshot();

@@ -153,6 +153,16 @@ test("the picker is the first thing a newcomer sees; a tour opens in place; bad 
   assert.equal(new URL(page.url()).search, tourSearch("upper-since", 1));
   assert.ok(await page.getByTestId("tour-picker").isHidden(), "the picker hides during a tour");
   assert.ok(await page.locator(".controls").isHidden(), "the tour card takes the controls' place");
+  // The browser's back button steps back through the tour, then back to the page before it.
+  const step1 = await digest(page);
+  await page.getByTestId("tour-next").click();
+  await settled(page, "upper-since", 2);
+  await page.goBack();
+  await settled(page, "upper-since", 1);
+  assert.equal(await digest(page), step1, "browser back rebuilds step 1");
+  await page.goBack();
+  await waitFor(page, () => new URL(location.href).search === "?seed=1" && /^ready: seed 1/.test(document.getElementById("status").textContent), "the page before the tour");
+  assert.ok(await page.getByTestId("tour-picker").isVisible(), "the picker is back");
   // A step past the end opens the last step and says so; an unknown tour says which exist.
   const last = tours[0].steps.length;
   const p2 = await open(ctx, `?tour=upper-since&step=99`);

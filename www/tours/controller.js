@@ -5,7 +5,7 @@
 // closes and the page is free play again. Drawing is render/tour.js's; this file holds no
 // protocol state, only where the learner is.
 
-import { applyCommands, checkTour, chunksOf, failedChecks, tourParams, tourSearch } from "./engine.js";
+import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, tourParams, tourSearch } from "./engine.js";
 import { renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
 
 /** Animation pace: a step's run is spread over at most this many frames. */
@@ -81,6 +81,10 @@ export function startTours(host, tours) {
     const tour = at.tour;
     at.prevSnap = index > 0 ? host.latest() : null;
     at.step = index + 1;
+    if (index > 0 && tour.steps[index].reset) {
+      host.adopt(host.Playground.seeded(String(tour.seed)));
+      host.pull();
+    }
     applyCommands(host.pg(), tour, index);
     host.pull();
     const chunks = chunksOf(tour.steps[index].runMs ?? 0);
@@ -146,7 +150,7 @@ export function startTours(host, tours) {
       at.tour = tour;
       host.adopt(host.Playground.seeded(String(tour.seed)));
       host.pull();
-      for (let i = 0; i < k - 1; i++) {
+      for (let i = firstStepOf(tour, k - 1); i < k - 1; i++) {
         applyCommands(host.pg(), tour, i);
         host.pull();
         for (const ms of chunksOf(tour.steps[i].runMs ?? 0)) {
@@ -235,6 +239,7 @@ export function startTours(host, tours) {
     const p = tourParams(window.location.search);
     const tour = p && byId(p.id);
     if (tour && !p.free) open(tour, p.step);
+    else if (at.tour) window.location.reload(); // back past the tour: the page that was there
   });
 
   const wanted = tourParams(window.location.search);

@@ -8,6 +8,10 @@
 // page draws them; the engine's state does not depend on how often it is pulled). Opening a
 // step's URL rebuilds exactly that; Back rebuilds to step k-1.
 //
+// A step with `reset: true` starts over on a fresh playground (same seed) before its commands:
+// the contrast step of a broken-rule tour replays the scenario with the rule on. Rebuilding step k
+// then starts from the last reset at or before it.
+//
 // Checks (`expect`) are plain data, evaluated against the snapshot the engine returned:
 //   { snap: "shards[name=data].upper", op: ">", value: 0 }      a value
 //   { snap: "...", op: "<", ref: "shards[name=data].upper" }     another path, same snapshot
@@ -52,6 +56,7 @@ export function checkTour(tour) {
     if (typeof s.title !== "string" || !s.title) throw new Error(`${at}: no title`);
     if (!Array.isArray(s.narration) || !s.narration.length) throw new Error(`${at}: no narration`);
     if (!Array.isArray(s.commands ?? [])) throw new Error(`${at}: commands must be a list`);
+    if ("reset" in s && typeof s.reset !== "boolean") throw new Error(`${at}: reset must be true or false`);
     if (!Number.isInteger(s.runMs ?? 0) || (s.runMs ?? 0) < 0 || s.runMs > 60_000) throw new Error(`${at}: runMs must be 0 to 60000`);
     for (const e of s.expect ?? []) if (e.prev && i === 0) throw new Error(`${at}: the first step has no previous step`);
   });
@@ -81,10 +86,17 @@ export function applyCommands(pg, tour, index) {
   }
 }
 
+/** The index (0-based) of the step a rebuild to the end of step `upTo` (1-based) starts from. */
+export function firstStepOf(tour, upTo) {
+  let start = 0;
+  for (let i = 0; i < upTo; i++) if (tour.steps[i].reset) start = i;
+  return start;
+}
+
 /** Builds a fresh playground at the end of step `upTo` (1-based); `pull` runs after each chunk. */
 export function rebuild(Playground, tour, upTo, pull = () => {}) {
   const pg = Playground.seeded(String(tour.seed));
-  for (let i = 0; i < upTo; i++) {
+  for (let i = firstStepOf(tour, upTo); i < upTo; i++) {
     applyCommands(pg, tour, i);
     pull(pg);
     for (const ms of chunksOf(tour.steps[i].runMs ?? 0)) {
