@@ -17,13 +17,14 @@ export function narrationHtml(text) {
 export function renderPicker(el, tours, shown) {
   el.hidden = !shown;
   if (!shown) return;
-  const items = tours
-    .map((t, i) => `<li><a href="${esc(tourSearch(t.id, 1))}" data-tour="${esc(t.id)}" title="${esc(t.blurb ?? "")}"><span class="n">${i + 1}</span> ${esc(t.title)}</a></li>`)
-    .join("");
+  const item = (t, i) => `<li><a href="${esc(tourSearch(t.id, 1))}" data-tour="${esc(t.id)}" title="${esc(t.blurb ?? "")}"><span class="n">${i + 1}</span> ${esc(t.title.replace(/^broken rule: /, ""))}</a></li>`;
+  const learn = tours.filter((t) => t.group !== "rules");
+  const rules = tours.filter((t) => t.group === "rules");
+  const row = (label, list, from) => (list.length ? `<div class="tour-row"><span class="tour-row-label">${label}</span><ol class="tour-list" start="${from + 1}">${list.map((t, i) => item(t, from + i)).join("")}</ol></div>` : "");
   setHtml(
     el,
     `<details open><summary><b>New here? Take a guided tour</b> <span class="muted">a scripted run of the real components, step by step with narration: leave it at any step and play on. Or just play with the run below.</span></summary>` +
-      `<ol class="tour-list" data-testid="tour-list">${items}</ol></details>`,
+      `<div data-testid="tour-list">${row("Learn", learn, 0)}${row("Break a rule on purpose", rules, learn.length)}</div></details>`,
   );
 }
 

@@ -38,6 +38,8 @@ export function startTours(host, tours) {
   };
   /** Where the learner is: a tour and its step (1-based), and a step being run, if any. */
   const at = { tour: null, step: 0, run: null, prevSnap: null, note: "" };
+  /** `?animate=0` on the URL the page opened with: steps show at once (the state is the same). */
+  const animated = tourParams(window.location.search)?.animate ?? true;
 
   const byId = (id) => tours.find((t) => t.id === id);
   const setUrl = (search, push) => {
@@ -93,7 +95,7 @@ export function startTours(host, tours) {
     pickShard(tour.steps[index]);
     scrollToFirst(tour.steps[index]);
     draw();
-    if (now) finishRun();
+    if (now || !animated) finishRun();
     else requestAnimationFrame(() => frame(run));
   }
 

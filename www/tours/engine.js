@@ -26,14 +26,17 @@
 /** Virtual time per chunk of a step's run. */
 export const CHUNK_MS = 50;
 
-/** `?tour=ID&step=N[&free=1]`: which tour and step the URL opens, or null. */
+/**
+ * `?tour=ID&step=N[&free=1][&animate=0]`: which tour and step the URL opens (or null); `free`:
+ * with the tour closed; `animate=0`: each step's run shows at once instead of over a second.
+ */
 export function tourParams(search) {
   const p = new URLSearchParams(search);
   const id = p.get("tour");
   if (!id) return null;
   const raw = p.get("step") ?? "1";
   const step = /^\d{1,3}$/.test(raw) ? Number(raw) : NaN;
-  return { id, step, free: p.get("free") === "1" };
+  return { id, step, free: p.get("free") === "1", animate: p.get("animate") !== "0" };
 }
 
 /** The URL search of a tour step. */
