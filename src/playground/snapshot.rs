@@ -180,15 +180,21 @@ fn cas_text(o: &CasOutcome) -> String {
     }
 }
 
+/// Records a merge or GC in the shard's notes. The notes must not depend on when the page pulls
+/// (a pump takes each process's events in turn, so two processes' events arrive in pump order):
+/// they are kept sorted by time (then by every other field), and the bound keeps the newest, so
+/// any order of arrival gives the same notes.
 fn maintenance(journal: &mut Journal, shard: &str, m: MaintenanceView) {
     let notes = journal.shards.entry(shard.to_string()).or_default();
     if m.kind == "truncate" {
-        notes.earliest_seqno = m.seqno;
+        notes.earliest_seqno = notes.earliest_seqno.max(m.seqno);
     }
-    if notes.maintenance.len() == MAINTENANCE_KEPT {
+    let key = |v: &MaintenanceView| (v.at_ms, v.seqno, v.kind.clone(), v.lower, v.upper, v.count);
+    let at = notes.maintenance.partition_point(|x| key(x) <= key(&m));
+    notes.maintenance.insert(at, m);
+    if notes.maintenance.len() > MAINTENANCE_KEPT {
         notes.maintenance.pop_front();
     }
-    notes.maintenance.push_back(m);
 }
 
 /// Turns one persist event into a log entry (and maintenance notes); `None` for events too
