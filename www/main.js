@@ -3,13 +3,17 @@
 // protocol state: every frame draws the engine's latest snapshot.
 //
 // URL parameters: ?seed=N (seed mode), ?mode=live&db=NAME (live mode over IndexedDB),
-// ?autoplay=0 (start paused), ?empty=1 (start with no actors), ?run=... (a share link: a seed-mode
-// run, replayed to its step; see www/time.js).
+// ?autoplay=0 (start paused), ?empty=1 (start with no actors), ?preset=RULE&rule=off|on (play a
+// broken-rule scenario first: www/rules.js), ?run=... (a share link: a seed-mode run, replayed to
+// its step; see www/time.js), ?tour=ID&step=N (a guided tour, www/tours/; seed mode, paused).
 
 import { wireControls } from "./controls.js";
 import { findDom, renderAll, renderMode, renderRunbar, renderStatus } from "./render/index.js";
 import { makeState } from "./state.js";
+import { runPreset } from "./rules.js";
 import { makeTime } from "./time.js";
+import { loadTours, startTours } from "./tours/controller.js";
+import { tourParams } from "./tours/engine.js";
 
 const DEFAULT_DB = "persist-playground";
 const SPEEDS = ["0.25", "1", "4", "16", "max"];
@@ -35,6 +39,8 @@ export function readParams(search) {
     seed: p.get("seed") || "1",
     autoplay: p.get("autoplay") !== "0",
     empty: p.get("empty") === "1",
+    preset: p.get("preset"),
+    ruleOn: p.get("rule") === "on",
     run: p.get("run"),
   };
 }
@@ -82,6 +88,9 @@ function main() {
   let pg;
   let time;
   let lastFrame = performance.now();
+  // Guided tours: set once the page is ready. A tour's playground replaces the default run.
+  let tours = null;
+  const touring = tourParams(window.location.search) !== null;
 
   const report = (status) => renderStatus(dom, status);
   const errorText = (err) => (err instanceof Error ? err.message : String(err));
@@ -126,6 +135,7 @@ function main() {
 
   /** Sends one command; returns what it reported, or throws an Error with the engine's message. */
   function send(command, okText) {
+    tours?.beforeManual();
     let applied;
     try {
       time?.guard();
@@ -152,7 +162,7 @@ function main() {
     saveLayout();
   }
 
-  const defaultLayout = () => (params.empty ? [] : DEFAULT_ACTORS.map((spec, i) => ({ spec, group: `g${i}` })));
+  const defaultLayout = () => (params.empty || touring ? [] : DEFAULT_ACTORS.map((spec, i) => ({ spec, group: `g${i}` })));
 
   /** Creates the playground and starts `layout` (default: this tab's saved one, or the default). */
   async function create(layout = null) {
@@ -193,15 +203,22 @@ function main() {
     togglePlay() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: it cannot be paused");
       time.guard();
+      tours?.beforeManual();
       view.playing = !view.playing;
       lastFrame = performance.now();
       redraw();
       report({ kind: "ok", text: view.playing ? "playing" : "paused" });
     },
+    runFor(ms) {
+      if (pg.mode === "live") throw new Error("live mode runs on real timers: a preset needs seed mode");
+      pg.runFor(ms);
+      pull();
+    },
     step() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: there is nothing to step");
       if (view.playing) throw new Error("pause first (space), then step");
       time.guard();
+      tours?.beforeManual();
       pg.runFor(STEP_MS);
       pull();
       redraw();
@@ -227,6 +244,7 @@ function main() {
       window.location.search = pg.mode === "live" ? `seed=${encodeURIComponent(dom.seed.value || "1")}` : `mode=live&db=${encodeURIComponent(params.db)}`;
     },
     presetBusy() {
+      tours?.beforeManual();
       const layout = [];
       for (let i = 0; i < 8; i++) {
         layout.push({ spec: { kind: "writer", shard: "data", ratePerS: 50, keyLo: 0, keyHi: 1000, mode: "compareAndAppend" }, group: `busy${i}` });
@@ -235,6 +253,7 @@ function main() {
       report({ kind: "ok", text: "added eight writers over a thousand keys" });
     },
     async resetDatabase() {
+      tours?.beforeManual();
       const layout = state.latest() ? layoutOf(state.latest()) : [];
       view.busy = true;
       try {
@@ -291,6 +310,8 @@ function main() {
     requestAnimationFrame(frame);
   }
 
+  const toursLoaded = loadTours();
+  toursLoaded.catch(() => {}); // reported where it is awaited
   (async () => {
     try {
       wasm = await loadWasm();
@@ -301,14 +322,47 @@ function main() {
       return;
     }
     wireControls(dom, app);
-    view.playing = pg.mode === "seed" && params.autoplay && !view.linkText;
+    let presetDone = null;
+    let presetError = null;
+    if (params.preset && !view.linkText && !touring) {
+      try {
+        presetDone = runPreset(app, params.preset, params.ruleOn);
+      } catch (err) {
+        presetError = `preset ${params.preset}: ${errorText(err)}`;
+      }
+    }
+    view.playing = pg.mode === "seed" && params.autoplay && !view.linkText && !touring;
+    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : view.linkText ?? `ready: seed ${pg.seed}${presetDone ? ` · ${presetDone}` : ""}` });
+    if (view.linkError) report({ kind: "error", text: `${view.linkError.message}; started seed ${pg.seed} instead` });
+    if (presetError) report({ kind: "error", text: presetError });
+    // For the end-to-end tests and the page benchmark: read-only handles onto the page.
+    window.__playground = { view, state, time, pg: () => pg, readyMs: performance.now(), tours: () => tours?.current() ?? null };
+    // Guided tours (www/tours/, www/render/tour.js): the picker, and the tour the URL opens.
+    try {
+      tours = startTours({
+        Playground: wasm.Playground,
+        dom,
+        pg: () => pg,
+        adopt(next) {
+          time.reset();
+          pg.free();
+          pg = next;
+          state.clear();
+          view.t0 = 0;
+          view.playing = false;
+        },
+        pull,
+        redraw,
+        report,
+        latest: () => state.latest(),
+        mode: () => pg.mode,
+      }, await toursLoaded);
+    } catch (err) {
+      report({ kind: "error", text: `the guided tours could not start: ${errorText(err)}` });
+    }
     refreshDigest();
     renderAll(dom, state, view);
     renderRunbar(dom, state.latest(), view);
-    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : view.linkText ?? `ready: seed ${pg.seed}` });
-    if (view.linkError) report({ kind: "error", text: `${view.linkError.message}; started seed ${pg.seed} instead` });
-    // For the end-to-end tests and the page benchmark: read-only handles onto the page.
-    window.__playground = { view, state, time, pg: () => pg, readyMs: performance.now() };
     requestAnimationFrame(frame);
   })();
 }

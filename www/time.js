@@ -278,6 +278,13 @@ export function makeTime(ctx) {
     inPast: () => Boolean(past),
     busy: () => Boolean(job),
     history: () => hist,
+    /** Forgets every kept snapshot: another run replaced the playground (a guided tour). */
+    reset() {
+      if (job) job.cancelled = true;
+      hist = makeHistory();
+      past = null;
+      view.past = false;
+    },
     /** Keeps a snapshot of the present (seed mode). */
     record(snap) {
       if (snap.mode !== "seed" || past || job) return;

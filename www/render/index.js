@@ -6,8 +6,10 @@ import {
   renderConsensus, renderLegend, renderLog, renderNotices, renderOracle, renderVerify, renderWriters,
 } from "./panels.js";
 import { renderUpsert } from "./upsert.js";
+import { markCited, renderCheck } from "./check.js"; // the check panel (issue 11)
 import { renderProcesses } from "./processes.js";
 import { renderShard } from "./shard.js";
+import { renderRules } from "./rules.js";
 import { esc, setHtml } from "./dom.js";
 import { findTimeDom } from "./timeline.js";
 import { fmtMs } from "../spec.js";
@@ -21,9 +23,11 @@ export function findDom(doc) {
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
     upsertValue: $("u-value"), generator: $("u-generator"), stepReplicas: $("step-replicas"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    rules: $("rules-view"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
     oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
+    check: $("check-view"), // the check panel (issue 11)
     time: findTimeDom(doc),
     faults: {
       blob: { fail: $("f-blob-fail"), timeout: $("f-blob-timeout"), latency: $("f-blob-latency"), outage: $("f-blob-outage") },
@@ -57,7 +61,7 @@ let frameNo = 0;
 const GROUP = {
   "panel-shard": 0, "panel-log": 0,
   "panel-writers": 1, "panel-frontiers": 1, "panel-oracle": 1,
-  "panel-consensus": 2, "panel-upsert": 2,
+  "panel-consensus": 2, "panel-upsert": 2, "panel-check": 1,
 };
 const GROUPS = 3;
 /** The frame an off-screen panel last redrew in: at most one per frame, so they never pile up. */
@@ -114,12 +118,16 @@ export function renderAll(dom, state, view, force = false) {
   renderVerify(dom.verifyView, snap, t0);
   renderNotices(dom.notices, snap, t0);
   draw("processes", () => renderProcesses(dom.processes, snap));
+  draw("rules", () => renderRules(dom.rules, snap));
   if (visible(dom.consensus)) draw("consensus", () => renderConsensus(dom.consensus, snap, t0));
   if (visible(dom.oracle)) draw("oracle", () => renderOracle(dom.oracle, snap, t0));
   if (visible(dom.frontiers)) draw("frontiers", () => renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth));
   if (visible(dom.upsert)) draw("upsert", () => renderUpsert(dom.upsert, snap, state.history().at(-2)));
   dom.generator.checked = Boolean(snap.upsert?.generating);
   if (visible(dom.log)) draw("log", () => renderLog(dom.log, state.events(), snap, t0));
+  // The check panel (issue 11): the live check of the history, and its marks in the log view.
+  if (dom.check && visible(dom.check)) draw("check", () => renderCheck(dom.check, snap, state, t0));
+  markCited(dom.log);
   renderLegend(dom.legend, snap);
   renderRunbar(dom, snap, view);
 }

@@ -194,12 +194,16 @@ export function renderVerify(el, snap, t0) {
   const verdict = v.lost === 0
     ? `<b class="ok">no acknowledged write lost</b>`
     : `<b class="err">${v.lost} acknowledged writes missing</b> (e.g. ${esc(v.lostExamples.join(", "))})`;
+  // Each write's values are unique: one held twice is a write that landed twice.
+  const twice = v.duplicated > 0
+    ? `; <b class="err">${v.duplicated} acknowledged writes held twice</b> (e.g. ${esc(v.duplicatedExamples.join(", "))})`
+    : "";
   const appendNote = v.uncheckedAppendWriters.length
     ? ` · not checked: ${esc(v.uncheckedAppendWriters.join(", "))} (append trims what a peer already wrote, by design)`
     : "";
   setHtml(
     el,
-    `<p class="verify" data-lost="${v.lost}" data-acked="${v.acked}" data-foreign="${v.foreignRows}">Check at ${esc(fmtMs(v.atMs, t0))}: ${verdict}: ${v.acked} acknowledged updates checked against ${v.rows} rows of ${esc(v.shard)} at ${esc(fmtFrontier(v.asOf, t0))}` +
+    `<p class="verify" data-lost="${v.lost}" data-duplicated="${v.duplicated}" data-acked="${v.acked}" data-foreign="${v.foreignRows}">Check at ${esc(fmtMs(v.atMs, t0))}: ${verdict}${twice}: ${v.acked} acknowledged updates checked against ${v.rows} rows of ${esc(v.shard)} at ${esc(fmtFrontier(v.asOf, t0))}` +
       ` (${per || "no writers"}); ${v.foreignRows} rows written by other tabs${appendNote}.</p>`,
   );
 }
