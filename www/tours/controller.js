@@ -120,9 +120,14 @@ export function startTours(host, tours) {
   function finishRun() {
     const run = at.run;
     if (!run) return;
-    while (run.next < run.chunks.length) {
-      host.pg().runFor(run.chunks[run.next++]);
-      host.pull();
+    try {
+      while (run.next < run.chunks.length) {
+        host.pg().runFor(run.chunks[run.next++]);
+        host.pull();
+      }
+    } catch (err) {
+      fail(err);
+      return;
     }
     settle();
   }
