@@ -150,6 +150,13 @@ test("the picker is the first thing a newcomer sees; a tour opens in place; bad 
   assert.ok(pickerBox.height < 140, `the picker is compact (${pickerBox.height}px)`);
   await waitFor(page, () => window.__playground.state.latest().nowMs > 500, "the default run plays");
   await page.screenshot({ path: join(SHOTS, "00-picker.png") });
+  // Folded away, it stays folded on the next visit.
+  await page.locator("#tour-picker summary").click();
+  const again = await open(ctx, "?seed=1");
+  await waitFor(again, () => document.querySelector("#tour-picker details") && !document.querySelector("#tour-picker details").open, "the picker to stay folded");
+  await again.close();
+  await page.locator("#tour-picker summary").click();
+  assert.equal(await page.evaluate(() => localStorage.getItem("persist-playground:tour-picker")), "open");
   // Clicking a tour opens it here, at step 1, with its URL.
   await page.locator('[data-testid=tour-list] a[data-tour="upper-since"]').click();
   await settled(page, "upper-since", 1);

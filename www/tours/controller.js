@@ -6,7 +6,7 @@
 // protocol state, only where the learner is.
 
 import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, tourParams, tourSearch } from "./engine.js";
-import { renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
+import { PICKER_KEY, renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
 
 /** Animation pace: a step's run is spread over at most this many frames. */
 const MAX_FRAMES_PER_STEP = 80;
@@ -230,6 +230,14 @@ export function startTours(host, tours) {
     const tour = byId(a.dataset.tour);
     if (tour) open(tour, 1, { push: true });
   });
+  // Folding the picker away is remembered (it stays one line, out of the way of free play).
+  els.picker.addEventListener("toggle", (e) => {
+    try {
+      localStorage.setItem(PICKER_KEY, e.target.open ? "open" : "folded");
+    } catch {
+      // storage unavailable: not remembered
+    }
+  }, true);
   // Left and right step through a tour; Escape leaves it. Not while typing in a field.
   doc.addEventListener("keydown", (e) => {
     if (!at.tour || e.ctrlKey || e.metaKey || e.altKey) return;
