@@ -21,6 +21,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::command::{FaultKnobs, Service};
+use super::fact::Fact;
 use super::log::{Outcome, Pending};
 use super::Journal;
 use crate::location::unreliable::{
@@ -292,13 +293,47 @@ impl ProcessGate {
             futures::future::pending::<()>().await;
         }
     }
+
+    /// Logs a failed call as a fault (compare_and_set has its own record, [`cas_event`]).
+    fn seen<T>(
+        &self,
+        service: &'static str,
+        op: &str,
+        key: &str,
+        r: Result<T, ExternalError>,
+    ) -> Result<T, ExternalError> {
+        if let Err(e) = &r {
+            let fact = Fact::FaultFired {
+                service: service.into(),
+                op: op.into(),
+                error: e.to_string(),
+                indeterminate: e.is_indeterminate(),
+            };
+            self.journal.borrow_mut().log.record(Pending {
+                at_ms: self.runtime.now_ms(),
+                actor: None,
+                process: Some(self.process.clone()),
+                component: service,
+                kind: op.into(),
+                outcome: if e.is_indeterminate() {
+                    Outcome::Indeterminate
+                } else {
+                    Outcome::Retrying
+                },
+                detail: format!("{op} {key}: {e}"),
+                fact: Some(fact),
+            });
+        }
+        r
+    }
 }
 
 #[async_trait(?Send)]
 impl Blob for ProcessGate {
     async fn get(&self, key: &str) -> Result<Option<Bytes>, ExternalError> {
         self.pass().await;
-        self.inner.blob.get(key).await
+        let r = self.inner.blob.get(key).await;
+        self.seen("blob", "get", key, r)
     }
     async fn list_keys_and_metadata(
         &self,
@@ -306,19 +341,23 @@ impl Blob for ProcessGate {
         f: &mut (dyn FnMut(BlobMetadata) + '_),
     ) -> Result<(), ExternalError> {
         self.pass().await;
-        self.inner.blob.list_keys_and_metadata(key_prefix, f).await
+        let r = self.inner.blob.list_keys_and_metadata(key_prefix, f).await;
+        self.seen("blob", "list", key_prefix, r)
     }
     async fn set(&self, key: &str, value: Bytes) -> Result<(), ExternalError> {
         self.pass().await;
-        self.inner.blob.set(key, value).await
+        let r = self.inner.blob.set(key, value).await;
+        self.seen("blob", "set", key, r)
     }
     async fn delete(&self, key: &str) -> Result<Option<usize>, ExternalError> {
         self.pass().await;
-        self.inner.blob.delete(key).await
+        let r = self.inner.blob.delete(key).await;
+        self.seen("blob", "delete", key, r)
     }
     async fn restore(&self, key: &str) -> Result<(), ExternalError> {
         self.pass().await;
-        self.inner.blob.restore(key).await
+        let r = self.inner.blob.restore(key).await;
+        self.seen("blob", "restore", key, r)
     }
 }
 
@@ -326,7 +365,8 @@ impl Blob for ProcessGate {
 impl Consensus for ProcessGate {
     async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
         self.pass().await;
-        self.inner.consensus.head(key).await
+        let r = self.inner.consensus.head(key).await;
+        self.seen("consensus", "head", key, r)
     }
     async fn compare_and_set(
         &self,
@@ -368,15 +408,18 @@ impl Consensus for ProcessGate {
         limit: usize,
     ) -> Result<Vec<VersionedData>, ExternalError> {
         self.pass().await;
-        self.inner.consensus.scan(key, from, limit).await
+        let r = self.inner.consensus.scan(key, from, limit).await;
+        self.seen("consensus", "scan", key, r)
     }
     async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
         self.pass().await;
-        self.inner.consensus.truncate(key, seqno).await
+        let r = self.inner.consensus.truncate(key, seqno).await;
+        self.seen("consensus", "truncate", key, r)
     }
     async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
         self.pass().await;
-        self.inner.consensus.list_keys().await
+        let r = self.inner.consensus.list_keys().await;
+        self.seen("consensus", "list_keys", "", r)
     }
 }
 
@@ -421,5 +464,11 @@ pub fn cas_event(a: &CasAttempt) -> Pending {
             a.new_seqno,
             a.error.as_ref().map_or(String::new(), |e| format!(": {e}"))
         ),
+        fact: a.error.as_ref().map(|e| Fact::FaultFired {
+            service: "consensus".into(),
+            op: "compare_and_set".into(),
+            error: e.clone(),
+            indeterminate: a.outcome == Outcome::Indeterminate,
+        }),
     }
 }

@@ -15,6 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::fact::Fact;
 use crate::event_log::EventLog;
 
 /// How many events the log keeps before it drops the oldest.
@@ -59,6 +60,9 @@ pub struct PlayEvent {
     pub outcome: Outcome,
     /// A line of text for the log view.
     pub detail: String,
+    /// What the event records, as data (for the history check); see [`Fact`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fact: Option<Fact>,
 }
 
 /// An event before it has a sequence number.
@@ -78,6 +82,8 @@ pub struct Pending {
     pub outcome: Outcome,
     /// See [`PlayEvent::detail`].
     pub detail: String,
+    /// See [`PlayEvent::fact`].
+    pub fact: Option<Fact>,
 }
 
 /// The merged, bounded log. See the module docs. It keeps its events in the crate's shared
@@ -110,6 +116,12 @@ impl MergedLog {
 
     /// Moves every pending event into the log, oldest first. Returns how many were added.
     pub fn pump(&mut self) -> usize {
+        self.pump_with(|_| {})
+    }
+
+    /// As [`MergedLog::pump`], showing each event to `seen` as it is logged (the history check
+    /// reads every event this way, so the log's bound does not limit it).
+    pub fn pump_with(&mut self, mut seen: impl FnMut(&PlayEvent)) -> usize {
         let mut pending = std::mem::take(&mut self.pending);
         pending.sort_by_key(|e| e.at_ms); // stable: same-time events keep their order
         let added = pending.len();
@@ -122,10 +134,11 @@ impl MergedLog {
                 kind,
                 outcome,
                 detail,
+                fact,
             } = p;
             // The log's numbering is its own (not shared), so the next number is known.
             let seq = self.events.last_seq() + 1;
-            let given = self.events.record(|| PlayEvent {
+            let event = PlayEvent {
                 seq,
                 at_ms,
                 actor,
@@ -134,7 +147,10 @@ impl MergedLog {
                 kind,
                 outcome,
                 detail,
-            });
+                fact,
+            };
+            seen(&event);
+            let given = self.events.record(|| event);
             debug_assert_eq!(given, Some(seq), "the merged log numbers its own events");
         }
         added

@@ -27,6 +27,9 @@ pub struct ShardObservation {
     pub state: Option<State>,
     /// Why the latest read failed.
     pub error: Option<String>,
+    /// Whether the observer keeps the shard's contents (a write task writes it): see
+    /// [`super::versions`].
+    pub keep_contents: bool,
 }
 
 /// The latest observation of one oracle timeline's durable record.
@@ -51,10 +54,14 @@ pub async fn observe_shard(
     shard: ShardId,
     cell: Rc<RefCell<ShardObservation>>,
     period_ms: u64,
+    journal: Rc<RefCell<Journal>>,
 ) {
     let consensus = Rc::clone(&client.location().consensus);
     let rt = client.runtime().clone();
+    let mut witness = super::versions::VersionWitness::default();
     loop {
+        let keep = cell.borrow().keep_contents;
+        witness.set_keep_contents(keep);
         let error = match consensus.head(&shard.0).await {
             Ok(Some(head)) => decode_diff(&head.data).err().map(|e| {
                 format!(
@@ -66,17 +73,25 @@ pub async fn observe_shard(
             Ok(None) => None,
             Err(e) => Some(format!("could not read shard {shard}: {e}")),
         };
-        let error = match error {
+        let (error, state) = match error {
             None => match client.inspect_state(&shard).await {
-                Ok(state) => {
-                    cell.borrow_mut().state = Some(state);
-                    None
-                }
-                Err(e) => Some(format!("shard {shard} is broken: {e}")),
+                Ok(state) => (None, Some(state)),
+                Err(e) => (Some(format!("shard {shard} is broken: {e}")), None),
             },
-            Some(e) => Some(e),
+            Some(e) => (Some(e), None),
         };
-        cell.borrow_mut().error = error;
+        // The witness reads the versions even when persist cannot make a state of them: that
+        // is when the check has the most to say.
+        let now = rt.now_ms();
+        witness
+            .pass(client.location(), &shard.0, state.as_ref(), &journal, now)
+            .await;
+        let mut obs = cell.borrow_mut();
+        if let Some(state) = state {
+            obs.state = Some(state);
+        }
+        obs.error = error;
+        drop(obs);
         rt.sleep(period_ms).await;
     }
 }
@@ -88,9 +103,14 @@ pub async fn observe_timeline(
     timeline: String,
     cell: Rc<RefCell<TimelineView>>,
     period_ms: u64,
+    journal: Rc<RefCell<Journal>>,
 ) {
     let key = DurableTimestampOracle::consensus_key(&timeline);
+    let mut last = None;
     loop {
+        let now = runtime.now_ms();
+        last =
+            super::versions::timeline_pass(&*consensus, &key, &timeline, last, &journal, now).await;
         let mut view = TimelineView {
             timeline: timeline.clone(),
             ..TimelineView::default()

@@ -16,7 +16,9 @@ use serde::Serialize;
 
 use super::actors::{fmt_frontier, ActorCtx, ActorDetail, ActorView, LastAttempt, WriterView};
 use super::command::{OracleSpec, TaskOp, TaskSpec};
+use super::fact::{mask, Fact};
 use super::log::Outcome;
+use super::variants::{self, oracle::UnboundedOracle};
 use crate::location::Consensus;
 use crate::oracle::{
     DurableOracleConfig, DurableTimestampOracle, NowFn, OracleError, OracleEventKind,
@@ -183,6 +185,151 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
     }
 }
 
+/// A line for the log view and the [`Fact`] of one write-task event (on task shard `shard`).
+pub fn task_record(e: &WriteTaskEvent, shard: &str) -> (String, Option<Fact>) {
+    use WriteTaskEventKind as K;
+    let f = fmt_frontier;
+    let write = |expected_upper: &Option<u64>, upper: Option<u64>, what: &str| Fact::TaskWrite {
+        shard: shard.to_string(),
+        expected_upper: *expected_upper,
+        upper,
+        what: what.into(),
+        updates: 0,
+        desired: None,
+    };
+    match &e.kind {
+        K::Spawned {
+            read_only,
+            upper_tick_interval_ms,
+        } => (
+            format!(
+                "started on {shard}{}, ticking every {upper_tick_interval_ms} ms",
+                if *read_only { " read-only" } else { "" }
+            ),
+            None,
+        ),
+        K::Prepared {
+            upper,
+            shard_rows,
+            desired_rows,
+            ..
+        } => (
+            format!(
+                "read {shard_rows} rows at upper {}: desired starts with {desired_rows}",
+                f(*upper)
+            ),
+            None,
+        ),
+        K::CommandReceived { op, rows, error } => (
+            match error {
+                Some(err) => format!("{op} of {rows} refused: {err}"),
+                None => format!("{op}: {rows} rows into desired"),
+            },
+            None,
+        ),
+        K::ReadOnlyRejected { responders } => (
+            format!("read-only: {responders} commands answered with an error"),
+            None,
+        ),
+        K::Ticked {
+            current_upper,
+            pending,
+            ..
+        } => (
+            format!(
+                "tick at upper {}, {pending} updates pending",
+                f(*current_upper)
+            ),
+            None,
+        ),
+        K::WriteAttempted {
+            attempt,
+            expected_upper,
+            new_upper,
+            updates,
+            ..
+        } => (
+            format!(
+                "attempt {attempt}: {} at [{}, {})",
+                super::actors::plural(*updates, "update"),
+                f(*expected_upper),
+                f(*new_upper)
+            ),
+            None,
+        ),
+        K::Committed {
+            expected_upper,
+            new_upper,
+            updates,
+            desired_rows,
+            desired_fingerprint,
+            ..
+        } => (
+            format!(
+                "committed {} at [{}, {}): the shard equals desired ({desired_rows} rows)",
+                super::actors::plural(*updates, "update"),
+                f(*expected_upper),
+                f(*new_upper)
+            ),
+            Some(Fact::TaskWrite {
+                shard: shard.to_string(),
+                expected_upper: *expected_upper,
+                upper: *new_upper,
+                what: "committed".into(),
+                updates: *updates,
+                desired: Some(mask(*desired_fingerprint)),
+            }),
+        ),
+        K::Mismatch {
+            expected_upper,
+            current_upper,
+        } => (
+            format!(
+                "UpperMismatch: expected {}, the shard is at {}",
+                f(*expected_upper),
+                f(*current_upper)
+            ),
+            Some(write(expected_upper, *current_upper, "mismatch")),
+        ),
+        K::Resynced {
+            upper,
+            snapshot_rows,
+            desired_rows,
+            to_write_rows,
+            ..
+        } => (
+            format!(
+                "re-synced at upper {}: the shard holds {snapshot_rows} rows, desired                  {desired_rows}, {to_write_rows} updates to write",
+                f(*upper)
+            ),
+            Some(write(&None, *upper, "resynced")),
+        ),
+        K::ResyncFailed { reason } => (format!("re-sync failed: {reason}"), None),
+        K::AttemptTimedOut {
+            expected_upper,
+            after_ms,
+        } => (
+            format!(
+                "the attempt at {} timed out after {after_ms} ms: it may have committed",
+                f(*expected_upper)
+            ),
+            Some(write(expected_upper, None, "indeterminate")),
+        ),
+        K::GaveUp {
+            attempts,
+            responders,
+        } => (
+            format!("gave up after {attempts} attempts; {responders} commands got an error"),
+            None,
+        ),
+        K::ShutDown { answered } => (
+            format!("shut down; {answered} queued commands answered"),
+            None,
+        ),
+        K::Ended { reason } => (format!("ended: {reason}"), None),
+    }
+}
+
 fn last(
     outcome: Outcome,
     lower: Option<u64>,
@@ -202,12 +349,14 @@ fn last(
 }
 
 /// A write task on `spec.shard`, fed by `ops`. Its desired collection starts as what the shard
-/// holds (so a restarted task keeps the rows), and every push is answered into the log.
+/// holds (so a restarted task keeps the rows), and every push is answered into the log. With
+/// `no_resync` it is the variant that does not re-sync ([`crate::playground::variants::task`]).
 pub async fn run_task(
     ctx: Rc<ActorCtx>,
     spec: TaskSpec,
     log: WriteTaskLog,
     mut ops: mpsc::UnboundedReceiver<TaskOp>,
+    no_resync: bool,
 ) {
     let shard = match ShardId::new(&spec.shard) {
         Ok(s) => s,
@@ -250,15 +399,26 @@ pub async fn run_task(
             retain: Box::new(|_| true),
         },
     };
-    let spawned = DifferentialWriteTask::spawn(
-        ctx.id.clone(),
-        write,
-        read_handle_fn,
-        spec.read_only,
-        now_fn(&rt),
-        introspection,
-        cfg,
-    );
+    let spawned = if no_resync {
+        Ok(variants::task::spawn(
+            &ctx.id,
+            write,
+            read_handle_fn,
+            spec.read_only,
+            now_fn(&rt),
+            cfg,
+        ))
+    } else {
+        DifferentialWriteTask::spawn(
+            ctx.id.clone(),
+            write,
+            read_handle_fn,
+            spec.read_only,
+            now_fn(&rt),
+            introspection,
+            cfg,
+        )
+    };
     // Both handles live as long as this future: dropping it (a crash, a removal) ends the task.
     let (tx, _task, _shutdown) = match spawned {
         Ok(x) => x,
@@ -363,22 +523,36 @@ fn oracle_view(ctx: &ActorCtx, f: impl FnOnce(&mut OracleView)) {
     }
 }
 
-fn sync_oracle(ctx: &ActorCtx, oracle: &DurableTimestampOracle) {
+fn sync_oracle(
+    ctx: &ActorCtx,
+    timeline: &str,
+    oracle: &DurableTimestampOracle,
+    unbounded: Option<&UnboundedOracle>,
+) {
     for e in oracle.take_events() {
+        let mut fact = None;
         let (outcome, detail) = match &e.kind {
             OracleEventKind::Opened {
                 resumed_from,
                 start_ts,
                 durable_upper,
                 ..
-            } => (
-                Outcome::Committed,
-                format!(
-                    "epoch {} opened: resumed from {}, starts at {start_ts}, durable upper {durable_upper}",
-                    e.epoch,
-                    resumed_from.map_or("nothing (new timeline)".into(), |r| r.to_string())
-                ),
-            ),
+            } => {
+                fact = Some(Fact::OracleOpened {
+                    timeline: timeline.to_string(),
+                    epoch: e.epoch,
+                    start_ts: *start_ts,
+                    durable_upper: *durable_upper,
+                });
+                (
+                    Outcome::Committed,
+                    format!(
+                        "epoch {} opened: resumed from {}, starts at {start_ts}, durable upper {durable_upper}",
+                        e.epoch,
+                        resumed_from.map_or("nothing (new timeline)".into(), |r| r.to_string())
+                    ),
+                )
+            }
             OracleEventKind::Allocated {
                 for_ts,
                 durable_upper,
@@ -395,6 +569,12 @@ fn sync_oracle(ctx: &ActorCtx, oracle: &DurableTimestampOracle) {
                         o.windows.remove(0);
                     }
                 });
+                fact = Some(Fact::OracleWindow {
+                    timeline: timeline.to_string(),
+                    epoch: e.epoch,
+                    for_ts: Some(*for_ts),
+                    durable_upper: *durable_upper,
+                });
                 (
                     Outcome::Committed,
                     format!("allocated a window for {for_ts}: durable upper {durable_upper}"),
@@ -404,18 +584,69 @@ fn sync_oracle(ctx: &ActorCtx, oracle: &DurableTimestampOracle) {
                 Outcome::Error,
                 format!("fenced: epoch {current_epoch} took over"),
             ),
-            OracleEventKind::OpenConflict { .. } => (Outcome::Mismatch, format!("{:?}", e.kind)),
-            OracleEventKind::StorageRetry { indeterminate, .. } => (
+            OracleEventKind::OpenConflict { expected_seqno } => (
+                Outcome::Mismatch,
+                format!(
+                    "another instance wrote first (expected seqno {}): opening again",
+                    expected_seqno.map_or("none".into(), |s| s.to_string())
+                ),
+            ),
+            OracleEventKind::StorageRetry {
+                op,
+                error,
+                indeterminate,
+                backoff_ms,
+            } => (
                 if *indeterminate {
                     Outcome::Indeterminate
                 } else {
                     Outcome::Retrying
                 },
-                format!("{:?}", e.kind),
+                format!("{op} failed ({error}); retrying in {backoff_ms} ms"),
             ),
-            _ => (Outcome::Info, format!("{:?}", e.kind)),
+            OracleEventKind::AdoptedOwnWrite {
+                seqno,
+                durable_upper,
+            } => {
+                fact = Some(Fact::OracleWindow {
+                    timeline: timeline.to_string(),
+                    epoch: e.epoch,
+                    for_ts: None,
+                    durable_upper: *durable_upper,
+                });
+                (
+                Outcome::Committed,
+                    format!("found its own timed-out write at seqno {seqno}: durable upper {durable_upper}"),
+                )
+            }
+            OracleEventKind::Truncated {
+                below_seqno,
+                deleted,
+            } => (
+                Outcome::Info,
+                format!("truncated {deleted} versions below seqno {below_seqno}"),
+            ),
+            OracleEventKind::TruncateFailed { error } => {
+                (Outcome::Retrying, format!("truncate failed: {error}"))
+            }
+            OracleEventKind::ClockGuardWait {
+                stored_upper,
+                now_ms,
+                wait_ms,
+            } => (
+                Outcome::Info,
+                format!("stored upper {stored_upper} is far ahead of the clock ({now_ms}): waiting {wait_ms} ms"),
+            ),
+            OracleEventKind::ClockGuardGaveUp {
+                stored_upper,
+                now_ms,
+                waited_ms,
+            } => (
+                Outcome::Info,
+                format!("waited {waited_ms} ms for the clock ({now_ms}) to near {stored_upper}: starting anyway"),
+            ),
         };
-        ctx.event("oracle", "oracle", outcome, detail);
+        ctx.event_fact("oracle", "oracle", outcome, detail, fact);
     }
     let s = oracle.snapshot();
     oracle_view(ctx, |o| {
@@ -426,12 +657,25 @@ fn sync_oracle(ctx: &ActorCtx, oracle: &DurableTimestampOracle) {
         o.persist_interval_ms = s.persist_interval_ms;
         o.fenced_by = s.fenced_by;
         o.handed_out = s.stats.write_timestamps;
+        // Without the durable bound the timestamps are the variant's, served from memory.
+        if let Some(u) = unbounded {
+            let t = u.state();
+            o.read_ts = t.read_ts();
+            o.write_ts = t.peek_write_ts();
+            o.handed_out = u.handed_out();
+        }
     });
 }
 
-/// An oracle instance: opens (fencing any earlier instance on the timeline), then takes a write
-/// timestamp and applies it `rate_per_s` times a second.
-pub async fn run_oracle(ctx: Rc<ActorCtx>, spec: OracleSpec, consensus: Rc<dyn Consensus>) {
+/// An oracle instance: opens (fencing any earlier instance on the timeline), then `rate_per_s`
+/// times a second takes `burst` write timestamps, applying each, and a read timestamp.
+/// `unbounded` runs it without its durable bound ([`crate::playground::variants::oracle`]).
+pub async fn run_oracle(
+    ctx: Rc<ActorCtx>,
+    spec: OracleSpec,
+    consensus: Rc<dyn Consensus>,
+    unbounded: bool,
+) {
     let rt = ctx.runtime.clone();
     let config = DurableOracleConfig::new(spec.timeline.clone())
         .persist_interval_ms(spec.persist_interval_ms)
@@ -443,7 +687,12 @@ pub async fn run_oracle(ctx: Rc<ActorCtx>, spec: OracleSpec, consensus: Rc<dyn C
         Ok(Err(e)) => return ctx.fail("oracle", "open", e),
         Err(e) => return ctx.fail("oracle", "open", e),
     };
-    sync_oracle(&ctx, &oracle);
+    let variant = unbounded.then(|| UnboundedOracle::new(&oracle, NowFn::from_runtime(&rt)));
+    let serving: &dyn TimestampOracle = match &variant {
+        Some(v) => v,
+        None => &oracle,
+    };
+    sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
     let epoch = oracle.snapshot().epoch;
     ctx.register(&format!("oracle epoch {epoch}"));
     let period_ms = (1_000 / u64::from(spec.rate_per_s.max(1))).max(1);
@@ -451,21 +700,52 @@ pub async fn run_oracle(ctx: Rc<ActorCtx>, spec: OracleSpec, consensus: Rc<dyn C
         rt.sleep(period_ms).await;
         let result = rt
             .timeout(5_000, async {
-                let w = oracle.write_ts().await?;
-                oracle.apply_write(w.timestamp).await?;
-                oracle.read_ts().await.map(|_| w.timestamp)
+                let mut range: Option<(u64, u64)> = None;
+                for _ in 0..spec.burst.max(1) {
+                    let w = serving.write_ts().await?;
+                    serving.apply_write(w.timestamp).await?;
+                    let first = range.map_or(w.timestamp, |r| r.0);
+                    range = Some((first, w.timestamp));
+                }
+                serving.read_ts().await.map(|r| (range, r))
             })
             .await;
         match result {
-            Ok(Ok(ts)) => oracle_view(&ctx, |o| {
-                o.first_ts.get_or_insert(ts);
-            }),
+            Ok(Ok((range, read_ts))) => {
+                let Some((first, last)) = range else { continue };
+                // The window it took for `ts` is logged first: the check reads them in order.
+                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
+                oracle_view(&ctx, |o| {
+                    o.first_ts.get_or_insert(first);
+                });
+                // A burst's facts are its first and its last timestamp (one if they are one):
+                // every timestamp between them was handed out, in order, by this instance.
+                let ends = if first == last {
+                    vec![first]
+                } else {
+                    vec![first, last]
+                };
+                for ts in ends {
+                    let fact = Fact::OracleTs {
+                        timeline: spec.timeline.clone(),
+                        epoch,
+                        write_ts: ts,
+                        read_ts,
+                    };
+                    let detail = if first == last {
+                        format!("write ts {ts}, read ts {read_ts}")
+                    } else {
+                        format!("write ts {ts} (burst {first} to {last}), read ts {read_ts}")
+                    };
+                    ctx.event_fact("oracle", "timestamp", Outcome::Info, detail, Some(fact));
+                }
+            }
             Ok(Err(e @ OracleError::Fenced { .. })) => {
-                sync_oracle(&ctx, &oracle);
+                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
                 return ctx.fail("oracle", "write_ts", e);
             }
             Ok(Err(e)) => {
-                sync_oracle(&ctx, &oracle);
+                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
                 return ctx.fail("oracle", "write_ts", e);
             }
             Err(e) => ctx.event(
@@ -475,6 +755,6 @@ pub async fn run_oracle(ctx: Rc<ActorCtx>, spec: OracleSpec, consensus: Rc<dyn C
                 format!("no timestamp within {e}: storage is slow or down"),
             ),
         }
-        sync_oracle(&ctx, &oracle);
+        sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
     }
 }

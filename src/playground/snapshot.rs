@@ -14,14 +14,16 @@ use super::command::{ActorSpec, WriteMode};
 use super::location::{CasAttempt, FaultsView};
 use super::log::{Outcome, Pending};
 use super::observe::{shard_view, MaintenanceView, ShardView, TimelineView, MAINTENANCE_KEPT};
-use super::services::apply_task_event;
+use super::services::{apply_task_event, task_record};
 use super::{Journal, Scenario};
 use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
+use crate::write_task::WriteTaskEventKind;
 use timely::progress::Antichain;
 
-/// How many compare_and_set attempts a snapshot carries.
-pub const CAS_IN_SNAPSHOT: usize = 60;
+/// How many compare_and_set attempts a snapshot carries (the panel shows the newest 16 and counts
+/// these; fewer fields serialized per frame).
+pub const CAS_IN_SNAPSHOT: usize = 32;
 
 /// A message for the page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -65,6 +67,10 @@ pub struct VerifyView {
     pub acked: u64,
     /// Acknowledged updates missing from the shard: must be 0.
     pub lost: u64,
+    /// Acknowledged updates the shard holds more than once: must be 0 (each write is unique).
+    pub duplicated: u64,
+    /// Some of the duplicated values.
+    pub duplicated_examples: Vec<String>,
     /// Some of the missing values.
     pub lost_examples: Vec<String>,
     /// Per writer.
@@ -131,6 +137,10 @@ pub struct Snapshot {
     pub notices: Vec<Notice>,
     /// The upsert source and checker, once there is a replica.
     pub upsert: Option<super::upsert::UpsertView>,
+    /// Which protocol rules are on (actors added while one is off run without it).
+    pub rules: super::rules::Rules,
+    /// The live check of the history: checks and violations per rule (bounded).
+    pub check: super::check::CheckReport,
 }
 
 impl Snapshot {
@@ -156,6 +166,17 @@ fn cas_outcome(o: &CasOutcome) -> Outcome {
         CasOutcome::Determinate(_) => Outcome::Retrying,
         CasOutcome::Permanent(_) => Outcome::Error,
         CasOutcome::Skipped(_) => Outcome::Info,
+    }
+}
+
+fn cas_text(o: &CasOutcome) -> String {
+    match o {
+        CasOutcome::Committed => "committed".into(),
+        CasOutcome::Mismatch => "seqno taken, re-reading".into(),
+        CasOutcome::Indeterminate(e) => format!("may have happened ({e})"),
+        CasOutcome::Determinate(e) => format!("failed, retrying ({e})"),
+        CasOutcome::Permanent(e) => format!("failed for good ({e})"),
+        CasOutcome::Skipped(e) => format!("nothing to commit ({e})"),
     }
 }
 
@@ -193,9 +214,10 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
         } => {
             let mark = cas_outcome(&outcome);
             let detail = format!(
-                "{shard}: {cmd} expected seqno {expected}, reached {reached}, upper {} → {}: {outcome:?}",
+                "{shard}: {cmd} expected seqno {expected}, reached {reached}, upper {} → {}: {}",
                 super::actors::fmt_frontier(upper.0),
-                super::actors::fmt_frontier(upper.1)
+                super::actors::fmt_frontier(upper.1),
+                cas_text(&outcome)
             );
             (who, at_ms, cmd, mark, detail)
         }
@@ -341,13 +363,16 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
         kind,
         outcome,
         detail,
+        fact: None,
     })
 }
 
 impl Scenario {
     /// Moves what every component logged since the last pump into the merged log, and updates the
-    /// views that are derived from component events.
-    pub fn pump(&mut self) {
+    /// views that are derived from component events. Seed mode pumps after every simulator step,
+    /// so what it folds (the log's order, maintenance notes, retrying marks) does not depend on
+    /// where the page paused or took snapshots: a replay reaches the same snapshot.
+    pub fn pump(&self) {
         let mut journal = self.journal.borrow_mut();
         for p in &self.processes {
             for e in p.client.events().take() {
@@ -376,6 +401,19 @@ impl Scenario {
                     continue;
                 };
                 let outcome = apply_task_event(&mut a.view.borrow_mut(), &e);
+                let shard = match &a.spec {
+                    ActorSpec::Task(t) => t.shard.as_str(),
+                    _ => "",
+                };
+                if matches!(e.kind, WriteTaskEventKind::Committed { .. }) {
+                    if journal.task_commits.len() == super::COMMITS_KEPT {
+                        journal.task_commits.pop_front();
+                    }
+                    journal
+                        .task_commits
+                        .push_back((shard.to_string(), e.clone()));
+                }
+                let (detail, fact) = task_record(&e, shard);
                 journal.log.record(Pending {
                     at_ms: e.at_ms,
                     actor: Some(e.task.clone()),
@@ -383,14 +421,15 @@ impl Scenario {
                     component: "task",
                     kind: "write task".into(),
                     outcome,
-                    detail: format!("{:?}", e.kind),
+                    detail,
+                    fact,
                 });
             }
         }
         if let Some(hub) = &self.upsert {
             hub.pump_into(&mut journal.log);
         }
-        journal.log.pump();
+        journal.pump();
     }
 
     /// What the page draws now.
@@ -459,6 +498,8 @@ impl Scenario {
             verify: self.verify.borrow().clone(),
             notices: journal.notices.iter().cloned().collect(),
             upsert: self.upsert.as_ref().map(|h| h.view()),
+            rules: self.rules,
+            check: journal.check.report(),
         }
     }
 
@@ -496,6 +537,8 @@ impl Scenario {
                     acked: 0,
                     lost: 0,
                     lost_examples: Vec::new(),
+                    duplicated: 0,
+                    duplicated_examples: Vec::new(),
                     writers: Vec::new(),
                     unchecked_append_writers: unchecked,
                     error: None,
@@ -559,10 +602,17 @@ async fn verify(
             found: 0,
         };
         for v in values {
-            if held.get(v.as_str()).is_some_and(|&d| d > 0) {
+            let copies = held.get(v.as_str()).copied().unwrap_or(0);
+            if copies > 0 {
                 w.found += 1;
             } else if view.lost_examples.len() < 5 {
                 view.lost_examples.push(v.clone());
+            }
+            if copies > 1 {
+                view.duplicated += 1;
+                if view.duplicated_examples.len() < 5 {
+                    view.duplicated_examples.push(format!("{v} x{copies}"));
+                }
             }
         }
         view.acked += w.acked;

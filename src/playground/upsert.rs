@@ -16,19 +16,23 @@ use std::rc::Rc;
 use serde::Serialize;
 
 use super::actors::{ActorCtx, ActorState};
+use super::fact::{digest, Fact, MessageFact};
 use super::log::{Outcome, Pending};
 use super::upsert_source::{run_source_reader, run_source_writer, SourceQueue};
+use super::variants::upsert::start_own_feedback;
 use super::Journal;
+use crate::persist::codec::Codec;
 use crate::persist::codec::Timestamp;
 use crate::persist::{PersistClient, ShardId};
 use crate::runtime::{JoinHandle, Runtime};
 use crate::upsert::driver::start_replica;
+use crate::upsert::observe::UpsertEventKind;
 use crate::upsert::observe::UpsertLog;
 use crate::upsert::reference::{check_contents, CheckerReport};
 use crate::upsert::replica::{Replica, ReplicaConfig, ReplicaSnapshot};
 use crate::upsert::source::{GeneratorConfig, SourceGenerator, SourceLog};
 use crate::upsert::types::kv_row;
-use crate::upsert::types::SourceData;
+use crate::upsert::types::{DataflowError, SourceData};
 
 /// The shard every replica writes.
 pub const UPSERT_SHARD: &str = "upsert_out";
@@ -126,6 +130,10 @@ impl UpsertHub {
             let fut = run_source_writer(client.clone(), Rc::clone(&queue));
             runtime.spawn("upsert source writer", async move { on_writer(fut.await) })
         };
+        let facts = runtime.spawn(
+            "upsert source facts",
+            source_facts(runtime.clone(), Rc::clone(&source), Rc::clone(&journal)),
+        );
         let on_reader = failed("reader", journal, runtime.clone());
         let reader_task = {
             let fut = run_source_reader(client.clone(), Rc::clone(&source));
@@ -141,7 +149,7 @@ impl UpsertHub {
             generating,
             log: UpsertLog::new(),
             report,
-            _tasks: vec![gen_task, writer_task, reader_task, checker],
+            _tasks: vec![gen_task, writer_task, reader_task, checker, facts],
         }
     }
 
@@ -194,7 +202,8 @@ impl UpsertHub {
                 component: "upsert",
                 kind: "upsert".into(),
                 outcome: Outcome::Info,
-                detail: format!("{}: {:?}", e.who, e.kind),
+                detail: format!("{}: {}", e.who, upsert_text(&e.kind)),
+                fact: None,
             });
         }
     }
@@ -207,8 +216,52 @@ impl UpsertHub {
     }
 }
 
+/// Logs what the source log gained, every 50 ms, as a [`Fact::UpsertSource`]: the history
+/// check's reference model reads the source from these.
+async fn source_facts(rt: Runtime, source: Rc<RefCell<SourceLog>>, journal: Rc<RefCell<Journal>>) {
+    let (mut from, mut last_upper) = (0usize, 0);
+    let mut buf = Vec::new();
+    loop {
+        rt.sleep(50).await;
+        let source = source.borrow();
+        let (messages, upper) = (source.messages(), source.upper());
+        from = from.min(messages.len());
+        if from == messages.len() && upper == last_upper {
+            continue;
+        }
+        let new: Vec<MessageFact> = messages[from..]
+            .iter()
+            .map(|m| MessageFact {
+                offset: m.offset,
+                key: m.key,
+                ts: m.ts,
+                output: m.value.clone().map(|v| {
+                    buf.clear();
+                    SourceData(v.map_err(DataflowError::from)).encode(&mut buf);
+                    digest(&buf, &[])
+                }),
+            })
+            .collect();
+        (from, last_upper) = (messages.len(), upper);
+        journal.borrow_mut().log.record(Pending {
+            at_ms: rt.now_ms(),
+            actor: None,
+            process: None,
+            component: "upsert",
+            kind: "source".into(),
+            outcome: Outcome::Info,
+            detail: format!("source log: {} new messages, upper {upper}", new.len()),
+            fact: Some(Fact::UpsertSource {
+                upper,
+                messages: new,
+            }),
+        });
+    }
+}
+
 /// A replica actor: starts a replica (its writer, persist source and driver) in its process and
-/// keeps it until dropped (a crash or a removal aborts it).
+/// keeps it until dropped (a crash or a removal aborts it). With `own_feedback` it runs without
+/// the feedback edge ([`super::variants::upsert`]).
 pub async fn run_replica(
     ctx: Rc<ActorCtx>,
     read_batch: u32,
@@ -216,30 +269,47 @@ pub async fn run_replica(
     log: UpsertLog<Timestamp>,
     slot: ReplicaSlot,
     generation: u64,
+    own_feedback: bool,
 ) {
     let mut cfg = ReplicaConfig::new(&ctx.id, ctx.seed);
     cfg.read_batch = read_batch as usize;
     let shard = ShardId(UPSERT_SHARD.to_string());
-    let running = match start_replica(ctx.client.clone(), shard, source, cfg, generation, log).await
-    {
+    let client = ctx.client.clone();
+    // Either way the replica's tasks live as long as `_running`.
+    type Started = (Rc<RefCell<Replica>>, Box<dyn std::any::Any>);
+    let started: Result<Started, String> = if own_feedback {
+        start_own_feedback(client, shard, source, cfg, generation, log)
+            .await
+            .map(|r| (Rc::clone(&r.replica), Box::new(r) as Box<dyn std::any::Any>))
+    } else {
+        start_replica(client, shard, source, cfg, generation, log)
+            .await
+            .map(|r| (Rc::clone(&r.replica), Box::new(r) as Box<dyn std::any::Any>))
+    };
+    let (replica, _running) = match started {
         Ok(r) => r,
         Err(e) => return ctx.fail("upsert", "start replica", e),
     };
-    *slot.borrow_mut() = Some(Rc::clone(&running.replica));
+    *slot.borrow_mut() = Some(Rc::clone(&replica));
     ctx.register(&format!("{}#{generation}", ctx.id));
+    let learns = if own_feedback {
+        "learning its state from its own output (rule upsert-feedback off)"
+    } else {
+        "learning its state from the shard"
+    };
     ctx.event(
         "upsert",
         "start",
         Outcome::Info,
         format!(
-            "replica {}#{generation} started from the shard's upper",
+            "replica {}#{generation} started from the shard's upper, {learns}",
             ctx.id
         ),
     );
     let rt = ctx.runtime.clone();
     loop {
         rt.sleep(200).await;
-        let halted = running.replica.borrow().halted();
+        let halted = replica.borrow().halted();
         if let Some(why) = halted {
             ctx.view.borrow_mut().state = ActorState::Failed;
             return ctx.fail("upsert", "replica halted", why);
@@ -306,5 +376,67 @@ pub async fn run_output_checker(
                 },
             }
         }
+    }
+}
+
+/// A line for the log view of one replica event.
+fn upsert_text(k: &UpsertEventKind<Timestamp>) -> String {
+    use UpsertEventKind as K;
+    let f = |t: &Option<Timestamp>| super::actors::fmt_frontier(*t);
+    match k {
+        K::PersistIngested {
+            updates,
+            persist_upper,
+            ..
+        } => format!(
+            "folded {updates} feedback updates into state; persist upper {}",
+            f(persist_upper)
+        ),
+        K::SourceStaged { time, staged, .. } => {
+            format!("stashed {staged} source updates at {time}")
+        }
+        K::SourceProgress { input_upper, .. } => format!("source frontier {}", f(input_upper)),
+        K::DrainSkipped { persist_upper, .. } => format!(
+            "drain skipped: the feedback is mid-timestamp at {}",
+            f(persist_upper)
+        ),
+        K::Drained {
+            drain,
+            eligible,
+            emitted,
+            remaining,
+            ..
+        } => format!(
+            "{} drain: {eligible} stash entries eligible, {emitted} updates out, {remaining} left",
+            match drain {
+                crate::upsert::observe::DrainKind::ToUpper => "complete-time",
+                crate::upsert::observe::DrainKind::AtTime => "partial",
+            }
+        ),
+        K::HealthError { error } => format!("stopped on an error: {error}"),
+        K::Started {
+            resume_upper,
+            generation,
+        } => format!("start {generation} from upper {}", f(resume_upper)),
+        K::FedBack { updates, upper } => {
+            format!(
+                "fed back {updates} updates; persist input upper {}",
+                f(upper)
+            )
+        }
+        K::SinkAppended {
+            lower,
+            upper,
+            updates,
+        } => format!("sink wrote {updates} updates at [{lower}, {})", f(upper)),
+        K::SinkMismatch {
+            expected,
+            current,
+            dropped,
+        } => format!(
+            "sink lost [{expected}, …) to a peer at {}; dropped {dropped}",
+            f(current)
+        ),
+        K::Crashed { reason } => format!("crashed: {reason}"),
     }
 }
