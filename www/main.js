@@ -117,6 +117,7 @@ function main() {
 
   /** Time (www/time.js): swaps in a replayed playground (a fork, an import), paused. */
   function replacePg(next) {
+    tours?.beforeManual(); // a fork or an import leaves a guided tour
     pg.free();
     pg = next;
     state.clear();
