@@ -33,7 +33,7 @@ export function renderPicker(el, tours, shown) {
   setHtml(
     el,
     `<details${folded ? "" : " open"}><summary><b>New here? Take a guided tour</b> <span class="muted">a scripted run of the real components, step by step with narration: leave it at any step and play on. Or just play with the run below.</span></summary>` +
-      `<div data-testid="tour-list">${row("Learn", learn, 0)}${row("Break a rule on purpose", rules, learn.length)}</div></details>`,
+      `<div data-testid="tour-list">${row("Learn", learn, 0)}${row("Break a rule", rules, learn.length)}</div></details>`,
   );
 }
 
