@@ -82,6 +82,9 @@ async function checkStep(page, tour, index, prevSnap) {
     }
   }
   assert.equal(await page.getByTestId("tour-warn").count(), 0, `${where}: no failed-check warning on the card`);
+  // The shard a step names is the one the Shard panel shows.
+  const shard = (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6);
+  if (shard) assert.equal(await page.getByTestId("shard-pick").inputValue(), shard, `${where}: the Shard panel shows ${shard}`);
   // The highlighted panels are outlined.
   for (const h of (step.highlight ?? []).filter((x) => x.startsWith("panel-"))) {
     const outline = await page.locator(`#${h}`).evaluate((el) => getComputedStyle(el).outlineStyle);

@@ -64,10 +64,21 @@ export function startTours(host, tours) {
     renderHighlights(els.style, step.highlight ?? []);
   }
 
+  /** Shows the shard a step names (`shard:NAME`) in the Shard panel; true if that changed it. */
   function pickShard(step) {
     const want = (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6);
     const sel = host.dom.shardPick;
-    if (want && [...sel.options].some((o) => o.value === want)) sel.value = want;
+    if (!want || sel.value === want || ![...sel.options].some((o) => o.value === want)) return false;
+    sel.value = want;
+    return true;
+  }
+
+  /** Draws the panels, then again if the step's shard only got its option in that draw. */
+  function redrawStep() {
+    const step = at.tour.steps[at.step - 1];
+    pickShard(step);
+    host.redraw();
+    if (pickShard(step)) host.redraw();
   }
 
   function scrollToFirst(step) {
@@ -106,8 +117,7 @@ export function startTours(host, tours) {
         host.pg().runFor(run.chunks[run.next++]);
         host.pull();
       }
-      pickShard(at.tour.steps[at.step - 1]);
-      host.redraw();
+      redrawStep();
     } catch (err) {
       fail(err);
       return;
@@ -134,8 +144,7 @@ export function startTours(host, tours) {
 
   function settle() {
     at.run = null;
-    pickShard(at.tour.steps[at.step - 1]);
-    host.redraw();
+    redrawStep();
     draw();
     host.report({ kind: at.note ? "error" : "ok", text: `tour "${at.tour.title}": step ${at.step} of ${at.tour.steps.length}${at.note}` });
     at.note = "";
