@@ -357,6 +357,7 @@ function main() {
         report,
         latest: () => state.latest(),
         mode: () => pg.mode,
+        toPresent: () => time.toPresent(),
       }, await toursLoaded);
     } catch (err) {
       report({ kind: "error", text: `the guided tours could not start: ${errorText(err)}` });

@@ -217,7 +217,14 @@ test("leaving a tour mid-way keeps the scenario and plays on; a manual command l
   // A command by hand (the w key) during a tour leaves it first, then applies.
   const p3 = await open(ctx, tourSearch("upper-since", 3));
   await settled(p3, "upper-since", 3);
+  // Scrubbed back in time (the , key of www/time.js), Next runs the next step on the present.
+  await p3.keyboard.press(",");
+  await waitFor(p3, () => window.__playground.time.inPast(), "the page to show the past");
+  await p3.keyboard.press("ArrowRight");
+  await settled(p3, "upper-since", 4);
+  assert.equal(await p3.evaluate(() => window.__playground.time.inPast()), false, "back at the present");
   await p3.keyboard.press("w");
   await waitFor(p3, () => document.getElementById("tour-card").hidden && /added W2/.test(document.getElementById("status").textContent), "w to leave the tour and add W2");
+  assert.match(new URL(p3.url()).search, /step=4&free=1/, "left at step 4");
   for (const p of [p2, p3]) noErrors(p);
 });

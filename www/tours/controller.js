@@ -26,7 +26,8 @@ export async function loadTours() {
 /**
  * Starts the tours on the page. `host` is main.js's thin layer: `Playground` (the wasm class),
  * `adopt(pg)` (make `pg` the page's playground, forgetting the old run), `pull()`, `redraw()`,
- * `report(status)`, `latest()`, `mode()`, `dom`. Returns `{ beforeManual, current }`.
+ * `report(status)`, `latest()`, `mode()`, `dom`, and optionally `toPresent()` (leave a scrubbed
+ * past: www/time.js). Returns `{ beforeManual, current }`.
  */
 export function startTours(host, tours) {
   const doc = document;
@@ -92,6 +93,7 @@ export function startTours(host, tours) {
   /** Applies step `index` (0-based) to the current playground; runs it over frames unless `now`. */
   function runStep(index, now) {
     const tour = at.tour;
+    host.toPresent?.(); // a step runs on the present, even if the learner scrubbed back
     at.prevSnap = index > 0 ? host.latest() : null;
     at.step = index + 1;
     if (index > 0 && tour.steps[index].reset) {
