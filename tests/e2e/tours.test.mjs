@@ -71,6 +71,9 @@ async function checkStep(page, tour, index, prevSnap) {
     }
     assert.ok(narration.includes(want), `${where}: narration shows ${JSON.stringify(want.slice(0, 80))}…`);
   }
+  // Every [text](?query) link of the narration is a link on the card.
+  const links = step.narration.flatMap((p) => [...p.matchAll(/\[([^\]]+)\]\((\?[^)\s]*)\)/g)].map((m) => m[2]));
+  assert.deepEqual(await page.locator("[data-testid=tour-narration] a").evaluateAll((as) => as.map((a) => a.getAttribute("href"))), links, `${where}: narration links`);
   assert.match(await page.locator(".tour-count").textContent(), new RegExp(`^${index + 1} / ${tour.steps.length}$`));
   for (const e of step.expect ?? []) {
     if (e.snap) {
