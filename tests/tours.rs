@@ -149,7 +149,8 @@ fn failed(step: &Value, snap: &Value, prev: Option<&Value>) -> Vec<String> {
     for e in step["expect"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         let Some(path) = e["snap"].as_str() else {
             assert!(
-                e["panel"].is_string() && e["text"].is_string(),
+                e["panel"].as_str().is_some_and(|p| p.starts_with("panel-"))
+                    && e["text"].is_string(),
                 "an expect is a snap check or a panel check: {e}"
             );
             continue;
@@ -224,6 +225,14 @@ fn every_tour_replays_and_every_step_shows_what_it_says() {
                     assert!(
                         value_at(from, path).is_some_and(|v| !v.is_object() && !v.is_array()),
                         "{at}: the narration quotes {path}, which is not a value here"
+                    );
+                }
+            }
+            for e in step["expect"].as_array().unwrap() {
+                if let Some(panel) = e["panel"].as_str() {
+                    assert!(
+                        html.contains(&format!("id=\"{panel}\"")),
+                        "{at}: no {panel} in index.html"
                     );
                 }
             }

@@ -117,6 +117,7 @@ function main() {
 
   /** Time (www/time.js): swaps in a replayed playground (a fork, an import), paused. */
   function replacePg(next) {
+    tours?.beforeManual(); // a fork or an import leaves a guided tour
     pg.free();
     pg = next;
     state.clear();
@@ -356,6 +357,7 @@ function main() {
         report,
         latest: () => state.latest(),
         mode: () => pg.mode,
+        toPresent: () => time.toPresent(),
       }, await toursLoaded);
     } catch (err) {
       report({ kind: "error", text: `the guided tours could not start: ${errorText(err)}` });

@@ -71,6 +71,9 @@ async function checkStep(page, tour, index, prevSnap) {
     }
     assert.ok(narration.includes(want), `${where}: narration shows ${JSON.stringify(want.slice(0, 80))}…`);
   }
+  // Every [text](?query) link of the narration is a link on the card.
+  const links = step.narration.flatMap((p) => [...p.matchAll(/\[([^\]]+)\]\((\?[^)\s]*)\)/g)].map((m) => m[2]));
+  assert.deepEqual(await page.locator("[data-testid=tour-narration] a").evaluateAll((as) => as.map((a) => a.getAttribute("href"))), links, `${where}: narration links`);
   assert.match(await page.locator(".tour-count").textContent(), new RegExp(`^${index + 1} / ${tour.steps.length}$`));
   for (const e of step.expect ?? []) {
     if (e.snap) {
@@ -82,6 +85,9 @@ async function checkStep(page, tour, index, prevSnap) {
     }
   }
   assert.equal(await page.getByTestId("tour-warn").count(), 0, `${where}: no failed-check warning on the card`);
+  // The shard a step names is the one the Shard panel shows.
+  const shard = (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6);
+  if (shard) assert.equal(await page.getByTestId("shard-pick").inputValue(), shard, `${where}: the Shard panel shows ${shard}`);
   // The highlighted panels are outlined.
   for (const h of (step.highlight ?? []).filter((x) => x.startsWith("panel-"))) {
     const outline = await page.locator(`#${h}`).evaluate((el) => getComputedStyle(el).outlineStyle);
@@ -150,6 +156,13 @@ test("the picker is the first thing a newcomer sees; a tour opens in place; bad 
   assert.ok(pickerBox.height < 140, `the picker is compact (${pickerBox.height}px)`);
   await waitFor(page, () => window.__playground.state.latest().nowMs > 500, "the default run plays");
   await page.screenshot({ path: join(SHOTS, "00-picker.png") });
+  // Folded away, it stays folded on the next visit.
+  await page.locator("#tour-picker summary").click();
+  const again = await open(ctx, "?seed=1");
+  await waitFor(again, () => document.querySelector("#tour-picker details") && !document.querySelector("#tour-picker details").open, "the picker to stay folded");
+  await again.close();
+  await page.locator("#tour-picker summary").click();
+  assert.equal(await page.evaluate(() => localStorage.getItem("persist-playground:tour-picker")), "open");
   // Clicking a tour opens it here, at step 1, with its URL.
   await page.locator('[data-testid=tour-list] a[data-tour="upper-since"]').click();
   await settled(page, "upper-since", 1);
@@ -207,7 +220,14 @@ test("leaving a tour mid-way keeps the scenario and plays on; a manual command l
   // A command by hand (the w key) during a tour leaves it first, then applies.
   const p3 = await open(ctx, tourSearch("upper-since", 3));
   await settled(p3, "upper-since", 3);
+  // Scrubbed back in time (the , key of www/time.js), Next runs the next step on the present.
+  await p3.keyboard.press(",");
+  await waitFor(p3, () => window.__playground.time.inPast(), "the page to show the past");
+  await p3.keyboard.press("ArrowRight");
+  await settled(p3, "upper-since", 4);
+  assert.equal(await p3.evaluate(() => window.__playground.time.inPast()), false, "back at the present");
   await p3.keyboard.press("w");
   await waitFor(p3, () => document.getElementById("tour-card").hidden && /added W2/.test(document.getElementById("status").textContent), "w to leave the tour and add W2");
+  assert.match(new URL(p3.url()).search, /step=4&free=1/, "left at step 4");
   for (const p of [p2, p3]) noErrors(p);
 });

@@ -14,17 +14,26 @@ export function narrationHtml(text) {
     .replace(/\[([^\]]+)\]\((\?[^)\s]*)\)/g, (_, label, href) => `<a href="${href}">${label}</a>`);
 }
 
+/** Where the picker remembers that the learner folded it away. */
+export const PICKER_KEY = "persist-playground:tour-picker";
+
 export function renderPicker(el, tours, shown) {
   el.hidden = !shown;
   if (!shown) return;
+  let folded = false;
+  try {
+    folded = localStorage.getItem(PICKER_KEY) === "folded";
+  } catch {
+    // storage unavailable: start unfolded
+  }
   const item = (t, i) => `<li><a href="${esc(tourSearch(t.id, 1))}" data-tour="${esc(t.id)}" title="${esc(t.blurb ?? "")}"><span class="n">${i + 1}</span> ${esc(t.title.replace(/^broken rule: /, ""))}</a></li>`;
   const learn = tours.filter((t) => t.group !== "rules");
   const rules = tours.filter((t) => t.group === "rules");
   const row = (label, list, from) => (list.length ? `<div class="tour-row"><span class="tour-row-label">${label}</span><ol class="tour-list" start="${from + 1}">${list.map((t, i) => item(t, from + i)).join("")}</ol></div>` : "");
   setHtml(
     el,
-    `<details open><summary><b>New here? Take a guided tour</b> <span class="muted">a scripted run of the real components, step by step with narration: leave it at any step and play on. Or just play with the run below.</span></summary>` +
-      `<div data-testid="tour-list">${row("Learn", learn, 0)}${row("Break a rule on purpose", rules, learn.length)}</div></details>`,
+    `<details${folded ? "" : " open"}><summary><b>New here? Take a guided tour</b> <span class="muted">a scripted run of the real components, step by step with narration: leave it at any step and play on. Or just play with the run below.</span></summary>` +
+      `<div data-testid="tour-list">${row("Learn", learn, 0)}${row("Break a rule", rules, learn.length)}</div></details>`,
   );
 }
 

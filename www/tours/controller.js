@@ -6,7 +6,7 @@
 // protocol state, only where the learner is.
 
 import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, tourParams, tourSearch } from "./engine.js";
-import { renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
+import { PICKER_KEY, renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
 
 /** Animation pace: a step's run is spread over at most this many frames. */
 const MAX_FRAMES_PER_STEP = 80;
@@ -26,7 +26,8 @@ export async function loadTours() {
 /**
  * Starts the tours on the page. `host` is main.js's thin layer: `Playground` (the wasm class),
  * `adopt(pg)` (make `pg` the page's playground, forgetting the old run), `pull()`, `redraw()`,
- * `report(status)`, `latest()`, `mode()`, `dom`. Returns `{ beforeManual, current }`.
+ * `report(status)`, `latest()`, `mode()`, `dom`, and optionally `toPresent()` (leave a scrubbed
+ * past: www/time.js). Returns `{ beforeManual, current }`.
  */
 export function startTours(host, tours) {
   const doc = document;
@@ -64,10 +65,21 @@ export function startTours(host, tours) {
     renderHighlights(els.style, step.highlight ?? []);
   }
 
+  /** Shows the shard a step names (`shard:NAME`) in the Shard panel; true if that changed it. */
   function pickShard(step) {
     const want = (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6);
     const sel = host.dom.shardPick;
-    if (want && [...sel.options].some((o) => o.value === want)) sel.value = want;
+    if (!want || sel.value === want || ![...sel.options].some((o) => o.value === want)) return false;
+    sel.value = want;
+    return true;
+  }
+
+  /** Draws the panels, then again if the step's shard only got its option in that draw. */
+  function redrawStep() {
+    const step = at.tour.steps[at.step - 1];
+    pickShard(step);
+    host.redraw();
+    if (pickShard(step)) host.redraw();
   }
 
   function scrollToFirst(step) {
@@ -81,6 +93,7 @@ export function startTours(host, tours) {
   /** Applies step `index` (0-based) to the current playground; runs it over frames unless `now`. */
   function runStep(index, now) {
     const tour = at.tour;
+    host.toPresent?.(); // a step runs on the present, even if the learner scrubbed back
     at.prevSnap = index > 0 ? host.latest() : null;
     at.step = index + 1;
     if (index > 0 && tour.steps[index].reset) {
@@ -106,8 +119,7 @@ export function startTours(host, tours) {
         host.pg().runFor(run.chunks[run.next++]);
         host.pull();
       }
-      pickShard(at.tour.steps[at.step - 1]);
-      host.redraw();
+      redrawStep();
     } catch (err) {
       fail(err);
       return;
@@ -120,17 +132,21 @@ export function startTours(host, tours) {
   function finishRun() {
     const run = at.run;
     if (!run) return;
-    while (run.next < run.chunks.length) {
-      host.pg().runFor(run.chunks[run.next++]);
-      host.pull();
+    try {
+      while (run.next < run.chunks.length) {
+        host.pg().runFor(run.chunks[run.next++]);
+        host.pull();
+      }
+    } catch (err) {
+      fail(err);
+      return;
     }
     settle();
   }
 
   function settle() {
     at.run = null;
-    pickShard(at.tour.steps[at.step - 1]);
-    host.redraw();
+    redrawStep();
     draw();
     host.report({ kind: at.note ? "error" : "ok", text: `tour "${at.tour.title}": step ${at.step} of ${at.tour.steps.length}${at.note}` });
     at.note = "";
@@ -225,6 +241,14 @@ export function startTours(host, tours) {
     const tour = byId(a.dataset.tour);
     if (tour) open(tour, 1, { push: true });
   });
+  // Folding the picker away is remembered (it stays one line, out of the way of free play).
+  els.picker.addEventListener("toggle", (e) => {
+    try {
+      localStorage.setItem(PICKER_KEY, e.target.open ? "open" : "folded");
+    } catch {
+      // storage unavailable: not remembered
+    }
+  }, true);
   // Left and right step through a tour; Escape leaves it. Not while typing in a field.
   doc.addEventListener("keydown", (e) => {
     if (!at.tour || e.ctrlKey || e.metaKey || e.altKey) return;
