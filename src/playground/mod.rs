@@ -85,7 +85,7 @@ pub struct Journal {
     /// Messages for the page, oldest first.
     pub notices: VecDeque<snapshot::Notice>,
     /// Write tasks' commits, with their shard, for [`Scenario::audit_tasks`] (the newest
-    /// [`COMMITS_KEPT`]).
+    /// [`COMMITS_KEPT`]; native builds only: the page has the live check's `task-desired`).
     pub task_commits: VecDeque<(String, crate::write_task::WriteTaskEvent)>,
     /// The live check of the history, fed every event as it is logged.
     pub check: check::HistoryCheck,
@@ -443,7 +443,7 @@ impl Scenario {
     /// ([`crate::write_task::audit::audit_commits`]): after each commit, the shard must equal the
     /// committing task's desired collection. The shard's since must still be below the first
     /// commit (a holding reader keeps it there). Seed mode: steps the simulator until the audit
-    /// is done, at most 10 s of virtual time.
+    /// is done, at most 10 s of virtual time. Native builds only (tests).
     pub fn audit_tasks(
         &mut self,
         shard: &str,
