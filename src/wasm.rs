@@ -59,11 +59,20 @@ export interface PlaygroundSnapshot {
     upsert: Record<string, unknown> | null;
     /** Protocol rules (src/playground/rules.rs): false = off, new actors run the variant. */
     rules: { idempotencyToken: boolean; oracleDurableBound: boolean; upsertFeedback: boolean; taskResync: boolean };
+    check: CheckReport;
 }
-/** One event of the merged log. */
+/** The live check of the history (src/playground/check/): checks and breaks per rule. */
+export interface CheckReport {
+    events: number; facts: number; violationsTotal: number;
+    rules: { rule: string; title: string; checks: number; violations: number; unverified: number }[];
+    /** The newest violations, oldest first: the events that broke the rule, and faults beside them. */
+    violations: { rule: string; message: string; atMs: number; seqs: number[]; faults: number[] }[];
+}
+/** One event of the merged log. `fact`: its structured payload (src/playground/fact.rs). */
 export interface PlayEvent {
     seq: number; atMs: number; actor: string | null; process: string | null;
     component: string; kind: string; outcome: string; detail: string;
+    fact?: { type: string; [field: string]: unknown };
 }
 "#;
 

@@ -809,7 +809,8 @@ fn process_of(s: &mut Scenario, actor: &str) -> String {
 #[test]
 fn default_runs_with_faults_and_crashes_break_no_rule_and_check_every_rule() {
     // Goal: on real runs of the page's default scenario, with faults on and processes crashing
-    // and restarting (a writer, the oracle, a replica), the check finds no break, and every rule
+    // and restarting (a writer, the oracle, a replica), a second oracle fencing the first and the
+    // reader holding its since a while, the check finds no break, and every rule
     // is checked, many times. Method: two seeds, 30 s of virtual time each, in 250 ms slices
     // with a pump after each (as the page's frames do).
     for seed in [1, 2] {
@@ -828,6 +829,18 @@ fn default_runs_with_faults_and_crashes_break_no_rule_and_check_every_rule() {
                 s.apply(Command::TaskPush {
                     actor: "T1".into(),
                     op: TaskOp::DeleteOldest,
+                })
+                .unwrap();
+            }
+            if i == 45 {
+                // A second oracle instance on the timeline fences the first.
+                add(&mut s, ActorSpec::Oracle(OracleSpec::default()));
+            }
+            if i == 20 || i == 70 {
+                let hold = i == 20;
+                s.apply(Command::SetReaderHold {
+                    actor: "R1".into(),
+                    hold,
                 })
                 .unwrap();
             }

@@ -14,7 +14,6 @@
 //! fingerprint after each version, which is what the task's commits are checked against.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 
 use super::fact::{mask, BatchFact, Fact, HandleFact, VersionFact, MAX_ITEMIZED};
 use super::log::{Outcome, Pending};
@@ -24,7 +23,7 @@ use crate::persist::codec::{Codec, Row};
 use crate::persist::encoding::{decode_diff, decode_part, StateDiff};
 use crate::persist::events::frontier;
 use crate::persist::state::{BatchPart, HollowBatch, State};
-use crate::write_task::ops::fingerprint;
+use crate::write_task::ops::{consolidate, fingerprint};
 
 /// How many versions one pass reads at most.
 const SCAN_LIMIT: usize = 256;
@@ -38,7 +37,7 @@ pub struct VersionWitness {
     seqno: Option<u64>,
     upper: Option<u64>,
     since: Option<u64>,
-    contents: Option<BTreeMap<Row, i64>>,
+    contents: Option<Vec<(Row, i64)>>,
 }
 
 fn is_beyond(upper: Option<u64>, than: Option<u64>) -> bool {
@@ -86,28 +85,24 @@ impl VersionWitness {
     }
 
     fn fingerprint(&self) -> Option<u64> {
-        self.contents.as_ref().map(|c| {
-            let rows: Vec<(Row, i64)> = c.iter().map(|(r, d)| (r.clone(), *d)).collect();
-            mask(fingerprint(&rows))
-        })
+        self.contents.as_deref().map(|c| mask(fingerprint(c)))
     }
 
+    /// Folds updates into the kept contents (consolidated, as the write task keeps `desired`).
     fn fold(&mut self, updates: &[(Vec<u8>, Vec<u8>, i64)]) {
         let Some(contents) = &mut self.contents else {
             return;
         };
         for (k, _, d) in updates {
-            let Ok(row) = Row::decode(k) else {
-                self.contents = None; // not a row shard: nothing to keep
-                return;
-            };
-            let e = contents.entry(row.clone()).or_default();
-            *e += d;
-            if *e == 0 {
-                contents.remove(&row);
+            match Row::decode(k) {
+                Ok(row) => contents.push((row, *d)),
+                Err(_) => {
+                    self.contents = None; // not a row shard: nothing to keep
+                    return;
+                }
             }
         }
-        if contents.len() > MAX_KEPT_ROWS {
+        if consolidate(contents).is_err() || contents.len() > MAX_KEPT_ROWS {
             self.contents = None;
         }
     }
@@ -120,7 +115,7 @@ impl VersionWitness {
         self.since = frontier(state.since());
         self.contents = None;
         if self.keep_contents {
-            self.contents = Some(BTreeMap::new());
+            self.contents = Some(Vec::new());
             for b in c.trace.batches() {
                 match read_batch(location, b).await {
                     Some(u) => self.fold(&u),

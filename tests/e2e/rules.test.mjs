@@ -2,8 +2,8 @@
 // with its explanation; actors added while a rule is off carry a badge, actors added before keep
 // their code), and, for each rule, its preset scenario built on a fresh seed-mode run from the
 // page's URL (www/rules.js), once with the rule off, where the page shows the anomaly and the
-// history check (the snapshot's `check`, branch check) flags it, and once with it on, where the
-// page shows none and the check flags nothing. No console error anywhere; screenshots go to
+// history check flags it (the snapshot's `check` and the check panel, branch check), and once
+// with it on, where the page shows none and the check panel shows no break. No console error anywhere; screenshots go to
 // target/e2e-artifacts/rules-*.png.
 //
 // Run: node --test tests/e2e/rules.test.mjs     (needs pkg/: bash scripts/build.sh)
@@ -144,12 +144,25 @@ for (const rule of RULES) {
       const e = await EVIDENCE[rule](page);
       assert.equal(e.anomaly, !on, `with the rule ${on ? "on" : "off"} the page shows ${e.text}`);
       const c = await pageCheck(page, rule);
+      // The check panel (www/render/check.js) draws the same verdict.
+      const line = `#check-view [data-testid=check-rule-${CHECK_RULE[rule]}]`;
+      await waitFor(page, (sel) => document.querySelector(sel), "the check panel's line", line);
       if (on) {
         assert.equal(c.total, 0, `the check flags nothing with the rule on: ${JSON.stringify(c)}`);
         assert.ok(c.checks > 0, `${CHECK_RULE[rule]} was checked: ${JSON.stringify(c)}`);
+        await waitFor(page, (sel) => Number(document.querySelector(sel)?.dataset.checks) > 0, "the panel's checks", line);
+        const broken = await page.locator("#check-view [data-testid^=check-rule-]").evaluateAll((els) => els.filter((e) => e.dataset.violations !== "0").map((e) => e.dataset.testid));
+        assert.deepEqual(broken, [], "the panel shows no break");
+        assert.equal(await page.locator("#check-view [data-testid=check-violation]").count(), 0);
+        assert.match(await page.locator("#check-view").textContent(), /no break/);
       } else {
         assert.ok(c.violations > 0, `the check flags ${CHECK_RULE[rule]}: ${JSON.stringify(c)}`);
+        await waitFor(page, (sel) => Number(document.querySelector(sel)?.dataset.violations) > 0, "the panel's breaks", line);
+        assert.match(await page.locator(line).textContent(), /break/);
+        const listed = await page.locator("#check-view [data-testid=check-violation]").allTextContents();
+        assert.ok(listed.some((t) => t.includes(CHECK_RULE[rule]) || t.includes("oracle-bound")), `a listed violation of ${CHECK_RULE[rule]}: ${listed[0]}`);
       }
+      await shot(page, `rules-${rule}-${on ? "on" : "off"}-check`, "#panel-check");
       await shot(page, `rules-${rule}-${on ? "on" : "off"}`);
       noErrors(page);
       await page.close();

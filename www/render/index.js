@@ -6,6 +6,7 @@ import {
   renderConsensus, renderLegend, renderLog, renderNotices, renderOracle, renderVerify, renderWriters,
 } from "./panels.js";
 import { renderUpsert } from "./upsert.js";
+import { markCited, renderCheck } from "./check.js"; // the check panel (issue 11)
 import { renderProcesses } from "./processes.js";
 import { renderShard } from "./shard.js";
 import { renderRules } from "./rules.js";
@@ -25,6 +26,7 @@ export function findDom(doc) {
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
     oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
+    check: $("check-view"), // the check panel (issue 11)
     faults: {
       blob: { fail: $("f-blob-fail"), timeout: $("f-blob-timeout"), latency: $("f-blob-latency"), outage: $("f-blob-outage") },
       consensus: { fail: $("f-cons-fail"), timeout: $("f-cons-timeout"), latency: $("f-cons-latency"), outage: $("f-cons-outage") },
@@ -101,6 +103,9 @@ export function renderAll(dom, state, view, force = false) {
   if (visible(dom.upsert)) renderUpsert(dom.upsert, snap, state.history().at(-2));
   dom.generator.checked = Boolean(snap.upsert?.generating);
   if (visible(dom.log)) renderLog(dom.log, state.events(), snap, t0);
+  // The check panel (issue 11): the live check of the history, and its marks in the log view.
+  if (dom.check && visible(dom.check)) renderCheck(dom.check, snap, state, t0);
+  markCited(dom.log);
   renderLegend(dom.legend, snap);
   renderRunbar(dom, snap, view);
 }

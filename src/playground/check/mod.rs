@@ -31,7 +31,7 @@
 //! Memory is bounded: every table has a cap (see the constants of each part). What falls out of
 //! a table can no longer be checked, and is counted as `unverified` rather than reported.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +81,28 @@ const FAULTS_KEPT: usize = 256;
 pub const FAULT_WINDOW_MS: u64 = 10_000;
 /// The most fault events one violation cites.
 const FAULTS_CITED: usize = 8;
+
+/// How often a digest was seen: its multiplicity, in how many appended batches, first where,
+/// acknowledged where. The one value type of the check's `BTreeMap`s (each key/value type of a
+/// `BTreeMap` costs the page wasm).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tally {
+    pub(crate) net: i64,
+    pub(crate) appends: u32,
+    pub(crate) first: At,
+    pub(crate) acked: Option<At>,
+}
+
+impl Tally {
+    pub(crate) fn new(first: At) -> Tally {
+        Tally {
+            net: 0,
+            appends: 0,
+            first,
+            acked: None,
+        }
+    }
+}
 
 /// An event, by its sequence number and time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -238,19 +260,78 @@ pub struct HistoryCheck {
     findings: Findings,
     events: u64,
     facts: u64,
-    shards: BTreeMap<String, shard::ShardTrack>,
-    oracles: BTreeMap<String, oracle::TimelineTrack>,
+    shards: VecMap<String, shard::ShardTrack>,
+    oracles: VecMap<String, oracle::TimelineTrack>,
     upsert: upsert::UpsertTrack,
 }
 
 /// The most shards, and the most oracle timelines, the check follows.
 const MAX_TRACKED: usize = 64;
 
-fn track<'a, T: Default>(map: &'a mut BTreeMap<String, T>, name: &str) -> Option<&'a mut T> {
+fn track<'a, T: Default>(map: &'a mut VecMap<String, T>, name: &String) -> Option<&'a mut T> {
     if !map.contains_key(name) && map.len() >= MAX_TRACKED {
         return None;
     }
-    Some(map.entry(name.to_string()).or_default())
+    Some(map.entry(name.clone()))
+}
+
+/// A small map on a sorted `Vec`. The check's small tables use it rather than a `BTreeMap`:
+/// every key and value type of a `BTreeMap` costs the page kilobytes of wasm.
+#[derive(Debug)]
+pub(crate) struct VecMap<K, V>(Vec<(K, V)>);
+
+impl<K, V> Default for VecMap<K, V> {
+    fn default() -> Self {
+        VecMap(Vec::new())
+    }
+}
+
+impl<K: Ord, V> VecMap<K, V> {
+    fn find(&self, k: &K) -> Result<usize, usize> {
+        self.0.binary_search_by(|(x, _)| x.cmp(k))
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub(crate) fn contains_key(&self, k: &K) -> bool {
+        self.find(k).is_ok()
+    }
+    pub(crate) fn get(&self, k: &K) -> Option<&V> {
+        self.find(k).ok().map(|i| &self.0[i].1)
+    }
+    /// Inserts or replaces.
+    pub(crate) fn insert(&mut self, k: K, v: V) {
+        match self.find(&k) {
+            Ok(i) => self.0[i].1 = v,
+            Err(i) => self.0.insert(i, (k, v)),
+        }
+    }
+    pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
+        self.find(k).ok().map(|i| self.0.remove(i).1)
+    }
+    /// The value of `k`, inserted as the default if absent.
+    pub(crate) fn entry(&mut self, k: K) -> &mut V
+    where
+        V: Default,
+    {
+        let i = match self.find(&k) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (k, V::default()));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+    pub(crate) fn pop_first(&mut self) -> Option<(K, V)> {
+        (!self.0.is_empty()).then(|| self.0.remove(0))
+    }
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 impl HistoryCheck {

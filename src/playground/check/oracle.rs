@@ -8,9 +8,9 @@
 //! exactly, to tell a timestamp handed out twice from one merely going back; only the last
 //! [`EPOCHS_KEPT`] epochs' ranges are kept.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
-use super::{At, Findings};
+use super::{At, Findings, VecMap};
 use crate::playground::fact::Fact;
 
 /// Write timestamps kept exactly, per timeline.
@@ -30,8 +30,9 @@ struct Epoch {
 /// What the check knows of one timeline.
 #[derive(Debug, Default)]
 pub(crate) struct TimelineTrack {
-    epochs: BTreeMap<u64, Epoch>,
-    recent: BTreeMap<u64, (u64, At)>,
+    epochs: VecMap<u64, Epoch>,
+    /// Recent write timestamps: (timestamp, epoch, event), oldest first.
+    recent: VecDeque<(u64, u64, At)>,
     stored: Option<(u64, u64, At)>,
 }
 
@@ -40,7 +41,7 @@ impl TimelineTrack {
         if !self.epochs.contains_key(&epoch) && self.epochs.len() == EPOCHS_KEPT {
             self.epochs.pop_first();
         }
-        self.epochs.entry(epoch).or_default()
+        self.epochs.entry(epoch)
     }
 
     pub(crate) fn fact(&mut self, actor: &str, fact: &Fact, at: At, f: &mut Findings) {
@@ -66,7 +67,8 @@ impl TimelineTrack {
             } => {
                 let earlier = self
                     .epochs
-                    .range(..*epoch)
+                    .iter()
+                    .filter(|(e, _)| **e < *epoch)
                     .filter_map(|(e, r)| r.max_ts.map(|m| (*e, m, r.max_at)))
                     .max_by_key(|(_, m, _)| *m);
                 if let Some((e, m, m_at)) = earlier {
@@ -115,7 +117,11 @@ impl TimelineTrack {
         f: &mut Findings,
     ) {
         // Handed out twice?
-        let twice = self.recent.get(&w).copied();
+        let twice = self
+            .recent
+            .iter()
+            .find(|(t, ..)| *t == w)
+            .map(|&(_, e, at)| (e, at));
         f.expect("oracle-duplicate", twice.is_none(), &[twice.map_or(at, |t| t.1), at], || {
             let (e, _) = twice.unwrap_or_default();
             format!("oracle {timeline}: write timestamp {w} was handed out twice (epoch {e}, then {actor}'s epoch {epoch})")
@@ -123,13 +129,15 @@ impl TimelineTrack {
         // Going back: below the top of its own or an earlier epoch, or above the start of a later one.
         let below = self
             .epochs
-            .range(..=epoch)
+            .iter()
+            .filter(|(e, _)| **e <= epoch)
             .filter_map(|(e, r)| r.max_ts.map(|m| (*e, m, r.max_at)))
             .max_by_key(|(_, m, _)| *m)
             .filter(|(_, m, _)| w <= *m && twice.is_none());
         let above = self
             .epochs
-            .range(epoch + 1..)
+            .iter()
+            .filter(|(e, _)| **e > epoch)
             .filter_map(|(e, r)| r.min_ts.map(|m| (*e, m)))
             .min_by_key(|(_, m)| *m)
             .filter(|(_, m)| w >= *m);
@@ -163,9 +171,9 @@ impl TimelineTrack {
             ep.max_ts = Some(w);
             ep.max_at = at;
         }
-        self.recent.insert(w, (epoch, at));
+        self.recent.push_back((w, epoch, at));
         if self.recent.len() > RECENT_KEPT {
-            self.recent.pop_first();
+            self.recent.pop_front();
         }
     }
 }

@@ -9,27 +9,22 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{at_or_beyond, show, At, Findings};
+use super::{at_or_beyond, show, At, Findings, Tally as Value, VecMap};
 use crate::playground::fact::{AttemptOutcome, BatchFact, Fact, HandleFact, VersionFact};
 
 /// The most values a shard's table keeps.
 pub const MAX_VALUES: usize = 20_000;
 /// The most acknowledgements waiting for the observer.
 pub const MAX_PENDING: usize = 10_000;
-/// The most batches the tiling check follows per shard.
-pub const MAX_BATCHES: usize = 10_000;
+/// The most batches the tiling check scans per version (beyond, it counts unverified until
+/// compaction brings the trace back under).
+pub const MAX_TILED: usize = 2_000;
+/// The most batches followed per shard at all.
+pub const MAX_BATCHES: usize = 100_000;
 /// The most handles followed per shard.
 const MAX_HANDLES: usize = 1_000;
 /// Recent versions' contents fingerprints kept, and task commits waiting for one.
 const CONTENTS_KEPT: usize = 64;
-
-#[derive(Debug)]
-struct Value {
-    net: i64,
-    appends: u32,
-    first: At,
-    acked: Option<At>,
-}
 
 #[derive(Debug)]
 struct PendingAck {
@@ -56,15 +51,15 @@ pub(crate) struct ShardTrack {
     upper: Option<u64>,
     since: Option<u64>,
     last: At,
-    batches: BTreeMap<u64, Option<u64>>,
+    batches: VecMap<u64, Option<u64>>,
     tiling: bool,
-    handles: BTreeMap<String, Option<u64>>,
+    handles: VecMap<String, Option<u64>>,
     values: BTreeMap<u64, Value>,
     order: VecDeque<(u64, Option<u64>)>,
     forgotten_to: Option<u64>,
     pending: VecDeque<PendingAck>,
-    writers: BTreeMap<String, (u64, At)>,
-    tasks: BTreeMap<String, (Option<u64>, At)>,
+    writers: VecMap<String, (u64, At)>,
+    tasks: VecMap<String, (Option<u64>, At)>,
     contents: VecDeque<(Option<u64>, u64, At)>,
     commits: VecDeque<TaskCommit>,
 }
@@ -110,14 +105,16 @@ impl ShardTrack {
         self.upper = *upper;
         self.since = *since;
         self.last = at;
-        self.batches = batches.iter().map(|b| (b.lower, b.upper)).collect();
-        self.tiling = self.batches.len() <= MAX_BATCHES;
+        self.batches.clear();
+        for b in batches {
+            self.batches.insert(b.lower, b.upper);
+        }
+        self.tiling = true;
         self.tile(at, f);
-        self.handles = handles
-            .iter()
-            .take(MAX_HANDLES)
-            .map(|h| (h.id.clone(), h.frontier))
-            .collect();
+        self.handles.clear();
+        for h in handles.iter().take(MAX_HANDLES) {
+            self.handles.insert(h.id.clone(), h.frontier);
+        }
         // Values appended before this baseline are known only if every batch was itemized.
         if batches.iter().all(|b| b.updates.is_some()) {
             for b in batches {
@@ -162,7 +159,7 @@ impl ShardTrack {
 
     /// Checks that the batches tile time from 0 to the upper.
     fn tile(&mut self, at: At, f: &mut Findings) {
-        if !self.tiling {
+        if !self.tiling || self.batches.len() > MAX_TILED {
             f.unverified("append-chain");
             return;
         }
@@ -170,7 +167,7 @@ impl ShardTrack {
         let mut expect_lower = 0u64;
         let mut end: Option<u64> = Some(0);
         let mut broken = None;
-        for (&lower, &upper) in &self.batches {
+        for (&lower, &upper) in self.batches.iter() {
             if broken.is_none() && lower != expect_lower {
                 broken = Some(if lower > expect_lower {
                     format!("{name}: no batch covers [{expect_lower}, {lower}): a gap in the chain of appends")
@@ -295,12 +292,7 @@ impl ShardTrack {
                     }
                 }
             }
-            let v = self.values.entry(digest).or_insert(Value {
-                net: 0,
-                appends: 0,
-                first: at,
-                acked: None,
-            });
+            let v = self.values.entry(digest).or_insert(Value::new(at));
             v.net += diff;
             if diff > 0 {
                 v.appends += 1;
@@ -361,7 +353,7 @@ impl ShardTrack {
             } => {
                 self.name.clone_from(shard);
                 if what == "committed" || what == "resynced" {
-                    if let Some((prev, prev_at)) = self.tasks.get(actor).copied() {
+                    if let Some((prev, prev_at)) = self.tasks.get(&actor.to_string()).copied() {
                         f.expect(
                             "frontier-regress",
                             at_or_beyond(*upper, prev),
@@ -375,7 +367,8 @@ impl ShardTrack {
                             },
                         );
                     }
-                    if self.tasks.len() < MAX_HANDLES || self.tasks.contains_key(actor) {
+                    if self.tasks.len() < MAX_HANDLES || self.tasks.contains_key(&actor.to_string())
+                    {
                         self.tasks.insert(actor.to_string(), (*upper, at));
                     }
                 }

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{at_or_beyond, At, Findings};
+use super::{at_or_beyond, At, Findings, Tally, VecMap};
 use crate::playground::fact::{Fact, MessageFact, VersionFact};
 
 /// The most source messages waiting to be folded into the model.
@@ -20,8 +20,8 @@ pub const MAX_MESSAGES: usize = 100_000;
 /// The most checks waiting for the source log to catch up.
 const DEFERRED_KEPT: usize = 16;
 
-/// Output digest -> multiplicity.
-type Multiset = BTreeMap<u64, i64>;
+/// Output digest -> multiplicity (`Tally::net`; no entry for 0).
+type Multiset = BTreeMap<u64, Tally>;
 
 /// What the check knows of the upsert output and its source.
 #[derive(Debug, Default)]
@@ -31,18 +31,27 @@ pub(crate) struct UpsertTrack {
     upper: Option<u64>,
     source_upper: u64,
     next_offset: u64,
-    messages: BTreeMap<(u64, u64), (i64, Option<u64>)>,
-    latest: BTreeMap<i64, (u64, Option<u64>)>,
+    /// Messages not folded yet: (ts, offset, key, output), sorted by (ts, offset).
+    messages: Vec<(u64, u64, i64, Option<u64>)>,
+    /// Per key, the folded message that decides: (offset, output).
+    latest: VecMap<i64, (u64, Option<u64>)>,
     deferred: VecDeque<(u64, Multiset, At)>,
     model_broken: bool,
 }
 
 fn add(set: &mut Multiset, digest: u64, diff: i64) {
-    let e = set.entry(digest).or_default();
-    *e += diff;
-    if *e == 0 {
+    let e = set.entry(digest).or_insert(Tally::new(At::default()));
+    e.net += diff;
+    if e.net == 0 {
         set.remove(&digest);
     }
+}
+
+fn same(a: &Multiset, b: &Multiset) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((x, t), (y, u))| x == y && t.net == u.net)
 }
 
 impl UpsertTrack {
@@ -95,7 +104,10 @@ impl UpsertTrack {
                 continue;
             }
             self.next_offset = m.offset + 1;
-            self.messages.insert((m.ts, m.offset), (m.key, m.output));
+            let at = self
+                .messages
+                .partition_point(|&(ts, offset, ..)| (ts, offset) < (m.ts, m.offset));
+            self.messages.insert(at, (m.ts, m.offset, m.key, m.output));
         }
         if self.messages.len() > MAX_MESSAGES {
             self.model_broken = true;
@@ -119,34 +131,29 @@ impl UpsertTrack {
 
     /// Folds every message before `u` into the per-key model and compares.
     fn compare(&mut self, u: u64, actual: &Multiset, at: At, f: &mut Findings) {
-        while let Some(entry) = self.messages.first_entry() {
-            if entry.key().0 >= u {
-                break;
-            }
-            let ((_, offset), (key, output)) = entry.remove_entry();
+        let due = self.messages.partition_point(|&(ts, ..)| ts < u);
+        for (_, offset, key, output) in self.messages.drain(..due) {
             match self.latest.get(&key) {
                 Some((o, _)) if *o > offset => {}
-                _ => {
-                    self.latest.insert(key, (offset, output));
-                }
+                _ => self.latest.insert(key, (offset, output)),
             }
         }
         let mut expected = Multiset::new();
-        for (_, d) in self.latest.values() {
+        for (_, (_, d)) in self.latest.iter() {
             if let Some(d) = d {
                 add(&mut expected, *d, 1);
             }
         }
-        let ok = &expected == actual;
+        let ok = same(&expected, actual);
         f.expect("upsert-model", ok, &[at], || {
             let extra = actual
                 .iter()
-                .filter(|(d, n)| expected.get(d) != Some(n))
+                .filter(|(d, n)| expected.get(d).map(|e| e.net) != Some(n.net))
                 .count();
             let missing: Vec<String> = self
                 .latest
                 .iter()
-                .filter(|(_, (_, d))| d.is_some_and(|d| actual.get(&d) != Some(&1)))
+                .filter(|(_, (_, d))| d.is_some_and(|d| actual.get(&d).map(|t| t.net) != Some(1)))
                 .map(|(k, _)| k.to_string())
                 .take(5)
                 .collect();

@@ -1,0 +1,112 @@
+// The "check" panel: what the live check of the history (src/playground/check/) found, from the
+// snapshot's `check` section. Per rule, a green line "N checks, no break" or the count of breaks
+// in red; below, each violation with links to the events that broke it and to the fault events
+// beside it. A click on a violation lists those events here and marks them in the event log view
+// (`markCited`, called after the log is drawn).
+
+import { esc, setHtml } from "./dom.js";
+import { fmtMs } from "../spec.js";
+
+/** How many violations the panel lists (the newest). */
+const SHOWN = 8;
+
+/** The violation the user clicked, and the events it cites (looked up once). */
+let focus = null;
+
+function seqLinks(seqs, cls) {
+  return seqs.map((s) => `<a href="#" class="seq-link ${cls}" data-seq="${s}">#${s}</a>`).join(" ");
+}
+
+function ruleLine(r) {
+  const ok = r.violations === 0;
+  const unverified = r.unverified ? ` <span class="muted">(${r.unverified} could not be checked)</span>` : "";
+  const verdict = ok
+    ? `<span class="ok">${r.checks} checks, no break</span>`
+    : `<b class="err">${r.violations} break${r.violations === 1 ? "" : "s"}</b> in ${r.checks} checks`;
+  return `<li class="check-rule ${ok ? "ok" : "broken"}" data-testid="check-rule-${esc(r.rule)}" data-checks="${r.checks}" data-violations="${r.violations}">` +
+    `<span class="mark">${ok ? "✓" : "✕"}</span> <code>${esc(r.rule)}</code> <span class="title">${esc(r.title)}</span>: ${verdict}${unverified}</li>`;
+}
+
+function violationItem(v, i, t0) {
+  const faults = v.faults.length ? ` · faults beside it: ${seqLinks(v.faults, "fault")}` : " · no fault nearby";
+  const chosen = focus?.key === `${v.rule}:${v.seqs.join(",")}` ? " chosen" : "";
+  return `<li class="violation${chosen}" data-testid="check-violation" data-index="${i}">` +
+    `<a href="#" class="focus" data-index="${i}">${esc(fmtMs(v.atMs, t0))} <code>${esc(v.rule)}</code></a> ${esc(v.message)}` +
+    ` · events ${seqLinks(v.seqs, "cited")}${faults}</li>`;
+}
+
+function evidence(t0) {
+  if (!focus) return "";
+  const rows = focus.events.map((e) => {
+    const cls = focus.seqs.includes(e.seq) ? "cited" : "fault";
+    return `<li class="${cls}"><span class="seq mono">#${e.seq}</span> <span class="mono t">${esc(fmtMs(e.atMs, t0))}</span> ` +
+      `${esc(e.actor ?? e.process ?? "")} <span class="comp">${esc(e.component)}</span> ${esc(e.detail)}</li>`;
+  });
+  const missing = focus.missing ? `<li class="muted">${focus.missing} events are no longer in the log (it keeps the newest 20,000)</li>` : "";
+  return `<div class="check-evidence" data-testid="check-evidence"><b>Events of this break</b> (red: cited, amber: faults beside it)<ol class="events">${rows.join("")}${missing}</ol></div>`;
+}
+
+/** Draws the panel into `el` from `snap.check`; `state` holds the recent events. */
+export function renderCheck(el, snap, state, t0) {
+  const c = snap.check;
+  if (!c) return;
+  if (!el.__wired) {
+    el.__wired = true;
+    el.addEventListener("click", (ev) => onClick(ev, el, state));
+  }
+  const checks = c.rules.reduce((n, r) => n + r.checks, 0);
+  const summary = c.violationsTotal === 0
+    ? `<b class="ok">${checks} checks, no break</b> over ${c.events} events`
+    : `<b class="err">${c.violationsTotal} break${c.violationsTotal === 1 ? "" : "s"}</b> found in ${checks} checks over ${c.events} events`;
+  const shown = c.violations.slice(-SHOWN).reverse();
+  const list = shown.map((v, i) => violationItem(v, c.violations.length - 1 - i, t0)).join("");
+  const more = c.violationsTotal > shown.length ? `<p class="muted">showing the newest ${shown.length} of ${c.violationsTotal}</p>` : "";
+  el.__violations = c.violations;
+  setHtml(
+    el,
+    `<p class="check-summary" data-testid="check-summary" data-violations="${c.violationsTotal}">${summary}</p>` +
+      `<ul class="check-rules" data-testid="check-rules">${c.rules.map(ruleLine).join("")}</ul>` +
+      (list ? `<ol class="check-violations" data-testid="check-violations">${list}</ol>${more}` : "") +
+      evidence(t0),
+  );
+}
+
+function onClick(ev, el, state) {
+  const a = ev.target.closest("a");
+  if (!a || !el.contains(a)) return;
+  ev.preventDefault();
+  const li = a.closest("li.violation");
+  const v = li ? el.__violations?.[Number(li.dataset.index)] : null;
+  if (!v) return;
+  const wanted = [...new Set([...v.seqs, ...v.faults])].sort((x, y) => x - y);
+  const have = new Map(state.events().map((e) => [e.seq, e]));
+  const events = [];
+  let missing = 0;
+  for (const s of wanted) {
+    let e = have.get(s);
+    if (!e) {
+      // Older than the page's tail: ask the engine (it keeps the newest 20,000).
+      try {
+        e = globalThis.__playground?.pg?.()?.eventsAfter(s - 1, 1)?.find((x) => x.seq === s);
+      } catch {
+        e = null;
+      }
+    }
+    if (e) events.push(e);
+    else missing += 1;
+  }
+  focus = { key: `${v.rule}:${v.seqs.join(",")}`, seqs: v.seqs, faults: v.faults, events, missing };
+  el.__html = null; // redraw with the evidence
+  const target = a.dataset.seq ? Number(a.dataset.seq) : v.seqs[0];
+  document.querySelector(`#log-view li[data-seq="${target}"]`)?.scrollIntoView({ block: "nearest" });
+}
+
+/** Marks, in the event log view `logEl`, the events the chosen violation cites and its faults. */
+export function markCited(logEl) {
+  if (!focus) return;
+  for (const li of logEl.querySelectorAll("li[data-seq]")) {
+    const s = Number(li.dataset.seq);
+    li.classList.toggle("cited", focus.seqs.includes(s));
+    li.classList.toggle("fault-near", focus.faults.includes(s));
+  }
+}
