@@ -78,6 +78,18 @@ for (const rule of RULES) {
   await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "T2").process !== "P2", "T2 restarted");
   assert.equal((await latest(page)).actors.find((a) => a.id === "T2").variant, "task-resync");
   assert.ok(await page.locator("#processes-view li[data-actor=T2] .variant").isVisible(), "the badge survives the restart");
+  // A bad rule id is a clear error from the engine, and changes nothing.
+  const before = await latest(page);
+  const err = await page.evaluate(() => {
+    try {
+      window.__playground.pg().send({ type: "setRule", rule: "nope", on: false });
+      return null;
+    } catch (e) {
+      return e.message;
+    }
+  });
+  assert.match(err ?? "", /unknown rule "nope": one of idempotency-token/);
+  assert.deepEqual(await page.evaluate(() => window.__playground.pg().snapshot().rules), before.rules);
   noErrors(page);
 });
 
@@ -185,4 +197,16 @@ test("step replicas: each click is one timely step() of each replica's worker", 
   }
   await shot(page, "step-replicas", "#panel-upsert");
   noErrors(page);
+});
+
+test("an unknown preset in the URL is a clear message, and the page runs on", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await ctx.newPage();
+  page.errors = [];
+  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  await page.goto(server.url("?seed=1&empty=1&autoplay=0&preset=nope&rule=off"));
+  await waitForStatus(page, "error", /preset nope: unknown preset "nope": one of idempotency-token/);
+  await page.locator("[data-testid=add-task]").click();
+  await waitForStatus(page, "ok", /added T1/);
+  assert.deepEqual(page.errors, []);
 });
