@@ -17,7 +17,8 @@
 //! The page drives it with [`Command`]s (one serde enum, checked before it applies), reads a
 //! [`snapshot::Snapshot`] (plain serde data), and reads the merged event log ([`log`]) after a
 //! cursor. In seed mode every applied command is stamped with the simulator's step count and
-//! time, and a run is a function of `(seed, stamped commands)`: [`Scenario::replay`] rebuilds it.
+//! time, and a run is a function of `(seed, stamped commands)`: a [`Replay`] rebuilds it to any
+//! point, which is how the page scrubs past its kept snapshots, forks, and opens share links.
 //! In live mode nothing is replayable.
 //!
 //! Ids are drawn from per-process seeds. In live mode the caller draws the scenario's seed once
@@ -39,6 +40,7 @@ pub mod fact;
 pub mod location;
 pub mod log;
 pub mod observe;
+pub mod replay;
 pub mod rules;
 pub mod services;
 pub mod snapshot;
@@ -49,6 +51,7 @@ pub mod versions;
 
 pub use apply::Applied;
 pub use command::{Command, CommandError, Stamp, Stamped};
+pub use replay::Replay;
 pub use snapshot::Snapshot;
 
 use crate::location::mem::{Latency, MemBlob, MemConsensus};
@@ -276,14 +279,14 @@ impl Scenario {
     }
 
     /// Rebuilds a seed-mode run from its seed and stamped commands, stopping right after the
-    /// last command applied.
+    /// last command applied. See [`replay::Replay`] for a rebuild to any point, in slices.
     pub fn replay(seed: u64, commands: &[Stamped]) -> Result<Scenario, CommandError> {
-        let mut s = Scenario::seeded(seed);
-        for c in commands {
-            s.advance_to(c.stamp)?;
-            s.apply(c.command.clone())?;
-        }
-        Ok(s)
+        let at = commands
+            .last()
+            .map_or(Stamp { step: 0, at_ms: 0 }, |c| c.stamp);
+        let mut r = replay::Replay::new(seed, commands.to_vec(), at)?;
+        r.advance(u64::MAX)?;
+        r.finish()
     }
 
     /// Steps the simulator until it has taken `stamp.step` steps, then lets virtual time reach
@@ -301,9 +304,11 @@ impl Scenario {
         }
         while sim.steps() < stamp.step {
             sim.step().map_err(sim_error)?;
+            self.pump();
         }
         if sim.now_ms() < stamp.at_ms {
-            sim.run_until(stamp.at_ms).map_err(sim_error)?;
+            sim.run_until_then(stamp.at_ms, || self.pump())
+                .map_err(sim_error)?;
         }
         Ok(())
     }
@@ -342,6 +347,7 @@ impl Scenario {
         };
         for _ in 0..n {
             sim.step().map_err(sim_error)?;
+            self.pump();
         }
         Ok(())
     }
@@ -351,7 +357,9 @@ impl Scenario {
         let Mode::Seed(sim) = &self.mode else {
             return Err(live_only_error());
         };
-        sim.run_for(ms).map_err(sim_error)
+        let deadline = sim.now_ms().saturating_add(ms);
+        sim.run_until_then(deadline, || self.pump())
+            .map_err(sim_error)
     }
 
     /// Simulator steps taken so far (0 in live mode).

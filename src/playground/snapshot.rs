@@ -20,8 +20,9 @@ use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
 use timely::progress::Antichain;
 
-/// How many compare_and_set attempts a snapshot carries.
-pub const CAS_IN_SNAPSHOT: usize = 60;
+/// How many compare_and_set attempts a snapshot carries (the panel shows the newest 16 and counts
+/// these; fewer fields serialized per frame).
+pub const CAS_IN_SNAPSHOT: usize = 32;
 
 /// A message for the page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -178,15 +179,21 @@ fn cas_text(o: &CasOutcome) -> String {
     }
 }
 
+/// Records a merge or GC in the shard's notes. The notes must not depend on when the page pulls
+/// (a pump takes each process's events in turn, so two processes' events arrive in pump order):
+/// they are kept sorted by time (then by every other field), and the bound keeps the newest, so
+/// any order of arrival gives the same notes.
 fn maintenance(journal: &mut Journal, shard: &str, m: MaintenanceView) {
     let notes = journal.shards.entry(shard.to_string()).or_default();
     if m.kind == "truncate" {
-        notes.earliest_seqno = m.seqno;
+        notes.earliest_seqno = notes.earliest_seqno.max(m.seqno);
     }
-    if notes.maintenance.len() == MAINTENANCE_KEPT {
+    let key = |v: &MaintenanceView| (v.at_ms, v.seqno, v.kind.clone(), v.lower, v.upper, v.count);
+    let at = notes.maintenance.partition_point(|x| key(x) <= key(&m));
+    notes.maintenance.insert(at, m);
+    if notes.maintenance.len() > MAINTENANCE_KEPT {
         notes.maintenance.pop_front();
     }
-    notes.maintenance.push_back(m);
 }
 
 /// Turns one persist event into a log entry (and maintenance notes); `None` for events too
@@ -361,8 +368,10 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
 
 impl Scenario {
     /// Moves what every component logged since the last pump into the merged log, and updates the
-    /// views that are derived from component events.
-    pub fn pump(&mut self) {
+    /// views that are derived from component events. Seed mode pumps after every simulator step,
+    /// so what it folds (the log's order, maintenance notes, retrying marks) does not depend on
+    /// where the page paused or took snapshots: a replay reaches the same snapshot.
+    pub fn pump(&self) {
         let mut journal = self.journal.borrow_mut();
         for p in &self.processes {
             for e in p.client.events().take() {
