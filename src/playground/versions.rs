@@ -9,7 +9,7 @@
 //! and says so; a missing version with earlier ones still stored is reported as it is (the
 //! next version's `seqno_from` tells the check).
 //!
-//! For shards whose contents it keeps (write-task shards, see [`VersionWitness::keep_contents`])
+//! For shards whose contents it keeps (write-task shards, see [`VersionWitness::set_keep_contents`])
 //! it also folds every appended update into a consolidated collection of rows and reports its
 //! fingerprint after each version, which is what the task's commits are checked against.
 

@@ -117,3 +117,35 @@ test("a violation shows in red; a click lists the events it cites and marks them
   await shot(page, "check-panel-violation", "#scratch-check");
   noErrors(page);
 });
+
+test("live mode, two pages racing on one database: each page's check follows both and breaks nothing", { timeout: 150_000 }, async (t) => {
+  const ctx = await launch(t);
+  const db = `pp-check-e2e-${process.pid}-${Date.now()}`;
+  const url = server.url(`?mode=live&db=${db}&empty=1`);
+  const a = await openPage(ctx, url);
+  const b = await openPage(ctx, url);
+  for (const page of [a, b]) {
+    await page.getByTestId("w-rate").fill("25");
+    await page.getByTestId("add-writer").click();
+  }
+  // Each page's check reads every version of the shared shard (both pages' appends) and checks
+  // its own writer's acknowledged writes.
+  for (const page of [a, b]) {
+    await waitFor(
+      page,
+      () => ["append-chain", "ack-lost", "ack-duplicate", "frontier-regress"].every(
+        (r) => Number(document.querySelector(`[data-testid="check-rule-${r}"]`)?.dataset.checks) > 20,
+      ),
+      "the check's counts in live mode",
+      null,
+      90_000,
+    );
+  }
+  for (const page of [a, b]) {
+    const shown = await checksShown(page);
+    for (const r of RULES) assert.equal(shown[r].violations, 0, `${r}: ${shown[r].text}`);
+    assert.equal(await page.locator("[data-testid=check-summary]").getAttribute("data-violations"), "0");
+    noErrors(page);
+  }
+  await shot(a, "check-panel-live-two-pages", "#panel-check");
+});
