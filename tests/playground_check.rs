@@ -624,19 +624,10 @@ fn the_upsert_model_agrees_with_the_reference_model() {
         }
         m
     };
+    // The facts the scenario's upsert hub would log for these messages.
     let facts: Vec<MessageFact> = msgs
         .iter()
-        .map(|m| MessageFact {
-            offset: m.offset,
-            key: m.key,
-            ts: m.ts,
-            output: m.value.clone().map(|v| {
-                let mut buf = Vec::new();
-                persist_playground::upsert::types::SourceData(v.map_err(Into::into))
-                    .encode(&mut buf);
-                persist_playground::playground::fact::digest(&buf, &[])
-            }),
-        })
+        .map(persist_playground::playground::upsert::message_fact)
         .collect();
     for broken in [false, true] {
         let mut h = History::new();

@@ -71,6 +71,14 @@ async fn read_batch(
     Some(out)
 }
 
+/// The digest and diff of every update.
+fn itemize(updates: &[(Vec<u8>, Vec<u8>, i64)]) -> Vec<(u64, i64)> {
+    updates
+        .iter()
+        .map(|(k, v, d)| (super::fact::digest(k, v), *d))
+        .collect()
+}
+
 fn handles(writers: Vec<HandleFact>, readers: Vec<HandleFact>) -> Vec<HandleFact> {
     writers.into_iter().chain(readers).collect()
 }
@@ -128,11 +136,7 @@ impl VersionWitness {
         let mut batches = Vec::new();
         for b in c.trace.batches() {
             let updates = if total <= MAX_ITEMIZED as u64 {
-                read_batch(location, b).await.map(|u| {
-                    u.iter()
-                        .map(|(k, v, d)| (super::fact::digest(k, v), *d))
-                        .collect()
-                })
+                read_batch(location, b).await.as_deref().map(itemize)
             } else {
                 None
             };
@@ -188,11 +192,9 @@ impl VersionWitness {
                 } else {
                     self.contents = None;
                 }
-                read.filter(|u| u.len() <= MAX_ITEMIZED).map(|u| {
-                    u.iter()
-                        .map(|(k, v, d)| (super::fact::digest(k, v), *d))
-                        .collect()
-                })
+                read.filter(|u| u.len() <= MAX_ITEMIZED)
+                    .as_deref()
+                    .map(itemize)
             } else {
                 None
             };
