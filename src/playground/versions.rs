@@ -71,6 +71,20 @@ async fn read_batch(
     Some(out)
 }
 
+/// Logs a fact of the store's observer.
+fn record(journal: &RefCell<Journal>, at_ms: u64, fact: Fact, detail: String) {
+    journal.borrow_mut().log.record(Pending {
+        at_ms,
+        actor: None,
+        process: None,
+        component: "store",
+        kind: "version".into(),
+        outcome: Outcome::Info,
+        detail,
+        fact: Some(fact),
+    });
+}
+
 /// The digest and diff of every update.
 fn itemize(updates: &[(Vec<u8>, Vec<u8>, i64)]) -> Vec<(u64, i64)> {
     updates
@@ -240,18 +254,7 @@ impl VersionWitness {
         journal: &RefCell<Journal>,
         now_ms: u64,
     ) {
-        let record = |fact: Fact, detail: String| {
-            journal.borrow_mut().log.record(Pending {
-                at_ms: now_ms,
-                actor: None,
-                process: None,
-                component: "store",
-                kind: "version".into(),
-                outcome: Outcome::Info,
-                detail,
-                fact: Some(fact),
-            });
-        };
+        let record = |fact: Fact, detail: String| record(journal, now_ms, fact, detail);
         let Some(last) = self.seqno else {
             let Some(state) = state else { return };
             let fact = self.baseline(location, name, state).await;
@@ -335,24 +338,20 @@ pub async fn timeline_pass(
             break;
         };
         newest = Some(v.seqno.0);
-        journal.borrow_mut().log.record(Pending {
-            at_ms: now_ms,
-            actor: None,
-            process: None,
-            component: "store",
-            kind: "version".into(),
-            outcome: Outcome::Info,
-            detail: format!(
-                "oracle {timeline}: version {}, epoch {}, durable upper {}",
-                v.seqno, r.epoch, r.upper
-            ),
-            fact: Some(Fact::TimelineVersion {
+        record(
+            journal,
+            now_ms,
+            Fact::TimelineVersion {
                 timeline: timeline.to_string(),
                 seqno: v.seqno.0,
                 epoch: r.epoch,
                 durable_upper: r.upper,
-            }),
-        });
+            },
+            format!(
+                "oracle {timeline}: version {}, epoch {}, durable upper {}",
+                v.seqno, r.epoch, r.upper
+            ),
+        );
     }
     newest
 }
