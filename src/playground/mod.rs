@@ -12,7 +12,10 @@
 //!   its own id seed, drawn from the scenario's seed), as a separate machine would. Crashing a
 //!   process stops its actors mid-command; restarting it starts them again in a new process with
 //!   a fresh client. Actor ids (`W1`, `R1`, `T1`, `O1`) and colours outlive restarts.
-//! - **observers** that read the raw location for the panels ([`observe`]).
+//! - **observers** that read the raw location for the panels ([`observe`]), and as witnesses of
+//!   every shard and timeline version for the history check ([`versions`]);
+//! - the **live check of the history** ([`check`]), fed every event of the merged log as it is
+//!   logged; events carry structured payloads ([`fact`]) for it.
 //!
 //! The page drives it with [`Command`]s (one serde enum, checked before it applies), reads a
 //! [`snapshot::Snapshot`] (plain serde data), and reads the merged event log ([`log`]) after a

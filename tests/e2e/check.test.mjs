@@ -117,3 +117,58 @@ test("a violation shows in red; a click lists the events it cites and marks them
   await shot(page, "check-panel-violation", "#scratch-check");
   noErrors(page);
 });
+
+test("live mode, two pages racing on one database: each page's check follows both and breaks nothing", { timeout: 150_000 }, async (t) => {
+  const ctx = await launch(t);
+  const db = `pp-check-e2e-${process.pid}-${Date.now()}`;
+  const url = server.url(`?mode=live&db=${db}&empty=1`);
+  const a = await openPage(ctx, url);
+  const b = await openPage(ctx, url);
+  for (const page of [a, b]) {
+    await page.getByTestId("w-rate").fill("25");
+    await page.getByTestId("add-writer").click();
+  }
+  // Each page's check reads every version of the shared shard (both pages' appends) and checks
+  // its own writer's acknowledged writes.
+  for (const page of [a, b]) {
+    await waitFor(
+      page,
+      () => ["append-chain", "ack-lost", "ack-duplicate", "frontier-regress"].every(
+        (r) => Number(document.querySelector(`[data-testid="check-rule-${r}"]`)?.dataset.checks) > 20,
+      ),
+      "the check's counts in live mode",
+      null,
+      90_000,
+    );
+  }
+  for (const page of [a, b]) {
+    const shown = await checksShown(page);
+    for (const r of RULES) assert.equal(shown[r].violations, 0, `${r}: ${shown[r].text}`);
+    assert.equal(await page.locator("[data-testid=check-summary]").getAttribute("data-violations"), "0");
+    noErrors(page);
+  }
+  await shot(a, "check-panel-live-two-pages", "#panel-check");
+});
+
+test("live mode, the default actors across a reload: the check starts again from the store and breaks nothing", { timeout: 150_000 }, async (t) => {
+  const ctx = await launch(t);
+  const db = `pp-check-reload-${process.pid}-${Date.now()}`;
+  const page = await openPage(ctx, server.url(`?mode=live&db=${db}`));
+  const counted = (rules, least) => waitFor(
+    page,
+    ([rs, n]) => rs.every((r) => Number(document.querySelector(`[data-testid="check-rule-${r}"]`)?.dataset.checks) > n),
+    `${rules.join(", ")} checked more than ${least} times`,
+    [rules, least],
+    90_000,
+  );
+  const live = ["append-chain", "frontier-regress", "ack-lost", "ack-duplicate", "task-desired", "oracle-regress", "oracle-bound", "upsert-model"];
+  await counted(live, 3);
+  await page.reload();
+  await waitFor(page, () => /^ready: live mode/.test(document.getElementById("status")?.textContent ?? ""), "the page ready again");
+  // After the reload the shards already hold data: the store observer starts from their state.
+  await counted(live, 3);
+  const shown = await checksShown(page);
+  for (const r of RULES) assert.equal(shown[r].violations, 0, `${r}: ${shown[r].text}`);
+  await shot(page, "check-panel-live-after-reload", "#panel-check");
+  noErrors(page);
+});
