@@ -210,3 +210,28 @@ test("an unknown preset in the URL is a clear message, and the page runs on", { 
   await waitForStatus(page, "ok", /added T1/);
   assert.deepEqual(page.errors, []);
 });
+
+test("oracle-durable-bound through the controls: switch, burst, crash, restart; the check panel flags it", { timeout: 120_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=42&empty=1&autoplay=0"));
+  await page.locator("#rules-view input[data-rule=oracle-durable-bound]").uncheck();
+  await waitForStatus(page, "ok", /rule oracle-durable-bound off/);
+  await page.getByTestId("o-burst").fill("500");
+  await page.getByTestId("add-oracle").click();
+  await waitForStatus(page, "ok", /added O1 to P1 on epoch_ms, without oracle-durable-bound/);
+  assert.match(await page.locator("#processes-view li[data-actor=O1]").textContent(), /500 timestamps a tick.*no durable bound/);
+  const steps = async (n) => {
+    for (let i = 0; i < n; i++) await page.getByTestId("step").click();
+  };
+  await steps(30);
+  const line = "#check-view [data-testid=check-rule-oracle-bound]";
+  await waitFor(page, (sel) => Number(document.querySelector(sel)?.dataset.violations) > 0, "oracle-bound flagged before any restart", line);
+  await page.locator("#processes-view button[data-action=crash][data-process=P1]").click();
+  await page.locator("#processes-view button[data-action=restart][data-process=P1]").click();
+  await waitForStatus(page, "ok", /restarted P1 as P2/);
+  await steps(30);
+  const regress = "#check-view [data-testid=check-rule-oracle-regress]";
+  await waitFor(page, (sel) => Number(document.querySelector(sel)?.dataset.violations) > 0, "oracle-regress flagged after the restart", regress);
+  await shot(page, "rules-oracle-controls-check", "#panel-check");
+  noErrors(page);
+});
