@@ -1,55 +1,17 @@
-//! The live check of the history (src/playground/check/): unit tests on hand-made histories, good
-//! and bad, one or more per rule; and integration tests over real seeded runs: a default scenario
-//! with faults runs clean while every rule its actors exercise is checked, and a scripted break
-//! of the store is found (so the path scenario -> facts -> checker can fail).
+//! The live check of the history (src/playground/check/) on hand-made histories, good and bad,
+//! one or more per rule: a good history gives no violation and counts its checks; a bad one names
+//! the rule it breaks and cites the events that broke it. Real runs are in
+//! tests/playground_check_runs.rs.
 
 #![cfg(not(target_arch = "wasm32"))]
 
 use persist_playground::playground::check::{CheckReport, HistoryCheck};
-use persist_playground::playground::command::{
-    ActorSpec, Command, FaultKnobs, OracleSpec, ReaderSpec, ReplicaSpec, Service, TaskOp, TaskSpec,
-    WriterSpec,
-};
 use persist_playground::playground::fact::{
     AttemptOutcome, BatchFact, Fact, HandleFact, MessageFact, VersionFact,
 };
 use persist_playground::playground::log::{Outcome, PlayEvent};
-use persist_playground::playground::Scenario;
 
-fn add(s: &mut Scenario, spec: ActorSpec) -> String {
-    s.apply(Command::AddActor {
-        spec,
-        process: None,
-    })
-    .expect("command applies")
-    .actor
-    .expect("an actor")
-}
-
-/// The page's default actors (www/main.js `DEFAULT_ACTORS`), with the generator on.
-fn default_scenario(seed: u64) -> Scenario {
-    let mut s = Scenario::seeded(seed);
-    add(&mut s, ActorSpec::Writer(WriterSpec::default()));
-    add(&mut s, ActorSpec::Writer(WriterSpec::default()));
-    add(&mut s, ActorSpec::Reader(ReaderSpec::default()));
-    add(&mut s, ActorSpec::Task(TaskSpec::default()));
-    add(&mut s, ActorSpec::Oracle(OracleSpec::default()));
-    add(&mut s, ActorSpec::Replica(ReplicaSpec { read_batch: 4 }));
-    add(&mut s, ActorSpec::Replica(ReplicaSpec { read_batch: 2 }));
-    s.apply(Command::SetGenerator { on: true }).unwrap();
-    s
-}
-
-fn counts(r: &CheckReport) -> String {
-    r.rules
-        .iter()
-        .map(|r| format!("{} {}/{}/{}", r.rule, r.checks, r.violations, r.unverified))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-// ---------------------------------------------------------------------------------------------
-// Hand-made histories. Each test feeds a `HistoryCheck` a few events built by hand: a good
+// Each test feeds a `HistoryCheck` a few events built by hand: a good
 // history must give no violation and count its checks; a bad one must name the rule it breaks
 // and cite the events that broke it.
 
@@ -662,19 +624,10 @@ fn the_upsert_model_agrees_with_the_reference_model() {
         }
         m
     };
+    // The facts the scenario's upsert hub would log for these messages.
     let facts: Vec<MessageFact> = msgs
         .iter()
-        .map(|m| MessageFact {
-            offset: m.offset,
-            key: m.key,
-            ts: m.ts,
-            output: m.value.clone().map(|v| {
-                let mut buf = Vec::new();
-                persist_playground::upsert::types::SourceData(v.map_err(Into::into))
-                    .encode(&mut buf);
-                persist_playground::playground::fact::digest(&buf, &[])
-            }),
-        })
+        .map(persist_playground::playground::upsert::message_fact)
         .collect();
     for broken in [false, true] {
         let mut h = History::new();
@@ -768,181 +721,4 @@ fn the_report_keeps_a_bounded_number_of_violations_and_counts_all() {
         persist_playground::playground::check::VIOLATIONS_KEPT
     );
     assert_eq!(r.violations.last().unwrap().seqs, vec![201]);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Real runs: the scenario's facts, fed from its pump.
-
-/// Polls a future of the in-memory store once: its calls finish without waiting.
-fn now<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    match f
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-    {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => panic!("the raw in-memory store answers at once"),
-    }
-}
-
-fn faulty(s: &mut Scenario, rate: f64) {
-    let knobs = FaultKnobs {
-        fail_rate: rate,
-        timeout_rate: rate,
-        ..FaultKnobs::default()
-    };
-    for service in [Service::Blob, Service::Consensus] {
-        s.apply(Command::SetFaults { service, knobs }).unwrap();
-    }
-}
-
-fn process_of(s: &mut Scenario, actor: &str) -> String {
-    let snap = s.snapshot();
-    snap.actors
-        .iter()
-        .find(|a| a.id == actor)
-        .unwrap()
-        .process
-        .clone()
-}
-
-#[test]
-fn default_runs_with_faults_and_crashes_break_no_rule_and_check_every_rule() {
-    // Goal: on real runs of the page's default scenario, with faults on and processes crashing
-    // and restarting (a writer, the oracle, a replica), the check finds no break, and every rule
-    // is checked, many times. Method: two seeds, 30 s of virtual time each, in 250 ms slices
-    // with a pump after each (as the page's frames do).
-    for seed in [1, 2] {
-        let mut s = default_scenario(seed);
-        faulty(&mut s, 0.05);
-        for i in 0..120u32 {
-            s.run_for(250).unwrap();
-            if i % 8 == 0 {
-                s.apply(Command::TaskPush {
-                    actor: "T1".into(),
-                    op: TaskOp::Append { rows: 2 },
-                })
-                .unwrap();
-            }
-            if i % 20 == 10 {
-                s.apply(Command::TaskPush {
-                    actor: "T1".into(),
-                    op: TaskOp::DeleteOldest,
-                })
-                .unwrap();
-            }
-            for (at, actor) in [(30, "W1"), (60, "O1"), (90, "U1")] {
-                if i == at {
-                    let p = process_of(&mut s, actor);
-                    s.apply(Command::CrashProcess { process: p.clone() })
-                        .unwrap();
-                    s.run_for(1_000).unwrap();
-                    s.apply(Command::RestartProcess { process: p }).unwrap();
-                }
-            }
-            s.pump();
-        }
-        assert!(s.steps() > 10_000, "thousands of steps: {}", s.steps());
-        let r = s.snapshot().check;
-        eprintln!("seed {seed}, {} steps: {}", s.steps(), counts(&r));
-        assert_eq!(r.violations_total, 0, "seed {seed}: {:?}", r.violations);
-        for rule in &r.rules {
-            let least = match rule.rule.as_str() {
-                "task-desired" => 5,
-                "oracle-duplicate" | "oracle-bound" => 50,
-                _ => 100,
-            };
-            assert!(
-                rule.checks >= least,
-                "seed {seed}: {} checked {} times ({})",
-                rule.rule,
-                rule.checks,
-                counts(&r)
-            );
-        }
-        // The log dropped nothing here, but the check does not depend on it: it read every event.
-        assert_eq!(r.events, s.snapshot().last_seq);
-    }
-}
-
-#[test]
-fn a_version_written_behind_persist_s_back_with_a_gap_is_found_at_once() {
-    // Goal: the whole path (store -> observer -> facts -> pump -> check) can fail. Method: in a
-    // default run, write a well-formed state version straight into Consensus whose only batch
-    // starts 500 ms past the shard's upper (a gap), then run on: the check must name
-    // append-chain and cite the observer's event of that version.
-    use persist_playground::location::{CaSResult, SeqNo, VersionedData};
-    use persist_playground::persist::encoding::{decode_diff, encode_diff, StateDiff};
-    use persist_playground::persist::state::{Description, HollowBatch};
-    use std::rc::Rc;
-    use timely::progress::Antichain;
-    let mut s = default_scenario(3);
-    s.run_for(3_000).unwrap();
-    assert_eq!(s.snapshot().check.violations_total, 0);
-    let store = s.store();
-    let mut written = None;
-    for _ in 0..1_000 {
-        let snap = s.snapshot();
-        let view = snap.shards.iter().find(|v| v.name == "data").unwrap();
-        let head = now(store.consensus.head("data")).unwrap().unwrap();
-        if head.seqno.0 != view.seqno {
-            s.run_for(3).unwrap();
-            continue;
-        }
-        let upper = view.upper.unwrap();
-        let prev = decode_diff(&head.data).unwrap();
-        let f = Antichain::from_elem;
-        let gap = Rc::new(HollowBatch::empty(Description::new(
-            f(upper + 500),
-            f(upper + 1_000),
-        )));
-        let diff = StateDiff {
-            seqno_from: head.seqno,
-            seqno_to: head.seqno.next(),
-            upper: Some(f(upper + 1_000)),
-            since: None,
-            batches: vec![(upper + 500, Some(gap))],
-            schemas: vec![],
-            last_gc_req: None,
-            rollups: vec![],
-            leased_readers: vec![],
-            critical_readers: vec![],
-            writers: vec![],
-            ..prev
-        };
-        let new = VersionedData {
-            seqno: head.seqno.next(),
-            data: encode_diff(&diff).into(),
-        };
-        let cas = now(store
-            .consensus
-            .compare_and_set("data", Some(head.seqno), new))
-        .unwrap();
-        assert_eq!(cas, CaSResult::Committed);
-        written = Some(head.seqno.next());
-        break;
-    }
-    let seqno: SeqNo = written.expect("caught the head in view");
-    s.run_for(500).unwrap();
-    let r = s.snapshot().check;
-    let v = r
-        .violations
-        .iter()
-        .find(|v| v.rule == "append-chain")
-        .unwrap_or_else(|| panic!("found: {:?}", r.violations));
-    assert!(v.message.contains("data: no batch covers"), "{}", v.message);
-    let cited = s.events_after(v.seqs[0] - 1, 10_000);
-    let version = cited.iter().find(|e| {
-        v.seqs.contains(&e.seq)
-            && matches!(&e.fact, Some(Fact::ShardVersions { shard, versions })
-                if shard == "data" && versions.iter().any(|x| x.seqno == seqno.0))
-    });
-    assert!(
-        version.is_some(),
-        "the cited events include the version's: {v:?} {:?}",
-        cited
-            .iter()
-            .filter(|e| v.seqs.contains(&e.seq))
-            .collect::<Vec<_>>()
-    );
 }

@@ -92,12 +92,13 @@ fn actor_variant(snap: &Snapshot, id: &str) -> Option<Rule> {
 
 /// One writer under Consensus timeouts; `Verify` at the end.
 fn idempotency_scenario(
+    seed: u64,
     on: bool,
 ) -> (
     Snapshot,
     persist_playground::playground::snapshot::VerifyView,
 ) {
-    let mut s = Scenario::seeded(41);
+    let mut s = Scenario::seeded(seed);
     set_rule(&mut s, Rule::IdempotencyToken, on);
     consensus_faults(&mut s, 0.3);
     let (w, _) = add(
@@ -125,7 +126,7 @@ fn idempotency_scenario(
 
 #[test]
 fn without_the_idempotency_token_an_acknowledged_write_lands_twice() {
-    let (snap, off) = idempotency_scenario(false);
+    let (snap, off) = idempotency_scenario(41, false);
     let lost_acks = snap.faults.consensus.happened_then_timed_out;
     assert!(
         lost_acks > 0,
@@ -139,7 +140,7 @@ fn without_the_idempotency_token_an_acknowledged_write_lands_twice() {
     );
     assert_flags(&snap, "ack-duplicate", &["ack-duplicate"]);
 
-    let (snap, on) = idempotency_scenario(true);
+    let (snap, on) = idempotency_scenario(41, true);
     assert!(
         snap.faults.consensus.happened_then_timed_out > 0,
         "same faults with the rule on"
@@ -162,8 +163,8 @@ fn oracle_view(snap: &Snapshot, id: &str) -> OracleView {
 
 /// An oracle whose timeline runs ahead of the clock (a burst of 500 a tick), crashed and
 /// restarted. Returns (the old instance's view before the crash, the new one's after).
-fn oracle_scenario(on: bool) -> (OracleView, OracleView, Snapshot) {
-    let mut s = Scenario::seeded(42);
+fn oracle_scenario(seed: u64, on: bool) -> (OracleView, OracleView, Snapshot) {
+    let mut s = Scenario::seeded(seed);
     set_rule(&mut s, Rule::OracleDurableBound, on);
     let (o, p) = add(
         &mut s,
@@ -192,7 +193,7 @@ fn oracle_scenario(on: bool) -> (OracleView, OracleView, Snapshot) {
 
 #[test]
 fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
-    let (before, after, snap) = oracle_scenario(false);
+    let (before, after, snap) = oracle_scenario(42, false);
     assert!(
         before.write_ts > before.durable_upper,
         "the old instance served past its durable upper: {before:?}"
@@ -210,7 +211,7 @@ fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
     assert_flags(&snap, "oracle-regress", &oracle_rules);
     assert_flags(&snap, "oracle-bound", &oracle_rules);
 
-    let (before, after, snap) = oracle_scenario(true);
+    let (before, after, snap) = oracle_scenario(42, true);
     assert!(
         before.write_ts < before.durable_upper,
         "with the rule every timestamp is below the durable upper: {before:?}"
@@ -227,8 +228,8 @@ fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
 }
 
 /// One replica writes for a while; then a second replica joins (the rule is set just before).
-fn upsert_scenario(on: bool) -> Snapshot {
-    let mut s = Scenario::seeded(43);
+fn upsert_scenario(seed: u64, on: bool) -> Snapshot {
+    let mut s = Scenario::seeded(seed);
     add(&mut s, ActorSpec::Replica(ReplicaSpec { read_batch: 4 }));
     apply(&mut s, Command::SetGenerator { on: true });
     s.run_for(2_000).unwrap();
@@ -248,7 +249,7 @@ fn upsert_scenario(on: bool) -> Snapshot {
 
 #[test]
 fn without_feedback_from_the_shard_upsert_output_diverges_from_the_model() {
-    let snap = upsert_scenario(false);
+    let snap = upsert_scenario(43, false);
     let checker = &snap.upsert.as_ref().unwrap().checker;
     assert!(checker.checks > 10, "{checker:?}");
     assert!(
@@ -257,7 +258,7 @@ fn without_feedback_from_the_shard_upsert_output_diverges_from_the_model() {
     );
     assert_flags(&snap, "upsert-model", &["upsert-model"]);
 
-    let snap = upsert_scenario(true);
+    let snap = upsert_scenario(43, true);
     let checker = &snap.upsert.as_ref().unwrap().checker;
     assert!(checker.checks > 10, "{checker:?}");
     assert_eq!(checker.violations, Vec::<String>::new());
@@ -266,8 +267,11 @@ fn without_feedback_from_the_shard_upsert_output_diverges_from_the_model() {
 
 /// Two write tasks on one shard, each pushed rows at the same instant, so one of them loses the
 /// race. (No reader ever downgrades the shard's since: the audit reads its whole history.)
-fn task_scenario(on: bool) -> (persist_playground::write_task::audit::AuditReport, Snapshot) {
-    let mut s = Scenario::seeded(44);
+fn task_scenario(
+    seed: u64,
+    on: bool,
+) -> (persist_playground::write_task::audit::AuditReport, Snapshot) {
+    let mut s = Scenario::seeded(seed);
     set_rule(&mut s, Rule::TaskResync, on);
     let task = || {
         ActorSpec::Task(TaskSpec {
@@ -298,15 +302,87 @@ fn task_scenario(on: bool) -> (persist_playground::write_task::audit::AuditRepor
 
 #[test]
 fn without_a_resync_the_shard_stops_equalling_the_tasks_desired() {
-    let (off, snap) = task_scenario(false);
+    let (off, snap) = task_scenario(44, false);
     assert!(
         !off.failures.is_empty(),
         "a commit left the shard unequal to its task's desired: {off:?}"
     );
     assert_flags(&snap, "task-desired", &["task-desired"]);
-    let (on, snap) = task_scenario(true);
+    let (on, snap) = task_scenario(44, true);
     assert_eq!(on.failures, Vec::<String>::new(), "{on:?}");
     assert_clean(&snap, "task-desired", 5);
+}
+
+/// Whether the history check found a break of `rule`.
+fn broke(snap: &Snapshot, rule: &str) -> bool {
+    snap.check
+        .rules
+        .iter()
+        .any(|r| r.rule == rule && r.violations > 0)
+}
+
+#[test]
+fn the_anomalies_do_not_hang_on_one_seed() {
+    // Goal: each scenario shows its anomaly because of how it is built (the faults, the second
+    // replica, the pushes at one instant), not because of a lucky seed. Method: four more seeds
+    // per scenario, each run with the rule off (the check flags it) and on (it flags nothing).
+    for seed in 1..=4 {
+        let (snap, _) = idempotency_scenario(seed, false);
+        assert!(
+            broke(&snap, "ack-duplicate"),
+            "seed {seed}: {:?}",
+            flagged(&snap)
+        );
+        let (snap, _) = idempotency_scenario(seed, true);
+        assert_eq!(
+            snap.check.violations_total,
+            0,
+            "seed {seed}: {:?}",
+            flagged(&snap)
+        );
+
+        let (_, _, snap) = oracle_scenario(seed, false);
+        assert!(
+            broke(&snap, "oracle-regress"),
+            "seed {seed}: {:?}",
+            flagged(&snap)
+        );
+        let (_, _, snap) = oracle_scenario(seed, true);
+        assert_eq!(
+            snap.check.violations_total,
+            0,
+            "seed {seed}: {:?}",
+            flagged(&snap)
+        );
+
+        let snap = upsert_scenario(seed, false);
+        assert!(
+            broke(&snap, "upsert-model"),
+            "seed {seed}: {:?}",
+            flagged(&snap)
+        );
+        let snap = upsert_scenario(seed, true);
+        assert_eq!(
+            snap.check.violations_total,
+            0,
+            "seed {seed}: {:?}",
+            flagged(&snap)
+        );
+
+        let (_, snap) = task_scenario(seed, false);
+        assert!(
+            broke(&snap, "task-desired"),
+            "seed {seed}: {:?}",
+            flagged(&snap)
+        );
+        let (_, snap) = task_scenario(seed, true);
+        assert_eq!(
+            snap.check.violations_total,
+            0,
+            "seed {seed}: {:?}",
+            flagged(&snap)
+        );
+    }
 }
 
 #[test]

@@ -74,7 +74,9 @@ export function wireControls(dom, app) {
   dom.addWriter.addEventListener("click", guarded(() => addActor(writerSpec(dom))));
   dom.addReader.addEventListener("click", guarded(() => addActor({ kind: "reader", shard: "data", hold: false })));
   dom.addTask.addEventListener("click", guarded(() => addActor({ kind: "task", shard: "mz_task", tickIntervalMs: 1000, readOnly: false })));
-  dom.addOracle.addEventListener("click", guarded(() => addActor({ kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4 })));
+  dom.addOracle.addEventListener("click", guarded(() => addActor({
+    kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4, burst: wholeNumber("oracle burst", dom.oBurst.value),
+  })));
   dom.presetBusy.addEventListener("click", guarded(() => app.presetBusy()));
   dom.addReplica.addEventListener("click", guarded(() => addActor({ kind: "replica", readBatch: 4 })));
   dom.upsertForm.addEventListener("submit", guarded((e) => {

@@ -115,16 +115,23 @@ export function presetQuery(id, on) {
 }
 
 /**
+ * Preset `id`'s steps with the rule's state filled in: commands, and `{ runMs }` between them
+ * (a tour may play them one at a time). Throws on an unknown preset.
+ */
+export function presetSteps(id, on) {
+  const preset = PRESETS[id];
+  if (!preset) throw new Error(`unknown preset ${JSON.stringify(id)}: one of ${Object.keys(PRESETS).join(", ")}`);
+  return preset.steps.map((step) => (step === "rule" ? { type: "setRule", rule: id, on } : step));
+}
+
+/**
  * Plays preset `id` through `app` (`send(command)`, `runFor(ms)`); throws on an unknown preset.
  * Returns the line to show when it is done.
  */
 export function runPreset(app, id, on) {
-  const preset = PRESETS[id];
-  if (!preset) throw new Error(`unknown preset ${JSON.stringify(id)}: one of ${Object.keys(PRESETS).join(", ")}`);
-  for (const step of preset.steps) {
-    if (step === "rule") app.send({ type: "setRule", rule: id, on });
-    else if (step.runMs) app.runFor(step.runMs);
+  for (const step of presetSteps(id, on)) {
+    if (step.runMs) app.runFor(step.runMs);
     else app.send(step);
   }
-  return `preset ${id} with the rule ${on ? "on" : "off"}: look at ${preset.look}`;
+  return `preset ${id} with the rule ${on ? "on" : "off"}: look at ${PRESETS[id].look}`;
 }

@@ -12,7 +12,10 @@
 //!   its own id seed, drawn from the scenario's seed), as a separate machine would. Crashing a
 //!   process stops its actors mid-command; restarting it starts them again in a new process with
 //!   a fresh client. Actor ids (`W1`, `R1`, `T1`, `O1`) and colours outlive restarts.
-//! - **observers** that read the raw location for the panels ([`observe`]).
+//! - **observers** that read the raw location for the panels ([`observe`]), and as witnesses of
+//!   every shard and timeline version for the history check ([`versions`]);
+//! - the **live check of the history** ([`check`]), fed every event of the merged log as it is
+//!   logged; events carry structured payloads ([`fact`]) for it.
 //!
 //! The page drives it with [`Command`]s (one serde enum, checked before it applies), reads a
 //! [`snapshot::Snapshot`] (plain serde data), and reads the merged event log ([`log`]) after a
@@ -88,7 +91,7 @@ pub struct Journal {
     /// Messages for the page, oldest first.
     pub notices: VecDeque<snapshot::Notice>,
     /// Write tasks' commits, with their shard, for [`Scenario::audit_tasks`] (the newest
-    /// [`COMMITS_KEPT`]).
+    /// [`COMMITS_KEPT`]; native builds only: the page has the live check's `task-desired`).
     pub task_commits: VecDeque<(String, crate::write_task::WriteTaskEvent)>,
     /// The live check of the history, fed every event as it is logged.
     pub check: check::HistoryCheck,
@@ -451,7 +454,7 @@ impl Scenario {
     /// ([`crate::write_task::audit::audit_commits`]): after each commit, the shard must equal the
     /// committing task's desired collection. The shard's since must still be below the first
     /// commit (a holding reader keeps it there). Seed mode: steps the simulator until the audit
-    /// is done, at most 10 s of virtual time.
+    /// is done, at most 10 s of virtual time. Native builds only (tests).
     pub fn audit_tasks(
         &mut self,
         shard: &str,

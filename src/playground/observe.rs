@@ -86,12 +86,13 @@ pub async fn observe_shard(
         witness
             .pass(client.location(), &shard.0, state.as_ref(), &journal, now)
             .await;
-        let mut obs = cell.borrow_mut();
-        if let Some(state) = state {
-            obs.state = Some(state);
+        {
+            let mut obs = cell.borrow_mut();
+            if let Some(state) = state {
+                obs.state = Some(state);
+            }
+            obs.error = error;
         }
-        obs.error = error;
-        drop(obs);
         rt.sleep(period_ms).await;
     }
 }

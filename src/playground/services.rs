@@ -18,11 +18,11 @@ use super::actors::{fmt_frontier, ActorCtx, ActorDetail, ActorView, LastAttempt,
 use super::command::{OracleSpec, TaskOp, TaskSpec};
 use super::fact::{mask, Fact};
 use super::log::Outcome;
-use super::variants::{self, oracle::UnboundedOracle};
+use super::variants;
 use crate::location::Consensus;
 use crate::oracle::{
-    DurableOracleConfig, DurableTimestampOracle, NowFn, OracleError, OracleEventKind,
-    TimestampOracle,
+    DurableOracleConfig, DurableTimestampOracle, InMemoryTimestampOracle, NowFn, OracleError,
+    OracleEventKind, TimestampOracle,
 };
 use crate::persist::codec::{Datum, Row};
 use crate::persist::ShardId;
@@ -527,7 +527,7 @@ fn sync_oracle(
     ctx: &ActorCtx,
     timeline: &str,
     oracle: &DurableTimestampOracle,
-    unbounded: Option<&UnboundedOracle>,
+    unbounded: Option<(&InMemoryTimestampOracle, u64)>,
 ) {
     for e in oracle.take_events() {
         let mut fact = None;
@@ -658,11 +658,11 @@ fn sync_oracle(
         o.fenced_by = s.fenced_by;
         o.handed_out = s.stats.write_timestamps;
         // Without the durable bound the timestamps are the variant's, served from memory.
-        if let Some(u) = unbounded {
-            let t = u.state();
+        if let Some((memory, handed_out)) = unbounded {
+            let t = memory.state();
             o.read_ts = t.read_ts();
             o.write_ts = t.peek_write_ts();
-            o.handed_out = u.handed_out();
+            o.handed_out = handed_out;
         }
     });
 }
@@ -687,12 +687,19 @@ pub async fn run_oracle(
         Ok(Err(e)) => return ctx.fail("oracle", "open", e),
         Err(e) => return ctx.fail("oracle", "open", e),
     };
-    let variant = unbounded.then(|| UnboundedOracle::new(&oracle, NowFn::from_runtime(&rt)));
+    let variant = unbounded.then(|| variants::oracle::unbounded(&oracle, NowFn::from_runtime(&rt)));
+    // The variant's count of timestamps handed out (the durable instance no longer serves).
+    let mut served = 0u64;
     let serving: &dyn TimestampOracle = match &variant {
         Some(v) => v,
         None => &oracle,
     };
-    sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
+    sync_oracle(
+        &ctx,
+        &spec.timeline,
+        &oracle,
+        variant.as_ref().map(|v| (v, served)),
+    );
     let epoch = oracle.snapshot().epoch;
     ctx.register(&format!("oracle epoch {epoch}"));
     let period_ms = (1_000 / u64::from(spec.rate_per_s.max(1))).max(1);
@@ -713,8 +720,14 @@ pub async fn run_oracle(
         match result {
             Ok(Ok((range, read_ts))) => {
                 let Some((first, last)) = range else { continue };
+                served += u64::from(spec.burst.max(1));
                 // The window it took for `ts` is logged first: the check reads them in order.
-                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
+                sync_oracle(
+                    &ctx,
+                    &spec.timeline,
+                    &oracle,
+                    variant.as_ref().map(|v| (v, served)),
+                );
                 oracle_view(&ctx, |o| {
                     o.first_ts.get_or_insert(first);
                 });
@@ -741,11 +754,21 @@ pub async fn run_oracle(
                 }
             }
             Ok(Err(e @ OracleError::Fenced { .. })) => {
-                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
+                sync_oracle(
+                    &ctx,
+                    &spec.timeline,
+                    &oracle,
+                    variant.as_ref().map(|v| (v, served)),
+                );
                 return ctx.fail("oracle", "write_ts", e);
             }
             Ok(Err(e)) => {
-                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
+                sync_oracle(
+                    &ctx,
+                    &spec.timeline,
+                    &oracle,
+                    variant.as_ref().map(|v| (v, served)),
+                );
                 return ctx.fail("oracle", "write_ts", e);
             }
             Err(e) => ctx.event(
@@ -755,6 +778,11 @@ pub async fn run_oracle(
                 format!("no timestamp within {e}: storage is slow or down"),
             ),
         }
-        sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
+        sync_oracle(
+            &ctx,
+            &spec.timeline,
+            &oracle,
+            variant.as_ref().map(|v| (v, served)),
+        );
     }
 }

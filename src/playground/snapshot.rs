@@ -18,7 +18,6 @@ use super::services::{apply_task_event, task_record};
 use super::{Journal, Scenario};
 use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
-use crate::write_task::WriteTaskEventKind;
 use timely::progress::Antichain;
 
 /// How many compare_and_set attempts a snapshot carries (the panel shows the newest 16 and counts
@@ -405,7 +404,10 @@ impl Scenario {
                     ActorSpec::Task(t) => t.shard.as_str(),
                     _ => "",
                 };
-                if matches!(e.kind, WriteTaskEventKind::Committed { .. }) {
+                if matches!(
+                    e.kind,
+                    crate::write_task::WriteTaskEventKind::Committed { .. }
+                ) {
                     if journal.task_commits.len() == super::COMMITS_KEPT {
                         journal.task_commits.pop_front();
                     }

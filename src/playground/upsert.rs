@@ -30,7 +30,7 @@ use crate::upsert::observe::UpsertEventKind;
 use crate::upsert::observe::UpsertLog;
 use crate::upsert::reference::{check_contents, CheckerReport};
 use crate::upsert::replica::{Replica, ReplicaConfig, ReplicaSnapshot};
-use crate::upsert::source::{GeneratorConfig, SourceGenerator, SourceLog};
+use crate::upsert::source::{GeneratorConfig, SourceGenerator, SourceLog, SourceMessage};
 use crate::upsert::types::kv_row;
 use crate::upsert::types::{DataflowError, SourceData};
 
@@ -216,11 +216,25 @@ impl UpsertHub {
     }
 }
 
+/// A source message as the history check's reference model reads it: the digest of the output
+/// update it stands for (what a replica writes for it), or `None` for a delete.
+pub fn message_fact(m: &SourceMessage) -> MessageFact {
+    MessageFact {
+        offset: m.offset,
+        key: m.key,
+        ts: m.ts,
+        output: m.value.clone().map(|v| {
+            let mut buf = Vec::new();
+            SourceData(v.map_err(DataflowError::from)).encode(&mut buf);
+            digest(&buf, &[])
+        }),
+    }
+}
+
 /// Logs what the source log gained, every 50 ms, as a [`Fact::UpsertSource`]: the history
 /// check's reference model reads the source from these.
 async fn source_facts(rt: Runtime, source: Rc<RefCell<SourceLog>>, journal: Rc<RefCell<Journal>>) {
     let (mut from, mut last_upper) = (0usize, 0);
-    let mut buf = Vec::new();
     loop {
         rt.sleep(50).await;
         let source = source.borrow();
@@ -229,19 +243,7 @@ async fn source_facts(rt: Runtime, source: Rc<RefCell<SourceLog>>, journal: Rc<R
         if from == messages.len() && upper == last_upper {
             continue;
         }
-        let new: Vec<MessageFact> = messages[from..]
-            .iter()
-            .map(|m| MessageFact {
-                offset: m.offset,
-                key: m.key,
-                ts: m.ts,
-                output: m.value.clone().map(|v| {
-                    buf.clear();
-                    SourceData(v.map_err(DataflowError::from)).encode(&mut buf);
-                    digest(&buf, &[])
-                }),
-            })
-            .collect();
+        let new: Vec<MessageFact> = messages[from..].iter().map(message_fact).collect();
         (from, last_upper) = (messages.len(), upper);
         journal.borrow_mut().log.record(Pending {
             at_ms: rt.now_ms(),

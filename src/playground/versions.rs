@@ -9,7 +9,7 @@
 //! and says so; a missing version with earlier ones still stored is reported as it is (the
 //! next version's `seqno_from` tells the check).
 //!
-//! For shards whose contents it keeps (write-task shards, see [`VersionWitness::keep_contents`])
+//! For shards whose contents it keeps (write-task shards, see [`VersionWitness::set_keep_contents`])
 //! it also folds every appended update into a consolidated collection of rows and reports its
 //! fingerprint after each version, which is what the task's commits are checked against.
 
@@ -71,6 +71,28 @@ async fn read_batch(
     Some(out)
 }
 
+/// Logs a fact of the store's observer.
+fn record(journal: &RefCell<Journal>, at_ms: u64, fact: Fact, detail: String) {
+    journal.borrow_mut().log.record(Pending {
+        at_ms,
+        actor: None,
+        process: None,
+        component: "store",
+        kind: "version".into(),
+        outcome: Outcome::Info,
+        detail,
+        fact: Some(fact),
+    });
+}
+
+/// The digest and diff of every update.
+fn itemize(updates: &[(Vec<u8>, Vec<u8>, i64)]) -> Vec<(u64, i64)> {
+    updates
+        .iter()
+        .map(|(k, v, d)| (super::fact::digest(k, v), *d))
+        .collect()
+}
+
 fn handles(writers: Vec<HandleFact>, readers: Vec<HandleFact>) -> Vec<HandleFact> {
     writers.into_iter().chain(readers).collect()
 }
@@ -128,11 +150,7 @@ impl VersionWitness {
         let mut batches = Vec::new();
         for b in c.trace.batches() {
             let updates = if total <= MAX_ITEMIZED as u64 {
-                read_batch(location, b).await.map(|u| {
-                    u.iter()
-                        .map(|(k, v, d)| (super::fact::digest(k, v), *d))
-                        .collect()
-                })
+                read_batch(location, b).await.as_deref().map(itemize)
             } else {
                 None
             };
@@ -188,11 +206,9 @@ impl VersionWitness {
                 } else {
                     self.contents = None;
                 }
-                read.filter(|u| u.len() <= MAX_ITEMIZED).map(|u| {
-                    u.iter()
-                        .map(|(k, v, d)| (super::fact::digest(k, v), *d))
-                        .collect()
-                })
+                read.filter(|u| u.len() <= MAX_ITEMIZED)
+                    .as_deref()
+                    .map(itemize)
             } else {
                 None
             };
@@ -238,18 +254,7 @@ impl VersionWitness {
         journal: &RefCell<Journal>,
         now_ms: u64,
     ) {
-        let record = |fact: Fact, detail: String| {
-            journal.borrow_mut().log.record(Pending {
-                at_ms: now_ms,
-                actor: None,
-                process: None,
-                component: "store",
-                kind: "version".into(),
-                outcome: Outcome::Info,
-                detail,
-                fact: Some(fact),
-            });
-        };
+        let record = |fact: Fact, detail: String| record(journal, now_ms, fact, detail);
         let Some(last) = self.seqno else {
             let Some(state) = state else { return };
             let fact = self.baseline(location, name, state).await;
@@ -333,24 +338,20 @@ pub async fn timeline_pass(
             break;
         };
         newest = Some(v.seqno.0);
-        journal.borrow_mut().log.record(Pending {
-            at_ms: now_ms,
-            actor: None,
-            process: None,
-            component: "store",
-            kind: "version".into(),
-            outcome: Outcome::Info,
-            detail: format!(
-                "oracle {timeline}: version {}, epoch {}, durable upper {}",
-                v.seqno, r.epoch, r.upper
-            ),
-            fact: Some(Fact::TimelineVersion {
+        record(
+            journal,
+            now_ms,
+            Fact::TimelineVersion {
                 timeline: timeline.to_string(),
                 seqno: v.seqno.0,
                 epoch: r.epoch,
                 durable_upper: r.upper,
-            }),
-        });
+            },
+            format!(
+                "oracle {timeline}: version {}, epoch {}, durable upper {}",
+                v.seqno, r.epoch, r.upper
+            ),
+        );
     }
     newest
 }

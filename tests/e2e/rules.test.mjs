@@ -2,8 +2,8 @@
 // with its explanation; actors added while a rule is off carry a badge, actors added before keep
 // their code), and, for each rule, its preset scenario built on a fresh seed-mode run from the
 // page's URL (www/rules.js), once with the rule off, where the page shows the anomaly and the
-// history check (the snapshot's `check`, branch check) flags it, and once with it on, where the
-// page shows none and the check flags nothing. No console error anywhere; screenshots go to
+// history check flags it (the snapshot's `check` and the check panel, branch check), and once
+// with it on, where the page shows none and the check panel shows no break. No console error anywhere; screenshots go to
 // target/e2e-artifacts/rules-*.png.
 //
 // Run: node --test tests/e2e/rules.test.mjs     (needs pkg/: bash scripts/build.sh)
@@ -78,6 +78,18 @@ for (const rule of RULES) {
   await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "T2").process !== "P2", "T2 restarted");
   assert.equal((await latest(page)).actors.find((a) => a.id === "T2").variant, "task-resync");
   assert.ok(await page.locator("#processes-view li[data-actor=T2] .variant").isVisible(), "the badge survives the restart");
+  // A bad rule id is a clear error from the engine, and changes nothing.
+  const before = await latest(page);
+  const err = await page.evaluate(() => {
+    try {
+      window.__playground.pg().send({ type: "setRule", rule: "nope", on: false });
+      return null;
+    } catch (e) {
+      return e.message;
+    }
+  });
+  assert.match(err ?? "", /unknown rule "nope": one of idempotency-token/);
+  assert.deepEqual(await page.evaluate(() => window.__playground.pg().snapshot().rules), before.rules);
   noErrors(page);
 });
 
@@ -144,12 +156,25 @@ for (const rule of RULES) {
       const e = await EVIDENCE[rule](page);
       assert.equal(e.anomaly, !on, `with the rule ${on ? "on" : "off"} the page shows ${e.text}`);
       const c = await pageCheck(page, rule);
+      // The check panel (www/render/check.js) draws the same verdict.
+      const line = `#check-view [data-testid=check-rule-${CHECK_RULE[rule]}]`;
+      await waitFor(page, (sel) => document.querySelector(sel), "the check panel's line", line);
       if (on) {
         assert.equal(c.total, 0, `the check flags nothing with the rule on: ${JSON.stringify(c)}`);
         assert.ok(c.checks > 0, `${CHECK_RULE[rule]} was checked: ${JSON.stringify(c)}`);
+        await waitFor(page, (sel) => Number(document.querySelector(sel)?.dataset.checks) > 0, "the panel's checks", line);
+        const broken = await page.locator("#check-view [data-testid^=check-rule-]").evaluateAll((els) => els.filter((e) => e.dataset.violations !== "0").map((e) => e.dataset.testid));
+        assert.deepEqual(broken, [], "the panel shows no break");
+        assert.equal(await page.locator("#check-view [data-testid=check-violation]").count(), 0);
+        assert.match(await page.locator("#check-view").textContent(), /no break/);
       } else {
         assert.ok(c.violations > 0, `the check flags ${CHECK_RULE[rule]}: ${JSON.stringify(c)}`);
+        await waitFor(page, (sel) => Number(document.querySelector(sel)?.dataset.violations) > 0, "the panel's breaks", line);
+        assert.match(await page.locator(line).textContent(), /break/);
+        const listed = await page.locator("#check-view [data-testid=check-violation]").allTextContents();
+        assert.ok(listed.some((t) => t.includes(CHECK_RULE[rule]) || t.includes("oracle-bound")), `a listed violation of ${CHECK_RULE[rule]}: ${listed[0]}`);
       }
+      await shot(page, `rules-${rule}-${on ? "on" : "off"}-check`, "#panel-check");
       await shot(page, `rules-${rule}-${on ? "on" : "off"}`);
       noErrors(page);
       await page.close();
@@ -171,5 +196,42 @@ test("step replicas: each click is one timely step() of each replica's worker", 
     assert.equal(await steps(), before + k, `one timely step per click (${k})`);
   }
   await shot(page, "step-replicas", "#panel-upsert");
+  noErrors(page);
+});
+
+test("an unknown preset in the URL is a clear message, and the page runs on", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await ctx.newPage();
+  page.errors = [];
+  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  await page.goto(server.url("?seed=1&empty=1&autoplay=0&preset=nope&rule=off"));
+  await waitForStatus(page, "error", /preset nope: unknown preset "nope": one of idempotency-token/);
+  await page.locator("[data-testid=add-task]").click();
+  await waitForStatus(page, "ok", /added T1/);
+  assert.deepEqual(page.errors, []);
+});
+
+test("oracle-durable-bound through the controls: switch, burst, crash, restart; the check panel flags it", { timeout: 120_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=42&empty=1&autoplay=0"));
+  await page.locator("#rules-view input[data-rule=oracle-durable-bound]").uncheck();
+  await waitForStatus(page, "ok", /rule oracle-durable-bound off/);
+  await page.getByTestId("o-burst").fill("500");
+  await page.getByTestId("add-oracle").click();
+  await waitForStatus(page, "ok", /added O1 to P1 on epoch_ms, without oracle-durable-bound/);
+  assert.match(await page.locator("#processes-view li[data-actor=O1]").textContent(), /500 timestamps a tick.*no durable bound/);
+  const steps = async (n) => {
+    for (let i = 0; i < n; i++) await page.getByTestId("step").click();
+  };
+  await steps(30);
+  const line = "#check-view [data-testid=check-rule-oracle-bound]";
+  await waitFor(page, (sel) => Number(document.querySelector(sel)?.dataset.violations) > 0, "oracle-bound flagged before any restart", line);
+  await page.locator("#processes-view button[data-action=crash][data-process=P1]").click();
+  await page.locator("#processes-view button[data-action=restart][data-process=P1]").click();
+  await waitForStatus(page, "ok", /restarted P1 as P2/);
+  await steps(30);
+  const regress = "#check-view [data-testid=check-rule-oracle-regress]";
+  await waitFor(page, (sel) => Number(document.querySelector(sel)?.dataset.violations) > 0, "oracle-regress flagged after the restart", regress);
+  await shot(page, "rules-oracle-controls-check", "#panel-check");
   noErrors(page);
 });

@@ -20,7 +20,7 @@ export function findDom(doc) {
     play: $("play"), step: $("step"), speed: $("speed"), clock: $("clock"), modePill: $("mode-pill"),
     status: $("status"), seedForm: $("seed-form"), seed: $("seed"), toLive: $("to-live"), toSeed: $("to-seed"),
     modeHint: $("mode-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
-    addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"),
+    addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"), oBurst: $("o-burst"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
     upsertValue: $("u-value"), generator: $("u-generator"), stepReplicas: $("step-replicas"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
     rules: $("rules-view"),

@@ -36,7 +36,7 @@ function describe(a) {
   if (s.kind === "reader") return `reader on ${s.shard}${s.hold ? ", holding its since" : ""}`;
   if (s.kind === "task") return `write task on ${s.shard}${s.readOnly ? ", read-only" : ""}`;
   if (s.kind === "replica") return `upsert replica on upsert_out, ${s.readBatch} messages per step`;
-  return `oracle instance on ${s.timeline}, window ${s.persistIntervalMs} ms`;
+  return `oracle instance on ${s.timeline}, window ${s.persistIntervalMs} ms${s.burst > 1 ? `, ${s.burst} timestamps a tick` : ""}`;
 }
 
 export function renderProcesses(el, snap) {

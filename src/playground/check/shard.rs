@@ -90,7 +90,8 @@ impl ShardTrack {
             return;
         };
         self.name.clone_from(shard);
-        if self.known {
+        let again = self.known;
+        if again {
             let prev = [self.last, at];
             f.expect("append-chain", *seqno >= self.seqno, &prev, || {
                 format!(
@@ -116,16 +117,65 @@ impl ShardTrack {
             self.handles.insert(h.id.clone(), h.frontier);
         }
         // Values appended before this baseline are known only if every batch was itemized.
-        if batches.iter().all(|b| b.updates.is_some()) {
+        if !batches.iter().all(|b| b.updates.is_some()) {
+            forget_up_to(&mut self.forgotten_to, *upper);
+        } else if again {
+            self.rebase(batches, at, f);
+        } else {
             for b in batches {
                 self.fold(b, at, f);
             }
-        } else {
-            forget_up_to(&mut self.forgotten_to, *upper);
         }
         self.commits.clear();
         self.contents.clear();
         self.resolve_acks(f);
+    }
+
+    /// A later baseline (the observer missed truncated versions): its batches hold the whole
+    /// truth, so every known value takes its multiplicity from them (values appended in the
+    /// versions it missed come in as appended once), and acknowledged ones are checked again.
+    fn rebase(&mut self, batches: &[BatchFact], at: At, f: &mut Findings) {
+        let mut now: Vec<(u64, i64)> = batches
+            .iter()
+            .flat_map(|b| b.updates.iter().flatten().copied())
+            .collect();
+        now.sort_unstable();
+        now.dedup_by(|b, a| {
+            let same = a.0 == b.0;
+            if same {
+                a.1 += b.1;
+            }
+            same
+        });
+        let name = &self.name;
+        for (digest, v) in self.values.iter_mut() {
+            let net = now
+                .binary_search_by(|(d, _)| d.cmp(digest))
+                .map_or(0, |i| now[i].1);
+            if net == v.net {
+                continue;
+            }
+            v.net = net;
+            if let Some(acked) = v.acked {
+                f.expect("ack-lost", net >= 1, &[acked, at], || {
+                    format!("{name}: an acknowledged value has multiplicity {net} in the shard")
+                });
+                f.expect("ack-duplicate", net <= 1, &[v.first, acked, at], || {
+                    format!("{name}: an acknowledged value is in the shard with multiplicity {net}")
+                });
+            }
+        }
+        for &(digest, net) in &now {
+            if net != 0 && !self.values.contains_key(&digest) {
+                let b = BatchFact {
+                    lower: 0,
+                    upper: self.upper,
+                    len: 1,
+                    updates: Some(vec![(digest, net)]),
+                };
+                self.fold(&b, at, f);
+            }
+        }
     }
 
     fn frontiers(&mut self, upper: Option<u64>, since: Option<u64>, at: At, f: &mut Findings) {
