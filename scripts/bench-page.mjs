@@ -7,14 +7,23 @@
 //     interval between frames, p50/p95/p99 over the measured window;
 //   - the size of the .wasm, gzipped (level 9).
 // Usage: bash scripts/build.sh && node scripts/bench-page.mjs [seconds=10] [width=1280] [height=800]
+//        [--compare=DIR] [--rounds=N]
+// With --compare=DIR (a copy of an older page: DIR/index.html, DIR/www/, DIR/pkg/ under the
+// repository, e.g. target/before), the frame measurement alternates between this page and that one,
+// N rounds each (default 3), in one run on one machine, and prints each round and the medians:
+// a busy machine slows both alike.
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { checkBuilt, launch, openPage, ROOT, startServer, stopServer, waitFor } from "../tests/e2e/helpers.mjs";
 
-const seconds = Number(process.argv[2] ?? 10);
-const viewport = { width: Number(process.argv[3] ?? 1280), height: Number(process.argv[4] ?? 800) };
+const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWith("--")).map((a) => a.slice(2).split("=")));
+const args = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+const seconds = Number(args[0] ?? 10);
+const viewport = { width: Number(args[1] ?? 1280), height: Number(args[2] ?? 800) };
+const compare = flags.compare ?? null;
+const rounds = Number(flags.rounds ?? (compare ? 3 : 1));
 
 const pct = (xs, p) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -24,18 +33,12 @@ const fmt = (x) => x.toFixed(2);
 
 checkBuilt();
 const server = await startServer();
-try {
-  // Time to interactive, over five fresh loads.
-  const tti = [];
-  for (let i = 0; i < 5; i++) {
-    const ctx = await launch();
-    const page = await openPage(ctx, server.url("?seed=1"), viewport);
-    tti.push(await page.evaluate(() => window.__playground.readyMs));
-    await ctx.close();
-  }
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
+/** Frame times of one fresh page at `url` with the busy scenario at full speed. */
+async function measure(url) {
   const ctx = await launch();
-  const page = await openPage(ctx, server.url("?seed=1&empty=1"), viewport);
+  const page = await openPage(ctx, url, viewport);
   await page.getByTestId("preset-busy").click();
   await page.getByTestId("add-replica").click();
   await page.getByTestId("add-replica").click();
@@ -70,24 +73,54 @@ try {
       writers: snap.actors.filter((a) => a.spec.kind === "writer").length,
       replicas: snap.actors.filter((a) => a.spec.kind === "replica").length,
       upsertMessages: snap.upsert?.sourceMessages ?? 0,
-      commits: snap.actors.reduce((n, a) => n + (a.detail.committed ?? 0), 0),
       updates: data.updates,
       seqno: data.seqno,
     };
   }, seconds * 1000);
   if (page.errors.length) throw new Error(`errors in the page: ${page.errors.join("; ")}`);
   await ctx.close();
+  return result;
+}
 
+function report(name, result) {
+  const part = (i) => result.parts.map((p) => p[i]);
+  console.log(`${name}: frame script time p50 ${fmt(pct(result.work, 50))} ms, p95 ${fmt(pct(result.work, 95))} ms, p99 ${fmt(pct(result.work, 99))} ms over ${result.work.length} frames` +
+    ` (p95 of simulation ${fmt(pct(part(0), 95))}, snapshot + events ${fmt(pct(part(1), 95))}, render ${fmt(pct(part(2), 95))}); interval p95 ${fmt(pct(result.intervals, 95))} ms; ${result.virtualMs} ms of virtual time`);
+}
+
+try {
+  console.log(`viewport ${viewport.width}x${viewport.height}, ${seconds} s at full speed`);
+  if (!compare) {
+    // Time to interactive, over five fresh loads.
+    const tti = [];
+    for (let i = 0; i < 5; i++) {
+      const ctx = await launch();
+      const page = await openPage(ctx, server.url("?seed=1"), viewport);
+      tti.push(await page.evaluate(() => window.__playground.readyMs));
+      await ctx.close();
+    }
+    const sorted = [...tti].sort((a, b) => a - b);
+    console.log(`time to interactive: median ${fmt(sorted[2])} ms (${tti.map(fmt).join(", ")})`);
+  }
+  const variants = [["this page", server.url("?seed=1&empty=1")]];
+  if (compare) variants.push([`${compare}`, `http://127.0.0.1:${server.port}/${compare.replace(/^\/+|\/+$/g, "")}/index.html?seed=1&empty=1`]);
+  const p95s = new Map(variants.map(([n]) => [n, []]));
+  const virt = new Map(variants.map(([n]) => [n, []]));
+  let result;
+  for (let r = 0; r < rounds; r++) {
+    for (const [name, url] of variants) {
+      result = await measure(url);
+      p95s.get(name).push(pct(result.work, 95));
+      virt.get(name).push(result.virtualMs);
+      report(`round ${r + 1} ${name}`, result);
+    }
+  }
+  console.log(`load: ${result.writers} writers over 1000 keys + ${result.replicas} upsert replicas (${result.upsertMessages} source messages); shard at seqno ${result.seqno} with ${result.updates} updates`);
+  for (const [name] of variants) {
+    console.log(`${name}: median over ${rounds} rounds of frame script time p95 ${fmt(median(p95s.get(name)))} ms (${p95s.get(name).map(fmt).join(", ")}); virtual time per run ${median(virt.get(name))} ms`);
+  }
   const wasm = readFileSync(join(ROOT, "pkg", "persist_playground_bg.wasm"));
   const gz = gzipSync(wasm, { level: 9 }).length;
-  const sorted = [...tti].sort((a, b) => a - b);
-  console.log(`viewport ${viewport.width}x${viewport.height}, ${seconds} s at full speed`);
-  console.log(`time to interactive: median ${fmt(sorted[2])} ms (${tti.map(fmt).join(", ")})`);
-  console.log(`load: ${result.writers} writers over 1000 keys + ${result.replicas} upsert replicas (${result.upsertMessages} source messages); ${result.virtualMs} ms of virtual time in ${seconds} s, shard at seqno ${result.seqno} with ${result.updates} updates`);
-  console.log(`frame script time: p50 ${fmt(pct(result.work, 50))} ms, p95 ${fmt(pct(result.work, 95))} ms, p99 ${fmt(pct(result.work, 99))} ms over ${result.work.length} frames`);
-  const part = (i) => result.parts.map((p) => p[i]);
-  console.log(`  of which p95: simulation ${fmt(pct(part(0), 95))} ms, snapshot + events ${fmt(pct(part(1), 95))} ms, render ${fmt(pct(part(2), 95))} ms`);
-  console.log(`frame interval:    p50 ${fmt(pct(result.intervals, 50))} ms, p95 ${fmt(pct(result.intervals, 95))} ms, p99 ${fmt(pct(result.intervals, 99))} ms`);
   console.log(`wasm: ${wasm.length} bytes, ${gz} bytes gzipped (-9)`);
 } finally {
   await stopServer(server);

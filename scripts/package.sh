@@ -31,10 +31,12 @@ build="dist/build"
 rm -rf "$out" "$build"
 mkdir -p "$out" "$build"
 
+# The library's API is Cargo feature `library` (the playground page's build leaves it out).
 for target in web bundler nodejs; do
   echo "[package] wasm-pack build --target $target $profile"
   wasm-pack build --mode no-install --no-pack --weak-refs --target "$target" "$profile" \
-    --out-dir "$root/$build/$target" --out-name "$crate" >"$build/$target.log" 2>&1 \
+    --out-dir "$root/$build/$target" --out-name "$crate" -- --features library \
+    >"$build/$target.log" 2>&1 \
     || { cat "$build/$target.log" >&2; exit 1; }
 done
 

@@ -5,7 +5,8 @@
 #   - the wasm32-unknown-unknown Rust target
 #   - wasm-pack 0.15.1 and wasm-bindgen-cli 0.2.130 (must equal the crate's pinned wasm-bindgen)
 #   - Debian's chromium and chromium-driver (same source package, versions always match)
-#   - the npm dev dependencies (playwright-core drives /usr/bin/chromium; it never downloads a browser)
+#   - the npm dev dependencies (playwright-core drives /usr/bin/chromium; it never downloads a browser;
+#     binaryen: the wasm-opt that scripts/build.sh runs)
 #
 # A rerun on a machine that has everything does no network work and takes seconds.
 set -euo pipefail
@@ -54,7 +55,7 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium chromium-driver
 fi
 
-# 4. npm dev dependencies (playwright-core). Reinstalled only when package-lock.json changed.
+# 4. npm dev dependencies (playwright-core; binaryen, whose wasm-opt build.sh runs). Reinstalled only when package-lock.json changed.
 if ! command -v npm >/dev/null 2>&1; then
   echo "[setup] npm is missing: install Node.js 20 or later" >&2
   exit 1

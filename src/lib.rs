@@ -19,7 +19,8 @@
 //! ```
 //!
 //! Shared plumbing used by every layer: [`retry`] (the one back-off, and which storage errors
-//! are worth retrying) and [`event_log`] (the one bounded, numbered event log).
+//! are worth retrying), [`event_log`] (the one bounded, numbered event log) and [`sort`] (the
+//! one sort, compiled once) and [`vec_map`] (the small ordered map of a shard's state).
 //!
 //! Each layer uses only the ones below it; see `DESIGN.md` in the shared notes.
 //!
@@ -48,7 +49,9 @@ pub mod persist;
 pub mod playground;
 pub mod retry;
 pub mod runtime;
+pub mod sort;
 pub mod upsert;
+pub mod vec_map;
 pub mod write_task;
 
 #[cfg(target_arch = "wasm32")]

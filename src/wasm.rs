@@ -3,13 +3,23 @@
 //! serde-wasm-bindgen) or a JS `Error` with a message. Nothing here holds protocol state.
 //!
 //! - [`Playground`]: the facade of the playground engine ([`crate::playground::Scenario`]).
-//! - [`BenchWriter`]: a writer for the browser benchmark page (`www/bench.html`).
+//! - `BenchWriter` (Cargo feature `bench`, module `bench`): a writer for the browser benchmark
+//!   page (`www/bench.html`).
+//! - The library's JavaScript API (Cargo feature `library`, module `library`): what the npm
+//!   package exports.
+//!
+//! The page's build (`scripts/build.sh`) has neither feature, which keeps its `.wasm` small.
 //!
 //! Seeds are `u64` and may exceed 2^53, so they cross the boundary as decimal strings (a safe
 //! integer number is accepted too). Live-mode seeds are drawn here, once per page, with
 //! `crypto.getRandomValues`: two tabs on one database never draw the same writer ids.
 
-// The library's JavaScript API (issue 12): one child module per component.
+// A writer for the IndexedDB benchmark page; only its build (`scripts/build.sh --bench`) has it.
+#[cfg(feature = "bench")]
+pub mod bench;
+// The library's JavaScript API (issue 12): one child module per component. The npm package
+// (`scripts/package.sh`) is built with it; the page is not.
+#[cfg(feature = "library")]
 pub mod library;
 
 use std::cell::RefCell;
@@ -21,9 +31,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::location::idb::IdbLocation;
-use crate::persist::write::WriteHandle;
-use crate::persist::{PersistClient, PersistConfig, ShardId};
-use crate::playground::{Command, Scenario};
+use crate::playground::{Command, Replay, Scenario, Stamp, Stamped};
 use crate::runtime::browser::BrowserRuntime;
 
 /// The longest database name the page accepts.
@@ -57,6 +65,8 @@ export interface PlaygroundSnapshot {
     consensus: Record<string, unknown>[]; faults: Record<string, unknown>;
     verify: Record<string, unknown> | null; notices: Record<string, unknown>[];
     upsert: Record<string, unknown> | null;
+    /** Protocol rules (src/playground/rules.rs): false = off, new actors run the variant. */
+    rules: { idempotencyToken: boolean; oracleDurableBound: boolean; upsertFeedback: boolean; taskResync: boolean };
     check: CheckReport;
 }
 /** The live check of the history (src/playground/check/): checks and breaks per rule. */
@@ -127,6 +137,107 @@ fn random_seed() -> Result<u64, JsValue> {
     let words = js_sys::Uint32Array::new_with_length(2);
     get.call1(&crypto, &words)?;
     Ok((u64::from(words.get_index(0)) << 32) | u64::from(words.get_index(1)))
+}
+
+/// A whole number of steps or ms from 0 to 2^53.
+fn whole(what: &str, n: f64) -> Result<u64, JsValue> {
+    if n.fract() == 0.0 && (0.0..=9_007_199_254_740_991.0).contains(&n) {
+        Ok(n as u64)
+    } else {
+        Err(js_error(format!(
+            "{what} must be a whole number >= 0, not {n}"
+        )))
+    }
+}
+
+fn replay_of(
+    seed: &JsValue,
+    commands: JsValue,
+    step: f64,
+    at_ms: Option<f64>,
+) -> Result<Replay, JsValue> {
+    let seed = parse_seed(seed)?;
+    let commands: Vec<Stamped> = serde_wasm_bindgen::from_value(commands)
+        .map_err(|e| js_error(format!("bad stamped command list: {e}")))?;
+    let step = whole("the step", step)?;
+    match at_ms {
+        Some(ms) => {
+            let at_ms = whole("the time", ms)?;
+            Replay::new(seed, commands, Stamp { step, at_ms })
+        }
+        None => Replay::to_step(seed, commands, step),
+    }
+    .map_err(js_error)
+}
+
+/// A rebuild of a seed-mode run to a point, a slice of steps at a time (see
+/// `src/playground/replay.rs`): how the page forks, scrubs past its kept snapshots and opens
+/// share links and imported runs without freezing.
+#[wasm_bindgen]
+pub struct PlaygroundReplay {
+    replay: RefCell<Option<Replay>>,
+}
+
+#[wasm_bindgen]
+impl PlaygroundReplay {
+    /// A replay of `commands` (`StampedCommand[]`) on a fresh scenario of `seed`, to stop at
+    /// simulator step `step` and virtual time `atMs` (a recorded point), or without `atMs`
+    /// right after step `step` (a point between recorded ones). Throws if the input is malformed.
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        #[wasm_bindgen(unchecked_param_type = "number | string")] seed: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "StampedCommand[]")] commands: JsValue,
+        step: f64,
+        #[wasm_bindgen(js_name = atMs)] at_ms: Option<f64>,
+    ) -> Result<PlaygroundReplay, JsValue> {
+        Ok(PlaygroundReplay {
+            replay: RefCell::new(Some(replay_of(&seed, commands, step, at_ms)?)),
+        })
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Replay) -> R) -> Result<R, JsValue> {
+        let mut r = self
+            .replay
+            .try_borrow_mut()
+            .map_err(|_| js_error("the replay is busy"))?;
+        let r = r
+            .as_mut()
+            .ok_or_else(|| js_error("the replay has finished"))?;
+        Ok(f(r))
+    }
+
+    /// Takes at most `steps` simulator steps; returns whether the target is reached.
+    pub fn advance(&self, steps: u32) -> Result<bool, JsValue> {
+        self.with(|r| r.advance(u64::from(steps)))?
+            .map_err(js_error)
+    }
+
+    /// Simulator steps taken so far.
+    #[wasm_bindgen(getter)]
+    pub fn steps(&self) -> Result<f64, JsValue> {
+        self.with(|r| r.steps() as f64)
+    }
+
+    /// The snapshot of the scenario so far.
+    #[wasm_bindgen(unchecked_return_type = "PlaygroundSnapshot")]
+    pub fn snapshot(&self) -> Result<JsValue, JsValue> {
+        let snap = self.with(|r| r.scenario().snapshot())?;
+        to_js(&snap)
+    }
+
+    /// The rebuilt playground, once `advance` returned true (this replay is then used up).
+    pub fn finish(&self) -> Result<Playground, JsValue> {
+        let r = self
+            .replay
+            .try_borrow_mut()
+            .map_err(|_| js_error("the replay is busy"))?
+            .take()
+            .ok_or_else(|| js_error("the replay has finished"))?;
+        Ok(Playground {
+            scenario: RefCell::new(r.finish().map_err(js_error)?),
+            db: None,
+        })
+    }
 }
 
 /// The playground engine, for the page. See `src/playground/`.
@@ -270,111 +381,6 @@ impl Playground {
             IdbLocation::delete_database(db.name())
                 .await
                 .map_err(js_error)?;
-            Ok(JsValue::UNDEFINED)
-        })
-    }
-}
-
-/// A writer for the browser benchmark (`www/bench.html`): small compare_and_appends over
-/// IndexedDB, timed by the page around [`BenchWriter::append_many`].
-#[wasm_bindgen]
-pub struct BenchWriter {
-    writer: Rc<RefCell<WriteHandle<String, ()>>>,
-    location: Rc<IdbLocation>,
-}
-
-#[wasm_bindgen]
-impl BenchWriter {
-    /// Opens a writer on shard `shard` of IndexedDB database `dbName` (the event log is off).
-    /// With `maintenance` false, compaction, rollups and GC are off: the write path alone.
-    /// Its ids come from a seed drawn with `crypto.getRandomValues`.
-    #[wasm_bindgen(unchecked_return_type = "Promise<BenchWriter>")]
-    pub fn open(
-        #[wasm_bindgen(js_name = dbName)] db_name: String,
-        shard: String,
-        maintenance: bool,
-    ) -> Promise {
-        future_to_promise(async move {
-            check_db_name(&db_name)?;
-            let shard = ShardId::new(&shard).map_err(js_error)?;
-            let location = IdbLocation::open(&db_name).await.map_err(js_error)?;
-            let cfg = if maintenance {
-                PersistConfig::default()
-            } else {
-                PersistConfig {
-                    compaction_enabled: false,
-                    rollup_threshold: 0,
-                    gc_enabled: false,
-                    ..PersistConfig::default()
-                }
-            };
-            let seed = random_seed()?;
-            let client =
-                PersistClient::new(location.location(), BrowserRuntime::runtime(), cfg, seed)
-                    .with_events(crate::persist::events::EventLog::disabled());
-            let writer = client
-                .open_writer::<String, ()>(&shard)
-                .await
-                .map_err(js_error)?;
-            Ok(BenchWriter {
-                writer: Rc::new(RefCell::new(writer)),
-                location: Rc::new(location),
-            }
-            .into())
-        })
-    }
-
-    /// Makes `n` sequential Consensus compare_and_sets of ~200 bytes on key `key` (no persist
-    /// state machine): the storage cost alone, from Rust.
-    #[wasm_bindgen(js_name = casMany, unchecked_return_type = "Promise<void>")]
-    pub fn cas_many(&self, key: String, n: u32) -> Promise {
-        use crate::location::{CaSResult, SeqNo, VersionedData};
-        let consensus = self.location.consensus();
-        future_to_promise(async move {
-            let mut head = consensus
-                .head(&key)
-                .await
-                .map_err(js_error)?
-                .map(|v| v.seqno);
-            for _ in 0..n {
-                let next = head.map_or(SeqNo(1), SeqNo::next);
-                let new = VersionedData {
-                    seqno: next,
-                    data: bytes::Bytes::from(vec![0u8; 200]),
-                };
-                match consensus
-                    .compare_and_set(&key, head, new)
-                    .await
-                    .map_err(js_error)?
-                {
-                    CaSResult::Committed => head = Some(next),
-                    CaSResult::ExpectationMismatch => return Err(js_error("lost a race")),
-                }
-            }
-            Ok(JsValue::UNDEFINED)
-        })
-    }
-
-    /// Makes `n` sequential compare_and_appends of one small update each, at the writer's upper.
-    #[wasm_bindgen(js_name = appendMany, unchecked_return_type = "Promise<void>")]
-    pub fn append_many(&self, n: u32) -> Promise {
-        let writer = Rc::clone(&self.writer);
-        future_to_promise(async move {
-            let mut writer = writer
-                .try_borrow_mut()
-                .map_err(|_| js_error("appendMany is already running on this writer"))?;
-            for _ in 0..n {
-                let Some(&lo) = writer.upper().elements().first() else {
-                    return Err(js_error("the shard is finished"));
-                };
-                let update = [((format!("k{lo}"), ()), lo, 1i64)];
-                let f = timely::progress::Antichain::from_elem;
-                writer
-                    .compare_and_append(&update, f(lo), f(lo + 1))
-                    .await
-                    .map_err(js_error)?
-                    .map_err(js_error)?;
-            }
             Ok(JsValue::UNDEFINED)
         })
     }

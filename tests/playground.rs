@@ -700,3 +700,43 @@ fn the_upsert_source_survives_a_reload_and_two_pages_share_it() {
         assert_eq!(b.recent, c.recent, "two tabs, one source");
     }
 }
+
+#[test]
+fn step_replicas_takes_one_timely_step_per_command() {
+    // Goal: the page's "step replicas" moves each replica's timely worker by exactly one
+    // `step()`, so a learner sees an upsert travel through the operator a step at a time.
+    // Method: push an upsert, let it reach the source log, then (no runtime steps in between)
+    // step by hand: the first command reads the message, and every command adds exactly one to
+    // the worker's count of `step()`s (a driver step takes at least three).
+    use persist_playground::playground::command::ReplicaSpec;
+    let mut s = Scenario::seeded(3);
+    s.apply(Command::AddActor {
+        spec: ActorSpec::Replica(ReplicaSpec { read_batch: 4 }),
+        process: None,
+    })
+    .unwrap();
+    s.run_for(500).unwrap();
+    s.apply(Command::PushUpsert {
+        key: 3,
+        value: Some("hello".into()),
+    })
+    .unwrap();
+    // One simulator step (one task poll) at a time: the step that folds the message into the
+    // source log is not the replica driver's, so the driver has not read it yet.
+    while s.snapshot().upsert.unwrap().source_messages == 0 {
+        s.step(1).unwrap();
+    }
+    let steps = |s: &mut Scenario| match &s.snapshot().actors[0].detail {
+        ActorDetail::Replica(r) => r.worker_steps,
+        other => panic!("U1 is a replica: {other:?}"),
+    };
+    let before = steps(&mut s);
+    let first = s.apply(Command::StepReplicas).unwrap().message;
+    assert!(first.contains("read 1, 1 worker step,"), "{first}");
+    assert_eq!(steps(&mut s), before + 1, "one timely step");
+    for k in 2..=5 {
+        let m = s.apply(Command::StepReplicas).unwrap().message;
+        assert!(m.contains(", 1 worker step,"), "{m}");
+        assert_eq!(steps(&mut s), before + k, "one timely step per command");
+    }
+}

@@ -5,7 +5,7 @@
 //   caa: one persist compare_and_append of one small update (kept inline in state).
 // Each round times a batch of sequential operations (a page's clock is coarse) and reports the
 // mean per operation; the summary gives the medians over rounds and their ratio.
-import init, { BenchWriter } from "../pkg/persist_playground.js";
+import init, { BenchWriter } from "../pkg-bench/persist_playground.js";
 
 const params = new URLSearchParams(location.search);
 const OPS = Number(params.get("ops") ?? 300);

@@ -100,6 +100,11 @@ export function wireControls(dom, app) {
     app.send({ type: "corruptRecord", key: dom.corruptKey.value });
   }));
   dom.resetDb.addEventListener("click", guarded(() => app.resetDatabase()));
+  // Rules (www/render/rules.js draws the switches).
+  dom.rules.addEventListener("change", guarded((e) => {
+    const box = e.target.closest("input[data-action=rule]");
+    if (box) app.send({ type: "setRule", rule: box.dataset.rule, on: box.checked });
+  }));
 
   // Per-actor and per-process buttons are re-rendered, so listen on their container.
   dom.processes.addEventListener("click", guarded((e) => {

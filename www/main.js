@@ -3,11 +3,17 @@
 // protocol state: every frame draws the engine's latest snapshot.
 //
 // URL parameters: ?seed=N (seed mode), ?mode=live&db=NAME (live mode over IndexedDB),
-// ?autoplay=0 (start paused), ?empty=1 (start with no actors).
+// ?autoplay=0 (start paused), ?empty=1 (start with no actors), ?preset=RULE&rule=off|on (play a
+// broken-rule scenario first: www/rules.js), ?run=... (a share link: a seed-mode run, replayed to
+// its step; see www/time.js), ?tour=ID&step=N (a guided tour, www/tours/; seed mode, paused).
 
 import { wireControls } from "./controls.js";
 import { findDom, renderAll, renderMode, renderRunbar, renderStatus } from "./render/index.js";
 import { makeState } from "./state.js";
+import { runPreset } from "./rules.js";
+import { makeTime } from "./time.js";
+import { loadTours, startTours } from "./tours/controller.js";
+import { tourParams } from "./tours/engine.js";
 
 const DEFAULT_DB = "persist-playground";
 const SPEEDS = ["0.25", "1", "4", "16", "max"];
@@ -15,9 +21,15 @@ const SPEEDS = ["0.25", "1", "4", "16", "max"];
 const STEP_MS = 100;
 /** The most virtual time one frame may cover at a fixed speed (a slow frame does not jump). */
 const MAX_FRAME_VIRTUAL_MS = 250;
-/** At full speed: the wall-time budget the simulator gets per frame, and its slice. */
-const FULL_SPEED_BUDGET_MS = 5;
-const FULL_SPEED_SLICE_STEPS = 20;
+/**
+ * At full speed the simulator gets what is left of a frame's script budget once the snapshot and
+ * the render are paid for (their cost over the last three frames: panels take turns between frames),
+ * between a floor and a ceiling, in slices of a few steps (a slice overshoots by at most one).
+ */
+const FRAME_SCRIPT_TARGET_MS = 7;
+const FULL_SPEED_MIN_MS = 1;
+const FULL_SPEED_MAX_MS = 4;
+const FULL_SPEED_SLICE_STEPS = 5;
 
 export function readParams(search) {
   const p = new URLSearchParams(search);
@@ -27,6 +39,9 @@ export function readParams(search) {
     seed: p.get("seed") || "1",
     autoplay: p.get("autoplay") !== "0",
     empty: p.get("empty") === "1",
+    preset: p.get("preset"),
+    ruleOn: p.get("rule") === "on",
+    run: p.get("run"),
   };
 }
 
@@ -66,31 +81,50 @@ function main() {
   const dom = findDom(document);
   const params = readParams(window.location.search);
   const state = makeState();
-  const view = { t0: 0, playing: false, speed: "1", digest: null, db: params.db, frameMs: [], parts: [], busy: false };
+  const view = { t0: 0, playing: false, speed: "1", digest: null, db: params.db, frameMs: [], parts: [], otherMs: [0, 0, 0], busy: false };
   dom.seed.value = params.seed;
   renderMode(dom, params.mode, params.db);
   let wasm;
   let pg;
+  let time;
   let lastFrame = performance.now();
+  // Guided tours: set once the page is ready. A tour's playground replaces the default run.
+  let tours = null;
+  const touring = tourParams(window.location.search) !== null;
 
   const report = (status) => renderStatus(dom, status);
   const errorText = (err) => (err instanceof Error ? err.message : String(err));
 
   function refreshDigest() {
-    view.digest = pg.mode === "seed" && !view.playing ? pg.digest() : null;
+    // The digest is the present's: hidden while the page shows the past.
+    view.digest = pg.mode === "seed" && !view.playing && !view.past ? pg.digest() : null;
   }
 
   function pull() {
     const snap = pg.snapshot();
     state.push(snap);
     state.addEvents(pg.eventsAfter(state.cursor(), 500));
+    time?.record(snap);
     return snap;
   }
 
   /** After a command or a step: draw at once, so the page never shows the state before it. */
   function redraw() {
     refreshDigest();
-    renderAll(dom, state, view, true);
+    renderAll(dom, time ? time.shown(state) : state, view, true);
+    time?.render();
+  }
+
+  /** Time (www/time.js): swaps in a replayed playground (a fork, an import), paused. */
+  function replacePg(next) {
+    pg.free();
+    pg = next;
+    state.clear();
+    const snap = pull();
+    state.addEvents(pg.eventsAfter(Math.max(0, snap.lastSeq - 400), 400));
+    view.playing = false;
+    view.t0 = 0;
+    redraw();
   }
 
   function saveLayout() {
@@ -101,8 +135,10 @@ function main() {
 
   /** Sends one command; returns what it reported, or throws an Error with the engine's message. */
   function send(command, okText) {
+    tours?.beforeManual();
     let applied;
     try {
+      time?.guard();
       applied = pg.send(command);
     } catch (err) {
       report({ kind: "error", text: errorText(err) });
@@ -126,7 +162,7 @@ function main() {
     saveLayout();
   }
 
-  const defaultLayout = () => (params.empty ? [] : DEFAULT_ACTORS.map((spec, i) => ({ spec, group: `g${i}` })));
+  const defaultLayout = () => (params.empty || touring ? [] : DEFAULT_ACTORS.map((spec, i) => ({ spec, group: `g${i}` })));
 
   /** Creates the playground and starts `layout` (default: this tab's saved one, or the default). */
   async function create(layout = null) {
@@ -134,6 +170,20 @@ function main() {
       pg = await wasm.Playground.live(params.db);
       const saved = sessionStorage.getItem(layoutKey(params.db));
       addLayout(layout ?? (saved ? JSON.parse(saved) : defaultLayout()));
+    } else if (params.run && !layout) {
+      // A share link: replay its run to its step, paused; a damaged link starts the default run.
+      try {
+        const opened = await time.openLink(params.run);
+        pg = opened.pg;
+        pull();
+        view.t0 = 0;
+        view.linkText = `ready: opened the share link: seed ${pg.seed}, ${opened.doc.commands.length} commands, replayed to step ${opened.doc.at.step}`;
+        return;
+      } catch (err) {
+        view.linkError = err;
+        pg = wasm.Playground.seeded(params.seed);
+        addLayout(defaultLayout());
+      }
     } else {
       pg = wasm.Playground.seeded(params.seed);
       addLayout(layout ?? defaultLayout());
@@ -152,14 +202,23 @@ function main() {
     latest: () => state.latest(),
     togglePlay() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: it cannot be paused");
+      time.guard();
+      tours?.beforeManual();
       view.playing = !view.playing;
       lastFrame = performance.now();
       redraw();
       report({ kind: "ok", text: view.playing ? "playing" : "paused" });
     },
+    runFor(ms) {
+      if (pg.mode === "live") throw new Error("live mode runs on real timers: a preset needs seed mode");
+      pg.runFor(ms);
+      pull();
+    },
     step() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: there is nothing to step");
       if (view.playing) throw new Error("pause first (space), then step");
+      time.guard();
+      tours?.beforeManual();
       pg.runFor(STEP_MS);
       pull();
       redraw();
@@ -185,6 +244,7 @@ function main() {
       window.location.search = pg.mode === "live" ? `seed=${encodeURIComponent(dom.seed.value || "1")}` : `mode=live&db=${encodeURIComponent(params.db)}`;
     },
     presetBusy() {
+      tours?.beforeManual();
       const layout = [];
       for (let i = 0; i < 8; i++) {
         layout.push({ spec: { kind: "writer", shard: "data", ratePerS: 50, keyLo: 0, keyHi: 1000, mode: "compareAndAppend" }, group: `busy${i}` });
@@ -193,6 +253,7 @@ function main() {
       report({ kind: "ok", text: "added eight writers over a thousand keys" });
     },
     async resetDatabase() {
+      tours?.beforeManual();
       const layout = state.latest() ? layoutOf(state.latest()) : [];
       view.busy = true;
       try {
@@ -211,23 +272,31 @@ function main() {
 
   function frame(now) {
     const start = performance.now();
+    // Time: while the past is shown or a replay runs, nothing is simulated or pulled.
+    const still = time && (time.inPast() || time.busy());
     if (!view.busy && pg) {
       try {
-        if (pg.mode === "seed" && view.playing) {
+        if (pg.mode === "seed" && view.playing && !still) {
           if (view.speed === "max") {
             // Whole simulator steps, a few at a time: the overshoot is at most one slow poll.
+            const other = Math.max(...view.otherMs);
+            const budget = Math.min(Math.max(FRAME_SCRIPT_TARGET_MS - other, FULL_SPEED_MIN_MS), FULL_SPEED_MAX_MS);
             do pg.step(FULL_SPEED_SLICE_STEPS);
-            while (performance.now() - start < FULL_SPEED_BUDGET_MS);
+            while (performance.now() - start < budget);
           } else {
             const ms = Math.min(Math.round((now - lastFrame) * Number(view.speed)), MAX_FRAME_VIRTUAL_MS);
             if (ms > 0) pg.runFor(ms);
           }
         }
         const simmed = performance.now();
-        pull();
+        if (!still) pull();
         const pulled = performance.now();
-        renderAll(dom, state, view);
-        view.parts.push([simmed - start, pulled - simmed, performance.now() - pulled]);
+        renderAll(dom, time.shown(state), view);
+        time.render();
+        const drawn = performance.now();
+        view.otherMs.push(drawn - simmed);
+        view.otherMs.shift();
+        view.parts.push([simmed - start, pulled - simmed, drawn - pulled]);
         if (view.parts.length > 2000) view.parts.splice(0, 1000);
       } catch (err) {
         view.playing = false;
@@ -241,22 +310,59 @@ function main() {
     requestAnimationFrame(frame);
   }
 
+  const toursLoaded = loadTours();
+  toursLoaded.catch(() => {}); // reported where it is awaited
   (async () => {
     try {
       wasm = await loadWasm();
+      time = makeTime({ dom, wasm, pg: () => pg, replacePg, state, view, report, redraw });
       await create();
     } catch (err) {
       report({ kind: "error", text: errorText(err) });
       return;
     }
     wireControls(dom, app);
-    view.playing = pg.mode === "seed" && params.autoplay;
+    let presetDone = null;
+    let presetError = null;
+    if (params.preset && !view.linkText && !touring) {
+      try {
+        presetDone = runPreset(app, params.preset, params.ruleOn);
+      } catch (err) {
+        presetError = `preset ${params.preset}: ${errorText(err)}`;
+      }
+    }
+    view.playing = pg.mode === "seed" && params.autoplay && !view.linkText && !touring;
+    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : view.linkText ?? `ready: seed ${pg.seed}${presetDone ? ` · ${presetDone}` : ""}` });
+    if (view.linkError) report({ kind: "error", text: `${view.linkError.message}; started seed ${pg.seed} instead` });
+    if (presetError) report({ kind: "error", text: presetError });
+    // For the end-to-end tests and the page benchmark: read-only handles onto the page.
+    window.__playground = { view, state, time, pg: () => pg, readyMs: performance.now(), tours: () => tours?.current() ?? null };
+    // Guided tours (www/tours/, www/render/tour.js): the picker, and the tour the URL opens.
+    try {
+      tours = startTours({
+        Playground: wasm.Playground,
+        dom,
+        pg: () => pg,
+        adopt(next) {
+          time.reset();
+          pg.free();
+          pg = next;
+          state.clear();
+          view.t0 = 0;
+          view.playing = false;
+        },
+        pull,
+        redraw,
+        report,
+        latest: () => state.latest(),
+        mode: () => pg.mode,
+      }, await toursLoaded);
+    } catch (err) {
+      report({ kind: "error", text: `the guided tours could not start: ${errorText(err)}` });
+    }
     refreshDigest();
     renderAll(dom, state, view);
     renderRunbar(dom, state.latest(), view);
-    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : `ready: seed ${pg.seed}` });
-    // For the end-to-end tests and the page benchmark: read-only handles onto the page.
-    window.__playground = { view, state, pg: () => pg, readyMs: performance.now() };
     requestAnimationFrame(frame);
   })();
 }

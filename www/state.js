@@ -1,5 +1,5 @@
-// The page's state: a bounded history of snapshots (what the frontiers panel draws, and what
-// time travel will scrub through) and the tail of the merged event log read after a cursor.
+// The page's state: a bounded history of recent snapshots (what the frontiers panel draws; time
+// travel keeps its own, in www/time.js) and the tail of the merged event log read after a cursor.
 // It holds only plain data the engine returned; no protocol state lives here.
 
 export function makeState({ snapshots = 300, events = 400 } = {}) {

@@ -37,7 +37,7 @@ pub fn consolidate_by<U>(
     cmp: impl Fn(&U, &U) -> std::cmp::Ordering,
     diff: impl Fn(&mut U) -> &mut Diff,
 ) -> Result<(), RunOverflow> {
-    updates.sort_by(&cmp);
+    crate::sort::sort_by(updates, &cmp);
     let run_end = |v: &mut [U], start: usize| -> (i128, usize) {
         let mut sum = 0i128;
         let mut end = start;

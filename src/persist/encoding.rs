@@ -13,7 +13,6 @@
 //! encoding of what it decoded to (so a successful decode always re-encodes to the input), and
 //! the semantic invariants of what it decoded. Bad bytes are an error, never a panic.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bincode::Options;
@@ -21,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 
+use super::checksum;
 use super::codec::{Diff, Timestamp};
 use super::state::{
     CriticalReaderId, CriticalReaderState, HollowBatch, HollowRollup, LeasedReaderId,
@@ -29,6 +29,7 @@ use super::state::{
 use super::trace::Trace;
 use super::ShardId;
 use crate::location::SeqNo;
+use crate::vec_map::VecMap;
 
 const MAGIC_DIFF: [u8; 4] = *b"PPd1";
 const MAGIC_ROLLUP: [u8; 4] = *b"PPr1";
@@ -59,7 +60,7 @@ fn encode_framed<T: Serialize>(magic: [u8; 4], value: &T) -> Vec<u8> {
         .expect("bincode serialization of plain data into a Vec");
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     out.extend_from_slice(&magic);
-    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&checksum::crc32(&payload).to_le_bytes());
     out.extend_from_slice(&payload);
     out
 }
@@ -85,7 +86,7 @@ fn decode_framed<T: Serialize + DeserializeOwned>(
         )));
     }
     let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-    if crc != crc32fast::hash(payload) {
+    if crc != checksum::crc32(payload) {
         return Err(err("checksum mismatch (corrupted)".into()));
     }
     let value: T = options()
@@ -185,8 +186,8 @@ pub struct StateDiff {
 }
 
 fn diff_map<K: Ord + Clone, V: PartialEq + Clone>(
-    old: &BTreeMap<K, V>,
-    new: &BTreeMap<K, V>,
+    old: &VecMap<K, V>,
+    new: &VecMap<K, V>,
 ) -> MapDiff<K, V> {
     let mut out = Vec::new();
     for k in old.keys() {
@@ -203,7 +204,7 @@ fn diff_map<K: Ord + Clone, V: PartialEq + Clone>(
 }
 
 fn apply_map<K: Ord + Clone + std::fmt::Debug, V: Clone>(
-    map: &mut BTreeMap<K, V>,
+    map: &mut VecMap<K, V>,
     diff: &MapDiff<K, V>,
     field: &str,
 ) -> Result<(), String> {
@@ -261,8 +262,8 @@ fn diff_batches(
     // Canonical order, as `diff_map` makes it: removals first, then insertions, each by key.
     let (mut removed, mut inserted): (Vec<_>, Vec<_>) =
         out.into_iter().partition(|(_, v)| v.is_none());
-    removed.sort_by_key(|(k, _)| *k);
-    inserted.sort_by_key(|(k, _)| *k);
+    crate::sort::sort_by_key(&mut removed, |(k, _)| *k);
+    crate::sort::sort_by_key(&mut inserted, |(k, _)| *k);
     removed.extend(inserted);
     removed
 }
@@ -495,7 +496,7 @@ mod tests {
     fn reframe(bytes: &mut [u8]) {
         // Recompute the checksum so that a mutation reaches the payload decoder.
         if bytes.len() >= HEADER_BYTES {
-            let crc = crc32fast::hash(&bytes[HEADER_BYTES..]);
+            let crc = checksum::crc32(&bytes[HEADER_BYTES..]);
             bytes[4..8].copy_from_slice(&crc.to_le_bytes());
         }
     }
@@ -616,7 +617,7 @@ mod tests {
             let mut payload = len.to_le_bytes().to_vec();
             payload.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 7]);
             let mut bytes = MAGIC_PART.to_vec();
-            bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+            bytes.extend_from_slice(&checksum::crc32(&payload).to_le_bytes());
             bytes.extend_from_slice(&payload);
             assert!(decode_part(&bytes).is_err(), "length {len}");
             let mut as_diff = bytes.clone();

@@ -48,7 +48,6 @@
 //! ```
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::rc::Rc;
 
@@ -57,6 +56,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
 pub(crate) mod background;
+pub mod checksum;
 pub mod codec;
 pub mod compact;
 pub mod consolidate;
@@ -75,6 +75,7 @@ pub mod write;
 
 use crate::location::Location;
 use crate::runtime::Runtime;
+use crate::vec_map::VecMap;
 use codec::Codec;
 use critical::SinceHandle;
 use error::{PermanentError, PersistError};
@@ -175,7 +176,7 @@ pub struct PersistClient {
     cfg: PersistConfig,
     events: EventLog,
     rng: Rc<RefCell<Xoshiro256PlusPlus>>,
-    caches: Rc<RefCell<BTreeMap<ShardId, ShardCache>>>,
+    caches: Rc<RefCell<VecMap<ShardId, ShardCache>>>,
 }
 
 /// What one process shares between all its handles on one shard.
@@ -184,7 +185,7 @@ struct ShardCache {
     state: Rc<RefCell<State>>,
     maintenance: Rc<RefCell<maintenance::MaintenanceQueue>>,
     broken: Rc<RefCell<Option<crate::location::PermanentError>>>,
-    seen: Rc<RefCell<BTreeMap<crate::location::SeqNo, Vec<String>>>>,
+    seen: Rc<RefCell<std::collections::BTreeMap<crate::location::SeqNo, Vec<String>>>>,
 }
 
 impl PersistClient {
@@ -240,8 +241,7 @@ impl PersistClient {
         let shared = self
             .caches
             .borrow_mut()
-            .entry(shard_id.clone())
-            .or_insert_with(|| ShardCache {
+            .get_or_insert_with(shard_id.clone(), || ShardCache {
                 state: Rc::new(RefCell::new(State::uninitialized(shard_id.clone()))),
                 maintenance: Rc::default(),
                 broken: Rc::default(),

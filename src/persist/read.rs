@@ -13,7 +13,6 @@
 //! A reader also holds a seqno: GC keeps every blob that a state version at or after the hold
 //! references, so parts it is still fetching cannot disappear.
 
-use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::ControlFlow::{Break, Continue};
 
@@ -28,6 +27,7 @@ use super::machine::Machine;
 use super::state::{BatchPart, HollowBatch, LeasedReaderId, SchemaId, SnapshotErr};
 use super::{PersistClient, ShardId};
 use crate::location::SeqNo;
+use crate::vec_map::VecMap;
 
 /// One update, decoded.
 pub type Update<K, V> = ((K, V), Timestamp, Diff);
@@ -49,7 +49,7 @@ pub struct ReadHandle<K: Codec, V: Codec> {
     schema_id: SchemaId,
     since: Antichain<Timestamp>,
     /// Seqnos whose batches are being fetched, with counts: the hold may not pass them.
-    leased_seqnos: BTreeMap<SeqNo, usize>,
+    leased_seqnos: VecMap<SeqNo, usize>,
     expired: bool,
     _codecs: PhantomData<(K, V)>,
 }
@@ -68,7 +68,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
             reader_id,
             schema_id,
             since,
-            leased_seqnos: BTreeMap::new(),
+            leased_seqnos: VecMap::new(),
             expired: false,
             _codecs: PhantomData,
         }
@@ -215,7 +215,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
         as_of: Antichain<Timestamp>,
     ) -> Result<Vec<Update<K, V>>, PersistError> {
         let (seqno, batches) = self.snapshot_batches(&as_of).await?;
-        *self.leased_seqnos.entry(seqno).or_default() += 1;
+        *self.leased_seqnos.get_or_insert_with(seqno, || 0) += 1;
         let mut out = Vec::new();
         let mut result = Ok(());
         for batch in &batches {
@@ -314,7 +314,7 @@ impl<K: Codec, V: Codec> Drop for ReadHandle<K, V> {
     }
 }
 
-fn release(leased: &mut BTreeMap<SeqNo, usize>, seqno: SeqNo) {
+fn release(leased: &mut VecMap<SeqNo, usize>, seqno: SeqNo) {
     if let Some(n) = leased.get_mut(&seqno) {
         *n -= 1;
         if *n == 0 {
@@ -399,7 +399,7 @@ impl<K: Codec, V: Codec> Listen<K, V> {
                 .fetch_and_update_state_retrying()
                 .await?;
         };
-        *self.handle.leased_seqnos.entry(seqno).or_default() += 1;
+        *self.handle.leased_seqnos.get_or_insert_with(seqno, || 0) += 1;
         let mut fetched = Vec::new();
         let result = fetch_batch::<K, V>(&self.handle.machine, &batch, &mut fetched).await;
         release(&mut self.handle.leased_seqnos, seqno);

@@ -15,6 +15,7 @@ use timely::progress::Antichain;
 use super::command::{ActorSpec, ReaderSpec, WriteMode, WriterSpec};
 use super::fact::{digest, AttemptOutcome, Fact};
 use super::log::{Outcome, Pending};
+use super::variants::writer::{unless_tripped, Tripwire};
 use super::Journal;
 use crate::persist::error::{InvalidUsage, PersistError};
 use crate::persist::events::frontier;
@@ -156,6 +157,8 @@ pub struct ActorView {
     pub error: Option<String>,
     /// Kind-specific data.
     pub detail: ActorDetail,
+    /// The rule it runs without (its variant, chosen when it was added), if any.
+    pub variant: Option<super::rules::Rule>,
 }
 
 /// The values a writer had acknowledged, kept across its restarts.
@@ -266,7 +269,16 @@ fn shard_id(ctx: &ActorCtx, name: &str) -> Option<ShardId> {
 
 /// A writer: generates `rate_per_s` updates a second over its key range and writes whatever is
 /// pending in one batch at its cached upper, `[upper, max(now, upper) + 1)`.
-pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<Acked>>) {
+///
+/// With a `tripwire` (the [`Rule::IdempotencyToken`](super::rules::Rule) variant, see
+/// [`super::variants::writer`]) an attempt that meets an indeterminate compare_and_set is
+/// abandoned, and its updates stay pending for the next attempt, at the shard's new upper.
+pub async fn run_writer(
+    ctx: Rc<ActorCtx>,
+    spec: WriterSpec,
+    acked: Rc<RefCell<Acked>>,
+    tripwire: Option<Rc<Tripwire>>,
+) {
     let Some(shard) = shard_id(&ctx, &spec.shard) else {
         return;
     };
@@ -342,7 +354,10 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
                 WriteMode::Append => write.append(&updates, lower, upper).await,
             }
         });
-        let result = attempt.await;
+        let result = match tripwire.as_ref().map(|t| t.arm()) {
+            None => Ok(attempt.await),
+            Some(tripped) => unless_tripped(attempt, tripped).await,
+        };
         let op = match spec.mode {
             WriteMode::CompareAndAppend => "compare_and_append",
             WriteMode::Append => "append",
@@ -351,7 +366,24 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
         let mut fact_acked = Vec::new();
         let mut fact_current = None;
         let (outcome, detail) = match result {
-            Ok(Ok(Ok(()))) => {
+            Err(why) => {
+                // No token: whether the batch landed cannot be told, so it stays pending.
+                ctx.writer_view(|w| w.indeterminate += 1);
+                let upper = rt
+                    .timeout(ATTEMPT_TIMEOUT_MS, write.fetch_recent_upper())
+                    .await
+                    .ok()
+                    .and_then(|u| u.ok().and_then(frontier));
+                (
+                    Outcome::Indeterminate,
+                    format!(
+                        "{count} updates at {range}: {why}. Without a token it cannot tell \
+                         whether they landed: it writes them again at the shard's upper {}",
+                        fmt_frontier(upper)
+                    ),
+                )
+            }
+            Ok(Ok(Ok(Ok(())))) => {
                 fact_acked = pending
                     .iter()
                     .map(|(k, v)| digest(k.as_bytes(), v.as_bytes()))
@@ -374,7 +406,7 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
                     format!("{} at {range}", plural(count, "update")),
                 )
             }
-            Ok(Ok(Err(mismatch))) => {
+            Ok(Ok(Ok(Err(mismatch)))) => {
                 ctx.writer_view(|w| w.mismatches += 1);
                 fact_current = frontier(&mismatch.current);
                 (
@@ -385,7 +417,9 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
                     ),
                 )
             }
-            Ok(Err(PersistError::InvalidUsage(InvalidUsage::IndeterminateOutcome { .. }))) => {
+            Ok(Ok(Err(PersistError::InvalidUsage(InvalidUsage::IndeterminateOutcome {
+                ..
+            })))) => {
                 pending.clear();
                 ctx.writer_view(|w| w.indeterminate += 1);
                 (
@@ -393,8 +427,8 @@ pub async fn run_writer(ctx: Rc<ActorCtx>, spec: WriterSpec, acked: Rc<RefCell<A
                     format!("{count} updates at {range} may or may not have committed"),
                 )
             }
-            Ok(Err(e)) => return ctx.fail("writer", op, e),
-            Err(elapsed) => {
+            Ok(Ok(Err(e))) => return ctx.fail("writer", op, e),
+            Ok(Err(elapsed)) => {
                 pending.clear();
                 ctx.writer_view(|w| w.indeterminate += 1);
                 let _ = rt

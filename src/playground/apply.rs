@@ -14,7 +14,9 @@ use super::command::{ActorSpec, Command, CommandError, Service, Stamp, Stamped, 
 use super::fact::Fact;
 use super::location::{self, ProcessGate};
 use super::log::{Outcome, Pending};
+use super::rules::Rule;
 use super::services;
+use super::variants::writer::Tripwire;
 use super::{Actor, Process, Scenario};
 use crate::persist::PersistClient;
 use crate::write_task::WriteTaskLog;
@@ -267,15 +269,16 @@ impl Scenario {
                 let what = if *on { "on" } else { "off" };
                 Ok(applied(None, None, format!("upsert generator {what}")))
             }
+            Command::SetRule { rule, on } => Ok(applied(None, None, self.set_rule(*rule, *on))),
             Command::StepReplicas => {
                 let source = Rc::clone(&self.upsert_hub().source);
                 let mut stepped = Vec::new();
                 for a in &self.actors {
                     let slot = a.replica.borrow();
                     let Some(r) = slot.as_ref() else { continue };
-                    let report = r.borrow_mut().step(&source.borrow());
+                    let report = r.borrow_mut().step_timely(&source.borrow());
                     stepped.push(format!(
-                        "{}: fed back {}, read {}, {} worker steps, {} out",
+                        "{}: fed back {}, read {}, {} worker step, {} out",
                         a.id, report.fed_back, report.read, report.worker_steps, report.output
                     ));
                 }
@@ -289,6 +292,31 @@ impl Scenario {
                 ))
             }
         }
+    }
+
+    /// Sets a rule; returns the line for the page, which says who takes the change.
+    fn set_rule(&mut self, rule: Rule, on: bool) -> String {
+        self.rules.set(rule, on);
+        let keep: Vec<&str> = self
+            .actors
+            .iter()
+            .filter(|a| Rule::of(&a.spec) == Some(rule))
+            .map(|a| a.id.as_str())
+            .collect();
+        let state = if on { "on" } else { "off" };
+        let with = if on { "with" } else { "without" };
+        let mut text = format!(
+            "rule {} {state}: {} added from now on run {with} it",
+            rule.id(),
+            rule.actors()
+        );
+        if !keep.is_empty() {
+            text.push_str(&format!(
+                " ({} keep the code they were added with)",
+                keep.join(", ")
+            ));
+        }
+        text
     }
 
     fn live_process_of(&self, actor: usize) -> Result<(), CommandError> {
@@ -326,6 +354,7 @@ impl Scenario {
         let id = format!("{letter}{n}");
         let colour = self.colours;
         self.colours += 1;
+        let variant = self.rules.variant_for(spec);
         let view = ActorView {
             id: id.clone(),
             colour,
@@ -335,6 +364,7 @@ impl Scenario {
             handle_id: None,
             error: None,
             detail: ActorDetail::None,
+            variant,
         };
         let hold = matches!(spec, ActorSpec::Reader(r) if r.hold);
         self.actors.push(Actor {
@@ -348,6 +378,7 @@ impl Scenario {
             task: None,
             incarnation: 0,
             replica: Rc::default(),
+            variant,
         });
         match spec {
             ActorSpec::Oracle(o) => self.observe_timeline(&o.timeline.clone()),
@@ -365,10 +396,11 @@ impl Scenario {
         let i = self.actors.len() - 1;
         self.spawn_actor(i);
         let pid = self.processes[p].id.clone();
+        let without = variant.map_or(String::new(), |r| format!(", without {}", r.id()));
         Ok(applied(
             Some(&id),
             Some(&pid),
-            format!("added {id} to {pid} on {}", spec.target()),
+            format!("added {id} to {pid} on {}{without}", spec.target()),
         ))
     }
 
@@ -417,15 +449,33 @@ impl Scenario {
         a.ops = None;
         a.incarnation += 1;
         let p = &self.processes[a.process];
+        let seed = mix(
+            p.seed,
+            mix(a.incarnation, a.id.bytes().fold(0, |h, b| mix(h, b.into()))),
+        );
+        let variant = a.variant.is_some();
+        // A writer without the token watches its process's Consensus through a tripwire, so it
+        // needs a client of its own over that (the process's events stay one log).
+        let tripwire = match &a.spec {
+            ActorSpec::Writer(_) if variant => Some(Tripwire::new()),
+            _ => None,
+        };
+        let client = match &tripwire {
+            Some(t) => PersistClient::new(
+                t.wrap(&p.location),
+                self.runtime.clone(),
+                self.cfg.clone(),
+                seed ^ 0x7031,
+            )
+            .with_events(p.client.events().clone()),
+            None => p.client.clone(),
+        };
         let ctx = Rc::new(ActorCtx {
             id: a.id.clone(),
             process: p.id.clone(),
             runtime: self.runtime.clone(),
-            client: p.client.clone(),
-            seed: mix(
-                p.seed,
-                mix(a.incarnation, a.id.bytes().fold(0, |h, b| mix(h, b.into()))),
-            ),
+            client,
+            seed,
             journal: Rc::clone(&self.journal),
             view: Rc::clone(&a.view),
         });
@@ -442,7 +492,7 @@ impl Scenario {
         let task = match &a.spec {
             ActorSpec::Writer(s) => self.runtime.spawn(
                 &name,
-                actors::run_writer(ctx, s.clone(), Rc::clone(&a.acked)),
+                actors::run_writer(ctx, s.clone(), Rc::clone(&a.acked), tripwire),
             ),
             ActorSpec::Reader(s) => self.runtime.spawn(
                 &name,
@@ -453,12 +503,12 @@ impl Scenario {
                 a.ops = Some(tx);
                 self.runtime.spawn(
                     &name,
-                    services::run_task(ctx, s.clone(), p.task_log.clone(), rx),
+                    services::run_task(ctx, s.clone(), p.task_log.clone(), rx, variant),
                 )
             }
             ActorSpec::Oracle(s) => self.runtime.spawn(
                 &name,
-                services::run_oracle(ctx, s.clone(), Rc::clone(&p.location.consensus)),
+                services::run_oracle(ctx, s.clone(), Rc::clone(&p.location.consensus), variant),
             ),
             ActorSpec::Replica(s) => {
                 let (source, log) = hub.expect("the hub starts with the first replica");
@@ -471,6 +521,7 @@ impl Scenario {
                         log,
                         Rc::clone(&a.replica),
                         a.incarnation - 1,
+                        variant,
                     ),
                 )
             }

@@ -16,6 +16,8 @@ pub const MAX_KEY: u32 = 1_000_000;
 pub const MAX_LATENCY_MS: u64 = 10_000;
 /// The most actors a scenario holds.
 pub const MAX_ACTORS: usize = 32;
+/// The most write timestamps an oracle takes back to back.
+pub const MAX_BURST: u32 = 10_000;
 
 /// How a writer writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -107,6 +109,9 @@ pub struct OracleSpec {
     pub persist_interval_ms: u64,
     /// Write timestamps taken per second.
     pub rate_per_s: u32,
+    /// Write timestamps taken back to back at each of those instants (1 by default). A busy
+    /// coordinator takes many per millisecond, and the timeline then runs ahead of the clock.
+    pub burst: u32,
 }
 
 impl Default for OracleSpec {
@@ -115,6 +120,7 @@ impl Default for OracleSpec {
             timeline: "epoch_ms".into(),
             persist_interval_ms: 1_000,
             rate_per_s: 4,
+            burst: 1,
         }
     }
 }
@@ -319,9 +325,20 @@ pub enum Command {
         /// On?
         on: bool,
     },
-    /// Takes one driver step of every running replica by hand: feed back what the shard
-    /// delivered, read source messages, step the timely worker until it is quiet, collect output.
+    /// Takes one timely step of every running replica by hand: feed back what the shard
+    /// delivered, read source messages, exactly one `worker.step()`, hand its output to the sink
+    /// (the sink's write happens in the replica's driver, when the run goes on).
     StepReplicas,
+    /// Turns a protocol rule off or on ([`super::rules`]). Only actors added afterwards take
+    /// the change: each keeps the code it was added with for its life (restarts included), and
+    /// the page marks the ones running without a rule.
+    #[serde(rename_all = "camelCase")]
+    SetRule {
+        /// Which rule.
+        rule: super::rules::Rule,
+        /// On (the correct protocol) or off (the variant).
+        on: bool,
+    },
 }
 
 /// Why a command was refused. Nothing changed.
@@ -414,6 +431,12 @@ impl ActorSpec {
                         s.persist_interval_ms
                     ));
                 }
+                if !(1..=MAX_BURST).contains(&s.burst) {
+                    return bad(format!(
+                        "an oracle burst is 1 to {MAX_BURST} timestamps, not {}",
+                        s.burst
+                    ));
+                }
                 Ok(())
             }
         }
@@ -464,7 +487,9 @@ impl Command {
                 }
                 Ok(())
             }
-            Command::SetGenerator { .. } | Command::StepReplicas => Ok(()),
+            Command::SetGenerator { .. } | Command::StepReplicas | Command::SetRule { .. } => {
+                Ok(())
+            }
             Command::RemoveActor { .. }
             | Command::SetReaderHold { .. }
             | Command::TaskPush { .. }

@@ -20,7 +20,8 @@
 //! The page drives it with [`Command`]s (one serde enum, checked before it applies), reads a
 //! [`snapshot::Snapshot`] (plain serde data), and reads the merged event log ([`log`]) after a
 //! cursor. In seed mode every applied command is stamped with the simulator's step count and
-//! time, and a run is a function of `(seed, stamped commands)`: [`Scenario::replay`] rebuilds it.
+//! time, and a run is a function of `(seed, stamped commands)`: a [`Replay`] rebuilds it to any
+//! point, which is how the page scrubs past its kept snapshots, forks, and opens share links.
 //! In live mode nothing is replayable.
 //!
 //! Ids are drawn from per-process seeds. In live mode the caller draws the scenario's seed once
@@ -42,13 +43,18 @@ pub mod fact;
 pub mod location;
 pub mod log;
 pub mod observe;
+pub mod replay;
+pub mod rules;
 pub mod services;
 pub mod snapshot;
 pub mod upsert;
 pub mod upsert_source;
+pub mod variants;
 pub mod versions;
 
+pub use apply::Applied;
 pub use command::{Command, CommandError, Stamp, Stamped};
+pub use replay::Replay;
 pub use snapshot::Snapshot;
 
 use crate::location::mem::{Latency, MemBlob, MemConsensus};
@@ -84,9 +90,15 @@ pub struct Journal {
     pub shards: BTreeMap<String, ShardNotes>,
     /// Messages for the page, oldest first.
     pub notices: VecDeque<snapshot::Notice>,
+    /// Write tasks' commits, with their shard, for [`Scenario::audit_tasks`] (the newest
+    /// [`COMMITS_KEPT`]).
+    pub task_commits: VecDeque<(String, crate::write_task::WriteTaskEvent)>,
     /// The live check of the history, fed every event as it is logged.
     pub check: check::HistoryCheck,
 }
+
+/// How many write-task commits the journal keeps for audits.
+pub const COMMITS_KEPT: usize = 5_000;
 
 impl Journal {
     /// Moves pending events into the log, showing each to the history check.
@@ -165,6 +177,8 @@ pub(crate) struct Actor {
     pub(crate) task: Option<JoinHandle<()>>,
     pub(crate) incarnation: u64,
     pub(crate) replica: upsert::ReplicaSlot,
+    /// The rule it runs without, fixed when it was added ([`rules`]).
+    pub(crate) variant: Option<rules::Rule>,
 }
 
 /// A running scenario. See the module docs.
@@ -188,6 +202,7 @@ pub struct Scenario {
     verify: Rc<RefCell<Option<snapshot::VerifyView>>>,
     cfg: PersistConfig,
     upsert: Option<upsert::UpsertHub>,
+    rules: rules::Rules,
 }
 
 /// The configuration every playground process uses.
@@ -254,6 +269,7 @@ impl Scenario {
             verify: Rc::default(),
             cfg,
             upsert: None,
+            rules: rules::Rules::default(),
         };
         scenario.observe_shard(DEFAULT_SHARD);
         let now = scenario.runtime.now_ms();
@@ -266,14 +282,14 @@ impl Scenario {
     }
 
     /// Rebuilds a seed-mode run from its seed and stamped commands, stopping right after the
-    /// last command applied.
+    /// last command applied. See [`replay::Replay`] for a rebuild to any point, in slices.
     pub fn replay(seed: u64, commands: &[Stamped]) -> Result<Scenario, CommandError> {
-        let mut s = Scenario::seeded(seed);
-        for c in commands {
-            s.advance_to(c.stamp)?;
-            s.apply(c.command.clone())?;
-        }
-        Ok(s)
+        let at = commands
+            .last()
+            .map_or(Stamp { step: 0, at_ms: 0 }, |c| c.stamp);
+        let mut r = replay::Replay::new(seed, commands.to_vec(), at)?;
+        r.advance(u64::MAX)?;
+        r.finish()
     }
 
     /// Steps the simulator until it has taken `stamp.step` steps, then lets virtual time reach
@@ -291,9 +307,11 @@ impl Scenario {
         }
         while sim.steps() < stamp.step {
             sim.step().map_err(sim_error)?;
+            self.pump();
         }
         if sim.now_ms() < stamp.at_ms {
-            sim.run_until(stamp.at_ms).map_err(sim_error)?;
+            sim.run_until_then(stamp.at_ms, || self.pump())
+                .map_err(sim_error)?;
         }
         Ok(())
     }
@@ -332,6 +350,7 @@ impl Scenario {
         };
         for _ in 0..n {
             sim.step().map_err(sim_error)?;
+            self.pump();
         }
         Ok(())
     }
@@ -341,7 +360,9 @@ impl Scenario {
         let Mode::Seed(sim) = &self.mode else {
             return Err(live_only_error());
         };
-        sim.run_for(ms).map_err(sim_error)
+        let deadline = sim.now_ms().saturating_add(ms);
+        sim.run_until_then(deadline, || self.pump())
+            .map_err(sim_error)
     }
 
     /// Simulator steps taken so far (0 in live mode).
@@ -427,6 +448,46 @@ impl Scenario {
             self.observe_shard(upsert::UPSERT_SHARD);
         }
         self.upsert.as_ref().expect("just set")
+    }
+
+    /// Audits every write-task commit on `shard` the journal keeps against the shard's history
+    /// ([`crate::write_task::audit::audit_commits`]): after each commit, the shard must equal the
+    /// committing task's desired collection. The shard's since must still be below the first
+    /// commit (a holding reader keeps it there). Seed mode: steps the simulator until the audit
+    /// is done, at most 10 s of virtual time.
+    pub fn audit_tasks(
+        &mut self,
+        shard: &str,
+    ) -> Result<crate::write_task::audit::AuditReport, CommandError> {
+        if !self.is_seeded() {
+            return Err(live_only_error());
+        }
+        self.pump();
+        let events: Vec<_> = (self.journal.borrow().task_commits.iter())
+            .filter(|(s, _)| s == shard)
+            .map(|(_, e)| e.clone())
+            .collect();
+        let shard = ShardId::new(shard).map_err(CommandError)?;
+        let client = self.observer_client.clone();
+        type Cell = Rc<RefCell<Option<Result<crate::write_task::audit::AuditReport, String>>>>;
+        let cell: Cell = Rc::default();
+        let out = Rc::clone(&cell);
+        let task = self.runtime.spawn("audit tasks", async move {
+            let reader = client.open_leased_reader::<crate::persist::codec::Row, ()>(&shard);
+            let result = match reader.await {
+                Ok(r) => crate::write_task::audit::audit_commits(r, &events).await,
+                Err(e) => Err(e.to_string()),
+            };
+            *out.borrow_mut() = Some(result);
+        });
+        let deadline = self.now_ms() + 10_000;
+        while cell.borrow().is_none() && self.now_ms() < deadline {
+            self.step(1)?;
+        }
+        drop(task);
+        let result = cell.borrow_mut().take();
+        let result = result.ok_or_else(|| CommandError("the audit did not finish".into()))?;
+        result.map_err(CommandError)
     }
 
     fn next_seed(&mut self) -> u64 {

@@ -18,6 +18,7 @@ use super::actors::{fmt_frontier, ActorCtx, ActorDetail, ActorView, LastAttempt,
 use super::command::{OracleSpec, TaskOp, TaskSpec};
 use super::fact::{mask, Fact};
 use super::log::Outcome;
+use super::variants::{self, oracle::UnboundedOracle};
 use crate::location::Consensus;
 use crate::oracle::{
     DurableOracleConfig, DurableTimestampOracle, NowFn, OracleError, OracleEventKind,
@@ -348,12 +349,14 @@ fn last(
 }
 
 /// A write task on `spec.shard`, fed by `ops`. Its desired collection starts as what the shard
-/// holds (so a restarted task keeps the rows), and every push is answered into the log.
+/// holds (so a restarted task keeps the rows), and every push is answered into the log. With
+/// `no_resync` it is the variant that does not re-sync ([`crate::playground::variants::task`]).
 pub async fn run_task(
     ctx: Rc<ActorCtx>,
     spec: TaskSpec,
     log: WriteTaskLog,
     mut ops: mpsc::UnboundedReceiver<TaskOp>,
+    no_resync: bool,
 ) {
     let shard = match ShardId::new(&spec.shard) {
         Ok(s) => s,
@@ -396,15 +399,26 @@ pub async fn run_task(
             retain: Box::new(|_| true),
         },
     };
-    let spawned = DifferentialWriteTask::spawn(
-        ctx.id.clone(),
-        write,
-        read_handle_fn,
-        spec.read_only,
-        now_fn(&rt),
-        introspection,
-        cfg,
-    );
+    let spawned = if no_resync {
+        Ok(variants::task::spawn(
+            &ctx.id,
+            write,
+            read_handle_fn,
+            spec.read_only,
+            now_fn(&rt),
+            cfg,
+        ))
+    } else {
+        DifferentialWriteTask::spawn(
+            ctx.id.clone(),
+            write,
+            read_handle_fn,
+            spec.read_only,
+            now_fn(&rt),
+            introspection,
+            cfg,
+        )
+    };
     // Both handles live as long as this future: dropping it (a crash, a removal) ends the task.
     let (tx, _task, _shutdown) = match spawned {
         Ok(x) => x,
@@ -509,7 +523,12 @@ fn oracle_view(ctx: &ActorCtx, f: impl FnOnce(&mut OracleView)) {
     }
 }
 
-fn sync_oracle(ctx: &ActorCtx, timeline: &str, oracle: &DurableTimestampOracle) {
+fn sync_oracle(
+    ctx: &ActorCtx,
+    timeline: &str,
+    oracle: &DurableTimestampOracle,
+    unbounded: Option<&UnboundedOracle>,
+) {
     for e in oracle.take_events() {
         let mut fact = None;
         let (outcome, detail) = match &e.kind {
@@ -638,12 +657,25 @@ fn sync_oracle(ctx: &ActorCtx, timeline: &str, oracle: &DurableTimestampOracle) 
         o.persist_interval_ms = s.persist_interval_ms;
         o.fenced_by = s.fenced_by;
         o.handed_out = s.stats.write_timestamps;
+        // Without the durable bound the timestamps are the variant's, served from memory.
+        if let Some(u) = unbounded {
+            let t = u.state();
+            o.read_ts = t.read_ts();
+            o.write_ts = t.peek_write_ts();
+            o.handed_out = u.handed_out();
+        }
     });
 }
 
-/// An oracle instance: opens (fencing any earlier instance on the timeline), then takes a write
-/// timestamp and applies it `rate_per_s` times a second.
-pub async fn run_oracle(ctx: Rc<ActorCtx>, spec: OracleSpec, consensus: Rc<dyn Consensus>) {
+/// An oracle instance: opens (fencing any earlier instance on the timeline), then `rate_per_s`
+/// times a second takes `burst` write timestamps, applying each, and a read timestamp.
+/// `unbounded` runs it without its durable bound ([`crate::playground::variants::oracle`]).
+pub async fn run_oracle(
+    ctx: Rc<ActorCtx>,
+    spec: OracleSpec,
+    consensus: Rc<dyn Consensus>,
+    unbounded: bool,
+) {
     let rt = ctx.runtime.clone();
     let config = DurableOracleConfig::new(spec.timeline.clone())
         .persist_interval_ms(spec.persist_interval_ms)
@@ -655,7 +687,12 @@ pub async fn run_oracle(ctx: Rc<ActorCtx>, spec: OracleSpec, consensus: Rc<dyn C
         Ok(Err(e)) => return ctx.fail("oracle", "open", e),
         Err(e) => return ctx.fail("oracle", "open", e),
     };
-    sync_oracle(&ctx, &spec.timeline, &oracle);
+    let variant = unbounded.then(|| UnboundedOracle::new(&oracle, NowFn::from_runtime(&rt)));
+    let serving: &dyn TimestampOracle = match &variant {
+        Some(v) => v,
+        None => &oracle,
+    };
+    sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
     let epoch = oracle.snapshot().epoch;
     ctx.register(&format!("oracle epoch {epoch}"));
     let period_ms = (1_000 / u64::from(spec.rate_per_s.max(1))).max(1);
@@ -663,33 +700,52 @@ pub async fn run_oracle(ctx: Rc<ActorCtx>, spec: OracleSpec, consensus: Rc<dyn C
         rt.sleep(period_ms).await;
         let result = rt
             .timeout(5_000, async {
-                let w = oracle.write_ts().await?;
-                oracle.apply_write(w.timestamp).await?;
-                oracle.read_ts().await.map(|r| (w.timestamp, r))
+                let mut range: Option<(u64, u64)> = None;
+                for _ in 0..spec.burst.max(1) {
+                    let w = serving.write_ts().await?;
+                    serving.apply_write(w.timestamp).await?;
+                    let first = range.map_or(w.timestamp, |r| r.0);
+                    range = Some((first, w.timestamp));
+                }
+                serving.read_ts().await.map(|r| (range, r))
             })
             .await;
         match result {
-            Ok(Ok((ts, read_ts))) => {
+            Ok(Ok((range, read_ts))) => {
+                let Some((first, last)) = range else { continue };
                 // The window it took for `ts` is logged first: the check reads them in order.
-                sync_oracle(&ctx, &spec.timeline, &oracle);
+                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
                 oracle_view(&ctx, |o| {
-                    o.first_ts.get_or_insert(ts);
+                    o.first_ts.get_or_insert(first);
                 });
-                let fact = Fact::OracleTs {
-                    timeline: spec.timeline.clone(),
-                    epoch,
-                    write_ts: ts,
-                    read_ts,
+                // A burst's facts are its first and its last timestamp (one if they are one):
+                // every timestamp between them was handed out, in order, by this instance.
+                let ends = if first == last {
+                    vec![first]
+                } else {
+                    vec![first, last]
                 };
-                let detail = format!("write ts {ts}, read ts {read_ts}");
-                ctx.event_fact("oracle", "timestamp", Outcome::Info, detail, Some(fact));
+                for ts in ends {
+                    let fact = Fact::OracleTs {
+                        timeline: spec.timeline.clone(),
+                        epoch,
+                        write_ts: ts,
+                        read_ts,
+                    };
+                    let detail = if first == last {
+                        format!("write ts {ts}, read ts {read_ts}")
+                    } else {
+                        format!("write ts {ts} (burst {first} to {last}), read ts {read_ts}")
+                    };
+                    ctx.event_fact("oracle", "timestamp", Outcome::Info, detail, Some(fact));
+                }
             }
             Ok(Err(e @ OracleError::Fenced { .. })) => {
-                sync_oracle(&ctx, &spec.timeline, &oracle);
+                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
                 return ctx.fail("oracle", "write_ts", e);
             }
             Ok(Err(e)) => {
-                sync_oracle(&ctx, &spec.timeline, &oracle);
+                sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
                 return ctx.fail("oracle", "write_ts", e);
             }
             Err(e) => ctx.event(
@@ -699,6 +755,6 @@ pub async fn run_oracle(ctx: Rc<ActorCtx>, spec: OracleSpec, consensus: Rc<dyn C
                 format!("no timestamp within {e}: storage is slow or down"),
             ),
         }
-        sync_oracle(&ctx, &spec.timeline, &oracle);
+        sync_oracle(&ctx, &spec.timeline, &oracle, variant.as_ref());
     }
 }

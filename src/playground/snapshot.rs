@@ -18,10 +18,12 @@ use super::services::{apply_task_event, task_record};
 use super::{Journal, Scenario};
 use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
+use crate::write_task::WriteTaskEventKind;
 use timely::progress::Antichain;
 
-/// How many compare_and_set attempts a snapshot carries.
-pub const CAS_IN_SNAPSHOT: usize = 60;
+/// How many compare_and_set attempts a snapshot carries (the panel shows the newest 16 and counts
+/// these; fewer fields serialized per frame).
+pub const CAS_IN_SNAPSHOT: usize = 32;
 
 /// A message for the page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -65,6 +67,10 @@ pub struct VerifyView {
     pub acked: u64,
     /// Acknowledged updates missing from the shard: must be 0.
     pub lost: u64,
+    /// Acknowledged updates the shard holds more than once: must be 0 (each write is unique).
+    pub duplicated: u64,
+    /// Some of the duplicated values.
+    pub duplicated_examples: Vec<String>,
     /// Some of the missing values.
     pub lost_examples: Vec<String>,
     /// Per writer.
@@ -131,6 +137,8 @@ pub struct Snapshot {
     pub notices: Vec<Notice>,
     /// The upsert source and checker, once there is a replica.
     pub upsert: Option<super::upsert::UpsertView>,
+    /// Which protocol rules are on (actors added while one is off run without it).
+    pub rules: super::rules::Rules,
     /// The live check of the history: checks and violations per rule (bounded).
     pub check: super::check::CheckReport,
 }
@@ -172,15 +180,21 @@ fn cas_text(o: &CasOutcome) -> String {
     }
 }
 
+/// Records a merge or GC in the shard's notes. The notes must not depend on when the page pulls
+/// (a pump takes each process's events in turn, so two processes' events arrive in pump order):
+/// they are kept sorted by time (then by every other field), and the bound keeps the newest, so
+/// any order of arrival gives the same notes.
 fn maintenance(journal: &mut Journal, shard: &str, m: MaintenanceView) {
     let notes = journal.shards.entry(shard.to_string()).or_default();
     if m.kind == "truncate" {
-        notes.earliest_seqno = m.seqno;
+        notes.earliest_seqno = notes.earliest_seqno.max(m.seqno);
     }
-    if notes.maintenance.len() == MAINTENANCE_KEPT {
+    let key = |v: &MaintenanceView| (v.at_ms, v.seqno, v.kind.clone(), v.lower, v.upper, v.count);
+    let at = notes.maintenance.partition_point(|x| key(x) <= key(&m));
+    notes.maintenance.insert(at, m);
+    if notes.maintenance.len() > MAINTENANCE_KEPT {
         notes.maintenance.pop_front();
     }
-    notes.maintenance.push_back(m);
 }
 
 /// Turns one persist event into a log entry (and maintenance notes); `None` for events too
@@ -355,8 +369,10 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
 
 impl Scenario {
     /// Moves what every component logged since the last pump into the merged log, and updates the
-    /// views that are derived from component events.
-    pub fn pump(&mut self) {
+    /// views that are derived from component events. Seed mode pumps after every simulator step,
+    /// so what it folds (the log's order, maintenance notes, retrying marks) does not depend on
+    /// where the page paused or took snapshots: a replay reaches the same snapshot.
+    pub fn pump(&self) {
         let mut journal = self.journal.borrow_mut();
         for p in &self.processes {
             for e in p.client.events().take() {
@@ -389,6 +405,14 @@ impl Scenario {
                     ActorSpec::Task(t) => t.shard.as_str(),
                     _ => "",
                 };
+                if matches!(e.kind, WriteTaskEventKind::Committed { .. }) {
+                    if journal.task_commits.len() == super::COMMITS_KEPT {
+                        journal.task_commits.pop_front();
+                    }
+                    journal
+                        .task_commits
+                        .push_back((shard.to_string(), e.clone()));
+                }
                 let (detail, fact) = task_record(&e, shard);
                 journal.log.record(Pending {
                     at_ms: e.at_ms,
@@ -474,6 +498,7 @@ impl Scenario {
             verify: self.verify.borrow().clone(),
             notices: journal.notices.iter().cloned().collect(),
             upsert: self.upsert.as_ref().map(|h| h.view()),
+            rules: self.rules,
             check: journal.check.report(),
         }
     }
@@ -512,6 +537,8 @@ impl Scenario {
                     acked: 0,
                     lost: 0,
                     lost_examples: Vec::new(),
+                    duplicated: 0,
+                    duplicated_examples: Vec::new(),
                     writers: Vec::new(),
                     unchecked_append_writers: unchecked,
                     error: None,
@@ -575,10 +602,17 @@ async fn verify(
             found: 0,
         };
         for v in values {
-            if held.get(v.as_str()).is_some_and(|&d| d > 0) {
+            let copies = held.get(v.as_str()).copied().unwrap_or(0);
+            if copies > 0 {
                 w.found += 1;
             } else if view.lost_examples.len() < 5 {
                 view.lost_examples.push(v.clone());
+            }
+            if copies > 1 {
+                view.duplicated += 1;
+                if view.duplicated_examples.len() < 5 {
+                    view.duplicated_examples.push(format!("{v} x{copies}"));
+                }
             }
         }
         view.acked += w.acked;

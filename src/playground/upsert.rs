@@ -19,6 +19,7 @@ use super::actors::{ActorCtx, ActorState};
 use super::fact::{digest, Fact, MessageFact};
 use super::log::{Outcome, Pending};
 use super::upsert_source::{run_source_reader, run_source_writer, SourceQueue};
+use super::variants::upsert::start_own_feedback;
 use super::Journal;
 use crate::persist::codec::Codec;
 use crate::persist::codec::Timestamp;
@@ -261,7 +262,8 @@ async fn source_facts(rt: Runtime, source: Rc<RefCell<SourceLog>>, journal: Rc<R
 }
 
 /// A replica actor: starts a replica (its writer, persist source and driver) in its process and
-/// keeps it until dropped (a crash or a removal aborts it).
+/// keeps it until dropped (a crash or a removal aborts it). With `own_feedback` it runs without
+/// the feedback edge ([`super::variants::upsert`]).
 pub async fn run_replica(
     ctx: Rc<ActorCtx>,
     read_batch: u32,
@@ -269,30 +271,47 @@ pub async fn run_replica(
     log: UpsertLog<Timestamp>,
     slot: ReplicaSlot,
     generation: u64,
+    own_feedback: bool,
 ) {
     let mut cfg = ReplicaConfig::new(&ctx.id, ctx.seed);
     cfg.read_batch = read_batch as usize;
     let shard = ShardId(UPSERT_SHARD.to_string());
-    let running = match start_replica(ctx.client.clone(), shard, source, cfg, generation, log).await
-    {
+    let client = ctx.client.clone();
+    // Either way the replica's tasks live as long as `_running`.
+    type Started = (Rc<RefCell<Replica>>, Box<dyn std::any::Any>);
+    let started: Result<Started, String> = if own_feedback {
+        start_own_feedback(client, shard, source, cfg, generation, log)
+            .await
+            .map(|r| (Rc::clone(&r.replica), Box::new(r) as Box<dyn std::any::Any>))
+    } else {
+        start_replica(client, shard, source, cfg, generation, log)
+            .await
+            .map(|r| (Rc::clone(&r.replica), Box::new(r) as Box<dyn std::any::Any>))
+    };
+    let (replica, _running) = match started {
         Ok(r) => r,
         Err(e) => return ctx.fail("upsert", "start replica", e),
     };
-    *slot.borrow_mut() = Some(Rc::clone(&running.replica));
+    *slot.borrow_mut() = Some(Rc::clone(&replica));
     ctx.register(&format!("{}#{generation}", ctx.id));
+    let learns = if own_feedback {
+        "learning its state from its own output (rule upsert-feedback off)"
+    } else {
+        "learning its state from the shard"
+    };
     ctx.event(
         "upsert",
         "start",
         Outcome::Info,
         format!(
-            "replica {}#{generation} started from the shard's upper",
+            "replica {}#{generation} started from the shard's upper, {learns}",
             ctx.id
         ),
     );
     let rt = ctx.runtime.clone();
     loop {
         rt.sleep(200).await;
-        let halted = running.replica.borrow().halted();
+        let halted = replica.borrow().halted();
         if let Some(why) = halted {
             ctx.view.borrow_mut().state = ActorState::Failed;
             return ctx.fail("upsert", "replica halted", why);

@@ -8,15 +8,14 @@
 //! Invariants:
 //! - Virtual time only moves in step 2, so it never goes back and it never moves while any task
 //!   could make progress.
-//! - The only source of choice is the PRNG seeded by [`Simulator::new`]; tasks live in a `BTreeMap`
-//!   keyed by spawn order and timers in a `BTreeMap` keyed by `(deadline, registration order)`, so a
-//!   run is a function of its seed and its inputs: two runs of one seed record the same [`Trace`].
+//! - The only source of choice is the PRNG seeded by [`Simulator::new`]; tasks live in an ordered
+//!   map ([`VecMap`]) keyed by spawn order and timers in one keyed by `(deadline, registration
+//!   order)`, and the ready set is ordered too, so a run is a function of its seed and its inputs: two runs of one seed record the same [`Trace`].
 //!
 //! A task's waker carries only the task id and a handle to the shared ready set, which is all a
 //! [`Waker`] needs to be `Send + Sync` while the tasks themselves hold `Rc`s.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
@@ -28,6 +27,7 @@ use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::{Runtime, RuntimeImpl};
+use crate::vec_map::VecMap;
 
 /// Why a run stopped before its goal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -109,7 +109,7 @@ struct Task {
 
 struct SimWaker {
     task: u64,
-    ready: Arc<Mutex<BTreeSet<u64>>>,
+    ready: Arc<Mutex<VecMap<u64, ()>>>,
 }
 
 impl Wake for SimWaker {
@@ -119,7 +119,7 @@ impl Wake for SimWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         // A poisoned lock can only come from a panic while holding it, which inserts cannot cause.
         if let Ok(mut ready) = self.ready.lock() {
-            ready.insert(self.task);
+            ready.insert(self.task, ());
         }
     }
 }
@@ -128,11 +128,11 @@ struct SimInner {
     seed: u64,
     now_ms: Cell<u64>,
     rng: RefCell<Xoshiro256PlusPlus>,
-    tasks: RefCell<BTreeMap<u64, Task>>,
+    tasks: RefCell<VecMap<u64, Task>>,
     next_task: Cell<u64>,
-    ready: Arc<Mutex<BTreeSet<u64>>>,
+    ready: Arc<Mutex<VecMap<u64, ()>>>,
     // Invariant: every entry belongs to a live `SimSleep`, which removes it on drop.
-    timers: RefCell<BTreeMap<(u64, u64), Waker>>,
+    timers: RefCell<VecMap<(u64, u64), Waker>>,
     next_timer: Cell<u64>,
     trace: RefCell<Trace>,
     record_trace: Cell<bool>,
@@ -163,7 +163,7 @@ impl SimInner {
             name: name.to_string(),
         });
         if let Ok(mut ready) = self.ready.lock() {
-            ready.insert(task);
+            ready.insert(task, ());
         }
     }
 }
@@ -256,10 +256,10 @@ impl Simulator {
                 seed,
                 now_ms: Cell::new(0),
                 rng: RefCell::new(Xoshiro256PlusPlus::seed_from_u64(seed)),
-                tasks: RefCell::new(BTreeMap::new()),
+                tasks: RefCell::new(VecMap::new()),
                 next_task: Cell::new(0),
-                ready: Arc::new(Mutex::new(BTreeSet::new())),
-                timers: RefCell::new(BTreeMap::new()),
+                ready: Arc::new(Mutex::new(VecMap::new())),
+                timers: RefCell::new(VecMap::new()),
                 next_timer: Cell::new(0),
                 trace: RefCell::new(Vec::new()),
                 record_trace: Cell::new(true),
@@ -339,7 +339,7 @@ impl Simulator {
                     // `ready.len()` is tiny; the modulo bias is irrelevant to a test schedule.
                     let len = ready.len() as u64;
                     let nth = (inner.rng.borrow_mut().next_u64() % len) as usize;
-                    let task = *ready.iter().nth(nth).expect("nth < len");
+                    let task = *ready.keys().nth(nth).expect("nth < len");
                     ready.remove(&task);
                     Some(task)
                 }
@@ -397,6 +397,16 @@ impl Simulator {
     /// ready task has been polled and the next timer (if any) lies beyond the deadline. The clock
     /// then reads `deadline_ms`. A run in which every task waits forever reports a deadlock.
     pub fn run_until(&self, deadline_ms: u64) -> Result<(), SimError> {
+        self.run_until_then(deadline_ms, || {})
+    }
+
+    /// [`Simulator::run_until`], calling `after_step` after every step (a driver that folds
+    /// what each step recorded, so its records do not depend on where a run paused).
+    pub fn run_until_then(
+        &self,
+        deadline_ms: u64,
+        mut after_step: impl FnMut(),
+    ) -> Result<(), SimError> {
         let limit = self.steps() + DEFAULT_STEP_LIMIT;
         loop {
             if self.steps() >= limit {
@@ -414,6 +424,7 @@ impl Simulator {
                 }
             }
             self.step()?;
+            after_step();
         }
         let now = self.inner.now_ms.get();
         self.inner.now_ms.set(now.max(deadline_ms));

@@ -94,7 +94,7 @@ where
         if !self.scratch.is_empty() {
             self.stats.chunks += 1;
             // Group by key; the order within a key does not matter to the accumulators.
-            self.scratch.sort_unstable_by_key(|u| u.0);
+            crate::sort::sort_by_key(&mut self.scratch, |u| u.0);
             self.keys.clear();
             self.keys.extend(self.scratch.iter().map(|(k, _, _)| *k));
             self.keys.dedup();

@@ -448,7 +448,7 @@ where
             Err(e) => format!("error: {e}"),
         };
         let mut stash: Vec<_> = self.stash.iter().collect();
-        stash.sort();
+        crate::sort::sort(&mut stash);
         let stash = stash
             .into_iter()
             .map(|(time, (key, Reverse(from), value))| StashEntryView {

@@ -108,7 +108,7 @@ impl<T: Eq + Clone, O: Default + Clone> UpsertStateBackend<T, O> for InMemoryHas
 
     fn cells(&self) -> Vec<(UpsertKey, &StateValue<T, O>)> {
         let mut cells: Vec<_> = self.map.iter().map(|(k, v)| (*k, v)).collect();
-        cells.sort_by_key(|(k, _)| *k);
+        crate::sort::sort_by_key(&mut cells, |(k, _)| *k);
         cells
     }
 

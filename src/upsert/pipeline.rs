@@ -238,7 +238,7 @@ impl UpsertPipeline {
     pub fn snapshot(&self) -> PipelineSnapshot {
         let source = self.source.borrow();
         let mut keys: Vec<i64> = source.messages().iter().map(|m| m.key).collect();
-        keys.sort_unstable();
+        crate::sort::sort(&mut keys);
         keys.dedup();
         PipelineSnapshot {
             source_upper: source.upper(),

@@ -26,7 +26,7 @@ pub fn expected_at(messages: &[SourceMessage], upper: Timestamp) -> Vec<(SourceD
         .filter_map(|m| m.value.clone())
         .map(|v| (SourceData(v.map_err(DataflowError::from)), 1))
         .collect();
-    out.sort();
+    crate::sort::sort(&mut out);
     out
 }
 

@@ -104,6 +104,8 @@ pub struct ReplicaSnapshot {
     pub counters: UpsertCounters,
     /// Why it stopped, if it did.
     pub halted: Option<String>,
+    /// `worker.step()`s taken so far.
+    pub worker_steps: u64,
 }
 
 /// See the module docs.
@@ -328,11 +330,38 @@ impl Replica {
     /// Steps the worker until it is quiet, then hands its output to the sink.
     pub fn step_worker(&mut self) -> (u32, u64) {
         let steps = self.worker.step(self.cfg.step_budget);
+        (steps, self.collect())
+    }
+
+    /// One timely step, for a host that shows them one at a time: feed, read, exactly one
+    /// `worker.step()`, collect. Does nothing once halted. (`worker_steps` is 1, or 0 when halted.)
+    pub fn step_timely(&mut self, source: &SourceLog) -> StepReport {
+        if self.halted().is_some() {
+            return StepReport::default();
+        }
+        let fed_back = self.feed();
+        let read = if self.halted.is_none() {
+            self.read_source(source)
+        } else {
+            0
+        };
+        self.worker.step_once();
+        let output = self.collect();
+        StepReport {
+            fed_back,
+            read,
+            worker_steps: 1,
+            output,
+        }
+    }
+
+    /// Hands the worker's output so far to the sink; returns how many updates.
+    fn collect(&mut self) -> u64 {
         let out = self.worker.take_output();
         let n = out.len() as u64;
         let dropped = self.sink.ingest(out, self.worker.output_frontier());
         self.counters.sink_dropped += dropped;
-        (steps, n)
+        n
     }
 
     /// One step: feed, read, step the worker, collect. Does nothing once halted.
@@ -431,6 +460,7 @@ impl Replica {
             sink: self.sink.snapshot(),
             counters: self.counters(),
             halted: self.halted(),
+            worker_steps: self.worker.steps(),
         }
     }
 }

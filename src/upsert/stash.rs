@@ -212,14 +212,16 @@ where
     if eligible.is_empty() {
         return Ok(stats);
     }
-    eligible.sort_unstable_by(|a, b| (&a.0, &a.1, &a.2, &a.3).cmp(&(&b.0, &b.1, &b.2, &b.3)));
+    crate::sort::sort_by(&mut eligible, |a, b| {
+        (&a.0, &a.1, &a.2, &a.3).cmp(&(&b.0, &b.1, &b.2, &b.3))
+    });
     let before = eligible.len();
     eligible.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
     stats.superseded = (before - eligible.len()) as u64;
 
     keys.clear();
     keys.extend(eligible.iter().map(|e| e.1));
-    keys.sort_unstable();
+    crate::sort::sort(keys);
     keys.dedup();
     slots.clear();
     slots.resize_with(keys.len(), UpsertValueAndSize::default);

@@ -256,6 +256,17 @@ impl UpsertWorker {
         taken
     }
 
+    /// Exactly one `worker.step()` (after flushing both inputs), for a host that shows a step at a
+    /// time. Returns whether it changed anything the worker can see.
+    pub fn step_once(&mut self) -> bool {
+        self.source.flush();
+        self.persist.flush();
+        let before = self.signature();
+        self.worker.step();
+        self.steps += 1;
+        self.signature() != before
+    }
+
     /// Presses the operator's shutdown button: it releases its capabilities and ignores every
     /// input from then on (as when the button is dropped).
     pub fn shutdown(&mut self) {

@@ -51,7 +51,7 @@ pub async fn audit_commits(
             _ => None,
         })
         .collect();
-    commits.sort_by_key(|(upper, ..)| *upper);
+    crate::sort::sort_by_key(&mut commits, |(upper, ..)| *upper);
     let mut report = AuditReport::default();
     let Some(&(last_upper, ..)) = commits.last() else {
         return Ok(report);
@@ -93,7 +93,7 @@ pub async fn audit_commits(
         }
     }
     listen.expire().await;
-    updates.sort_by_key(|u| u.0);
+    crate::sort::sort_by_key(&mut updates, |u| u.0);
     // Replay in time order; at each commit, the contents are every update before its new upper.
     let mut contents: BTreeMap<Row, i128> = BTreeMap::new();
     let mut next = 0;

@@ -44,8 +44,8 @@ export function renderFrontiers(el, history, t0, width = 940) {
   }
   const labels = [];
   for (const s of series) {
-    // Thin the points to at most ~400 per line.
-    const step = Math.max(1, Math.floor(s.points.length / 400));
+    // Thin the points to at most ~150 per line (the panel is under 1000 px wide).
+    const step = Math.max(1, Math.floor(s.points.length / 150));
     const pts = s.points.filter((_, i) => i % step === 0 || i === s.points.length - 1);
     parts.push(svgEl("path", { d: pathOf(pts, x, y), class: `lag-line${s.dashed ? " dashed" : ""}`, stroke: s.colour }, `<title>${esc(s.label)}</title>`));
     const [, lastLag] = s.points.at(-1);

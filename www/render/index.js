@@ -9,7 +9,9 @@ import { renderUpsert } from "./upsert.js";
 import { markCited, renderCheck } from "./check.js"; // the check panel (issue 11)
 import { renderProcesses } from "./processes.js";
 import { renderShard } from "./shard.js";
+import { renderRules } from "./rules.js";
 import { esc, setHtml } from "./dom.js";
+import { findTimeDom } from "./timeline.js";
 import { fmtMs } from "../spec.js";
 
 export function findDom(doc) {
@@ -21,10 +23,12 @@ export function findDom(doc) {
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
     upsertValue: $("u-value"), generator: $("u-generator"), stepReplicas: $("step-replicas"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    rules: $("rules-view"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
     oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
     check: $("check-view"), // the check panel (issue 11)
+    time: findTimeDom(doc),
     faults: {
       blob: { fail: $("f-blob-fail"), timeout: $("f-blob-timeout"), latency: $("f-blob-latency"), outage: $("f-blob-outage") },
       consensus: { fail: $("f-cons-fail"), timeout: $("f-cons-timeout"), latency: $("f-cons-latency"), outage: $("f-cons-outage") },
@@ -50,16 +54,27 @@ const OFFSCREEN_REDRAW_MS = 500;
 let observer = null;
 let forceAll = false;
 let frameNo = 0;
-/** Panels in the second group redraw on odd frames, the rest on even ones (each at ~30 fps). */
-const SECOND_GROUP = new Set(["panel-consensus", "panel-oracle", "panel-frontiers", "panel-upsert", "panel-log"]);
+/**
+ * Panels take turns: each group redraws every third frame (each panel at ~20 fps), so a frame
+ * pays for a third of the panels. Groups are balanced by cost (the shard panel is the dearest).
+ */
+const GROUP = {
+  "panel-shard": 0, "panel-log": 0,
+  "panel-writers": 1, "panel-frontiers": 1, "panel-oracle": 1,
+  "panel-consensus": 2, "panel-upsert": 2, "panel-check": 1,
+};
+const GROUPS = 3;
+/** The frame an off-screen panel last redrew in: at most one per frame, so they never pile up. */
+let offscreenFrame = -1;
 function visible(el) {
   const panel = el.closest(".panel");
   if (!panel) return true;
-  if (!forceAll && SECOND_GROUP.has(panel.id) !== (frameNo % 2 === 1)) return false;
+  if (!forceAll && (GROUP[panel.id] ?? 0) !== frameNo % GROUPS) return false;
   const now = performance.now();
-  if (!forceAll && onScreen.get(panel) === false && now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS) {
+  if (!forceAll && onScreen.get(panel) === false) {
     observe();
-    return false;
+    if (now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS || offscreenFrame === frameNo) return false;
+    offscreenFrame = frameNo;
   }
   drawnAt.set(panel, now);
   observe();
@@ -89,32 +104,44 @@ export function renderAll(dom, state, view, force = false) {
   syncSelect(dom.intoProcess, alive, alive.map((p) => `process ${p}`), 1);
   const keys = [...snap.shards.map((s) => s.name), ...snap.timelines.map((t) => `timestamp_oracle/${t.timeline}`)];
   syncSelect(dom.corruptKey, keys);
-  if (visible(dom.shard)) renderShard(dom.shard, snap, dom.shardPick.value, t0, shardWidth);
-  if (visible(dom.writers)) renderWriters(dom.writers, snap, t0);
+  // The page benchmark sets `view.panelMs` (an object) to learn what each panel costs.
+  const prof = view.panelMs;
+  const draw = prof
+    ? (name, f) => {
+      const t = performance.now();
+      f();
+      (prof[name] ??= []).push(performance.now() - t);
+    }
+    : (_, f) => f();
+  if (visible(dom.shard)) draw("shard", () => renderShard(dom.shard, snap, dom.shardPick.value, t0, shardWidth));
+  if (visible(dom.writers)) draw("writers", () => renderWriters(dom.writers, snap, t0));
   renderVerify(dom.verifyView, snap, t0);
   renderNotices(dom.notices, snap, t0);
-  renderProcesses(dom.processes, snap);
-  if (visible(dom.consensus)) renderConsensus(dom.consensus, snap, t0);
-  if (visible(dom.oracle)) renderOracle(dom.oracle, snap, t0);
-  if (visible(dom.frontiers)) renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth);
-  if (visible(dom.upsert)) renderUpsert(dom.upsert, snap, state.history().at(-2));
+  draw("processes", () => renderProcesses(dom.processes, snap));
+  draw("rules", () => renderRules(dom.rules, snap));
+  if (visible(dom.consensus)) draw("consensus", () => renderConsensus(dom.consensus, snap, t0));
+  if (visible(dom.oracle)) draw("oracle", () => renderOracle(dom.oracle, snap, t0));
+  if (visible(dom.frontiers)) draw("frontiers", () => renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth));
+  if (visible(dom.upsert)) draw("upsert", () => renderUpsert(dom.upsert, snap, state.history().at(-2)));
   dom.generator.checked = Boolean(snap.upsert?.generating);
-  if (visible(dom.log)) renderLog(dom.log, state.events(), snap, t0);
+  if (visible(dom.log)) draw("log", () => renderLog(dom.log, state.events(), snap, t0));
   // The check panel (issue 11): the live check of the history, and its marks in the log view.
-  if (dom.check && visible(dom.check)) renderCheck(dom.check, snap, state, t0);
+  if (dom.check && visible(dom.check)) draw("check", () => renderCheck(dom.check, snap, state, t0));
   markCited(dom.log);
   renderLegend(dom.legend, snap);
   renderRunbar(dom, snap, view);
 }
 
 export function renderRunbar(dom, snap, view) {
-  const clock = snap.mode === "seed" ? `t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since load`;
+  const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since load`;
   setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span data-testid="digest">${esc(view.digest)}</span>` : ""}`);
   dom.play.textContent = view.playing ? "❚❚ Pause" : "▶ Play";
   dom.play.setAttribute("aria-pressed", String(view.playing));
   const live = snap.mode === "live";
-  dom.play.disabled = live;
-  dom.step.disabled = live || view.playing;
+  // Viewing the past (or a replay under way): nothing runs; Fork here or Present (www/time.js).
+  const still = Boolean(view.past || view.busyTime);
+  dom.play.disabled = live || still;
+  dom.step.disabled = live || view.playing || still;
   dom.speed.disabled = live;
   dom.modePill.textContent = live ? `live · ${view.db}` : `seed ${snap.seed}`;
   dom.modePill.dataset.mode = snap.mode;

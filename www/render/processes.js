@@ -4,6 +4,7 @@
 
 import { actorColour } from "../spec.js";
 import { chip, esc, setHtml } from "./dom.js";
+import { variantBadge } from "./rules.js";
 
 function actorControls(a) {
   const s = a.spec;
@@ -58,7 +59,7 @@ export function renderProcesses(el, snap) {
       .filter(Boolean)
       .map((a) => {
         const state = a.state === "running" ? "" : ` <span class="state s-${a.state}">${esc(a.state)}</span>`;
-        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a))}</span>${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
+        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a))}</span>${variantBadge(a)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
       })
       .join("");
     return `<div class="proc ${p.alive ? "alive" : "crashed"}" data-process="${pid}"><div class="proc-head"><b>${pid}</b> <span class="pstate">${p.alive ? "running" : "crashed"}</span>${origin} <span class="muted mono" title="id seed">seed ${esc(p.seed.slice(0, 8))}…</span> ${button}</div><ul>${actors || `<li class="empty">no actors</li>`}</ul></div>`;

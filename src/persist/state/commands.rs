@@ -19,12 +19,12 @@ impl StateCollections {
     /// An empty, uninitialized collection set.
     pub fn new() -> Self {
         StateCollections {
-            schemas: BTreeMap::new(),
+            schemas: VecMap::new(),
             last_gc_req: SeqNo::minimum(),
-            rollups: BTreeMap::new(),
-            leased_readers: BTreeMap::new(),
-            critical_readers: BTreeMap::new(),
-            writers: BTreeMap::new(),
+            rollups: VecMap::new(),
+            leased_readers: VecMap::new(),
+            critical_readers: VecMap::new(),
+            writers: VecMap::new(),
             trace: Trace::default(),
         }
     }
@@ -53,8 +53,7 @@ impl StateCollections {
     ) -> ControlFlow<Infallible, Antichain<Timestamp>> {
         let writer = self
             .writers
-            .entry(writer_id.clone())
-            .or_insert_with(|| WriterState {
+            .get_or_insert_with(writer_id.clone(), || WriterState {
                 last_heartbeat_ms: now_ms,
                 lease_duration_ms,
                 most_recent_write_token: IdempotencyToken::sentinel(),
@@ -76,8 +75,7 @@ impl StateCollections {
         let since = self.trace.since().clone();
         let reader = self
             .leased_readers
-            .entry(reader_id.clone())
-            .or_insert_with(|| LeasedReaderState {
+            .get_or_insert_with(reader_id.clone(), || LeasedReaderState {
                 seqno,
                 since,
                 last_heartbeat_ms: now_ms,
@@ -98,8 +96,7 @@ impl StateCollections {
         let since = self.trace.since().clone();
         let out = self
             .critical_readers
-            .entry(reader_id.clone())
-            .or_insert_with(|| CriticalReaderState {
+            .get_or_insert_with(reader_id.clone(), || CriticalReaderState {
                 since,
                 opaque: initial_opaque,
             })
@@ -129,8 +126,7 @@ impl StateCollections {
         // Writers register themselves on their first write.
         let writer = self
             .writers
-            .entry(writer_id.clone())
-            .or_insert_with(|| WriterState {
+            .get_or_insert_with(writer_id.clone(), || WriterState {
                 last_heartbeat_ms: now_ms,
                 lease_duration_ms,
                 most_recent_write_token: IdempotencyToken::sentinel(),

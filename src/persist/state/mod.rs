@@ -24,7 +24,7 @@
 //! The transitions live in two child modules: [`commands`] (what handles ask for) and
 //! [`upkeep`] (compaction, rollups, GC).
 
-use std::collections::BTreeMap;
+use crate::vec_map::VecMap;
 use std::ops::ControlFlow::{self, Continue};
 
 use serde::{Deserialize, Serialize};
@@ -230,17 +230,17 @@ pub struct CriticalReaderState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateCollections {
     /// Registered schemas. Invariant: at most one (codec changes are not supported).
-    pub schemas: BTreeMap<SchemaId, Schema>,
+    pub schemas: VecMap<SchemaId, Schema>,
     /// The seqno below which GC was last requested. Never goes back.
     pub last_gc_req: SeqNo,
     /// Rollups by seqno. Invariant: never empty once initialized.
-    pub rollups: BTreeMap<SeqNo, HollowRollup>,
+    pub rollups: VecMap<SeqNo, HollowRollup>,
     /// Leased readers.
-    pub leased_readers: BTreeMap<LeasedReaderId, LeasedReaderState>,
+    pub leased_readers: VecMap<LeasedReaderId, LeasedReaderState>,
     /// Critical readers.
-    pub critical_readers: BTreeMap<CriticalReaderId, CriticalReaderState>,
+    pub critical_readers: VecMap<CriticalReaderId, CriticalReaderState>,
     /// Writers.
-    pub writers: BTreeMap<WriterId, WriterState>,
+    pub writers: VecMap<WriterId, WriterState>,
     /// The trace. Invariant: `trace.since == meet(readers' sinces)` whenever there are readers.
     pub trace: Trace,
 }

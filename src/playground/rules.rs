@@ -1,0 +1,171 @@
+//! The protocol rules a learner may turn off, one per component, to see why each exists.
+//!
+//! All four are on by default. [`Command::SetRule`](super::Command::SetRule) turns one off or
+//! on; the switch applies to **actors added from then on**: an actor takes the variant (the code
+//! path without the rule, in [`super::variants`]) when it is added, and keeps it for its life,
+//! through crashes, restarts and changes of its knobs (a restarted process runs the same code).
+//! Actors already running keep what they were started with. The snapshot carries the switches
+//! ([`Rules`]) and every actor's [`ActorView::variant`](super::actors::ActorView::variant), so the
+//! page shows which rules are off and marks the actors running without one.
+//!
+//! The components themselves keep only their correct code paths: the variants are built beside
+//! them, from their public API.
+//!
+//! - [`Rule::IdempotencyToken`]: *a compare_and_append carries one idempotency token across its
+//!   retries.* Without it, a writer whose write timed out cannot tell whether its batch landed;
+//!   when the shard's upper has moved it takes that for a lost race and writes the batch again at
+//!   the new upper, so an acknowledged write lands twice. Visible with Consensus timeouts on (a
+//!   timeout after the compare_and_set happened): `Verify` counts duplicated values.
+//! - [`Rule::OracleDurableBound`]: *the oracle hands out no timestamp at or beyond its durable
+//!   upper before allocating a new window.* Without it, an instance serves from memory past the
+//!   only window it made durable; after a crash and restart the new instance resumes at that
+//!   stale upper and hands out timestamps that go back below, or repeat, ones already handed out.
+//!   Visible when the timeline runs ahead of the clock (an oracle with a burst of many
+//!   timestamps per tick), then a crash and restart of its process.
+//! - [`Rule::UpsertFeedback`]: *an upsert replica learns its state only from its output read
+//!   back from the shard.* Without it, the replica learns from what it emitted itself; a replica
+//!   that starts (or restarts) over a non-empty shard believes the shard is empty, inserts new
+//!   values without retracting the old ones, and the output diverges from the reference model.
+//!   Visible with two replicas racing, the second added after the first has written.
+//! - [`Rule::TaskResync`]: *after an UpperMismatch, the write task re-derives
+//!   `to_write = desired - snapshot` at the shard's new upper.* Without it, the task retries its
+//!   old diff at the new upper, on top of whatever the other writer wrote, and the shard stops
+//!   equalling the task's desired collection. Visible with two write tasks on one shard, both
+//!   pushed rows at once.
+
+use serde::{Deserialize, Serialize};
+
+use super::command::ActorSpec;
+
+/// One protocol rule. Ids are kebab-case (`idempotency-token`). See the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    /// compare_and_append's idempotency token (writers).
+    IdempotencyToken,
+    /// The oracle's durable upper bound (oracle instances).
+    OracleDurableBound,
+    /// Upsert's state from its output read back (upsert replicas).
+    UpsertFeedback,
+    /// The write task's re-sync after an UpperMismatch (write tasks).
+    TaskResync,
+}
+
+impl Rule {
+    /// Every rule, in the page's order.
+    pub const ALL: [Rule; 4] = [
+        Rule::IdempotencyToken,
+        Rule::OracleDurableBound,
+        Rule::UpsertFeedback,
+        Rule::TaskResync,
+    ];
+
+    /// The rule that governs actors of `spec`'s kind, if any (readers have none).
+    pub fn of(spec: &ActorSpec) -> Option<Rule> {
+        match spec {
+            ActorSpec::Writer(_) => Some(Rule::IdempotencyToken),
+            ActorSpec::Oracle(_) => Some(Rule::OracleDurableBound),
+            ActorSpec::Replica(_) => Some(Rule::UpsertFeedback),
+            ActorSpec::Task(_) => Some(Rule::TaskResync),
+            ActorSpec::Reader(_) => None,
+        }
+    }
+
+    /// Its id, as in JSON.
+    pub fn id(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => "idempotency-token",
+            Rule::OracleDurableBound => "oracle-durable-bound",
+            Rule::UpsertFeedback => "upsert-feedback",
+            Rule::TaskResync => "task-resync",
+        }
+    }
+
+    /// The kind of actor it governs, plural, for messages.
+    pub fn actors(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => "writers",
+            Rule::OracleDurableBound => "oracle instances",
+            Rule::UpsertFeedback => "upsert replicas",
+            Rule::TaskResync => "write tasks",
+        }
+    }
+}
+
+/// Which rules are on (all, by default). See the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rules {
+    /// See [`Rule::IdempotencyToken`].
+    pub idempotency_token: bool,
+    /// See [`Rule::OracleDurableBound`].
+    pub oracle_durable_bound: bool,
+    /// See [`Rule::UpsertFeedback`].
+    pub upsert_feedback: bool,
+    /// See [`Rule::TaskResync`].
+    pub task_resync: bool,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules {
+            idempotency_token: true,
+            oracle_durable_bound: true,
+            upsert_feedback: true,
+            task_resync: true,
+        }
+    }
+}
+
+impl Rules {
+    fn slot(&mut self, rule: Rule) -> &mut bool {
+        match rule {
+            Rule::IdempotencyToken => &mut self.idempotency_token,
+            Rule::OracleDurableBound => &mut self.oracle_durable_bound,
+            Rule::UpsertFeedback => &mut self.upsert_feedback,
+            Rule::TaskResync => &mut self.task_resync,
+        }
+    }
+
+    /// Whether `rule` is on.
+    pub fn is_on(mut self, rule: Rule) -> bool {
+        *self.slot(rule)
+    }
+
+    /// Turns `rule` on or off.
+    pub fn set(&mut self, rule: Rule, on: bool) {
+        *self.slot(rule) = on;
+    }
+
+    /// The variant an actor of `spec` added now runs: the rule it runs without, if that is off.
+    pub fn variant_for(self, spec: &ActorSpec) -> Option<Rule> {
+        Rule::of(spec).filter(|r| !self.is_on(*r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::playground::command::{ActorSpec, ReaderSpec, WriterSpec};
+
+    #[test]
+    fn rules_start_on_and_only_their_own_kind_takes_a_variant() {
+        let mut rules = Rules::default();
+        assert!(Rule::ALL.iter().all(|r| rules.is_on(*r)));
+        let writer = ActorSpec::Writer(WriterSpec::default());
+        let reader = ActorSpec::Reader(ReaderSpec::default());
+        assert_eq!(rules.variant_for(&writer), None);
+        rules.set(Rule::IdempotencyToken, false);
+        assert_eq!(rules.variant_for(&writer), Some(Rule::IdempotencyToken));
+        assert_eq!(rules.variant_for(&reader), None);
+        rules.set(Rule::TaskResync, false);
+        assert_eq!(rules.variant_for(&writer), Some(Rule::IdempotencyToken));
+        rules.set(Rule::IdempotencyToken, true);
+        assert_eq!(rules.variant_for(&writer), None);
+        for r in Rule::ALL {
+            let json = serde_json::to_string(&r).unwrap();
+            assert_eq!(json, format!("\"{}\"", r.id()));
+            assert_eq!(serde_json::from_str::<Rule>(&json).unwrap(), r);
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! An upsert replica without the feedback edge: it learns its state from its own output.
+//!
+//! The real replica ([`crate::upsert::driver::start_replica`]) feeds its operator's persist input
+//! from a persist source on the output shard: the shard's contents at its resume upper, then
+//! every batch any replica writes. This variant builds the same [`Replica`] but feeds that input
+//! itself, from its own writes:
+//! - at start, nothing below the resume upper (it believes the shard is empty there);
+//! - after a commit, the updates it wrote and the new upper;
+//! - after an UpperMismatch, the updates it tried to write below the shard's new upper, as if
+//!   they had landed, and that upper (without the upper its stash would wait forever).
+//!
+//! So a replica that starts over a non-empty shard inserts new values without retracting the
+//! old ones, and a peer's writes never reach its state.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use futures::channel::mpsc::{self, UnboundedSender};
+use timely::progress::Antichain;
+
+use crate::persist::codec::Timestamp;
+use crate::persist::write::WriteHandle;
+use crate::persist::{PersistClient, ShardId};
+use crate::runtime::{JoinHandle, Runtime};
+use crate::upsert::observe::UpsertLog;
+use crate::upsert::persist_source::FeedbackEvent;
+use crate::upsert::replica::{Replica, ReplicaConfig};
+use crate::upsert::sink::{append, SinkWrite};
+use crate::upsert::source::SourceLog;
+use crate::upsert::types::SourceData;
+
+/// A started replica fed by its own output; dropping it aborts its driver.
+pub struct OwnFeedbackReplica {
+    /// The replica, for snapshots and manual steps.
+    pub replica: Rc<RefCell<Replica>>,
+    _driver: JoinHandle<()>,
+}
+
+/// Starts a replica of `shard` over `source` that learns from its own output. See the module
+/// docs.
+pub async fn start_own_feedback(
+    client: PersistClient,
+    shard: ShardId,
+    source: Rc<RefCell<SourceLog>>,
+    cfg: ReplicaConfig,
+    generation: u64,
+    log: UpsertLog<Timestamp>,
+) -> Result<OwnFeedbackReplica, String> {
+    let runtime = client.runtime().clone();
+    let mut write = client
+        .open_writer::<SourceData, ()>(&shard)
+        .await
+        .map_err(|e| e.to_string())?;
+    let resume_upper = write
+        .fetch_recent_upper()
+        .await
+        .map_err(|e| e.to_string())?
+        .clone();
+    let (tx, rx) = mpsc::unbounded();
+    // The broken rule: no snapshot of the shard, just "nothing before the resume upper".
+    let _ = tx.unbounded_send(FeedbackEvent::Progress(resume_upper.clone()));
+    let name = format!("{}#{generation}/own-feedback driver", cfg.name);
+    let replica = Rc::new(RefCell::new(Replica::new(
+        cfg,
+        generation,
+        resume_upper,
+        &source.borrow(),
+        rx,
+        None,
+        log,
+        Some(runtime.clone()),
+    )));
+    let driver = runtime.spawn(
+        &name,
+        drive(Rc::clone(&replica), write, source, runtime.clone(), tx),
+    );
+    Ok(OwnFeedbackReplica {
+        replica,
+        _driver: driver,
+    })
+}
+
+/// Sends `write`'s updates below `upper` and then `upper` as the replica's feedback.
+fn feed_own(tx: &UnboundedSender<FeedbackEvent>, write: &SinkWrite, upper: &Antichain<Timestamp>) {
+    let updates = write
+        .updates
+        .iter()
+        .filter(|(_, t, _)| !upper.less_equal(t))
+        .map(|((data, ()), t, d)| (data.0.clone(), *t, *d))
+        .collect();
+    let _ = tx.unbounded_send(FeedbackEvent::Updates(updates));
+    let _ = tx.unbounded_send(FeedbackEvent::Progress(upper.clone()));
+}
+
+/// The driver loop of [`crate::upsert::driver`], with the feedback taken from the writes.
+async fn drive(
+    replica: Rc<RefCell<Replica>>,
+    mut write: WriteHandle<SourceData, ()>,
+    source: Rc<RefCell<SourceLog>>,
+    runtime: Runtime,
+    tx: UnboundedSender<FeedbackEvent>,
+) {
+    let (tick_ms, caa_timeout_ms) = {
+        let r = replica.borrow();
+        (r.config().tick_ms, r.config().caa_timeout_ms)
+    };
+    loop {
+        // SUBTLE: no borrow of the replica or the source is held across an await.
+        let next = {
+            let mut r = replica.borrow_mut();
+            if r.halted().is_some() {
+                return;
+            }
+            r.step(&source.borrow());
+            r.next_write()
+        };
+        let Some(w) = next else {
+            runtime.sleep(tick_ms).await;
+            continue;
+        };
+        let result = runtime
+            .timeout(caa_timeout_ms, append(&mut write, &w))
+            .await;
+        let mut r = replica.borrow_mut();
+        match result {
+            Ok(Ok(Ok(()))) => {
+                r.write_committed(&w);
+                feed_own(&tx, &w, &w.upper);
+            }
+            Ok(Ok(Err(mismatch))) => {
+                r.write_mismatch(&w, &mismatch.current);
+                feed_own(&tx, &w, &mismatch.current);
+            }
+            Ok(Err(e)) => return r.halt(format!("persist sink: {e}")),
+            Err(_) => {
+                r.halt(format!(
+                    "compare_and_append timed out after {caa_timeout_ms} ms"
+                ));
+                drop(r);
+                return write.abandon();
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+// End-to-end tests of "break a rule on purpose": the Rules control (a switch per protocol rule,
+// with its explanation; actors added while a rule is off carry a badge, actors added before keep
+// their code), and, for each rule, its preset scenario built on a fresh seed-mode run from the
+// page's URL (www/rules.js), once with the rule off, where the page shows the anomaly and the
+// history check (the snapshot's `check`, branch check) flags it, and once with it on, where the
+// page shows none and the check flags nothing. No console error anywhere; screenshots go to
+// target/e2e-artifacts/rules-*.png.
+//
+// Run: node --test tests/e2e/rules.test.mjs     (needs pkg/: bash scripts/build.sh)
+
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  checkBuilt, launch, latest, noErrors, openPage, shot, startServer, stopServer, waitFor, waitForStatus,
+} from "./helpers.mjs";
+
+let server;
+before(async () => {
+  checkBuilt();
+  server = await startServer();
+});
+after(() => stopServer(server));
+
+const RULES = ["idempotency-token", "oracle-durable-bound", "upsert-feedback", "task-resync"];
+
+/** Opens a preset (www/rules.js `presetQuery`) by clicking its link in the Rules control. */
+async function openPreset(ctx, rule, on) {
+  const page = await openPage(ctx, server.url("?seed=1&empty=1&autoplay=0"));
+  await page.locator(`[data-testid=preset-${rule}-${on ? "on" : "off"}]`).click();
+  await waitFor(page, () => /^ready.*preset/.test(document.getElementById("status")?.textContent ?? ""), `the ${rule} preset to run`);
+  return page;
+}
+
+test("the Rules control: a switch per rule, new actors take it, old ones keep their code, badges show it", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=5&empty=1&autoplay=0"));
+  const boxes = page.locator("#rules-view input[data-action=rule]");
+  assert.equal(await boxes.count(), 4);
+  /** The history check's rule (src/playground/check/) that catches each broken protocol rule. */
+const CHECK_RULE = {
+  "idempotency-token": "ack-duplicate",
+  "oracle-durable-bound": "oracle-regress",
+  "upsert-feedback": "upsert-model",
+  "task-resync": "task-desired",
+};
+
+/** The page's history check (`snapshot.check`, run in the page's wasm over its event log). */
+async function pageCheck(page, rule) {
+  const check = (await latest(page)).check;
+  const r = check.rules.find((x) => x.rule === CHECK_RULE[rule]);
+  return { total: check.violationsTotal, checks: r.checks, violations: r.violations, first: check.violations[0] };
+}
+
+for (const rule of RULES) {
+    const row = page.locator(`#rules-view li[data-rule=${rule}]`);
+    assert.ok(await row.locator("input").isChecked(), `${rule} starts on`);
+    assert.ok((await row.locator(".hint").first().textContent()).length > 60, `${rule} is explained`);
+  }
+  await page.locator("[data-testid=add-task]").click();
+  await page.locator("#rules-view input[data-rule=task-resync]").uncheck();
+  await waitForStatus(page, "ok", /rule task-resync off: write tasks added from now on run without it \(T1 keep/);
+  assert.equal((await latest(page)).rules.taskResync, false);
+  await page.locator("[data-testid=add-task]").click();
+  await waitFor(page, () => document.querySelector("#processes-view li[data-actor=T2] .variant[data-rule=task-resync]"), "T2's badge");
+  assert.match(await page.locator("#processes-view li[data-actor=T2] .variant").textContent(), /no re-sync/);
+  assert.equal(await page.locator("#processes-view li[data-actor=T1] .variant").count(), 0, "T1 was added with the rule on");
+  assert.match(await page.locator("#rules-view li[data-rule=task-resync]").textContent(), /without it: T2/);
+  await shot(page, "rules-control", "#rules-ctl");
+  // Back on: the next task keeps the rule, T2 keeps its variant (through a restart too).
+  await page.locator("#rules-view input[data-rule=task-resync]").check();
+  await waitForStatus(page, "ok", /rule task-resync on/);
+  await page.locator("[data-testid=add-task]").click();
+  await waitFor(page, () => document.querySelector("#processes-view li[data-actor=T3]"), "T3");
+  assert.equal(await page.locator("#processes-view li[data-actor=T3] .variant").count(), 0);
+  const p2 = (await latest(page)).actors.find((a) => a.id === "T2").process;
+  await page.locator(`#processes-view button[data-action=crash][data-process=${p2}]`).click();
+  await page.locator(`#processes-view button[data-action=restart][data-process=${p2}]`).click();
+  await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "T2").process !== "P2", "T2 restarted");
+  assert.equal((await latest(page)).actors.find((a) => a.id === "T2").variant, "task-resync");
+  assert.ok(await page.locator("#processes-view li[data-actor=T2] .variant").isVisible(), "the badge survives the restart");
+  noErrors(page);
+});
+
+/** What each preset's run shows on the page: `{ anomaly: bool, text }` for the assertion. */
+const EVIDENCE = {
+  "idempotency-token": async (page) => {
+    const v = page.locator("#verify-view .verify");
+    await waitFor(page, () => document.querySelector("#verify-view .verify[data-duplicated]"), "the acked-writes check");
+    const duplicated = Number(await v.getAttribute("data-duplicated"));
+    assert.equal(Number(await v.getAttribute("data-lost")), 0, "nothing acknowledged is lost either way");
+    assert.ok(Number(await v.getAttribute("data-acked")) > 20);
+    return { anomaly: duplicated > 0, text: await v.textContent() };
+  },
+  "oracle-durable-bound": async (page) => {
+    // The page's own snapshot history: the old instance's last timestamp before the crash, the
+    // new instance's first after the restart.
+    const r = await page.evaluate(() => {
+      const oracle = (s) => s.actors.find((a) => a.id === "O1")?.detail;
+      const views = window.__playground.state.history().map(oracle).filter((o) => o?.kind === "oracle");
+      const old = views.filter((o) => o.epoch === 1).at(-1);
+      const neu = views.filter((o) => o.epoch === 2 && o.firstTs !== null).at(-1);
+      return { oldLast: old?.writeTs, oldDurable: old?.durableUpper, newFirst: neu?.firstTs };
+    });
+    assert.ok(r.oldLast > 0 && r.newFirst > 0, JSON.stringify(r));
+    return { anomaly: r.newFirst <= r.oldLast, text: JSON.stringify(r) };
+  },
+  "upsert-feedback": async (page) => {
+    const text = await page.locator("[data-testid=upsert-source]").textContent();
+    const s = await latest(page);
+    assert.ok(s.upsert.checker.checks > 10, text);
+    return { anomaly: /differences from the reference model/.test(text), text };
+  },
+  "task-resync": async (page) => {
+    const s = await latest(page);
+    const resyncs = s.actors.filter((a) => a.spec.kind === "task").map((a) => a.detail.resyncs);
+    return { anomaly: resyncs.every((n) => n === 0), text: `re-syncs ${resyncs}` };
+  },
+};
+
+/** The history check's rule (src/playground/check/) that catches each broken protocol rule. */
+const CHECK_RULE = {
+  "idempotency-token": "ack-duplicate",
+  "oracle-durable-bound": "oracle-regress",
+  "upsert-feedback": "upsert-model",
+  "task-resync": "task-desired",
+};
+
+/** The page's history check (`snapshot.check`, run in the page's wasm over its event log). */
+async function pageCheck(page, rule) {
+  const check = (await latest(page)).check;
+  const r = check.rules.find((x) => x.rule === CHECK_RULE[rule]);
+  return { total: check.violationsTotal, checks: r.checks, violations: r.violations, first: check.violations[0] };
+}
+
+for (const rule of RULES) {
+  test(`${rule}: its preset shows the anomaly with the rule off and none with it on`, { timeout: 120_000 }, async (t) => {
+    const ctx = await launch(t);
+    for (const on of [false, true]) {
+      const page = await openPreset(ctx, rule, on);
+      const snap = await latest(page);
+      assert.equal(snap.rules[{ "idempotency-token": "idempotencyToken", "oracle-durable-bound": "oracleDurableBound", "upsert-feedback": "upsertFeedback", "task-resync": "taskResync" }[rule]], on);
+      const badges = await page.locator(`#processes-view .variant[data-rule=${rule}]`).count();
+      assert.ok(on ? badges === 0 : badges > 0, `badges with the rule ${on ? "on" : "off"}: ${badges}`);
+      const e = await EVIDENCE[rule](page);
+      assert.equal(e.anomaly, !on, `with the rule ${on ? "on" : "off"} the page shows ${e.text}`);
+      const c = await pageCheck(page, rule);
+      if (on) {
+        assert.equal(c.total, 0, `the check flags nothing with the rule on: ${JSON.stringify(c)}`);
+        assert.ok(c.checks > 0, `${CHECK_RULE[rule]} was checked: ${JSON.stringify(c)}`);
+      } else {
+        assert.ok(c.violations > 0, `the check flags ${CHECK_RULE[rule]}: ${JSON.stringify(c)}`);
+      }
+      await shot(page, `rules-${rule}-${on ? "on" : "off"}`);
+      noErrors(page);
+      await page.close();
+    }
+  });
+}
+
+test("step replicas: each click is one timely step() of each replica's worker", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=3&empty=1&autoplay=0"));
+  await page.locator("[data-testid=add-replica]").click();
+  for (let i = 0; i < 5; i++) await page.locator("[data-testid=step]").click();
+  const steps = async () => Number(await page.locator("#upsert-view .up-replica[data-actor=U1] [data-testid=worker-steps]").textContent());
+  await waitFor(page, () => document.querySelector("#upsert-view .up-replica[data-actor=U1] [data-testid=worker-steps]"), "U1's step count");
+  const before = await steps();
+  for (let k = 1; k <= 3; k++) {
+    await page.locator("[data-testid=step-replicas]").click();
+    await waitForStatus(page, "ok", /stepped U1: fed back \d+, read \d+, 1 worker step, \d+ out/);
+    assert.equal(await steps(), before + k, `one timely step per click (${k})`);
+  }
+  await shot(page, "step-replicas", "#panel-upsert");
+  noErrors(page);
+});

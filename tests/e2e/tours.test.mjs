@@ -1,0 +1,213 @@
+// End-to-end tests of the guided tours (www/tours/): each tour is clicked through to its end with
+// Next (Back once per tour; the arrow keys in one), and at every step the test asserts the
+// narration and what the panels show (the step's `expect`, read from the same JSON the page
+// loads), saves a screenshot under target/e2e-artifacts/tours/, and keeps the digest of the
+// snapshot. The last step's URL, opened in a fresh browser context, must reach the same digest.
+// Leaving a tour mid-way must leave a scenario that plays on. No console error anywhere.
+//
+// Run: node --test tests/e2e/tours.test.mjs     (needs pkg/: bash scripts/build.sh)
+
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ARTIFACTS, ROOT, checkBuilt, launch, latest, noErrors, startServer, stopServer, waitFor, STEP_TIMEOUT_MS } from "./helpers.mjs";
+import { checkTour, evalSnapCheck, fillNarration, tourSearch, valueAt } from "../../www/tours/engine.js";
+
+const TOURS_DIR = join(ROOT, "www", "tours");
+const SHOTS = join(ARTIFACTS, "tours");
+const tours = JSON.parse(readFileSync(join(TOURS_DIR, "index.json"), "utf8")).tours.map((id) =>
+  checkTour(JSON.parse(readFileSync(join(TOURS_DIR, `${id}.json`), "utf8"))),
+);
+
+let server;
+before(async () => {
+  checkBuilt();
+  server = await startServer();
+  mkdirSync(SHOTS, { recursive: true });
+});
+after(() => stopServer(server));
+
+/** A page on `search` that records console errors (the tour's own status replaces "ready"). */
+async function open(ctx, search) {
+  const page = await ctx.newPage();
+  page.setDefaultTimeout(STEP_TIMEOUT_MS);
+  page.errors = [];
+  page.on("console", (msg) => {
+    if (msg.type() === "error") page.errors.push(`console: ${msg.text()} (${msg.location().url})`);
+  });
+  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  await page.goto(server.url(search));
+  return page;
+}
+
+/** Waits until the tour card shows step `step` of `id`, its run finished. */
+function settled(page, id, step) {
+  return waitFor(
+    page,
+    ([i, s]) => {
+      const c = document.querySelector("[data-testid=tour-card]");
+      return c?.dataset.tour === i && c.dataset.step === String(s) && c.dataset.state === "settled" && window.__playground?.tours?.()?.settled === true;
+    },
+    `tour ${id} step ${step} to settle`,
+    [id, step],
+  );
+}
+
+const digest = (page) => page.evaluate(() => window.__playground.pg().digest());
+const plain = (s) => s.replace(/\*\*([^*]+)\*\*/g, "$1").replace(/`([^`]+)`/g, "$1").replace(/\[([^\]]+)\]\([^)]*\)/g, "$1").replace(/\s+/g, " ").trim();
+
+/** Asserts step `index` of `tour`: title, narration, every check of its `expect`, no warning. */
+async function checkStep(page, tour, index, prevSnap) {
+  const step = tour.steps[index];
+  const where = `${tour.id} step ${index + 1}`;
+  assert.equal(await page.getByTestId("tour-title").textContent(), step.title, `${where}: title`);
+  const snap = await latest(page);
+  const narration = (await page.getByTestId("tour-narration").textContent()).replace(/\s+/g, " ");
+  for (const p of step.narration) {
+    const want = plain(fillNarration(p, snap, prevSnap));
+    for (const [, prev, path] of p.matchAll(/\{\{(prev:)?([^}]+)\}\}/g)) {
+      assert.notEqual(valueAt(prev ? prevSnap : snap, path.trim()), undefined, `${where}: the narration quotes ${path}, which resolves`);
+    }
+    assert.ok(narration.includes(want), `${where}: narration shows ${JSON.stringify(want.slice(0, 80))}…`);
+  }
+  assert.match(await page.locator(".tour-count").textContent(), new RegExp(`^${index + 1} / ${tour.steps.length}$`));
+  for (const e of step.expect ?? []) {
+    if (e.snap) {
+      const r = evalSnapCheck(e, snap, prevSnap);
+      assert.ok(r.ok, `${where}: ${r.text}`);
+    } else {
+      const text = await page.locator(`#${e.panel}`).innerText();
+      assert.match(text, new RegExp(e.text, "i"), `${where}: ${e.panel} shows /${e.text}/`);
+    }
+  }
+  assert.equal(await page.getByTestId("tour-warn").count(), 0, `${where}: no failed-check warning on the card`);
+  // The highlighted panels are outlined.
+  for (const h of (step.highlight ?? []).filter((x) => x.startsWith("panel-"))) {
+    const outline = await page.locator(`#${h}`).evaluate((el) => getComputedStyle(el).outlineStyle);
+    assert.equal(outline, "solid", `${where}: ${h} highlighted`);
+  }
+  return snap;
+}
+
+for (const [ti, tour] of tours.entries()) {
+  const useKeys = tour.id === "writers-race";
+  // One tour runs each step's animation as a learner sees it; the others show each step at once
+  // (?animate=0: the same state, tests/tours.rs proves the chunking and pulls change nothing).
+  const animate = ti === 0 ? "" : "&animate=0";
+  test(`tour "${tour.title}": every step to the end${useKeys ? " with the arrow keys" : ""}${animate ? " (steps at once)" : ""}, Back once, and the last step's URL in a fresh context`, { timeout: 120_000 }, async (t) => {
+    const ctx = await launch(t);
+    const page = await open(ctx, tourSearch(tour.id, 1) + animate);
+    const next = () => (useKeys ? page.keyboard.press("ArrowRight") : page.getByTestId("tour-next").click());
+    const back = () => (useKeys ? page.keyboard.press("ArrowLeft") : page.getByTestId("tour-back").click());
+    const digests = [];
+    let prevSnap = null;
+    for (let i = 0; i < tour.steps.length; i++) {
+      await settled(page, tour.id, i + 1);
+      assert.equal(new URL(page.url()).search, tourSearch(tour.id, i + 1), "the URL names the step");
+      prevSnap = await checkStep(page, tour, i, prevSnap);
+      digests.push(await digest(page));
+      await page.screenshot({ path: join(SHOTS, `${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}.png`) });
+      if (i === 1) {
+        // Back rebuilds the previous step from the seed: the same state as before, then Next again.
+        await back();
+        await settled(page, tour.id, 1);
+        assert.equal(await digest(page), digests[0], "Back reaches step 1's state again");
+        await next();
+        await settled(page, tour.id, 2);
+        assert.equal(await digest(page), digests[1], "Next after Back reaches step 2's state again");
+      }
+      if (i < tour.steps.length - 1) await next();
+    }
+    for (let i = 1; i < digests.length; i++) assert.notEqual(digests[i], digests[i - 1], `step ${i + 1} changes the state`);
+    // Finish: the tour closes, the picker is back, the run stays.
+    assert.match(await page.getByTestId("tour-next").textContent(), /Finish/);
+    await page.getByTestId("tour-next").click();
+    await waitFor(page, () => document.getElementById("tour-card").hidden && !document.getElementById("tour-picker").hidden, "the tour to close");
+    assert.match(await page.locator("#status").textContent(), /finished: the run is yours/);
+    assert.equal(await digest(page), digests.at(-1), "finishing keeps the last step's state");
+    noErrors(page);
+
+    // The last step's URL in a fresh browser context rebuilds the same state.
+    const ctx2 = await launch(t);
+    const fresh = await open(ctx2, tourSearch(tour.id, tour.steps.length) + animate);
+    await settled(fresh, tour.id, tour.steps.length);
+    assert.equal(await digest(fresh), digests.at(-1), "the step's URL reaches the same digest in a fresh context");
+    noErrors(fresh);
+  });
+}
+
+test("the picker is the first thing a newcomer sees; a tour opens in place; bad tour links say what is wrong", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await open(ctx, "?seed=1");
+  await waitFor(page, () => document.querySelectorAll("[data-testid=tour-list] a[data-tour]").length > 0, "the tour picker");
+  const listed = await page.locator("[data-testid=tour-list] a[data-tour]").evaluateAll((as) => as.map((a) => a.dataset.tour));
+  assert.deepEqual(listed, tours.map((x) => x.id));
+  // It sits above the panels and the run goes on under it: free play is not in the way.
+  const pickerBox = await page.getByTestId("tour-picker").boundingBox();
+  const shardBox = await page.locator("#panel-shard").boundingBox();
+  assert.ok(pickerBox.y + pickerBox.height <= shardBox.y, "the picker is above the panels");
+  assert.ok(pickerBox.height < 140, `the picker is compact (${pickerBox.height}px)`);
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 500, "the default run plays");
+  await page.screenshot({ path: join(SHOTS, "00-picker.png") });
+  // Clicking a tour opens it here, at step 1, with its URL.
+  await page.locator('[data-testid=tour-list] a[data-tour="upper-since"]').click();
+  await settled(page, "upper-since", 1);
+  assert.equal(new URL(page.url()).search, tourSearch("upper-since", 1));
+  assert.ok(await page.getByTestId("tour-picker").isHidden(), "the picker hides during a tour");
+  assert.ok(await page.locator(".controls").isHidden(), "the tour card takes the controls' place");
+  // The browser's back button steps back through the tour, then back to the page before it.
+  const step1 = await digest(page);
+  await page.getByTestId("tour-next").click();
+  await settled(page, "upper-since", 2);
+  await page.goBack();
+  await settled(page, "upper-since", 1);
+  assert.equal(await digest(page), step1, "browser back rebuilds step 1");
+  await page.goBack();
+  await waitFor(page, () => new URL(location.href).search === "?seed=1" && /^ready: seed 1/.test(document.getElementById("status").textContent), "the page before the tour");
+  assert.ok(await page.getByTestId("tour-picker").isVisible(), "the picker is back");
+  // A step past the end opens the last step and says so; an unknown tour says which exist.
+  const last = tours[0].steps.length;
+  const p2 = await open(ctx, `?tour=upper-since&step=99`);
+  await settled(p2, "upper-since", last);
+  assert.match(await p2.locator("#status").textContent(), new RegExp(`step ${last} of ${last} \\(it has no step 99\\)`));
+  const p3 = await open(ctx, `?tour=no-such-tour`);
+  await waitFor(p3, () => /there is no tour "no-such-tour"; the tours are upper-since/.test(document.getElementById("status").textContent), "the unknown-tour message");
+  assert.ok(await p3.getByTestId("tour-picker").isVisible(), "free play with the picker");
+  for (const p of [page, p2, p3]) noErrors(p);
+});
+
+test("leaving a tour mid-way keeps the scenario and plays on; a manual command leaves it too", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await open(ctx, tourSearch("writers-race", 2));
+  await settled(page, "writers-race", 2);
+  const at = await digest(page);
+  const before = await latest(page);
+  await page.getByTestId("tour-leave").click();
+  await waitFor(page, () => document.getElementById("tour-card").hidden, "the tour card to close");
+  assert.match(await page.locator("#status").textContent(), /left the tour "two writers racing" at step 2/);
+  assert.equal(await digest(page), at, "leaving keeps the state");
+  assert.equal(new URL(page.url()).search, tourSearch("writers-race", 2, true), "the URL reopens this state with the tour closed");
+  assert.ok(await page.locator(".controls").isVisible(), "the controls are back");
+  // Play on: space plays, the clock moves, the writers keep committing; a new writer joins.
+  await page.keyboard.press(" ");
+  await waitFor(page, (t0) => window.__playground.state.latest().nowMs > t0 + 1000, "the run to play on", before.nowMs);
+  await page.getByTestId("add-writer").click();
+  await waitFor(page, () => /added W3/.test(document.getElementById("status").textContent), "W3 added");
+  await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "W3")?.detail?.committed > 0, "W3 commits");
+  const w1 = (await latest(page)).actors.find((a) => a.id === "W1").detail.committed;
+  assert.ok(w1 > before.actors.find((a) => a.id === "W1").detail.committed, "W1 commits on");
+  noErrors(page);
+
+  // Reopening the free URL rebuilds the state at the step with the tour closed.
+  const p2 = await open(ctx, tourSearch("writers-race", 2, true));
+  await waitFor(p2, () => window.__playground?.tours && document.getElementById("tour-card").hidden && /left the tour/.test(document.getElementById("status").textContent), "the free URL");
+  assert.equal(await digest(p2), at, "the free URL reaches the step's state");
+
+  // A command by hand (the w key) during a tour leaves it first, then applies.
+  const p3 = await open(ctx, tourSearch("upper-since", 3));
+  await settled(p3, "upper-since", 3);
+  await p3.keyboard.press("w");
+  await waitFor(p3, () => document.getElementById("tour-card").hidden && /added W2/.test(document.getElementById("status").textContent), "w to leave the tour and add W2");
+  for (const p of [p2, p3]) noErrors(p);
+});

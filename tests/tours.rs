@@ -1,0 +1,403 @@
+//! The guided tours (`www/tours/*.json`) replayed natively, so a tour cannot rot when a command or
+//! a component changes: every scripted command must parse as a [`Command`] and apply, every
+//! `snap` check of every step's `expect` must hold on the snapshot the step ends with, every
+//! highlighted panel must exist in `index.html` and every highlighted actor in the snapshot.
+//!
+//! It also pins what the page relies on to rebuild a step from its URL: a step's state does not
+//! depend on how its run is cut into chunks, nor on how often the page pulls snapshots between
+//! them (the page pulls every frame; a rebuild pulls after every chunk).
+//!
+//! The checks are evaluated by a port of `valueAt`/`evalSnapCheck` in `www/tours/engine.js`
+//! (paths like `shards[name=data].upper`, ops `== != > >= < <= contains exists null`).
+
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::path::PathBuf;
+
+use persist_playground::playground::{Command, Scenario};
+use serde_json::Value;
+
+/// `CHUNK_MS` in www/tours/engine.js.
+const CHUNK_MS: u64 = 50;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tours() -> Vec<Value> {
+    let dir = root().join("www/tours");
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap()).unwrap();
+    let ids = index["tours"].as_array().expect("index.json lists tours");
+    assert!(ids.len() >= 6, "the six ordinary tours are listed");
+    ids.iter()
+        .map(|id| {
+            let id = id.as_str().unwrap();
+            let text = std::fs::read_to_string(dir.join(format!("{id}.json")))
+                .unwrap_or_else(|e| panic!("www/tours/{id}.json: {e}"));
+            let tour: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{id}.json: {e}"));
+            assert_eq!(tour["id"], id, "{id}.json names itself");
+            tour
+        })
+        .collect()
+}
+
+fn seed(tour: &Value) -> u64 {
+    tour["seed"].as_u64().expect("a whole-number seed")
+}
+
+fn steps(tour: &Value) -> &Vec<Value> {
+    tour["steps"].as_array().expect("steps")
+}
+
+/// Applies step `i`'s commands; panics naming the tour, step and command on a refusal.
+fn apply_commands(s: &mut Scenario, tour: &Value, i: usize) {
+    let step = &steps(tour)[i];
+    for (j, c) in step["commands"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .enumerate()
+    {
+        let at = format!("tour {} step {} command {}", tour["id"], i + 1, j + 1);
+        let command: Command = serde_json::from_value(c.clone())
+            .unwrap_or_else(|e| panic!("{at} is not a Command ({e}): {c}"));
+        command
+            .validate()
+            .unwrap_or_else(|e| panic!("{at} is invalid: {e}"));
+        s.apply(command)
+            .unwrap_or_else(|e| panic!("{at} was refused: {e}"));
+    }
+}
+
+fn run_ms(step: &Value) -> u64 {
+    step["runMs"].as_u64().unwrap_or(0)
+}
+
+/// One path segment: `name`, `name[N]` (negative from the end), `name[k=v]`, or a final `length`.
+fn segment(v: &Value, seg: &str) -> Option<Value> {
+    let (name, pick) = match seg.find('[') {
+        Some(i) => (
+            &seg[..i],
+            Some(seg[i + 1..].strip_suffix(']').expect("a closing ]")),
+        ),
+        None => (seg, None),
+    };
+    if name == "length" && pick.is_none() {
+        if let Some(a) = v.as_array() {
+            return Some(Value::from(a.len()));
+        }
+        if let Some(s) = v.as_str() {
+            return Some(Value::from(s.chars().count()));
+        }
+    }
+    let inner = if name.is_empty() { v } else { v.get(name)? };
+    let Some(pick) = pick else {
+        return Some(inner.clone());
+    };
+    let arr = inner.as_array()?;
+    if let Ok(n) = pick.parse::<i64>() {
+        let idx = if n < 0 { arr.len() as i64 + n } else { n };
+        return arr.get(usize::try_from(idx).ok()?).cloned();
+    }
+    let (k, want) = pick.split_once('=').expect("k=v");
+    arr.iter()
+        .find(|e| {
+            e.get(k).is_some_and(|f| match f {
+                Value::String(s) => s == want,
+                other => other.to_string() == want,
+            })
+        })
+        .cloned()
+}
+
+fn value_at(snap: &Value, path: &str) -> Option<Value> {
+    path.split('.')
+        .try_fold(snap.clone(), |v, seg| segment(&v, seg))
+}
+
+fn compare(op: &str, a: &Option<Value>, b: &Option<Value>) -> bool {
+    let num = |v: &Option<Value>| v.as_ref().and_then(Value::as_f64);
+    match op {
+        "==" => a.is_some() && a == b,
+        "!=" => a != b,
+        ">" | ">=" | "<" | "<=" => match (num(a), num(b)) {
+            (Some(x), Some(y)) => match op {
+                ">" => x > y,
+                ">=" => x >= y,
+                "<" => x < y,
+                _ => x <= y,
+            },
+            _ => false,
+        },
+        "contains" => match (a, b) {
+            (Some(Value::String(s)), Some(Value::String(t))) => s.contains(t.as_str()),
+            (Some(Value::Array(xs)), Some(y)) => xs.contains(y),
+            _ => false,
+        },
+        "exists" => a.as_ref().is_some_and(|v| !v.is_null()),
+        "null" => a.as_ref().is_some_and(Value::is_null),
+        other => panic!("unknown op {other}"),
+    }
+}
+
+/// Every failed `snap` check of `step`, as text.
+fn failed(step: &Value, snap: &Value, prev: Option<&Value>) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in step["expect"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        let Some(path) = e["snap"].as_str() else {
+            assert!(
+                e["panel"].is_string() && e["text"].is_string(),
+                "an expect is a snap check or a panel check: {e}"
+            );
+            continue;
+        };
+        let op = e["op"].as_str().expect("an op");
+        let got = value_at(snap, path);
+        let want = if let Some(r) = e["ref"].as_str() {
+            value_at(snap, r)
+        } else if let Some(p) = e["prev"].as_str() {
+            value_at(prev.expect("a prev check needs a previous step"), p)
+        } else {
+            e.get("value").cloned()
+        };
+        if !compare(op, &got, &want) {
+            out.push(format!("{path} = {got:?} {op} {want:?}"));
+        }
+    }
+    out
+}
+
+fn snapshot_json(s: &mut Scenario) -> Value {
+    serde_json::to_value(s.snapshot()).expect("a snapshot is plain data")
+}
+
+#[test]
+fn every_tour_replays_and_every_step_shows_what_it_says() {
+    let html = std::fs::read_to_string(root().join("index.html")).unwrap();
+    for tour in tours() {
+        let id = tour["id"].as_str().unwrap().to_string();
+        assert!(tour["title"].as_str().is_some_and(|t| !t.is_empty()));
+        let mut s = Scenario::seeded(seed(&tour));
+        let mut prev: Option<Value> = None;
+        for (i, step) in steps(&tour).iter().enumerate() {
+            let at = format!("tour {id} step {}", i + 1);
+            assert!(
+                step["title"].as_str().is_some_and(|t| !t.is_empty()),
+                "{at}: a title"
+            );
+            let narration = step["narration"].as_array().expect("narration");
+            assert!(
+                !narration.is_empty()
+                    && narration
+                        .iter()
+                        .all(|p| p.as_str().is_some_and(|p| p.len() > 20)),
+                "{at}: narration paragraphs"
+            );
+            assert!(
+                !step["expect"].as_array().map(Vec::is_empty).unwrap_or(true),
+                "{at}: says what the panels must show"
+            );
+            if step["reset"] == true {
+                s = Scenario::seeded(seed(&tour));
+            }
+            apply_commands(&mut s, &tour, i);
+            let mut left = run_ms(step);
+            while left > 0 {
+                let ms = left.min(CHUNK_MS);
+                s.run_for(ms).unwrap();
+                left -= ms;
+            }
+            let snap = snapshot_json(&mut s);
+            for p in narration {
+                for quoted in p.as_str().unwrap().split("{{").skip(1) {
+                    let path = quoted.split("}}").next().unwrap().trim();
+                    let (from, path) = match path.strip_prefix("prev:") {
+                        Some(rest) => (
+                            prev.as_ref().expect("{{prev:}} needs a previous step"),
+                            rest,
+                        ),
+                        None => (&snap, path),
+                    };
+                    assert!(
+                        value_at(from, path).is_some_and(|v| !v.is_object() && !v.is_array()),
+                        "{at}: the narration quotes {path}, which is not a value here"
+                    );
+                }
+            }
+            let fails = failed(step, &snap, prev.as_ref());
+            assert!(fails.is_empty(), "{at} ({}): {fails:?}", step["title"]);
+            for h in step["highlight"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+            {
+                let h = h.as_str().unwrap();
+                if let Some(panel) = h.strip_prefix("panel-") {
+                    assert!(
+                        html.contains(&format!("id=\"panel-{panel}\"")),
+                        "{at}: no panel {h} in index.html"
+                    );
+                } else if let Some(shard) = h.strip_prefix("shard:") {
+                    assert!(
+                        value_at(&snap, &format!("shards[name={shard}]")).is_some(),
+                        "{at}: no shard {shard}"
+                    );
+                } else {
+                    assert!(
+                        value_at(&snap, &format!("actors[id={h}]")).is_some(),
+                        "{at}: no actor {h}"
+                    );
+                }
+            }
+            prev = Some(snap);
+        }
+    }
+}
+
+/// Digest at the end of every step, running each step's time in `chunk` ms pieces and taking a
+/// snapshot after each piece if `pull`.
+fn digests(tour: &Value, chunk: u64, pull: bool) -> Vec<String> {
+    let mut s = Scenario::seeded(seed(tour));
+    let mut out = Vec::new();
+    for (i, step) in steps(tour).iter().enumerate() {
+        if step["reset"] == true {
+            s = Scenario::seeded(seed(tour));
+        }
+        apply_commands(&mut s, tour, i);
+        if pull {
+            s.snapshot();
+            let _ = s.events_after(0, 10);
+        }
+        let mut left = run_ms(step);
+        while left > 0 {
+            let ms = left.min(chunk);
+            s.run_for(ms).unwrap();
+            left -= ms;
+            if pull {
+                s.snapshot();
+            }
+        }
+        out.push(s.snapshot().digest());
+    }
+    out
+}
+
+#[test]
+fn a_step_is_reached_the_same_however_its_run_is_cut_and_pulled() {
+    for tour in tours() {
+        let rebuild = digests(&tour, CHUNK_MS, true);
+        assert_eq!(
+            rebuild,
+            digests(&tour, CHUNK_MS, false),
+            "tour {}: pulls change nothing",
+            tour["id"]
+        );
+        assert_eq!(
+            rebuild,
+            digests(&tour, 17, false),
+            "tour {}: the chunk size changes nothing",
+            tour["id"]
+        );
+        assert_eq!(
+            rebuild,
+            digests(&tour, 60_000, true),
+            "tour {}: one run per step is the same",
+            tour["id"]
+        );
+        for (i, pair) in rebuild.windows(2).enumerate() {
+            assert_ne!(
+                pair[0],
+                pair[1],
+                "tour {} step {} changes the state",
+                tour["id"],
+                i + 2
+            );
+        }
+    }
+}
+
+#[test]
+fn the_path_evaluator_picks_fields_elements_and_lengths() {
+    let v: Value = serde_json::json!({
+        "shards": [{ "name": "data", "upper": 5, "batches": [1, 2, 3] }, { "name": "x", "upper": null }],
+        "actors": [{ "id": "W1", "detail": { "committed": 2 } }],
+        "n": 7,
+    });
+    assert_eq!(
+        value_at(&v, "shards[name=data].upper"),
+        Some(Value::from(5))
+    );
+    assert_eq!(
+        value_at(&v, "shards[name=data].batches.length"),
+        Some(Value::from(3))
+    );
+    assert_eq!(value_at(&v, "shards[-1].name"), Some(Value::from("x")));
+    assert_eq!(value_at(&v, "shards[name=nope].upper"), None);
+    assert!(compare(
+        "null",
+        &value_at(&v, "shards[name=x].upper"),
+        &None
+    ));
+    assert!(!compare(
+        "exists",
+        &value_at(&v, "shards[name=x].upper"),
+        &None
+    ));
+    assert!(compare(">", &value_at(&v, "n"), &Some(Value::from(6))));
+    assert!(!compare(
+        ">",
+        &value_at(&v, "missing"),
+        &Some(Value::from(6))
+    ));
+    assert!(!compare("==", &None, &None), "a missing value never equals");
+    let step = serde_json::json!({ "expect": [
+        { "snap": "actors[id=W1].detail.committed", "op": ">=", "value": 2 },
+        { "snap": "n", "op": ">", "prev": "n" },
+        { "panel": "panel-shard", "text": "upper" }
+    ]});
+    let prev = serde_json::json!({ "n": 9 });
+    assert_eq!(
+        failed(&step, &v, Some(&prev)),
+        vec!["n = Some(Number(7)) > Some(Number(9))".to_string()]
+    );
+}
+
+/// The page's default scenario (main.js's DEFAULT_ACTORS, with the generator on): busy enough
+/// that several processes compact and GC at once.
+fn busy_scenario(pull_every_ms: Option<u64>) -> String {
+    let actors = serde_json::json!([
+        { "kind": "writer", "shard": "data", "ratePerS": 4, "keyLo": 0, "keyHi": 16, "mode": "compareAndAppend" },
+        { "kind": "writer", "shard": "data", "ratePerS": 4, "keyLo": 0, "keyHi": 16, "mode": "compareAndAppend" },
+        { "kind": "reader", "shard": "data", "hold": false },
+        { "kind": "task", "shard": "mz_task", "tickIntervalMs": 1000, "readOnly": false },
+        { "kind": "oracle", "timeline": "epoch_ms", "persistIntervalMs": 1000, "ratePerS": 4 },
+        { "kind": "replica", "readBatch": 4 },
+        { "kind": "replica", "readBatch": 2 }
+    ]);
+    let mut s = Scenario::seeded(1);
+    for spec in actors.as_array().unwrap() {
+        let c = serde_json::json!({ "type": "addActor", "spec": spec });
+        s.apply(serde_json::from_value(c).unwrap()).unwrap();
+    }
+    s.apply(Command::SetGenerator { on: true }).unwrap();
+    let chunk = pull_every_ms.unwrap_or(12_000);
+    let mut t = 0;
+    while t < 12_000 {
+        s.run_for(chunk).unwrap();
+        t += chunk;
+        if pull_every_ms.is_some() {
+            s.snapshot();
+        }
+    }
+    s.snapshot().digest()
+}
+
+#[test]
+fn how_often_the_page_pulls_never_changes_the_state() {
+    let quiet = busy_scenario(None);
+    assert_eq!(busy_scenario(Some(16)), quiet, "pulled every 16 ms");
+    assert_eq!(busy_scenario(Some(250)), quiet, "pulled every 250 ms");
+}

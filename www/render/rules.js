@@ -1,0 +1,27 @@
+// The rules control: one switch per protocol rule with its one-line explanation and links to
+// its preset scenario, broken and intact; and the badge on actors that run without a rule.
+// Switches carry data-action="rule"; controls.js sends the command (this module only draws).
+
+import { RULES, presetQuery, ruleById } from "../rules.js";
+import { esc, setHtml } from "./dom.js";
+
+export function renderRules(el, snap) {
+  const rows = RULES.map((r) => {
+    const on = snap.rules?.[r.key] !== false;
+    const without = snap.actors.filter((a) => a.variant === r.id).map((a) => a.id);
+    const who = without.length ? ` <span class="variant-list">without it: ${esc(without.join(", "))}</span>` : "";
+    return `<li class="rule ${on ? "on" : "off"}" data-rule="${esc(r.id)}">` +
+      `<label><input type="checkbox" data-action="rule" data-rule="${esc(r.id)}"${on ? " checked" : ""}> <b>${esc(r.name)}</b></label>${who}` +
+      `<p class="hint">${esc(r.text)}</p>` +
+      `<p class="hint">try it: <a href="${presetQuery(r.id, false)}" data-testid="preset-${esc(r.id)}-off">broken</a> · ` +
+      `<a href="${presetQuery(r.id, true)}" data-testid="preset-${esc(r.id)}-on">intact</a></p></li>`;
+  }).join("");
+  setHtml(el, `<ul class="rules">${rows}</ul><p class="hint">A switch applies to actors added after it; each actor keeps the code it was added with (restarts too), marked ⚠ when it runs without a rule.</p>`);
+}
+
+/** The badge of an actor that runs without a rule ("" for one that keeps them all). */
+export function variantBadge(actor) {
+  const r = actor.variant ? ruleById(actor.variant) : null;
+  if (!r) return "";
+  return ` <span class="variant" data-testid="variant" data-rule="${esc(r.id)}" title="runs without the rule: ${esc(r.name)}">⚠ ${esc(r.badge)}</span>`;
+}

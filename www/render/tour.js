@@ -1,0 +1,91 @@
+// The guided tours' DOM: the picker a newcomer sees first, the narration card of a tour step,
+// and the highlight of the panels and actors a step points at (a generated style sheet, so
+// highlights survive the panels' redraws). www/tours/controller.js decides what to show.
+
+import { actorColour } from "../spec.js";
+import { chip, esc, setHtml } from "./dom.js";
+import { fillNarration, tourSearch } from "../tours/engine.js";
+
+/** Narration markup: **bold**, `code` and [text](?query) links (same-page links only). */
+export function narrationHtml(text) {
+  return esc(text)
+    .replace(/\*\*([^*]+)\*\*/g, "<b>$1</b>")
+    .replace(/`([^`]+)`/g, "<code>$1</code>")
+    .replace(/\[([^\]]+)\]\((\?[^)\s]*)\)/g, (_, label, href) => `<a href="${href}">${label}</a>`);
+}
+
+export function renderPicker(el, tours, shown) {
+  el.hidden = !shown;
+  if (!shown) return;
+  const item = (t, i) => `<li><a href="${esc(tourSearch(t.id, 1))}" data-tour="${esc(t.id)}" title="${esc(t.blurb ?? "")}"><span class="n">${i + 1}</span> ${esc(t.title.replace(/^broken rule: /, ""))}</a></li>`;
+  const learn = tours.filter((t) => t.group !== "rules");
+  const rules = tours.filter((t) => t.group === "rules");
+  const row = (label, list, from) => (list.length ? `<div class="tour-row"><span class="tour-row-label">${label}</span><ol class="tour-list" start="${from + 1}">${list.map((t, i) => item(t, from + i)).join("")}</ol></div>` : "");
+  setHtml(
+    el,
+    `<details open><summary><b>New here? Take a guided tour</b> <span class="muted">a scripted run of the real components, step by step with narration: leave it at any step and play on. Or just play with the run below.</span></summary>` +
+      `<div data-testid="tour-list">${row("Learn", learn, 0)}${row("Break a rule on purpose", rules, learn.length)}</div></details>`,
+  );
+}
+
+function lookChips(step, snap) {
+  return (step.highlight ?? [])
+    .map((h) => {
+      if (h.startsWith("panel-")) {
+        const name = document.querySelector(`#${CSS.escape(h)} h2`)?.firstChild?.textContent?.trim() ?? h.slice(6);
+        return `<button class="look" data-tour-action="look" data-panel="${esc(h)}">${esc(name)}</button>`;
+      }
+      if (h.startsWith("shard:")) return `<span class="look-shard">shard <code>${esc(h.slice(6))}</code></span>`;
+      const a = snap?.actors.find((x) => x.id === h);
+      return a ? chip(h, actorColour(a.colour)) : "";
+    })
+    .join(" ");
+}
+
+/** The card of one tour step; `at` is null when no tour is open. */
+export function renderTourCard(el, at) {
+  el.hidden = !at;
+  if (!at) {
+    setHtml(el, "");
+    return;
+  }
+  const { tour, index, settled, failed, snap, prevSnap } = at;
+  const step = tour.steps[index];
+  const n = tour.steps.length;
+  const last = index === n - 1;
+  const dots = tour.steps
+    .map((s, i) => `<a href="${esc(tourSearch(tour.id, i + 1))}" class="dot${i === index ? " here" : ""}${i < index ? " done" : ""}" data-tour-action="goto" data-step="${i + 1}" title="${esc(`${i + 1}. ${s.title}`)}">${i + 1}</a>`)
+    .join("");
+  const warn = failed.length
+    ? `<p class="tour-warn small" data-testid="tour-warn">This step should show more than it does (the engine changed?): ${esc(failed.map((f) => f.text).join("; "))}</p>`
+    : "";
+  setHtml(
+    el,
+    `<div class="tour-inner" data-testid="tour-card" data-tour="${esc(tour.id)}" data-step="${index + 1}" data-state="${settled ? "settled" : "running"}">` +
+      `<div class="tour-head"><span class="tour-name">Tour: ${esc(tour.title)}</span><button class="tour-x" data-tour-action="leave" title="Leave the tour and play on (Esc)" aria-label="Leave the tour">×</button></div>` +
+      `<h2 data-testid="tour-title">${esc(step.title)}</h2>` +
+      `<div class="tour-narration" data-testid="tour-narration">${step.narration.map((p) => `<p>${narrationHtml(settled ? fillNarration(p, snap, prevSnap) : p.replace(/\{\{[^}]+\}\}/g, "…"))}</p>`).join("")}</div>` +
+      `<p class="tour-look small">Look at: ${lookChips(step, snap)}</p>` +
+      `<div class="tour-nav"><button data-tour-action="back" data-testid="tour-back"${index === 0 ? " disabled" : ""} title="Back one step (←)">← Back</button>` +
+      `<span class="tour-count mono">${index + 1} / ${n}</span>` +
+      `<button class="primary" data-tour-action="next" data-testid="tour-next" title="${last ? "Finish the tour and play on" : "Next step (→)"}">${last ? "Finish ✓" : "Next →"}</button></div>` +
+      `<nav class="tour-dots" aria-label="Steps">${dots}</nav>` +
+      `<p class="tour-foot small"><button data-tour-action="leave" data-testid="tour-leave">Leave the tour and play from here</button> <a href="${esc(tourSearch(tour.id, index + 1))}" class="muted">link to this step</a> <span class="muted">· ← → step, Esc leaves</span></p>` +
+      warn +
+      `</div>`,
+  );
+}
+
+/** Outlines the highlighted panels and actors (ids as in the snapshot: W1, T2, ...). */
+export function renderHighlights(styleEl, highlight) {
+  const rules = [];
+  for (const h of highlight ?? []) {
+    if (h.startsWith("panel-")) rules.push(`#${CSS.escape(h)} { outline: 3px solid var(--accent); outline-offset: 1px; }`);
+    else if (/^[A-Z]\d+$/.test(h)) {
+      const a = `[data-actor="${h}"]`;
+      rules.push(`.panels tbody${a} td, .panels tr${a} > td, .panels li${a}, .panels .up-replica${a} { background: #fff3c4; }`);
+    }
+  }
+  const text = rules.join("\n");
+  if (styleEl.textContent !== text) styleEl.textContent = text;
+}

@@ -1,0 +1,266 @@
+// The tour controller: loads the tours, opens the one the URL names, and drives it. Next applies
+// the next step to the running playground (its commands, then its run, a few chunks per frame so
+// the panels move); Back and a step's URL rebuild from the seed (engine.js), so every step is
+// reached the same way whichever path led there. Leaving a tour keeps the scenario: the tour UI
+// closes and the page is free play again. Drawing is render/tour.js's; this file holds no
+// protocol state, only where the learner is.
+
+import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, tourParams, tourSearch } from "./engine.js";
+import { renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
+
+/** Animation pace: a step's run is spread over at most this many frames. */
+const MAX_FRAMES_PER_STEP = 80;
+
+/** Fetches index.json and every tour it lists (checked: a malformed tour is an Error naming it). */
+export async function loadTours() {
+  const base = new URL("./", import.meta.url);
+  const get = async (name) => {
+    const res = await fetch(new URL(name, base));
+    if (!res.ok) throw new Error(`could not load www/tours/${name}: HTTP ${res.status}`);
+    return res.json();
+  };
+  const index = await get("index.json");
+  return Promise.all(index.tours.map(async (id) => checkTour(await get(`${id}.json`))));
+}
+
+/**
+ * Starts the tours on the page. `host` is main.js's thin layer: `Playground` (the wasm class),
+ * `adopt(pg)` (make `pg` the page's playground, forgetting the old run), `pull()`, `redraw()`,
+ * `report(status)`, `latest()`, `mode()`, `dom`. Returns `{ beforeManual, current }`.
+ */
+export function startTours(host, tours) {
+  const doc = document;
+  const els = {
+    picker: doc.getElementById("tour-picker"),
+    card: doc.getElementById("tour-card"),
+    style: doc.getElementById("tour-style"),
+    layout: doc.querySelector(".layout"),
+  };
+  /** Where the learner is: a tour and its step (1-based), and a step being run, if any. */
+  const at = { tour: null, step: 0, run: null, prevSnap: null, note: "" };
+  /** `?animate=0` on the URL the page opened with: steps show at once (the state is the same). */
+  const animated = tourParams(window.location.search)?.animate ?? true;
+
+  const byId = (id) => tours.find((t) => t.id === id);
+  const setUrl = (search, push) => {
+    if (window.location.search === search) return;
+    if (push) window.history.pushState(null, "", search);
+    else window.history.replaceState(null, "", search);
+  };
+
+  function draw() {
+    renderPicker(els.picker, tours, !at.tour);
+    els.layout.classList.toggle("touring", Boolean(at.tour));
+    if (!at.tour) {
+      renderTourCard(els.card, null);
+      renderHighlights(els.style, null);
+      return;
+    }
+    const step = at.tour.steps[at.step - 1];
+    const settled = !at.run;
+    const failed = settled ? failedChecks(at.tour, at.step - 1, host.latest(), at.prevSnap) : [];
+    for (const f of failed) console.warn(`tour ${at.tour.id} step ${at.step}: ${f.text}`);
+    renderTourCard(els.card, { tour: at.tour, index: at.step - 1, settled, failed, snap: host.latest(), prevSnap: at.prevSnap });
+    renderHighlights(els.style, step.highlight ?? []);
+  }
+
+  function pickShard(step) {
+    const want = (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6);
+    const sel = host.dom.shardPick;
+    if (want && [...sel.options].some((o) => o.value === want)) sel.value = want;
+  }
+
+  function scrollToFirst(step) {
+    const id = (step.highlight ?? []).find((h) => h.startsWith("panel-"));
+    const panel = id && doc.getElementById(id);
+    if (!panel) return;
+    const r = panel.getBoundingClientRect();
+    if (r.top < 0 || r.bottom > window.innerHeight) panel.scrollIntoView({ block: "start" });
+  }
+
+  /** Applies step `index` (0-based) to the current playground; runs it over frames unless `now`. */
+  function runStep(index, now) {
+    const tour = at.tour;
+    at.prevSnap = index > 0 ? host.latest() : null;
+    at.step = index + 1;
+    if (index > 0 && tour.steps[index].reset) {
+      host.adopt(host.Playground.seeded(String(tour.seed)));
+      host.pull();
+    }
+    applyCommands(host.pg(), tour, index);
+    host.pull();
+    const chunks = chunksOf(tour.steps[index].runMs ?? 0);
+    const run = { chunks, next: 0, perFrame: Math.max(1, Math.ceil(chunks.length / MAX_FRAMES_PER_STEP)) };
+    at.run = run;
+    pickShard(tour.steps[index]);
+    scrollToFirst(tour.steps[index]);
+    draw();
+    if (now || !animated) finishRun();
+    else requestAnimationFrame(() => frame(run));
+  }
+
+  function frame(run) {
+    if (at.run !== run) return; // finished early, or replaced
+    try {
+      for (let i = 0; i < run.perFrame && run.next < run.chunks.length; i++) {
+        host.pg().runFor(run.chunks[run.next++]);
+        host.pull();
+      }
+      pickShard(at.tour.steps[at.step - 1]);
+      host.redraw();
+    } catch (err) {
+      fail(err);
+      return;
+    }
+    if (run.next < run.chunks.length) requestAnimationFrame(() => frame(run));
+    else settle();
+  }
+
+  /** Runs what is left of the current step at once. */
+  function finishRun() {
+    const run = at.run;
+    if (!run) return;
+    while (run.next < run.chunks.length) {
+      host.pg().runFor(run.chunks[run.next++]);
+      host.pull();
+    }
+    settle();
+  }
+
+  function settle() {
+    at.run = null;
+    pickShard(at.tour.steps[at.step - 1]);
+    host.redraw();
+    draw();
+    host.report({ kind: at.note ? "error" : "ok", text: `tour "${at.tour.title}": step ${at.step} of ${at.tour.steps.length}${at.note}` });
+    at.note = "";
+  }
+
+  function fail(err) {
+    at.run = null;
+    host.report({ kind: "error", text: `the tour stopped: ${err instanceof Error ? err.message : String(err)}` });
+    draw();
+  }
+
+  /** Opens `tour` at `step` (1-based): rebuilds steps 1..step-1 at once, then runs `step`. */
+  function open(tour, step, { push = false, animate = true } = {}) {
+    const n = tour.steps.length;
+    const k = Math.min(Math.max(Number.isInteger(step) ? step : 1, 1), n);
+    at.note = k === step ? "" : ` (it has no step ${Number.isNaN(step) ? "like that" : step})`;
+    try {
+      at.run = null;
+      at.tour = tour;
+      host.adopt(host.Playground.seeded(String(tour.seed)));
+      host.pull();
+      for (let i = firstStepOf(tour, k - 1); i < k - 1; i++) {
+        applyCommands(host.pg(), tour, i);
+        host.pull();
+        for (const ms of chunksOf(tour.steps[i].runMs ?? 0)) {
+          host.pg().runFor(ms);
+          host.pull();
+        }
+      }
+      setUrl(tourSearch(tour.id, k), push);
+      runStep(k - 1, !animate);
+    } catch (err) {
+      fail(err);
+    }
+  }
+
+  function next() {
+    if (!at.tour) return;
+    finishRun();
+    if (at.step >= at.tour.steps.length) {
+      leave("finished");
+      return;
+    }
+    try {
+      setUrl(tourSearch(at.tour.id, at.step + 1), true);
+      runStep(at.step, false);
+    } catch (err) {
+      fail(err);
+    }
+  }
+
+  function back() {
+    if (!at.tour || at.step <= 1) return;
+    open(at.tour, at.step - 1, { push: true });
+  }
+
+  /** Closes the tour UI; the scenario stays (the current step finished first) and play is free. */
+  function leave(why = "left") {
+    if (!at.tour) return;
+    finishRun();
+    const { tour, step } = at;
+    at.tour = null;
+    at.step = 0;
+    setUrl(tourSearch(tour.id, step, true), false);
+    draw();
+    host.redraw();
+    host.report({
+      kind: "ok",
+      text: why === "finished"
+        ? `tour "${tour.title}" finished: the run is yours, play on (space)`
+        : `left the tour "${tour.title}" at step ${step}: the run is yours, play on (space)`,
+    });
+  }
+
+  // Clicks on the card and the picker (their markup is redrawn, so listen on the containers).
+  els.card.addEventListener("click", (e) => {
+    const b = e.target.closest("[data-tour-action]");
+    if (!b) return;
+    e.preventDefault();
+    const act = b.dataset.tourAction;
+    if (act === "next") next();
+    else if (act === "back") back();
+    else if (act === "leave") leave();
+    else if (act === "goto") open(at.tour, Number(b.dataset.step), { push: true });
+    else if (act === "look") doc.getElementById(b.dataset.panel)?.scrollIntoView({ block: "nearest" });
+  });
+  els.picker.addEventListener("click", (e) => {
+    const a = e.target.closest("a[data-tour]");
+    if (!a) return;
+    if (host.mode() !== "seed") return; // live mode: the link opens the tour in seed mode
+    e.preventDefault();
+    const tour = byId(a.dataset.tour);
+    if (tour) open(tour, 1, { push: true });
+  });
+  // Left and right step through a tour; Escape leaves it. Not while typing in a field.
+  doc.addEventListener("keydown", (e) => {
+    if (!at.tour || e.ctrlKey || e.metaKey || e.altKey) return;
+    const tag = e.target?.tagName;
+    if (tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA") return;
+    const act = { ArrowRight: next, ArrowLeft: back, Escape: () => leave() }[e.key];
+    if (act) {
+      e.preventDefault();
+      act();
+    }
+  });
+  // The browser's back and forward buttons move between tour steps too.
+  window.addEventListener("popstate", () => {
+    const p = tourParams(window.location.search);
+    const tour = p && byId(p.id);
+    if (tour && !p.free) open(tour, p.step);
+    else if (at.tour) window.location.reload(); // back past the tour: the page that was there
+  });
+
+  const wanted = tourParams(window.location.search);
+  if (wanted) {
+    const tour = byId(wanted.id);
+    if (!tour) host.report({ kind: "error", text: `there is no tour ${JSON.stringify(wanted.id)}; the tours are ${tours.map((t) => t.id).join(", ")}` });
+    else if (wanted.free) {
+      open(tour, wanted.step, { animate: false });
+      leave();
+    } else open(tour, wanted.step);
+  }
+  draw();
+
+  return {
+    /** Called before any command or run the learner starts by hand: that leaves the tour. */
+    beforeManual() {
+      if (at.tour) leave();
+    },
+    /** `{ id, step, settled }` or null. */
+    current: () => (at.tour ? { id: at.tour.id, step: at.step, settled: !at.run } : null),
+  };
+}

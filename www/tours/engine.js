@@ -1,0 +1,185 @@
+// The tour engine, pure (no DOM): a tour is data (www/tours/<id>.json, listed in index.json),
+// a fixed seed and a list of steps. Each step is `{ title, narration: [paragraphs], commands:
+// [page commands], runMs, highlight: [panel or actor ids], expect: [checks] }`.
+//
+// The state at step k (1-based) is a function of the tour alone: a seed-mode playground on the
+// tour's seed, then for each step 1..k its commands (the page's ordinary `Command`s, sent in
+// order) and `runMs` of virtual time, run in chunks of CHUNK_MS with a pull after each (the
+// page draws them; the engine's state does not depend on how often it is pulled). Opening a
+// step's URL rebuilds exactly that; Back rebuilds to step k-1.
+//
+// A step with `reset: true` starts over on a fresh playground (same seed) before its commands:
+// the contrast step of a broken-rule tour replays the scenario with the rule on. Rebuilding step k
+// then starts from the last reset at or before it.
+//
+// Checks (`expect`) are plain data, evaluated against the snapshot the engine returned:
+//   { snap: "shards[name=data].upper", op: ">", value: 0 }      a value
+//   { snap: "...", op: "<", ref: "shards[name=data].upper" }     another path, same snapshot
+//   { snap: "...", op: ">", prev: "..." }                         a path in the previous step's snapshot
+//   { panel: "panel-writers", text: "UpperMismatch" }             what a panel shows (regex, page only)
+// Narration may quote the run: `{{path}}` is the value at path in the step's final snapshot,
+// `{{prev:path}}` in the previous step's (fillNarration).
+// Paths: dot-separated fields; `name[k=v]` picks the array element whose field k is v; `name[N]`
+// picks by index (negative from the end); a final `length` counts an array or string.
+// tests/tours.rs evaluates the same `snap` checks natively (keep the two in step).
+
+/** Virtual time per chunk of a step's run. */
+export const CHUNK_MS = 50;
+
+/**
+ * `?tour=ID&step=N[&free=1][&animate=0]`: which tour and step the URL opens (or null); `free`:
+ * with the tour closed; `animate=0`: each step's run shows at once instead of over a second.
+ */
+export function tourParams(search) {
+  const p = new URLSearchParams(search);
+  const id = p.get("tour");
+  if (!id) return null;
+  const raw = p.get("step") ?? "1";
+  const step = /^\d{1,3}$/.test(raw) ? Number(raw) : NaN;
+  return { id, step, free: p.get("free") === "1", animate: p.get("animate") !== "0" };
+}
+
+/** The URL search of a tour step. */
+export function tourSearch(id, step, free = false) {
+  const p = new URLSearchParams({ tour: id, step: String(step) });
+  if (free) p.set("free", "1");
+  p.set("autoplay", "0");
+  return `?${p}`;
+}
+
+/** Checks a tour's shape; throws an Error naming the first problem. */
+export function checkTour(tour) {
+  const where = `tour ${JSON.stringify(tour?.id)}`;
+  if (!tour || typeof tour.id !== "string" || !/^[a-z0-9-]{1,40}$/.test(tour.id)) throw new Error(`${where}: a tour needs an id of lowercase letters, digits and -`);
+  if (typeof tour.title !== "string" || !tour.title) throw new Error(`${where}: no title`);
+  if (!/^\d{1,20}$/.test(String(tour.seed))) throw new Error(`${where}: the seed must be a whole number`);
+  if (!Array.isArray(tour.steps) || tour.steps.length === 0) throw new Error(`${where}: no steps`);
+  tour.steps.forEach((s, i) => {
+    const at = `${where} step ${i + 1}`;
+    if (typeof s.title !== "string" || !s.title) throw new Error(`${at}: no title`);
+    if (!Array.isArray(s.narration) || !s.narration.length) throw new Error(`${at}: no narration`);
+    if (!Array.isArray(s.commands ?? [])) throw new Error(`${at}: commands must be a list`);
+    if ("reset" in s && typeof s.reset !== "boolean") throw new Error(`${at}: reset must be true or false`);
+    if (!Number.isInteger(s.runMs ?? 0) || (s.runMs ?? 0) < 0 || s.runMs > 60_000) throw new Error(`${at}: runMs must be 0 to 60000`);
+    for (const e of s.expect ?? []) if (e.prev && i === 0) throw new Error(`${at}: the first step has no previous step`);
+  });
+  return tour;
+}
+
+/** The chunks a step's run is cut into (the same on every path: click-through and rebuild). */
+export function chunksOf(runMs) {
+  const out = [];
+  for (let left = runMs; left > 0; left -= CHUNK_MS) out.push(Math.min(CHUNK_MS, left));
+  return out;
+}
+
+/**
+ * Applies step `index` (0-based) of `tour` to `pg`: its commands, in order (a refused command
+ * throws an Error naming the step), then its run, one chunk per `onChunk` call if given (the
+ * caller may pace them), else all at once. Returns nothing; pull the snapshot after.
+ */
+export function applyCommands(pg, tour, index) {
+  const step = tour.steps[index];
+  for (const [i, command] of (step.commands ?? []).entries()) {
+    try {
+      pg.send(command);
+    } catch (err) {
+      throw new Error(`tour ${tour.id} step ${index + 1}, command ${i + 1} (${command.type}) was refused: ${err instanceof Error ? err.message : err}`);
+    }
+  }
+}
+
+/** The index (0-based) of the step a rebuild to the end of step `upTo` (1-based) starts from. */
+export function firstStepOf(tour, upTo) {
+  let start = 0;
+  for (let i = 0; i < upTo; i++) if (tour.steps[i].reset) start = i;
+  return start;
+}
+
+/** Builds a fresh playground at the end of step `upTo` (1-based); `pull` runs after each chunk. */
+export function rebuild(Playground, tour, upTo, pull = () => {}) {
+  const pg = Playground.seeded(String(tour.seed));
+  for (let i = firstStepOf(tour, upTo); i < upTo; i++) {
+    applyCommands(pg, tour, i);
+    pull(pg);
+    for (const ms of chunksOf(tour.steps[i].runMs ?? 0)) {
+      pg.runFor(ms);
+      pull(pg);
+    }
+  }
+  return pg;
+}
+
+function segment(value, seg) {
+  if (value === null || value === undefined) return undefined;
+  const m = /^([A-Za-z_]\w*)?(?:\[(-?\d+|[A-Za-z_]\w*=[^\]]*)\])?$/.exec(seg);
+  if (!m) throw new Error(`bad path segment ${JSON.stringify(seg)}`);
+  const [, name, pick] = m;
+  if (name === "length" && !pick && (Array.isArray(value) || typeof value === "string")) return value.length;
+  let v = name ? value[name] : value;
+  if (pick === undefined) return v;
+  if (!Array.isArray(v)) return undefined;
+  if (/^-?\d+$/.test(pick)) {
+    const n = Number(pick);
+    return v[n < 0 ? v.length + n : n];
+  }
+  const [k, want] = pick.split("=");
+  return v.find((e) => e && String(e[k]) === want);
+}
+
+/** The value at `path` in `snap` (undefined when a part is missing). */
+export function valueAt(snap, path) {
+  return path.split(".").reduce(segment, snap);
+}
+
+function compare(op, a, b) {
+  switch (op) {
+    case "==": return a === b;
+    case "!=": return a !== b;
+    case ">": return typeof a === "number" && typeof b === "number" && a > b;
+    case ">=": return typeof a === "number" && typeof b === "number" && a >= b;
+    case "<": return typeof a === "number" && typeof b === "number" && a < b;
+    case "<=": return typeof a === "number" && typeof b === "number" && a <= b;
+    case "contains": return (typeof a === "string" || Array.isArray(a)) && a.includes(b);
+    case "exists": return a !== null && a !== undefined;
+    case "null": return a === null;
+    default: throw new Error(`unknown op ${op}`);
+  }
+}
+
+/**
+ * Evaluates one `snap` check; returns `{ ok, got, want, text }`. `prevSnap` is the previous
+ * step's final snapshot (for `prev` checks).
+ */
+export function evalSnapCheck(check, snap, prevSnap = null) {
+  const got = valueAt(snap, check.snap);
+  let want;
+  if ("ref" in check) want = valueAt(snap, check.ref);
+  else if ("prev" in check) {
+    if (!prevSnap) return { ok: false, got, want: undefined, text: `${check.snap} ${check.op} previous ${check.prev}: no previous step` };
+    want = valueAt(prevSnap, check.prev);
+  } else want = check.value;
+  const ok = compare(check.op, got, want);
+  const rhs = "ref" in check ? `${check.ref} (${JSON.stringify(want)})` : "prev" in check ? `previous step's ${check.prev} (${JSON.stringify(want)})` : JSON.stringify(want);
+  return { ok, got, want, text: `${check.snap} = ${JSON.stringify(got)} ${check.op}${check.op === "exists" || check.op === "null" ? "" : ` ${rhs}`}` };
+}
+
+/** Every `snap` check of step `index` that fails (empty: the step shows what it says). */
+export function failedChecks(tour, index, snap, prevSnap) {
+  return (tour.steps[index].expect ?? [])
+    .filter((e) => e.snap)
+    .map((e) => evalSnapCheck(e, snap, prevSnap))
+    .filter((r) => !r.ok);
+}
+
+/** A value as narration shows it: numbers as they are, the empty frontier as ∅. */
+function shown(v) {
+  if (v === null) return "∅";
+  if (v === undefined) return "?";
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+
+/** Replaces `{{path}}` and `{{prev:path}}` in a narration paragraph with values from the run. */
+export function fillNarration(text, snap, prevSnap = null) {
+  return text.replace(/\{\{(prev:)?([^}]+)\}\}/g, (_, prev, path) => shown(valueAt(prev ? prevSnap : snap, path.trim())));
+}
