@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fact::Fact;
 use super::log::PlayEvent;
+pub(crate) use crate::vec_map::VecMap;
 
 mod oracle;
 mod shard;
@@ -268,70 +269,11 @@ pub struct HistoryCheck {
 /// The most shards, and the most oracle timelines, the check follows.
 const MAX_TRACKED: usize = 64;
 
-fn track<'a, T: Default>(map: &'a mut VecMap<String, T>, name: &String) -> Option<&'a mut T> {
+fn track<'a, T: Default>(map: &'a mut VecMap<String, T>, name: &str) -> Option<&'a mut T> {
     if !map.contains_key(name) && map.len() >= MAX_TRACKED {
         return None;
     }
-    Some(map.entry(name.clone()))
-}
-
-/// A small map on a sorted `Vec`. The check's small tables use it rather than a `BTreeMap`:
-/// every key and value type of a `BTreeMap` costs the page kilobytes of wasm.
-#[derive(Debug)]
-pub(crate) struct VecMap<K, V>(Vec<(K, V)>);
-
-impl<K, V> Default for VecMap<K, V> {
-    fn default() -> Self {
-        VecMap(Vec::new())
-    }
-}
-
-impl<K: Ord, V> VecMap<K, V> {
-    fn find(&self, k: &K) -> Result<usize, usize> {
-        self.0.binary_search_by(|(x, _)| x.cmp(k))
-    }
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-    pub(crate) fn contains_key(&self, k: &K) -> bool {
-        self.find(k).is_ok()
-    }
-    pub(crate) fn get(&self, k: &K) -> Option<&V> {
-        self.find(k).ok().map(|i| &self.0[i].1)
-    }
-    /// Inserts or replaces.
-    pub(crate) fn insert(&mut self, k: K, v: V) {
-        match self.find(&k) {
-            Ok(i) => self.0[i].1 = v,
-            Err(i) => self.0.insert(i, (k, v)),
-        }
-    }
-    pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
-        self.find(k).ok().map(|i| self.0.remove(i).1)
-    }
-    /// The value of `k`, inserted as the default if absent.
-    pub(crate) fn entry(&mut self, k: K) -> &mut V
-    where
-        V: Default,
-    {
-        let i = match self.find(&k) {
-            Ok(i) => i,
-            Err(i) => {
-                self.0.insert(i, (k, V::default()));
-                i
-            }
-        };
-        &mut self.0[i].1
-    }
-    pub(crate) fn pop_first(&mut self) -> Option<(K, V)> {
-        (!self.0.is_empty()).then(|| self.0.remove(0))
-    }
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.0.iter().map(|(k, v)| (k, v))
-    }
-    pub(crate) fn clear(&mut self) {
-        self.0.clear();
-    }
+    Some(map.get_or_insert_with(name.to_string(), T::default))
 }
 
 impl HistoryCheck {

@@ -41,7 +41,7 @@ impl TimelineTrack {
         if !self.epochs.contains_key(&epoch) && self.epochs.len() == EPOCHS_KEPT {
             self.epochs.pop_first();
         }
-        self.epochs.entry(epoch)
+        self.epochs.get_or_insert_with(epoch, Epoch::default)
     }
 
     pub(crate) fn fact(&mut self, actor: &str, fact: &Fact, at: At, f: &mut Findings) {

@@ -403,7 +403,7 @@ impl ShardTrack {
             } => {
                 self.name.clone_from(shard);
                 if what == "committed" || what == "resynced" {
-                    if let Some((prev, prev_at)) = self.tasks.get(&actor.to_string()).copied() {
+                    if let Some((prev, prev_at)) = self.tasks.get(actor).copied() {
                         f.expect(
                             "frontier-regress",
                             at_or_beyond(*upper, prev),
@@ -417,8 +417,7 @@ impl ShardTrack {
                             },
                         );
                     }
-                    if self.tasks.len() < MAX_HANDLES || self.tasks.contains_key(&actor.to_string())
-                    {
+                    if self.tasks.len() < MAX_HANDLES || self.tasks.contains_key(actor) {
                         self.tasks.insert(actor.to_string(), (*upper, at));
                     }
                 }

@@ -135,7 +135,9 @@ impl UpsertTrack {
         for (_, offset, key, output) in self.messages.drain(..due) {
             match self.latest.get(&key) {
                 Some((o, _)) if *o > offset => {}
-                _ => self.latest.insert(key, (offset, output)),
+                _ => {
+                    self.latest.insert(key, (offset, output));
+                }
             }
         }
         let mut expected = Multiset::new();
