@@ -26,7 +26,6 @@
 //! the transition answered.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::ops::ControlFlow::{self, Break, Continue};
 use std::rc::Rc;
 
@@ -49,6 +48,7 @@ use crate::location::{
 };
 use crate::retry::retry_transient;
 use crate::runtime::Runtime;
+use crate::vec_map::VecMap;
 
 /// The outcome of a compare_and_append at the machine level.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub struct Machine {
     pub(crate) broken: Rc<RefCell<Option<PermanentError>>>,
     /// What each version this process committed or decoded inserts into Blob, by seqno (see
     /// `gc.rs`): forgotten below each truncate, and bounded by [`SEEN_CAPACITY`].
-    pub(crate) seen: Rc<RefCell<BTreeMap<SeqNo, Vec<String>>>>,
+    pub(crate) seen: Rc<RefCell<VecMap<SeqNo, Vec<String>>>>,
 }
 
 /// How many versions `Machine::seen` remembers at most (the oldest are forgotten first: a
@@ -125,7 +125,7 @@ impl Machine {
     /// Forgets what versions below `seqno` inserted (they were truncated).
     pub(crate) fn forget_below(&self, seqno: SeqNo) {
         let mut seen = self.seen.borrow_mut();
-        *seen = seen.split_off(&seqno);
+        seen.retain(|s, _| *s >= seqno);
     }
 
     /// The permanent error this process found on the shard, if any.

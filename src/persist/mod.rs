@@ -187,7 +187,7 @@ struct ShardCache {
     state: Rc<RefCell<State>>,
     maintenance: Rc<RefCell<maintenance::MaintenanceQueue>>,
     broken: Rc<RefCell<Option<crate::location::PermanentError>>>,
-    seen: Rc<RefCell<std::collections::BTreeMap<crate::location::SeqNo, Vec<String>>>>,
+    seen: Rc<RefCell<VecMap<crate::location::SeqNo, Vec<String>>>>,
 }
 
 impl PersistClient {
