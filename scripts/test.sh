@@ -4,7 +4,8 @@
 #
 #   1. native:  cargo test (unit, integration and doc tests; the simulator's randomized suites)
 #   2. browser: wasm-pack test --headless --chrome (IndexedDB, the browser runtime), in Chromium
-#   3. page:    build pkg/ and drive index.html in Chromium with playwright-core (tests/e2e/)
+#   3. page:    build pkg/, check that its .wasm is under 400 KB gzipped (issue 10), and drive
+#               index.html in Chromium with playwright-core (tests/e2e/)
 #   +  package: scripts/package.sh packs the npm package; examples/node installs the tarball and
 #               runs its tests under Node with no Rust toolchain on PATH (examples/node/run.sh);
 #               examples/web/ loads the web build in Chromium
@@ -51,6 +52,11 @@ browser=$(grep -av 'measured' "$logs/browser.log" > "$logs/browser-only.log" || 
 
 echo "[test] 3/3 page: build pkg/ and run tests/e2e/ in Chromium"
 bash scripts/build.sh
+# The size budget of issue 10: the page's whole .wasm under 400 KB gzipped (gzip -9).
+budget=409600
+wasm_gz=$(gzip -9 -c pkg/persist_playground_bg.wasm | wc -c)
+echo "[test] page .wasm: $wasm_gz bytes gzipped (gzip -9), budget under $budget"
+[ "$wasm_gz" -lt "$budget" ] || fail "the page's .wasm is $wasm_gz bytes gzipped; the budget is under $budget (issue 10)"
 e2e_expected=$(cat tests/e2e/*.test.mjs | grep -cE '^\s*test\(' || true)
 node --test --test-reporter=tap tests/e2e/ 2>&1 | tee "$logs/e2e.log"
 e2e=$(grep -aoE '^# pass [0-9]+' "$logs/e2e.log" | awk '{print $3}' | tail -n1)

@@ -180,7 +180,12 @@ impl<E> EventLog<E> {
             return None;
         }
         // Built before the log is borrowed: `make` may read other state freely.
-        let event = make();
+        Some(self.push(make()))
+    }
+
+    /// Appends `event` with the next number, dropping the oldest beyond the capacity. Not generic
+    /// in the caller's closure: one copy per event type, however many call sites record.
+    fn push(&self, event: E) -> u64 {
         let seq = self.seq.next();
         let mut inner = self.inner.borrow_mut();
         while inner.events.len() >= inner.capacity {
@@ -190,7 +195,7 @@ impl<E> EventLog<E> {
             }
         }
         inner.events.push_back(Logged { seq, event });
-        Some(seq)
+        seq
     }
 
     /// How many events are kept.

@@ -1,6 +1,8 @@
 //! [`VecMap`]: an ordered map kept as one sorted `Vec` of `(key, value)` pairs, for the small
-//! maps of a shard's state (its writers, readers, schemas and rollups: a handful of entries each)
-//! and of the simulator (its tasks, ready set and timers: tens to hundreds).
+//! maps of a shard's state (its writers, readers, schemas and rollups: a handful of entries each),
+//! of the simulator (its tasks, ready set and timers: tens to hundreds), of in-memory Consensus
+//! (one key per shard) and of what a machine saw each recent seqno insert (up to 4096, in seqno
+//! order, so an insert appends and evicting the oldest is one `memmove`).
 //!
 //! It has the parts of `BTreeMap`'s API those maps use, with the same semantics: iteration in key
 //! order, `insert` replaces and returns the old value, `Index` panics on a missing key (tests

@@ -23,6 +23,7 @@ use super::{
     VersionedData,
 };
 use crate::runtime::Runtime;
+use crate::vec_map::VecMap;
 
 /// A seeded virtual latency: each call waits a uniform draw from `[min_ms, max_ms]` before it
 /// happens and another after.
@@ -179,7 +180,8 @@ impl Blob for MemBlob {
 #[derive(Clone, Default)]
 pub struct MemConsensus {
     // Invariant: each key's versions are sorted by seqno, strictly ascending, and non-empty.
-    data: Rc<RefCell<BTreeMap<String, Vec<VersionedData>>>>,
+    // A sorted Vec map: a handful of keys (one per shard and oracle).
+    data: Rc<RefCell<VecMap<String, Vec<VersionedData>>>>,
     latency: Option<Latency>,
 }
 
@@ -231,7 +233,7 @@ impl Consensus for MemConsensus {
         validate_compare_and_set(expected, &new)?;
         Ok(with_latency(&self.latency, || {
             let mut data = self.data.borrow_mut();
-            let versions = data.entry(key.to_string()).or_default();
+            let versions = data.get_or_insert_with(key.to_string(), Vec::new);
             let current = versions.last().map(|v| v.seqno);
             if current != expected {
                 if versions.is_empty() {

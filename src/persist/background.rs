@@ -1,21 +1,20 @@
 //! The building blocks every piece of background work (compaction, rollups, GC) is made of:
-//! unique ids for the blobs it writes, idempotent maintenance commands, and Blob writes and
-//! deletes that retry transient errors. `maintenance.rs` decides what runs and when; this module
-//! only provides the steps, and imports none of the work it serves.
+//! unique ids for the blobs it writes, and Blob writes and deletes that retry transient errors
+//! (its idempotent commands, `apply_maintenance_cmd`, are in `apply.rs`). `maintenance.rs`
+//! decides what runs and when; this module only provides the steps, and imports none of the
+//! work it serves.
 //!
 //! Every step answers a permanent error (see `machine.rs`) instead of retrying it, after which
 //! the shard is broken in this process and the work stops.
 
 use std::cell::Cell;
-use std::ops::ControlFlow;
 
 use bytes::Bytes;
 
 use super::events::PersistEvent;
 use super::machine::Machine;
-use super::state::StateCollections;
 use super::PersistClient;
-use crate::location::{ExternalError, PermanentError, SeqNo};
+use crate::location::{PermanentError, SeqNo};
 
 /// Unique names for the blobs one piece of maintenance writes.
 #[derive(Debug)]
@@ -50,38 +49,6 @@ impl MaintenanceIds {
 }
 
 impl Machine {
-    /// An idempotent maintenance command. Like `apply_idempotent`, it retries indeterminate
-    /// errors by applying again to fresher state; it also reports whether some attempt's
-    /// compare_and_set was indeterminate after its transition had applied.
-    ///
-    /// SUBTLE: such an attempt may really have committed, and a later attempt can then find
-    /// nothing left to do (its own output already in place, or since merged away) and break. The
-    /// caller must then treat its blobs as referenced: deleting them could leave a state version
-    /// pointing at nothing. Leaking them is the safe side (as with a crashed process).
-    pub(crate) async fn apply_maintenance_cmd<R, B: std::fmt::Debug>(
-        &self,
-        cmd: &str,
-        mut work: impl FnMut(&mut StateCollections) -> ControlFlow<B, R>,
-    ) -> Result<(SeqNo, ControlFlow<B, R>, bool), PermanentError> {
-        let mut backoff = self.cfg.backoff();
-        let mut maybe_committed = false;
-        loop {
-            match self.apply_unbatched_cmd(cmd, &mut |_, _, c| work(c)).await {
-                Ok((seqno, result)) => return Ok((seqno, result, maybe_committed)),
-                Err(ExternalError::Permanent(e)) => return Err(*e),
-                Err(_indeterminate) => {
-                    // An error comes only from a compare_and_set, which follows a transition
-                    // that applied.
-                    maybe_committed = true;
-                    backoff.wait(&self.runtime).await;
-                    if let Err(err) = self.fetch_and_update_state().await {
-                        self.transient(err)?;
-                    }
-                }
-            }
-        }
-    }
-
     /// Sets `key` to `bytes` in Blob, retrying transient errors until it is stored (a fresh key,
     /// so retrying is safe), and records the write.
     pub(crate) async fn write_blob_retrying(

@@ -26,7 +26,6 @@
 //! the transition answered.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::ops::ControlFlow::{self, Break, Continue};
 use std::rc::Rc;
 
@@ -34,13 +33,13 @@ use bytes::Bytes;
 use timely::progress::Antichain;
 use timely::PartialOrder;
 
+use super::apply::ErasedWork;
 use super::codec::Timestamp;
 use super::encoding::{decode_diff, decode_rollup, encode_diff, encode_rollup, StateDiff};
 use super::error::{InvalidUsage, PersistError, UpperMismatch};
 use super::events::{frontier, CasOutcome, EventLog, PersistEvent};
 use super::state::{
-    CompareAndAppendBreak, HollowBatch, HollowRollup, IdempotencyToken, State, StateCollections,
-    WriterId,
+    CompareAndAppendBreak, HollowBatch, HollowRollup, IdempotencyToken, State, WriterId,
 };
 use super::{PersistConfig, ShardId};
 use crate::location::{
@@ -49,6 +48,7 @@ use crate::location::{
 };
 use crate::retry::retry_transient;
 use crate::runtime::Runtime;
+use crate::vec_map::VecMap;
 
 /// The outcome of a compare_and_append at the machine level.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub struct Machine {
     pub(crate) broken: Rc<RefCell<Option<PermanentError>>>,
     /// What each version this process committed or decoded inserts into Blob, by seqno (see
     /// `gc.rs`): forgotten below each truncate, and bounded by [`SEEN_CAPACITY`].
-    pub(crate) seen: Rc<RefCell<BTreeMap<SeqNo, Vec<String>>>>,
+    pub(crate) seen: Rc<RefCell<VecMap<SeqNo, Vec<String>>>>,
 }
 
 /// How many versions `Machine::seen` remembers at most (the oldest are forgotten first: a
@@ -125,7 +125,7 @@ impl Machine {
     /// Forgets what versions below `seqno` inserted (they were truncated).
     pub(crate) fn forget_below(&self, seqno: SeqNo) {
         let mut seen = self.seen.borrow_mut();
-        *seen = seen.split_off(&seqno);
+        seen.retain(|s, _| *s >= seqno);
     }
 
     /// The permanent error this process found on the shard, if any.
@@ -479,13 +479,14 @@ impl Machine {
     }
 
     /// One command: apply, compare_and_set, and on a mismatch or a determinate error fetch and
-    /// apply again. Returns the seqno reached and the transition's result; an indeterminate error
-    /// is returned for the caller to resolve.
-    pub(crate) async fn apply_unbatched_cmd<R, B: std::fmt::Debug>(
+    /// apply again. Returns the seqno reached and whether the last transition broke (with its
+    /// debug text); an indeterminate error is returned for the caller to resolve. Not generic:
+    /// the typed front is `apply_unbatched_cmd` (apply.rs).
+    pub(crate) async fn apply_erased(
         &self,
         cmd: &str,
-        work: &mut impl FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<B, R>,
-    ) -> Result<(SeqNo, ControlFlow<B, R>), ExternalError> {
+        work: &mut ErasedWork<'_>,
+    ) -> Result<(SeqNo, ControlFlow<(), ()>), ExternalError> {
         let mut backoff = self.cfg.backoff();
         loop {
             self.check_broken()?;
@@ -509,7 +510,8 @@ impl Machine {
                     // A tombstone commits nothing: the transition answers from a scratch copy.
                     let result = old
                         .clone_apply(now, &mut |s, c| work(s, now, c))
-                        .map_continue(|(r, _)| r);
+                        .map_continue(|(r, _)| r)
+                        .map_break(|_| ());
                     let seqno = old.seqno;
                     drop(old);
                     let why = CasOutcome::Skipped("tombstone".into());
@@ -549,10 +551,10 @@ impl Machine {
                         cmd,
                         seqno,
                         seqno,
-                        CasOutcome::Skipped(format!("{b:?}")),
+                        CasOutcome::Skipped(b),
                         Some((before, before)),
                     );
-                    return Ok((seqno, Break(b)));
+                    return Ok((seqno, Break(())));
                 }
             };
             let data = Bytes::from(encode_diff(&diff));
@@ -612,44 +614,6 @@ impl Machine {
                 }
             }
         }
-    }
-
-    /// An idempotent command: indeterminate errors are retried by re-reading state and applying
-    /// again (harmless for commands whose second application changes nothing more). A permanent
-    /// error ends it.
-    pub(crate) async fn apply_idempotent<R, B: std::fmt::Debug>(
-        &self,
-        cmd: &str,
-        mut work: impl FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<B, R>,
-    ) -> Result<(SeqNo, ControlFlow<B, R>), PermanentError> {
-        let mut backoff = self.cfg.backoff();
-        loop {
-            match self.apply_unbatched_cmd(cmd, &mut work).await {
-                Ok(out) => return Ok(out),
-                Err(ExternalError::Permanent(e)) => return Err(*e),
-                Err(_indeterminate) => {
-                    backoff.wait(&self.runtime).await;
-                    if let Err(err) = self.fetch_and_update_state().await {
-                        self.transient(err)?;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Runs an idempotent command in a detached task: a handle's best-effort expiry on drop (if
-    /// the task never runs, the lease runs out instead).
-    pub(crate) fn spawn_idempotent<B: std::fmt::Debug + 'static, R: 'static>(
-        &self,
-        cmd: &'static str,
-        work: impl FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<B, R> + 'static,
-    ) {
-        let machine = self.clone();
-        self.runtime
-            .spawn(cmd, async move {
-                let _ = machine.apply_idempotent(cmd, work).await;
-            })
-            .detach();
     }
 
     /// Appends `batch` iff the shard's upper is `batch.desc.lower`, at most once. See the notes,

@@ -54,7 +54,9 @@ use std::rc::Rc;
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
+use timely::progress::Antichain;
 
+pub(crate) mod apply;
 pub(crate) mod background;
 pub mod checksum;
 pub mod codec;
@@ -76,7 +78,7 @@ pub mod write;
 use crate::location::Location;
 use crate::runtime::Runtime;
 use crate::vec_map::VecMap;
-use codec::Codec;
+use codec::{Codec, Timestamp};
 use critical::SinceHandle;
 use error::{PermanentError, PersistError};
 use events::EventLog;
@@ -185,7 +187,7 @@ struct ShardCache {
     state: Rc<RefCell<State>>,
     maintenance: Rc<RefCell<maintenance::MaintenanceQueue>>,
     broken: Rc<RefCell<Option<crate::location::PermanentError>>>,
-    seen: Rc<RefCell<std::collections::BTreeMap<crate::location::SeqNo, Vec<String>>>>,
+    seen: Rc<RefCell<VecMap<crate::location::SeqNo, Vec<String>>>>,
 }
 
 impl PersistClient {
@@ -262,14 +264,22 @@ impl PersistClient {
         }
     }
 
-    async fn register_schema<K: Codec, V: Codec>(
-        &self,
-        machine: &Machine,
-    ) -> Result<state::SchemaId, PersistError> {
-        let schema = Schema {
+    /// The schema of a shard of `K` keys and `V` values.
+    fn schema_of<K: Codec, V: Codec>() -> Schema {
+        Schema {
             key_codec: K::codec_name().to_string(),
             val_codec: V::codec_name().to_string(),
-        };
+        }
+    }
+
+    // The `open_*` methods are generic only in the handle they return: the work is in the
+    // non-generic `register_*` below, compiled once rather than once per key and value type.
+
+    async fn register_schema(
+        &self,
+        machine: &Machine,
+        schema: Schema,
+    ) -> Result<state::SchemaId, PersistError> {
         // A shard that already has this schema needs no command.
         if let Some((id, s)) = machine.state().collections.schemas.iter().next() {
             if *s == schema {
@@ -290,18 +300,9 @@ impl PersistClient {
         &self,
         shard_id: &ShardId,
     ) -> Result<WriteHandle<K, V>, PersistError> {
-        let writer_id = WriterId(self.new_id("w"));
-        let machine = self.machine(shard_id, writer_id.0.clone());
-        // Creates the shard, or reads its current state into the cache.
-        machine.maybe_init_shard().await?;
-        let schema_id = self.register_schema::<K, V>(&machine).await?;
-        let lease = self.cfg.writer_lease_duration_ms;
-        let (_, upper) = machine
-            .apply_idempotent("register_writer", |_, now, c| {
-                c.register_writer(&writer_id, lease, now)
-            })
+        let (machine, writer_id, schema_id, upper) = self
+            .register_writer(shard_id, Self::schema_of::<K, V>())
             .await?;
-        let std::ops::ControlFlow::Continue(upper) = upper;
         Ok(WriteHandle::new(
             self.clone(),
             machine,
@@ -311,17 +312,62 @@ impl PersistClient {
         ))
     }
 
+    async fn register_writer(
+        &self,
+        shard_id: &ShardId,
+        schema: Schema,
+    ) -> Result<(Machine, WriterId, state::SchemaId, Antichain<Timestamp>), PersistError> {
+        let writer_id = WriterId(self.new_id("w"));
+        let machine = self.machine(shard_id, writer_id.0.clone());
+        // Creates the shard, or reads its current state into the cache.
+        machine.maybe_init_shard().await?;
+        let schema_id = self.register_schema(&machine, schema).await?;
+        let lease = self.cfg.writer_lease_duration_ms;
+        let (_, upper) = machine
+            .apply_idempotent("register_writer", |_, now, c| {
+                c.register_writer(&writer_id, lease, now)
+            })
+            .await?;
+        let std::ops::ControlFlow::Continue(upper) = upper;
+        Ok((machine, writer_id, schema_id, upper))
+    }
+
     /// Opens a leased reader on `shard_id`, creating the shard if it does not exist. Its since
     /// starts at the shard's since.
     pub async fn open_leased_reader<K: Codec, V: Codec>(
         &self,
         shard_id: &ShardId,
     ) -> Result<ReadHandle<K, V>, PersistError> {
+        let (machine, reader_id, schema_id, since) = self
+            .register_leased_reader(shard_id, Self::schema_of::<K, V>())
+            .await?;
+        Ok(ReadHandle::new(
+            self.clone(),
+            machine,
+            reader_id,
+            schema_id,
+            since,
+        ))
+    }
+
+    async fn register_leased_reader(
+        &self,
+        shard_id: &ShardId,
+        schema: Schema,
+    ) -> Result<
+        (
+            Machine,
+            LeasedReaderId,
+            state::SchemaId,
+            Antichain<Timestamp>,
+        ),
+        PersistError,
+    > {
         let reader_id = LeasedReaderId(self.new_id("r"));
         let machine = self.machine(shard_id, reader_id.0.clone());
         // Creates the shard, or reads its current state into the cache.
         machine.maybe_init_shard().await?;
-        let schema_id = self.register_schema::<K, V>(&machine).await?;
+        let schema_id = self.register_schema(&machine, schema).await?;
         let lease = self.cfg.reader_lease_duration_ms;
         let (_, reader) = machine
             .apply_idempotent("register_leased_reader", |seqno, now, c| {
@@ -329,13 +375,7 @@ impl PersistClient {
             })
             .await?;
         let std::ops::ControlFlow::Continue(reader) = reader;
-        Ok(ReadHandle::new(
-            self.clone(),
-            machine,
-            reader_id,
-            schema_id,
-            reader.since,
-        ))
+        Ok((machine, reader_id, schema_id, reader.since))
     }
 
     /// Opens (or re-opens) the critical reader `reader_id`, registering it with `initial_opaque`
@@ -346,22 +386,40 @@ impl PersistClient {
         reader_id: CriticalReaderId,
         initial_opaque: u64,
     ) -> Result<SinceHandle<K, V>, PersistError> {
-        let machine = self.machine(shard_id, reader_id.0.clone());
-        // Creates the shard, or reads its current state into the cache.
-        machine.maybe_init_shard().await?;
-        self.register_schema::<K, V>(&machine).await?;
-        let (_, r) = machine
-            .apply_idempotent("register_critical_reader", |_, _, c| {
-                c.register_critical_reader(&reader_id, initial_opaque)
-            })
+        let (machine, state) = self
+            .register_critical_reader(
+                shard_id,
+                &reader_id,
+                initial_opaque,
+                Self::schema_of::<K, V>(),
+            )
             .await?;
-        let std::ops::ControlFlow::Continue(state) = r;
         Ok(SinceHandle::new(
             machine,
             reader_id,
             state.since,
             state.opaque,
         ))
+    }
+
+    async fn register_critical_reader(
+        &self,
+        shard_id: &ShardId,
+        reader_id: &CriticalReaderId,
+        initial_opaque: u64,
+        schema: Schema,
+    ) -> Result<(Machine, state::CriticalReaderState), PersistError> {
+        let machine = self.machine(shard_id, reader_id.0.clone());
+        // Creates the shard, or reads its current state into the cache.
+        machine.maybe_init_shard().await?;
+        self.register_schema(&machine, schema).await?;
+        let (_, r) = machine
+            .apply_idempotent("register_critical_reader", |_, _, c| {
+                c.register_critical_reader(reader_id, initial_opaque)
+            })
+            .await?;
+        let std::ops::ControlFlow::Continue(state) = r;
+        Ok((machine, state))
     }
 
     /// Opens a writer and a leased reader.

@@ -15,12 +15,13 @@
 
 use std::marker::PhantomData;
 use std::ops::ControlFlow::{Break, Continue};
+use std::rc::Rc;
 
 use differential_dataflow::lattice::Lattice;
 use timely::progress::Antichain;
 use timely::PartialOrder;
 
-use super::codec::{Codec, Diff, Timestamp};
+use super::codec::{Codec, CodecError, Diff, Timestamp};
 use super::encoding::decode_part;
 use super::error::{BrokenAt, InvalidUsage, PermanentKind, PersistError};
 use super::machine::Machine;
@@ -42,7 +43,16 @@ pub enum ListenEvent<K, V> {
 }
 
 /// A leased reader. See the module docs.
+///
+/// Only decoding the updates depends on `K` and `V`; everything else is in `Reader`, compiled
+/// once rather than once per key and value type.
 pub struct ReadHandle<K: Codec, V: Codec> {
+    r: Reader,
+    _codecs: PhantomData<(K, V)>,
+}
+
+/// The state and the work of a [`ReadHandle`], without its key and value types.
+struct Reader {
     client: PersistClient,
     machine: Machine,
     reader_id: LeasedReaderId,
@@ -51,7 +61,6 @@ pub struct ReadHandle<K: Codec, V: Codec> {
     /// Seqnos whose batches are being fetched, with counts: the hold may not pass them.
     leased_seqnos: VecMap<SeqNo, usize>,
     expired: bool,
-    _codecs: PhantomData<(K, V)>,
 }
 
 impl<K: Codec, V: Codec> ReadHandle<K, V> {
@@ -63,41 +72,123 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
         since: Antichain<Timestamp>,
     ) -> Self {
         ReadHandle {
-            client,
-            machine,
-            reader_id,
-            schema_id,
-            since,
-            leased_seqnos: VecMap::new(),
-            expired: false,
+            r: Reader {
+                client,
+                machine,
+                reader_id,
+                schema_id,
+                since,
+                leased_seqnos: VecMap::new(),
+                expired: false,
+            },
             _codecs: PhantomData,
         }
     }
 
     pub(crate) fn client(&self) -> &PersistClient {
-        &self.client
+        &self.r.client
     }
 
     /// The shard.
     pub fn shard_id(&self) -> &ShardId {
-        &self.machine.shard_id
+        &self.r.machine.shard_id
     }
 
     /// The reader's id.
     pub fn reader_id(&self) -> &LeasedReaderId {
-        &self.reader_id
+        &self.r.reader_id
     }
 
     /// The schema this reader registered.
     pub fn schema_id(&self) -> SchemaId {
-        self.schema_id
+        self.r.schema_id
     }
 
     /// This reader's since: it may read at any time at or beyond it.
     pub fn since(&self) -> &Antichain<Timestamp> {
-        &self.since
+        &self.r.since
     }
 
+    /// Moves this reader's since forward to `new_since` (a since behind the current one changes
+    /// nothing) and heartbeats its lease. The shard's since becomes the meet of all readers'.
+    pub async fn downgrade_since(
+        &mut self,
+        new_since: &Antichain<Timestamp>,
+    ) -> Result<(), PersistError> {
+        self.r.downgrade_since(new_since).await
+    }
+
+    /// Keeps this reader's lease alive.
+    pub async fn heartbeat(&mut self) -> Result<(), PersistError> {
+        self.r.heartbeat().await
+    }
+
+    /// The contents at `as_of`: every update at a time `<= as_of`, its time advanced to `as_of`,
+    /// consolidated. See the module docs for when it errs or waits.
+    pub async fn snapshot_and_fetch(
+        &mut self,
+        as_of: Antichain<Timestamp>,
+    ) -> Result<Vec<Update<K, V>>, PersistError> {
+        let mut out = Vec::new();
+        self.r
+            .snapshot_and_fetch(&as_of, &mut |k, v, t, d| {
+                out.push(((K::decode(k)?, V::decode(v)?), t, d));
+                Ok(())
+            })
+            .await?;
+        // Every update at a time not beyond `as_of`, its time advanced to `as_of` (differential's
+        // `advance_by`: the least time at or beyond `as_of` that accumulates the same).
+        let mut updates: Vec<Update<K, V>> = out
+            .into_iter()
+            .filter(|(_, t, _)| !as_of.less_than(t))
+            .map(|(kv, mut t, d)| {
+                t.advance_by(as_of.borrow());
+                (kv, t, d)
+            })
+            .collect();
+        super::consolidate::consolidate_checked(&mut updates)?;
+        Ok(updates)
+    }
+
+    /// A listen over every update at a time beyond `as_of`. The handle moves into the listen,
+    /// which downgrades its since as it goes.
+    pub async fn listen(
+        mut self,
+        as_of: Antichain<Timestamp>,
+    ) -> Result<Listen<K, V>, PersistError> {
+        self.r.start_listen(&as_of).await?;
+        Ok(Listen {
+            frontier: as_of.clone(),
+            as_of,
+            handle: self,
+        })
+    }
+
+    /// A snapshot at `as_of`, then a listen from `as_of`.
+    pub async fn subscribe(
+        mut self,
+        as_of: Antichain<Timestamp>,
+    ) -> Result<(Vec<Update<K, V>>, Listen<K, V>), PersistError> {
+        let snapshot = self.snapshot_and_fetch(as_of.clone()).await?;
+        let listen = self.listen(as_of).await?;
+        Ok((snapshot, listen))
+    }
+
+    /// Removes this reader, releasing its hold on the since.
+    pub async fn expire(mut self) {
+        self.r.expire().await;
+    }
+
+    /// Drops the handle without expiring it, as a crashed process would: its lease runs out later.
+    pub fn abandon(mut self) {
+        self.r.expired = true;
+    }
+}
+
+/// Decodes one update's key and value and keeps the update (the generic part of a read).
+type Decode<'a> = dyn FnMut(&[u8], &[u8], Timestamp, Diff) -> Result<(), CodecError> + 'a;
+
+impl Reader {
     fn check_live(&self) -> Result<(), InvalidUsage> {
         if self.expired {
             return Err(InvalidUsage::Expired {
@@ -116,9 +207,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
             .unwrap_or_else(|| self.machine.seqno())
     }
 
-    /// Moves this reader's since forward to `new_since` (a since behind the current one changes
-    /// nothing) and heartbeats its lease. The shard's since becomes the meet of all readers'.
-    pub async fn downgrade_since(
+    async fn downgrade_since(
         &mut self,
         new_since: &Antichain<Timestamp>,
     ) -> Result<(), PersistError> {
@@ -142,8 +231,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
         }
     }
 
-    /// Keeps this reader's lease alive.
-    pub async fn heartbeat(&mut self) -> Result<(), PersistError> {
+    async fn heartbeat(&mut self) -> Result<(), PersistError> {
         self.check_live()?;
         let id = self.reader_id.clone();
         let (_, r) = self
@@ -162,7 +250,7 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
     async fn snapshot_batches(
         &mut self,
         as_of: &Antichain<Timestamp>,
-    ) -> Result<(SeqNo, Vec<std::rc::Rc<HollowBatch>>), PersistError> {
+    ) -> Result<(SeqNo, Vec<Rc<HollowBatch>>), PersistError> {
         self.check_live()?;
         if as_of.is_empty() {
             // Nothing is ever complete through the empty frontier.
@@ -208,79 +296,63 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
         }
     }
 
-    /// The contents at `as_of`: every update at a time `<= as_of`, its time advanced to `as_of`,
-    /// consolidated. See the module docs for when it errs or waits.
-    pub async fn snapshot_and_fetch(
+    /// Hands every update a snapshot at `as_of` needs to `decode` (times not yet advanced).
+    async fn snapshot_and_fetch(
         &mut self,
-        as_of: Antichain<Timestamp>,
-    ) -> Result<Vec<Update<K, V>>, PersistError> {
-        let (seqno, batches) = self.snapshot_batches(&as_of).await?;
+        as_of: &Antichain<Timestamp>,
+        decode: &mut Decode<'_>,
+    ) -> Result<(), PersistError> {
+        let (seqno, batches) = self.snapshot_batches(as_of).await?;
         *self.leased_seqnos.get_or_insert_with(seqno, || 0) += 1;
-        let mut out = Vec::new();
         let mut result = Ok(());
         for batch in &batches {
-            if let Err(e) = fetch_batch::<K, V>(&self.machine, batch, &mut out).await {
+            if let Err(e) = fetch_batch(&self.machine, batch, decode).await {
                 result = Err(e);
                 break;
             }
         }
         release(&mut self.leased_seqnos, seqno);
-        result?;
-        // Every update at a time not beyond `as_of`, its time advanced to `as_of` (differential's
-        // `advance_by`: the least time at or beyond `as_of` that accumulates the same).
-        let mut updates: Vec<Update<K, V>> = out
-            .into_iter()
-            .filter(|(_, t, _)| !as_of.less_than(t))
-            .map(|(kv, mut t, d)| {
-                t.advance_by(as_of.borrow());
-                (kv, t, d)
-            })
-            .collect();
-        super::consolidate::consolidate_checked(&mut updates)?;
-        Ok(updates)
+        result
     }
 
-    /// A listen over every update at a time beyond `as_of`. The handle moves into the listen,
-    /// which downgrades its since as it goes.
-    pub async fn listen(
-        mut self,
-        as_of: Antichain<Timestamp>,
-    ) -> Result<Listen<K, V>, PersistError> {
+    /// Checks that a listen may start at `as_of`, and holds the since there.
+    async fn start_listen(&mut self, as_of: &Antichain<Timestamp>) -> Result<(), PersistError> {
         self.check_live()?;
         let since = self.machine.state().since().clone();
-        if !PartialOrder::less_equal(&since, &as_of)
-            || !PartialOrder::less_equal(&self.since, &as_of)
+        if !PartialOrder::less_equal(&since, as_of) || !PartialOrder::less_equal(&self.since, as_of)
         {
             return Err(InvalidUsage::SinceViolation {
-                as_of,
+                as_of: as_of.clone(),
                 since: self.since.clone(),
             }
             .into());
         }
-        self.downgrade_since(&as_of).await?;
-        Ok(Listen {
-            frontier: as_of.clone(),
-            as_of,
-            handle: self,
-        })
+        self.downgrade_since(as_of).await
     }
 
-    /// A snapshot at `as_of`, then a listen from `as_of`.
-    pub async fn subscribe(
-        mut self,
-        as_of: Antichain<Timestamp>,
-    ) -> Result<(Vec<Update<K, V>>, Listen<K, V>), PersistError> {
-        let snapshot = self.snapshot_and_fetch(as_of.clone()).await?;
-        let listen = self.listen(as_of).await?;
-        Ok((snapshot, listen))
+    /// Waits for the batch that starts at `frontier`, then hands its updates to `decode`.
+    async fn fetch_listen_batch(
+        &mut self,
+        frontier: &Antichain<Timestamp>,
+        decode: &mut Decode<'_>,
+    ) -> Result<Rc<HollowBatch>, PersistError> {
+        let mut backoff = self.client.cfg().backoff();
+        let (seqno, batch) = loop {
+            let state = self.machine.state();
+            if let Some(batch) = state.collections.next_listen_batch(frontier) {
+                break (state.seqno, batch);
+            }
+            backoff.wait(self.client.runtime()).await;
+            self.machine.fetch_and_update_state_retrying().await?;
+        };
+        *self.leased_seqnos.get_or_insert_with(seqno, || 0) += 1;
+        let result = fetch_batch(&self.machine, &batch, decode).await;
+        release(&mut self.leased_seqnos, seqno);
+        result?;
+        Ok(batch)
     }
 
-    /// Removes this reader, releasing its hold on the since.
-    pub async fn expire(mut self) {
-        self.expire_inner().await;
-    }
-
-    async fn expire_inner(&mut self) {
+    async fn expire(&mut self) {
         if self.expired {
             return;
         }
@@ -293,14 +365,9 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
             })
             .await;
     }
-
-    /// Drops the handle without expiring it, as a crashed process would: its lease runs out later.
-    pub fn abandon(mut self) {
-        self.expired = true;
-    }
 }
 
-impl<K: Codec, V: Codec> Drop for ReadHandle<K, V> {
+impl Drop for Reader {
     /// Best-effort expiry: a detached task removes the reader; if it never runs, the lease runs out.
     fn drop(&mut self) {
         if self.expired {
@@ -323,14 +390,14 @@ fn release(leased: &mut VecMap<SeqNo, usize>, seqno: SeqNo) {
     }
 }
 
-/// Fetches and decodes every update of `batch` inside its description's `[lower, upper)` (a batch
-/// may have been truncated when it was appended). The reader's seqno hold keeps every part of
-/// `batch` in Blob, so a part that is gone, or bytes that do not decode, are permanent: the shard
-/// is marked broken.
-async fn fetch_batch<K: Codec, V: Codec>(
+/// Fetches every update of `batch` inside its description's `[lower, upper)` (a batch may have
+/// been truncated when it was appended) and hands each to `decode`. The reader's seqno hold keeps
+/// every part of `batch` in Blob, so a part that is gone, or bytes that do not decode, are
+/// permanent: the shard is marked broken.
+async fn fetch_batch(
     machine: &Machine,
     batch: &HollowBatch,
-    out: &mut Vec<Update<K, V>>,
+    decode: &mut Decode<'_>,
 ) -> Result<(), PersistError> {
     let desc = &batch.desc;
     for part in &batch.parts {
@@ -360,9 +427,7 @@ async fn fetch_batch<K: Codec, V: Codec>(
             if !desc.lower.less_equal(&t) || desc.upper.less_equal(&t) {
                 continue;
             }
-            let k = K::decode(&k).map_err(|e| undecodable(e.to_string()))?;
-            let v = V::decode(&v).map_err(|e| undecodable(e.to_string()))?;
-            out.push(((k, v), t, d));
+            decode(&k, &v, t, d).map_err(|e| undecodable(e.to_string()))?;
         }
     }
     Ok(())
@@ -387,23 +452,15 @@ impl<K: Codec, V: Codec> Listen<K, V> {
         if self.frontier.is_empty() {
             return Ok(Vec::new());
         }
-        let mut backoff = self.handle.client.cfg().backoff();
-        let (seqno, batch) = loop {
-            let state = self.handle.machine.state();
-            if let Some(batch) = state.collections.next_listen_batch(&self.frontier) {
-                break (state.seqno, batch);
-            }
-            backoff.wait(self.handle.client.runtime()).await;
-            self.handle
-                .machine
-                .fetch_and_update_state_retrying()
-                .await?;
-        };
-        *self.handle.leased_seqnos.get_or_insert_with(seqno, || 0) += 1;
         let mut fetched = Vec::new();
-        let result = fetch_batch::<K, V>(&self.handle.machine, &batch, &mut fetched).await;
-        release(&mut self.handle.leased_seqnos, seqno);
-        result?;
+        let batch = self
+            .handle
+            .r
+            .fetch_listen_batch(&self.frontier, &mut |k, v, t, d| {
+                fetched.push(((K::decode(k)?, V::decode(v)?), t, d));
+                Ok(())
+            })
+            .await?;
         // Only times beyond as_of and at or beyond our frontier: a compacted batch may re-deliver
         // updates we already emitted.
         let (as_of, frontier) = (&self.as_of, &self.frontier);

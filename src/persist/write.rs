@@ -79,12 +79,7 @@ impl<K: Codec, V: Codec> Batch<K, V> {
     /// retrying transient errors. A permanent error leaves a part behind: a leak, which
     /// `gc::leaked_blobs` lists, never a dangling reference.
     pub async fn delete(self, client: &PersistClient) {
-        let blob = &client.location().blob;
-        for key in self.batch.part_keys() {
-            let mut backoff = client.cfg().backoff();
-            let delete = || blob.delete(key);
-            let _ = retry_transient(client.runtime(), &mut backoff, delete, |_, _| {}).await;
-        }
+        delete_parts(client, &self.batch).await
     }
 }
 
@@ -118,15 +113,33 @@ impl<K: Codec, V: Codec> BatchBuilder<K, V> {
     }
 }
 
+/// Deletes `batch`'s Blob parts, retrying transient errors (see [`Batch::delete`]).
+async fn delete_parts(client: &PersistClient, batch: &HollowBatch) {
+    let blob = &client.location().blob;
+    for key in batch.part_keys() {
+        let mut backoff = client.cfg().backoff();
+        let delete = || blob.delete(key);
+        let _ = retry_transient(client.runtime(), &mut backoff, delete, |_, _| {}).await;
+    }
+}
+
 /// A handle that may append to one shard. See the module docs.
+///
+/// Only encoding the updates depends on `K` and `V`; everything else is in `Writer`, compiled
+/// once rather than once per key and value type.
 pub struct WriteHandle<K: Codec, V: Codec> {
+    w: Writer,
+    _codecs: PhantomData<(K, V)>,
+}
+
+/// The state and the work of a [`WriteHandle`], without its key and value types.
+struct Writer {
     client: PersistClient,
     machine: Machine,
     writer_id: WriterId,
     schema_id: SchemaId,
     upper: Antichain<Timestamp>,
     expired: bool,
-    _codecs: PhantomData<(K, V)>,
 }
 
 impl<K: Codec, V: Codec> WriteHandle<K, V> {
@@ -138,12 +151,14 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         upper: Antichain<Timestamp>,
     ) -> Self {
         WriteHandle {
-            client,
-            machine,
-            writer_id,
-            schema_id,
-            upper,
-            expired: false,
+            w: Writer {
+                client,
+                machine,
+                writer_id,
+                schema_id,
+                upper,
+                expired: false,
+            },
             _codecs: PhantomData,
         }
     }
@@ -155,46 +170,34 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
 
     /// The shard.
     pub fn shard_id(&self) -> &ShardId {
-        &self.machine.shard_id
+        &self.w.machine.shard_id
     }
 
     /// The writer's id.
     pub fn writer_id(&self) -> &WriterId {
-        &self.writer_id
+        &self.w.writer_id
     }
 
     /// The schema this writer registered.
     pub fn schema_id(&self) -> Option<SchemaId> {
-        Some(self.schema_id)
+        Some(self.w.schema_id)
     }
 
     /// The most recent upper this handle discovered (lock-free; at most the shard's upper).
     pub fn upper(&self) -> &Antichain<Timestamp> {
-        &self.upper
+        &self.w.upper
     }
 
     /// The most recent upper this process knows for the shard, shared by all its handles (at
     /// most the shard's upper, and at least as fresh as [`WriteHandle::upper`]).
     pub fn shared_upper(&self) -> Antichain<Timestamp> {
-        self.machine.upper()
+        self.w.machine.upper()
     }
 
     /// Fetches a recent upper from Consensus, linearized with writes. Fails only if the shard
     /// is broken for good.
     pub async fn fetch_recent_upper(&mut self) -> Result<&Antichain<Timestamp>, PermanentError> {
-        self.machine.fetch_and_update_state_retrying().await?;
-        self.upper = self.machine.upper();
-        Ok(&self.upper)
-    }
-
-    fn check_live(&self) -> Result<(), InvalidUsage> {
-        if self.expired {
-            return Err(InvalidUsage::Expired {
-                what: "writer",
-                id: self.writer_id.0.clone(),
-            });
-        }
-        Ok(())
+        self.w.fetch_recent_upper().await
     }
 
     /// A builder for a batch of updates at times `>= lower`.
@@ -213,78 +216,17 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         builder: BatchBuilder<K, V>,
         upper: Antichain<Timestamp>,
     ) -> Result<Batch<K, V>, PersistError> {
-        let BatchBuilder {
-            lower, mut updates, ..
-        } = builder;
-        if !PartialOrder::less_equal(&lower, &upper) {
-            return Err(InvalidUsage::InvalidBounds { lower, upper }.into());
-        }
-        if let Some((_, ts, _)) = updates.iter().find(|(_, ts, _)| upper.less_equal(ts)) {
-            return Err(InvalidUsage::UpdateBeyondUpper {
-                ts: *ts,
-                upper: upper.clone(),
-            }
-            .into());
-        }
-        super::consolidate::consolidate_checked(&mut updates)?;
-        let desc = Description::new(lower, upper);
-        let len = updates.len() as u64;
-        if updates.is_empty() {
-            // An empty batch writes nothing.
-            return Ok(self.wrap(HollowBatch::empty(desc)));
-        }
-        let encoded = encode_part(&updates);
-        let parts = if encoded.len() as u64 <= self.client.cfg().inline_writes_single_max_bytes {
-            self.record_blob(None, "inline part", encoded.len() as u64);
-            vec![BatchPart::Inline { encoded }]
-        } else {
-            let mut parts = Vec::new();
-            for chunk in updates.chunks(self.client.cfg().part_max_updates.max(1)) {
-                parts.push(self.write_part(encode_part(chunk)).await?);
-            }
-            parts
-        };
-        Ok(self.wrap(HollowBatch { desc, len, parts }))
+        let BatchBuilder { lower, updates, .. } = builder;
+        let batch = self.w.finish(lower, updates, upper).await?;
+        Ok(self.wrap(batch))
     }
 
     fn wrap(&self, batch: HollowBatch) -> Batch<K, V> {
         Batch {
-            shard_id: self.machine.shard_id.clone(),
+            shard_id: self.w.machine.shard_id.clone(),
             batch,
             _codecs: PhantomData,
         }
-    }
-
-    /// Writes one part to a fresh Blob key, retrying transient errors until it is stored. Safe to
-    /// retry: the key is new and written once.
-    async fn write_part(&self, encoded: Vec<u8>) -> Result<BatchPart, PermanentError> {
-        let key = format!(
-            "{}/{}/p{}",
-            self.machine.shard_id.0,
-            self.writer_id.0,
-            self.client.new_id("")
-        );
-        let bytes = Bytes::from(encoded);
-        let blob = &self.client.location().blob;
-        self.machine
-            .retrying(|| blob.set(&key, bytes.clone()))
-            .await?;
-        self.record_blob(Some(key.clone()), "part", bytes.len() as u64);
-        Ok(BatchPart::Hollow {
-            key,
-            encoded_size_bytes: bytes.len() as u64,
-        })
-    }
-
-    fn record_blob(&self, key: Option<String>, kind: &str, bytes: u64) {
-        self.client.events().record(|| PersistEvent::BlobWritten {
-            who: self.writer_id.0.clone(),
-            shard: self.machine.shard_id.0.clone(),
-            key,
-            kind: kind.to_string(),
-            bytes,
-            at_ms: self.client.runtime().now_ms(),
-        });
     }
 
     /// Builds a batch `[lower, upper)` of `updates`.
@@ -331,23 +273,13 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
     where
         I: IntoIterator<Item = &'a ((K, V), Timestamp, Diff)>,
     {
-        self.check_live()?;
-        let mut batch = self
+        self.w.check_live()?;
+        let batch = self
             .batch(updates, expected_upper.clone(), new_upper.clone())
             .await?;
-        let result = self
-            .compare_and_append_batch(&mut [&mut batch], expected_upper, new_upper)
-            .await;
-        match &result {
-            Ok(Ok(())) => {}
-            // SUBTLE: the write may have committed, and state may reference these parts.
-            Err(PersistError::InvalidUsage(InvalidUsage::IndeterminateOutcome { .. })) => {}
-            // Broken for good: write nothing more, delete nothing either.
-            Err(PersistError::Permanent(_)) => {}
-            // Definitely not committed: the parts are garbage.
-            Ok(Err(_)) | Err(_) => batch.delete(&self.client).await,
-        }
-        result
+        self.w
+            .compare_and_append_new(batch.batch, expected_upper, new_upper)
+            .await
     }
 
     /// [`WriteHandle::compare_and_append`] for batches built earlier. Each batch may be truncated
@@ -358,18 +290,198 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         expected_upper: Antichain<Timestamp>,
         new_upper: Antichain<Timestamp>,
     ) -> Result<Result<(), UpperMismatch>, PersistError> {
+        let batches: Vec<(&ShardId, &HollowBatch)> =
+            batches.iter().map(|b| (&b.shard_id, &b.batch)).collect();
+        self.w
+            .compare_and_append_batches(&batches, expected_upper, new_upper)
+            .await
+    }
+
+    /// Applies `updates` at `[lower, upper)` for replicated writers of identical data: on a
+    /// mismatch it trims the batch from below to the shard's upper and retries, succeeds as a no-op
+    /// once the shard is at or past `upper`, and returns the mismatch only on a gap (the shard's
+    /// upper is before `lower`).
+    pub async fn append<'a, I>(
+        &mut self,
+        updates: I,
+        lower: Antichain<Timestamp>,
+        upper: Antichain<Timestamp>,
+    ) -> Result<Result<(), UpperMismatch>, PersistError>
+    where
+        I: IntoIterator<Item = &'a ((K, V), Timestamp, Diff)>,
+    {
+        self.w.check_live()?;
+        let batch = self.batch(updates, lower.clone(), upper.clone()).await?;
+        self.append_batch(batch, lower, upper).await
+    }
+
+    /// [`WriteHandle::append`] for a batch built earlier.
+    pub async fn append_batch(
+        &mut self,
+        batch: Batch<K, V>,
+        lower: Antichain<Timestamp>,
+        upper: Antichain<Timestamp>,
+    ) -> Result<Result<(), UpperMismatch>, PersistError> {
+        self.w
+            .append_batch(&batch.shard_id, batch.batch, lower, upper)
+            .await
+    }
+
+    /// Waits until the shard's upper is beyond `frontier`, polling Consensus with back-off.
+    /// Fails only if the shard is broken for good.
+    pub async fn wait_for_upper_past(
+        &mut self,
+        frontier: &Antichain<Timestamp>,
+    ) -> Result<(), PermanentError> {
+        self.w.wait_for_upper_past(frontier).await
+    }
+
+    /// Heartbeats this writer's lease. An expired writer gets `InvalidUsage::Expired`.
+    pub async fn heartbeat(&mut self) -> Result<(), PersistError> {
+        self.w.heartbeat().await
+    }
+
+    /// Drops the handle without expiring it, as a crashed process would: its lease runs out later.
+    pub fn abandon(mut self) {
+        self.w.expired = true;
+    }
+
+    /// Removes this writer from the shard's state.
+    pub async fn expire(mut self) {
+        self.w.expire().await;
+    }
+}
+
+impl Writer {
+    async fn fetch_recent_upper(&mut self) -> Result<&Antichain<Timestamp>, PermanentError> {
+        self.machine.fetch_and_update_state_retrying().await?;
+        self.upper = self.machine.upper();
+        Ok(&self.upper)
+    }
+
+    fn check_live(&self) -> Result<(), InvalidUsage> {
+        if self.expired {
+            return Err(InvalidUsage::Expired {
+                what: "writer",
+                id: self.writer_id.0.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// [`WriteHandle::finish`] over encoded updates.
+    async fn finish(
+        &self,
+        lower: Antichain<Timestamp>,
+        mut updates: Vec<EncodedUpdate>,
+        upper: Antichain<Timestamp>,
+    ) -> Result<HollowBatch, PersistError> {
+        if !PartialOrder::less_equal(&lower, &upper) {
+            return Err(InvalidUsage::InvalidBounds { lower, upper }.into());
+        }
+        if let Some((_, ts, _)) = updates.iter().find(|(_, ts, _)| upper.less_equal(ts)) {
+            return Err(InvalidUsage::UpdateBeyondUpper {
+                ts: *ts,
+                upper: upper.clone(),
+            }
+            .into());
+        }
+        super::consolidate::consolidate_checked(&mut updates)?;
+        let desc = Description::new(lower, upper);
+        let len = updates.len() as u64;
+        if updates.is_empty() {
+            // An empty batch writes nothing.
+            return Ok(HollowBatch::empty(desc));
+        }
+        let encoded = encode_part(&updates);
+        let parts = if encoded.len() as u64 <= self.client.cfg().inline_writes_single_max_bytes {
+            self.record_blob(None, "inline part", encoded.len() as u64);
+            vec![BatchPart::Inline { encoded }]
+        } else {
+            let mut parts = Vec::new();
+            for chunk in updates.chunks(self.client.cfg().part_max_updates.max(1)) {
+                parts.push(self.write_part(encode_part(chunk)).await?);
+            }
+            parts
+        };
+        Ok(HollowBatch { desc, len, parts })
+    }
+
+    /// Writes one part to a fresh Blob key, retrying transient errors until it is stored. Safe to
+    /// retry: the key is new and written once.
+    async fn write_part(&self, encoded: Vec<u8>) -> Result<BatchPart, PermanentError> {
+        let key = format!(
+            "{}/{}/p{}",
+            self.machine.shard_id.0,
+            self.writer_id.0,
+            self.client.new_id("")
+        );
+        let bytes = Bytes::from(encoded);
+        let blob = &self.client.location().blob;
+        self.machine
+            .retrying(|| blob.set(&key, bytes.clone()))
+            .await?;
+        self.record_blob(Some(key.clone()), "part", bytes.len() as u64);
+        Ok(BatchPart::Hollow {
+            key,
+            encoded_size_bytes: bytes.len() as u64,
+        })
+    }
+
+    fn record_blob(&self, key: Option<String>, kind: &str, bytes: u64) {
+        self.client.events().record(|| PersistEvent::BlobWritten {
+            who: self.writer_id.0.clone(),
+            shard: self.machine.shard_id.0.clone(),
+            key,
+            kind: kind.to_string(),
+            bytes,
+            at_ms: self.client.runtime().now_ms(),
+        });
+    }
+
+    /// [`WriteHandle::compare_and_append`] of a batch it just built: on a definite failure the
+    /// batch's parts are garbage, and are deleted.
+    async fn compare_and_append_new(
+        &mut self,
+        batch: HollowBatch,
+        expected_upper: Antichain<Timestamp>,
+        new_upper: Antichain<Timestamp>,
+    ) -> Result<Result<(), UpperMismatch>, PersistError> {
+        let shard_id = self.machine.shard_id.clone();
+        let result = self
+            .compare_and_append_batches(&[(&shard_id, &batch)], expected_upper, new_upper)
+            .await;
+        match &result {
+            Ok(Ok(())) => {}
+            // SUBTLE: the write may have committed, and state may reference these parts.
+            Err(PersistError::InvalidUsage(InvalidUsage::IndeterminateOutcome { .. })) => {}
+            // Broken for good: write nothing more, delete nothing either.
+            Err(PersistError::Permanent(_)) => {}
+            // Definitely not committed: the parts are garbage.
+            Ok(Err(_)) | Err(_) => delete_parts(&self.client, &batch).await,
+        }
+        result
+    }
+
+    /// [`WriteHandle::compare_and_append_batch`] over each batch's shard and contents.
+    async fn compare_and_append_batches(
+        &mut self,
+        batches: &[(&ShardId, &HollowBatch)],
+        expected_upper: Antichain<Timestamp>,
+        new_upper: Antichain<Timestamp>,
+    ) -> Result<Result<(), UpperMismatch>, PersistError> {
         self.check_live()?;
         let mut combined =
             HollowBatch::empty(Description::new(expected_upper.clone(), new_upper.clone()));
-        for b in batches.iter() {
-            if b.shard_id != self.machine.shard_id {
+        for (shard_id, b) in batches {
+            if **shard_id != self.machine.shard_id {
                 return Err(InvalidUsage::BatchNotFromThisShard {
-                    batch_shard: b.shard_id.clone(),
+                    batch_shard: (*shard_id).clone(),
                     handle_shard: self.machine.shard_id.clone(),
                 }
                 .into());
             }
-            let d = &b.batch.desc;
+            let d = &b.desc;
             if !PartialOrder::less_equal(&d.lower, &expected_upper)
                 || !PartialOrder::less_equal(&new_upper, &d.upper)
             {
@@ -381,8 +493,8 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
                 }
                 .into());
             }
-            combined.len += b.batch.len;
-            combined.parts.extend(b.batch.parts.iter().cloned());
+            combined.len += b.len;
+            combined.parts.extend(b.parts.iter().cloned());
         }
         if !PartialOrder::less_equal(&expected_upper, &new_upper) {
             return Err(InvalidUsage::InvalidBounds {
@@ -424,35 +536,18 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         }
     }
 
-    /// Applies `updates` at `[lower, upper)` for replicated writers of identical data: on a
-    /// mismatch it trims the batch from below to the shard's upper and retries, succeeds as a no-op
-    /// once the shard is at or past `upper`, and returns the mismatch only on a gap (the shard's
-    /// upper is before `lower`).
-    pub async fn append<'a, I>(
+    /// [`WriteHandle::append_batch`] of `batch`, a batch for `shard_id`.
+    async fn append_batch(
         &mut self,
-        updates: I,
-        lower: Antichain<Timestamp>,
-        upper: Antichain<Timestamp>,
-    ) -> Result<Result<(), UpperMismatch>, PersistError>
-    where
-        I: IntoIterator<Item = &'a ((K, V), Timestamp, Diff)>,
-    {
-        self.check_live()?;
-        let batch = self.batch(updates, lower.clone(), upper.clone()).await?;
-        self.append_batch(batch, lower, upper).await
-    }
-
-    /// [`WriteHandle::append`] for a batch built earlier.
-    pub async fn append_batch(
-        &mut self,
-        mut batch: Batch<K, V>,
+        shard_id: &ShardId,
+        batch: HollowBatch,
         mut lower: Antichain<Timestamp>,
         upper: Antichain<Timestamp>,
     ) -> Result<Result<(), UpperMismatch>, PersistError> {
         self.check_live()?;
         loop {
             match self
-                .compare_and_append_batch(&mut [&mut batch], lower.clone(), upper.clone())
+                .compare_and_append_batches(&[(shard_id, &batch)], lower.clone(), upper.clone())
                 .await?
             {
                 Ok(()) => return Ok(Ok(())),
@@ -460,12 +555,12 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
                     let current = mismatch.current.clone();
                     if PartialOrder::less_than(&current, &lower) {
                         // A gap: the shard is behind this batch.
-                        batch.delete(&self.client).await;
+                        delete_parts(&self.client, &batch).await;
                         return Ok(Err(mismatch));
                     }
                     if PartialOrder::less_equal(&upper, &current) {
                         // Someone already wrote through our upper (identical data): done.
-                        batch.delete(&self.client).await;
+                        delete_parts(&self.client, &batch).await;
                         return Ok(Ok(()));
                     }
                     // Trim from below: the shard already has [lower, current).
@@ -475,9 +570,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         }
     }
 
-    /// Waits until the shard's upper is beyond `frontier`, polling Consensus with back-off.
-    /// Fails only if the shard is broken for good.
-    pub async fn wait_for_upper_past(
+    async fn wait_for_upper_past(
         &mut self,
         frontier: &Antichain<Timestamp>,
     ) -> Result<(), PermanentError> {
@@ -492,8 +585,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         }
     }
 
-    /// Heartbeats this writer's lease. An expired writer gets `InvalidUsage::Expired`.
-    pub async fn heartbeat(&mut self) -> Result<(), PersistError> {
+    async fn heartbeat(&mut self) -> Result<(), PersistError> {
         self.check_live()?;
         let id = self.writer_id.clone();
         let (_, r) = self
@@ -507,17 +599,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
         Ok(())
     }
 
-    /// Drops the handle without expiring it, as a crashed process would: its lease runs out later.
-    pub fn abandon(mut self) {
-        self.expired = true;
-    }
-
-    /// Removes this writer from the shard's state.
-    pub async fn expire(mut self) {
-        self.expire_inner().await;
-    }
-
-    async fn expire_inner(&mut self) {
+    async fn expire(&mut self) {
         if self.expired {
             return;
         }
@@ -531,7 +613,7 @@ impl<K: Codec, V: Codec> WriteHandle<K, V> {
     }
 }
 
-impl<K: Codec, V: Codec> Drop for WriteHandle<K, V> {
+impl Drop for Writer {
     /// Best-effort expiry: a detached task removes the writer; if it never runs, the lease runs out.
     fn drop(&mut self) {
         if self.expired {
