@@ -162,7 +162,8 @@ test("the picker is the first thing a newcomer sees; a tour opens in place; bad 
   await waitFor(again, () => document.querySelector("#tour-picker details") && !document.querySelector("#tour-picker details").open, "the picker to stay folded");
   await again.close();
   await page.locator("#tour-picker summary").click();
-  assert.equal(await page.evaluate(() => localStorage.getItem("persist-playground:tour-picker")), "open");
+  // <details> fires its toggle event in a later task: wait for it, do not race it.
+  await waitFor(page, () => localStorage.getItem("persist-playground:tour-picker") === "open", "the picker to remember it is open");
   // Clicking a tour opens it here, at step 1, with its URL.
   await page.locator('[data-testid=tour-list] a[data-tour="upper-since"]').click();
   await settled(page, "upper-since", 1);
