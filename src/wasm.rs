@@ -1,6 +1,6 @@
 //! The only `#[wasm_bindgen]` surface of the crate (wasm32 only). Thin by design: each exported
-//! call checks its JS input, calls the core, and hands back plain data (serde structs through
-//! serde-wasm-bindgen) or a JS `Error` with a message. Nothing here holds protocol state.
+//! call checks its JS input, calls the core, and hands back plain data (serde structs as JSON
+//! text through `JSON.parse`) or a JS `Error` with a message. Nothing here holds protocol state.
 //!
 //! - [`Playground`]: the facade of the playground engine ([`crate::playground::Scenario`]).
 //! - `BenchWriter` (Cargo feature `bench`, module `bench`): a writer for the browser benchmark
@@ -93,10 +93,11 @@ fn js_error(err: impl std::fmt::Display) -> JsValue {
     js_sys::Error::new(&err.to_string()).into()
 }
 
+/// `value` as a plain JS object: JSON text ([`crate::playground::json`]) through `JSON.parse`,
+/// one string across the boundary rather than one call per field.
 fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
-    value
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(js_error)
+    let text = crate::playground::json::to_json(value).map_err(js_error)?;
+    js_sys::JSON::parse(&text)
 }
 
 fn check_db_name(name: &str) -> Result<(), JsValue> {

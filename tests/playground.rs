@@ -526,7 +526,7 @@ fn upsert_replicas_race_through_crashes_and_match_the_reference_model() {
     s.run_for(3_000).unwrap();
     let snap = s.snapshot();
     assert!(
-        bincode::serialize(&snap).is_ok(),
+        persist_playground::playground::json::to_json(&snap).is_ok(),
         "a snapshot with replicas encodes (its digest is real)"
     );
     let up = snap.upsert.clone().expect("the pipeline shows");
@@ -601,7 +601,10 @@ fn a_snapshot_digest_is_the_hash_of_its_encoding() {
     s.run_for(500).unwrap();
     let snap = s.snapshot();
     // A digest that silently fell back to an empty encoding would be the same for every state.
-    assert!(bincode::serialize(&snap).is_ok(), "snapshots encode");
+    assert!(
+        persist_playground::playground::json::to_json(&snap).is_ok(),
+        "snapshots encode"
+    );
     s.run_for(500).unwrap();
     assert_ne!(s.snapshot().digest(), snap.digest());
 }

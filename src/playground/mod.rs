@@ -40,6 +40,7 @@ mod apply;
 pub mod check;
 pub mod command;
 pub mod fact;
+pub mod json;
 pub mod location;
 pub mod log;
 pub mod observe;

@@ -143,13 +143,14 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A stable fingerprint (FNV-1a over the snapshot's bincode encoding), as 16 hex digits.
+    /// A stable fingerprint (FNV-1a over the snapshot's JSON text, [`super::json`]: the text the
+    /// page reads), as 16 hex digits.
     pub fn digest(&self) -> String {
-        // Serialize can only fail on maps of unknown length, which snapshots do not contain;
-        // an error would still give a (constant) digest rather than a panic.
-        let bytes = bincode::serialize(self).unwrap_or_default();
+        // Only a refusing Serialize impl fails, and no snapshot type has one; an error would
+        // still give a (constant) digest rather than a panic.
+        let text = super::json::to_json(self).unwrap_or_default();
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in bytes {
+        for b in text.bytes() {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
