@@ -39,6 +39,7 @@ pub mod actors;
 mod apply;
 pub mod check;
 pub mod command;
+pub mod decode;
 pub mod fact;
 pub mod json;
 pub mod location;
@@ -50,6 +51,7 @@ pub mod services;
 pub mod snapshot;
 pub mod upsert;
 pub mod upsert_source;
+pub mod value;
 pub mod variants;
 pub mod versions;
 
