@@ -1,6 +1,6 @@
 //! The only `#[wasm_bindgen]` surface of the crate (wasm32 only). Thin by design: each exported
-//! call checks its JS input, calls the core, and hands back plain data (serde structs through
-//! serde-wasm-bindgen) or a JS `Error` with a message. Nothing here holds protocol state.
+//! call checks its JS input, calls the core, and hands back plain data (serde structs as JSON
+//! text through `JSON.parse`) or a JS `Error` with a message. Nothing here holds protocol state.
 //!
 //! - [`Playground`]: the facade of the playground engine ([`crate::playground::Scenario`]).
 //! - `BenchWriter` (Cargo feature `bench`, module `bench`): a writer for the browser benchmark
@@ -31,7 +31,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::location::idb::IdbLocation;
-use crate::playground::{Command, Replay, Scenario, Stamp, Stamped};
+use crate::playground::value::Value;
+use crate::playground::{decode, Replay, Scenario, Stamp};
 use crate::runtime::browser::BrowserRuntime;
 
 /// The longest database name the page accepts.
@@ -93,10 +94,52 @@ fn js_error(err: impl std::fmt::Display) -> JsValue {
     js_sys::Error::new(&err.to_string()).into()
 }
 
+/// `value` as a plain JS object: JSON text ([`crate::playground::json`]) through `JSON.parse`,
+/// one string across the boundary rather than one call per field.
 fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
-    value
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(js_error)
+    let text = crate::playground::json::to_json(value).map_err(js_error)?;
+    js_sys::JSON::parse(&text)
+}
+
+/// How deep a command's objects may nest (a command nests 3 deep; this also stops a cyclic object).
+const MAX_DEPTH: u32 = 16;
+
+/// Plain data from a JS value, as `JSON.stringify` would see it (properties that are `undefined`
+/// are left out); the core decodes commands from it ([`decode`]).
+fn value_of(js: &JsValue, depth: u32) -> Result<Value, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("objects nested more than {MAX_DEPTH} deep"));
+    }
+    if js.is_null() || js.is_undefined() {
+        Ok(Value::Null)
+    } else if let Some(b) = js.as_bool() {
+        Ok(Value::Bool(b))
+    } else if let Some(n) = js.as_f64() {
+        Ok(Value::number(n))
+    } else if let Some(s) = js.as_string() {
+        Ok(Value::Str(s))
+    } else if js_sys::Array::is_array(js) {
+        let items: &js_sys::Array = js.unchecked_ref();
+        items
+            .iter()
+            .map(|v| value_of(&v, depth + 1))
+            .collect::<Result<_, _>>()
+            .map(Value::Array)
+    } else if js.is_object() && !js.is_function() {
+        let mut entries = Vec::new();
+        for entry in js_sys::Object::entries(js.unchecked_ref()).iter() {
+            let entry: js_sys::Array = entry.unchecked_into();
+            let value = entry.get(1);
+            if !value.is_undefined() {
+                let key = entry.get(0).as_string().unwrap_or_default();
+                entries.push((key, value_of(&value, depth + 1)?));
+            }
+        }
+        Ok(Value::Object(entries))
+    } else {
+        let kind = js.js_typeof().as_string().unwrap_or_default();
+        Err(format!("invalid type: {kind}, expected plain data"))
+    }
 }
 
 fn check_db_name(name: &str) -> Result<(), JsValue> {
@@ -157,7 +200,8 @@ fn replay_of(
     at_ms: Option<f64>,
 ) -> Result<Replay, JsValue> {
     let seed = parse_seed(seed)?;
-    let commands: Vec<Stamped> = serde_wasm_bindgen::from_value(commands)
+    let commands = value_of(&commands, 0)
+        .and_then(|v| decode::stamped_list(&v))
         .map_err(|e| js_error(format!("bad stamped command list: {e}")))?;
     let step = whole("the step", step)?;
     match at_ms {
@@ -292,7 +336,8 @@ impl Playground {
         &self,
         #[wasm_bindgen(unchecked_param_type = "PlaygroundCommand")] command: JsValue,
     ) -> Result<JsValue, JsValue> {
-        let command: Command = serde_wasm_bindgen::from_value(command)
+        let command = value_of(&command, 0)
+            .and_then(|v| decode::command(&v))
             .map_err(|e| js_error(format!("bad command: {e}")))?;
         let applied = self.with(|s| s.apply(command))?.map_err(js_error)?;
         to_js(&applied)

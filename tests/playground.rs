@@ -526,7 +526,7 @@ fn upsert_replicas_race_through_crashes_and_match_the_reference_model() {
     s.run_for(3_000).unwrap();
     let snap = s.snapshot();
     assert!(
-        bincode::serialize(&snap).is_ok(),
+        persist_playground::playground::json::to_json(&snap).is_ok(),
         "a snapshot with replicas encodes (its digest is real)"
     );
     let up = snap.upsert.clone().expect("the pipeline shows");
@@ -601,7 +601,10 @@ fn a_snapshot_digest_is_the_hash_of_its_encoding() {
     s.run_for(500).unwrap();
     let snap = s.snapshot();
     // A digest that silently fell back to an empty encoding would be the same for every state.
-    assert!(bincode::serialize(&snap).is_ok(), "snapshots encode");
+    assert!(
+        persist_playground::playground::json::to_json(&snap).is_ok(),
+        "snapshots encode"
+    );
     s.run_for(500).unwrap();
     assert_ne!(s.snapshot().digest(), snap.digest());
 }
@@ -739,4 +742,62 @@ fn step_replicas_takes_one_timely_step_per_command() {
         assert!(m.contains(", 1 worker step,"), "{m}");
         assert_eq!(steps(&mut s), before + k, "one timely step per command");
     }
+}
+
+/// Every number as an f64: our JSON writes a whole float without `.0`, as JavaScript reads it.
+fn numbers_as_f64(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        J::Number(n) => serde_json::json!(n.as_f64().unwrap()),
+        J::Array(items) => J::Array(items.into_iter().map(numbers_as_f64).collect()),
+        J::Object(map) => J::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, numbers_as_f64(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+#[test]
+fn the_page_reads_the_same_json_serde_json_writes_for_snapshots_and_events() {
+    use persist_playground::playground::command::ReplicaSpec;
+    use persist_playground::playground::json::to_json;
+    let mut s = Scenario::seeded(5);
+    s.apply(writer(10, WriteMode::CompareAndAppend)).unwrap();
+    for spec in [
+        ActorSpec::Task(TaskSpec::default()),
+        ActorSpec::Oracle(OracleSpec::default()),
+        ActorSpec::Replica(ReplicaSpec::default()),
+    ] {
+        add(
+            &mut s,
+            Command::AddActor {
+                spec,
+                process: None,
+            },
+        );
+    }
+    s.apply(Command::SetGenerator { on: true }).unwrap();
+    s.run_for(2_000).unwrap();
+    s.apply(Command::Verify).unwrap();
+    s.run_for(1_000).unwrap();
+    let snap = s.snapshot();
+    assert!(snap.upsert.is_some() && snap.verify.is_some());
+    let ours: serde_json::Value = serde_json::from_str(&to_json(&snap).unwrap()).unwrap();
+    assert_eq!(
+        numbers_as_f64(ours),
+        numbers_as_f64(serde_json::to_value(&snap).unwrap())
+    );
+    let events = s.events_after(0, 10_000);
+    assert!(events.iter().any(|e| e.fact.is_some()));
+    let ours: serde_json::Value = serde_json::from_str(&to_json(&events).unwrap()).unwrap();
+    assert_eq!(
+        numbers_as_f64(ours),
+        numbers_as_f64(serde_json::to_value(&events).unwrap())
+    );
+    let stamped = s.stamped().to_vec();
+    let back: Vec<persist_playground::playground::Stamped> =
+        serde_json::from_str(&to_json(&stamped).unwrap()).unwrap();
+    assert_eq!(back, stamped);
 }

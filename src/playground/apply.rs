@@ -349,7 +349,7 @@ impl Scenario {
             None => self.new_process(None),
         };
         let letter = spec.letter();
-        let n = self.next_actor.entry(letter).or_insert(0);
+        let n = self.next_actor.get_or_insert_with(letter, || 0);
         *n += 1;
         let id = format!("{letter}{n}");
         let colour = self.colours;

@@ -1,12 +1,13 @@
 //! Everything the page can ask of a scenario, as one serde enum, and the specs of the actors it
-//! can add. A command is checked ([`Command::validate`]) before it touches the scenario, so a bad
+//! can add. Their JSON is what `Serialize` writes; they are read back by hand
+//! ([`super::decode`]), to the same shapes. A command is checked ([`Command::validate`]) before it touches the scenario, so a bad
 //! field value is an error with a message and changes nothing.
 //!
 //! In seed mode every applied command is kept with its [`Stamp`]: the simulator step and virtual
 //! time at which it applied. A run is a function of its seed and its stamped commands
 //! ([`super::Scenario::replay`]).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The most writes per second one writer may generate.
 pub const MAX_RATE_PER_S: u32 = 1_000;
@@ -20,7 +21,7 @@ pub const MAX_ACTORS: usize = 32;
 pub const MAX_BURST: u32 = 10_000;
 
 /// How a writer writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub enum WriteMode {
     /// `compare_and_append` at the writer's upper: loses a race with an `UpperMismatch`.
@@ -31,8 +32,8 @@ pub enum WriteMode {
 }
 
 /// A writer: a WriteHandle loop.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WriterSpec {
     /// The shard it writes.
     pub shard: String,
@@ -59,8 +60,8 @@ impl Default for WriterSpec {
 }
 
 /// A reader: a leased reader that listens to a shard and holds a since.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ReaderSpec {
     /// The shard it reads.
     pub shard: String,
@@ -78,8 +79,8 @@ impl Default for ReaderSpec {
 }
 
 /// A differential write task.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TaskSpec {
     /// The shard it keeps equal to its desired collection.
     pub shard: String,
@@ -100,8 +101,8 @@ impl Default for TaskSpec {
 }
 
 /// A durable timestamp oracle instance that hands out write timestamps.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct OracleSpec {
     /// The timeline (instances on one timeline fence each other).
     pub timeline: String,
@@ -127,8 +128,8 @@ impl Default for OracleSpec {
 
 /// An upsert replica: reads the shared source log, writes the upsert shard, and learns its
 /// state from what the shard holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ReplicaSpec {
     /// Source messages it reads per driver step: its speed.
     pub read_batch: u32,
@@ -141,7 +142,7 @@ impl Default for ReplicaSpec {
 }
 
 /// What an actor is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum ActorSpec {
     /// See [`WriterSpec`].
@@ -181,7 +182,7 @@ impl ActorSpec {
 }
 
 /// Which storage service a fault knob applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Service {
     /// Blob.
@@ -191,8 +192,8 @@ pub enum Service {
 }
 
 /// The fault knobs of one service.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct FaultKnobs {
     /// The chance that a call fails without happening (0 to 1).
     pub fail_rate: f64,
@@ -216,7 +217,7 @@ impl Default for FaultKnobs {
 }
 
 /// A desired-state command for a write task.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "op", rename_all = "camelCase")]
 pub enum TaskOp {
     /// Adds `rows` new rows to `desired`.
@@ -229,7 +230,7 @@ pub enum TaskOp {
 }
 
 /// One command. See the module docs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Command {
     /// Adds an actor to `process` (an existing live process) or, without one, to a new process.
@@ -238,7 +239,6 @@ pub enum Command {
         /// What to add.
         spec: ActorSpec,
         /// Where; `None` starts a new process.
-        #[serde(default)]
         process: Option<String>,
     },
     /// Stops an actor for good (its handles expire gracefully).
@@ -316,7 +316,6 @@ pub enum Command {
         /// The key, 0 to 1000.
         key: i64,
         /// The value, or `None` for a delete.
-        #[serde(default)]
         value: Option<String>,
     },
     /// Turns the seeded upsert generator on or off.
@@ -501,7 +500,7 @@ impl Command {
 }
 
 /// When a command applied, in seed mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stamp {
     /// Simulator steps taken before it applied.
@@ -511,7 +510,7 @@ pub struct Stamp {
 }
 
 /// A command with its stamp.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stamped {
     /// When.

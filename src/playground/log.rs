@@ -123,7 +123,7 @@ impl MergedLog {
     /// reads every event this way, so the log's bound does not limit it).
     pub fn pump_with(&mut self, mut seen: impl FnMut(&PlayEvent)) -> usize {
         let mut pending = std::mem::take(&mut self.pending);
-        pending.sort_by_key(|e| e.at_ms); // stable: same-time events keep their order
+        crate::sort::sort_by_key(&mut pending, |e| e.at_ms); // stable: same-time events keep their order
         let added = pending.len();
         for p in pending {
             let Pending {

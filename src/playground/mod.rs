@@ -29,7 +29,7 @@
 //! same writer id.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use rand_core::{RngCore, SeedableRng};
@@ -39,7 +39,9 @@ pub mod actors;
 mod apply;
 pub mod check;
 pub mod command;
+pub mod decode;
 pub mod fact;
+pub mod json;
 pub mod location;
 pub mod log;
 pub mod observe;
@@ -49,6 +51,7 @@ pub mod services;
 pub mod snapshot;
 pub mod upsert;
 pub mod upsert_source;
+pub mod value;
 pub mod variants;
 pub mod versions;
 
@@ -63,6 +66,7 @@ use crate::persist::events::EventLog;
 use crate::persist::{PersistClient, PersistConfig, ShardId};
 use crate::runtime::sim::Simulator;
 use crate::runtime::{JoinHandle, Runtime};
+use crate::vec_map::VecMap;
 use crate::write_task::WriteTaskLog;
 use actors::{Acked, ActorView};
 use location::{AliveFlag, CasAttempt, Faults};
@@ -85,9 +89,9 @@ pub struct Journal {
     /// Recent compare_and_set attempts, oldest first.
     pub cas: VecDeque<CasAttempt>,
     /// Persist handle id (or oracle epoch) -> actor id.
-    pub ids: BTreeMap<String, String>,
+    pub ids: VecMap<String, String>,
     /// Merges and GCs per shard.
-    pub shards: BTreeMap<String, ShardNotes>,
+    pub shards: VecMap<String, ShardNotes>,
     /// Messages for the page, oldest first.
     pub notices: VecDeque<snapshot::Notice>,
     /// Write tasks' commits, with their shard, for [`Scenario::audit_tasks`] (the newest
@@ -194,7 +198,7 @@ pub struct Scenario {
     journal: Rc<RefCell<Journal>>,
     processes: Vec<Process>,
     actors: Vec<Actor>,
-    next_actor: BTreeMap<char, u32>,
+    next_actor: VecMap<char, u32>,
     colours: u32,
     observers: Observers,
     observer_client: PersistClient,
@@ -261,7 +265,7 @@ impl Scenario {
             journal: Rc::new(RefCell::new(Journal::new())),
             processes: Vec::new(),
             actors: Vec::new(),
-            next_actor: BTreeMap::new(),
+            next_actor: VecMap::new(),
             colours: 0,
             observers: Observers::default(),
             observer_client,

@@ -6,7 +6,6 @@
 //! than as a reader retrying forever.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use serde::Serialize;
@@ -358,7 +357,7 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
 #[derive(Default)]
 pub struct Observers {
     /// Shards.
-    pub shards: BTreeMap<
+    pub shards: crate::vec_map::VecMap<
         String,
         (
             Rc<RefCell<ShardObservation>>,
@@ -366,5 +365,6 @@ pub struct Observers {
         ),
     >,
     /// Oracle timelines.
-    pub timelines: BTreeMap<String, (Rc<RefCell<TimelineView>>, crate::runtime::JoinHandle<()>)>,
+    pub timelines:
+        crate::vec_map::VecMap<String, (Rc<RefCell<TimelineView>>, crate::runtime::JoinHandle<()>)>,
 }

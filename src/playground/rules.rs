@@ -101,12 +101,18 @@ impl Serialize for Rule {
 
 impl<'de> Deserialize<'de> for Rule {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let id = String::deserialize(d)?;
+        Rule::from_id(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Rule {
+    /// The rule of id `id` ([`Rule::id`]).
+    pub fn from_id(id: &str) -> Result<Rule, String> {
         Rule::ALL.into_iter().find(|r| r.id() == id).ok_or_else(|| {
-            serde::de::Error::custom(format!(
+            format!(
                 "unknown rule {id:?}: one of idempotency-token, oracle-durable-bound, \
                  upsert-feedback, task-resync"
-            ))
+            )
         })
     }
 }

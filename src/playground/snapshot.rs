@@ -143,13 +143,14 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A stable fingerprint (FNV-1a over the snapshot's bincode encoding), as 16 hex digits.
+    /// A stable fingerprint (FNV-1a over the snapshot's JSON text, [`super::json`]: the text the
+    /// page reads), as 16 hex digits.
     pub fn digest(&self) -> String {
-        // Serialize can only fail on maps of unknown length, which snapshots do not contain;
-        // an error would still give a (constant) digest rather than a panic.
-        let bytes = bincode::serialize(self).unwrap_or_default();
+        // Only a refusing Serialize impl fails, and no snapshot type has one; an error would
+        // still give a (constant) digest rather than a panic.
+        let text = super::json::to_json(self).unwrap_or_default();
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in bytes {
+        for b in text.bytes() {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
@@ -184,7 +185,9 @@ fn cas_text(o: &CasOutcome) -> String {
 /// they are kept sorted by time (then by every other field), and the bound keeps the newest, so
 /// any order of arrival gives the same notes.
 fn maintenance(journal: &mut Journal, shard: &str, m: MaintenanceView) {
-    let notes = journal.shards.entry(shard.to_string()).or_default();
+    let notes = journal
+        .shards
+        .get_or_insert_with(shard.to_string(), Default::default);
     if m.kind == "truncate" {
         notes.earliest_seqno = notes.earliest_seqno.max(m.seqno);
     }
@@ -587,9 +590,11 @@ async fn verify(
         .map_err(|e| e.to_string());
     reader.expire().await;
     let contents = contents?;
-    let mut held: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    // Copies of each value: sorted (value, diff) pairs, summed per value (the shard may hold
+    // thousands of values; one sort, no map).
+    let mut held: Vec<(&str, i64)> = Vec::with_capacity(contents.len());
     for ((_, v), _, d) in &contents {
-        *held.entry(v.as_str()).or_default() += d;
+        held.push((v.as_str(), *d));
         view.rows += (*d).max(0) as u64;
         // Values are "actor:writer_id#n": a writer id this page never registered is a foreign one.
         let writer = v.split(':').nth(1).and_then(|s| s.split('#').next());
@@ -597,6 +602,14 @@ async fn verify(
             view.foreign_rows += (*d).max(0) as u64;
         }
     }
+    crate::sort::sort_by(&mut held, |a, b| a.0.cmp(b.0));
+    held.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        if same {
+            a.1 += b.1;
+        }
+        same
+    });
     for (actor, values) in acked {
         let mut w = VerifyWriter {
             actor: actor.clone(),
@@ -604,7 +617,9 @@ async fn verify(
             found: 0,
         };
         for v in values {
-            let copies = held.get(v.as_str()).copied().unwrap_or(0);
+            let copies = held
+                .binary_search_by(|(h, _)| (*h).cmp(v.as_str()))
+                .map_or(0, |i| held[i].1);
             if copies > 0 {
                 w.found += 1;
             } else if view.lost_examples.len() < 5 {

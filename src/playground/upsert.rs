@@ -329,7 +329,6 @@ pub async fn run_output_checker(
 ) {
     use crate::persist::events::frontier;
     use crate::persist::read::ListenEvent;
-    use std::collections::BTreeMap;
     let rt = client.runtime().clone();
     let fail = |e: String| report.borrow_mut().violations.push(format!("checker: {e}"));
     let shard = ShardId(UPSERT_SHARD.to_string());
@@ -342,9 +341,9 @@ pub async fn run_output_checker(
         Ok(s) => s,
         Err(e) => return fail(e.to_string()),
     };
-    let mut contents: BTreeMap<SourceData, i64> = BTreeMap::new();
+    let mut contents: crate::vec_map::VecMap<SourceData, i64> = crate::vec_map::VecMap::new();
     for ((d, ()), _, r) in snapshot {
-        *contents.entry(d).or_default() += r;
+        *contents.get_or_insert_with(d, || 0) += r;
     }
     let mut pending_upper = frontier(&as_of).map(|t| t + 1);
     loop {
@@ -369,7 +368,7 @@ pub async fn run_output_checker(
             match event {
                 ListenEvent::Updates(updates) => {
                     for ((d, ()), _, r) in updates {
-                        *contents.entry(d).or_default() += r;
+                        *contents.get_or_insert_with(d, || 0) += r;
                     }
                 }
                 ListenEvent::Progress(p) => match frontier(&p) {

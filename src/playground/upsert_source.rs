@@ -70,7 +70,7 @@ pub fn decode(row: &Row) -> Option<(Timestamp, i64, Option<UpsertValue>)> {
 
 /// Appends rows to the local log in `(ts, row)` order, each as often as its diff says.
 fn fold(log: &RefCell<SourceLog>, mut rows: Vec<(Row, i64)>) -> Result<(), String> {
-    rows.sort();
+    crate::sort::sort(&mut rows);
     let mut decoded: Vec<(Timestamp, Row, i64)> = Vec::new();
     for (row, diff) in rows {
         let Some((ts, _, _)) = decode(&row) else {
@@ -80,7 +80,7 @@ fn fold(log: &RefCell<SourceLog>, mut rows: Vec<(Row, i64)>) -> Result<(), Strin
         };
         decoded.push((ts, row, diff));
     }
-    decoded.sort();
+    crate::sort::sort(&mut decoded);
     let mut log = log.borrow_mut();
     for (_, row, diff) in decoded {
         let Some((ts, key, value)) = decode(&row) else {

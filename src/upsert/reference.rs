@@ -4,7 +4,7 @@
 //! `u` decides: a value (or error) is in the output once, a delete means the key is absent.
 //! Nothing else may be there: no key twice, no retraction without its value, no resurrection.
 
-use std::collections::BTreeMap;
+use crate::vec_map::VecMap;
 
 use super::source::SourceMessage;
 use super::types::{DataflowError, SourceData};
@@ -12,7 +12,7 @@ use crate::persist::codec::{Row, Timestamp};
 
 /// The expected contents at `upper`: each row (or error) with diff 1, sorted.
 pub fn expected_at(messages: &[SourceMessage], upper: Timestamp) -> Vec<(SourceData, i64)> {
-    let mut latest: BTreeMap<i64, &SourceMessage> = BTreeMap::new();
+    let mut latest: VecMap<i64, &SourceMessage> = VecMap::new();
     for m in messages.iter().filter(|m| m.ts < upper) {
         match latest.get(&m.key) {
             Some(prev) if prev.offset > m.offset => {}
@@ -33,7 +33,7 @@ pub fn expected_at(messages: &[SourceMessage], upper: Timestamp) -> Vec<(SourceD
 /// Compares accumulated shard contents (consolidated, diff per row) with the model at `upper`.
 /// Returns a description of the first difference.
 pub fn check_contents(
-    contents: &BTreeMap<SourceData, i64>,
+    contents: &VecMap<SourceData, i64>,
     messages: &[SourceMessage],
     upper: Timestamp,
 ) -> Result<(), String> {
@@ -91,8 +91,8 @@ pub async fn run_checker(
         Err(e) => return fail(format!("checker: {e}")),
     };
     report.borrow_mut().registered = true;
-    let mut contents: BTreeMap<SourceData, i64> = BTreeMap::new();
-    let check = |contents: &mut BTreeMap<SourceData, i64>, upper: Timestamp| {
+    let mut contents: VecMap<SourceData, i64> = VecMap::new();
+    let check = |contents: &mut VecMap<SourceData, i64>, upper: Timestamp| {
         contents.retain(|_, d| *d != 0);
         let mut r = report.borrow_mut();
         r.checks += 1;
@@ -110,7 +110,7 @@ pub async fn run_checker(
         Err(e) => return fail(format!("checker: {e}")),
     };
     for ((d, ()), _, r) in snapshot {
-        *contents.entry(d).or_default() += r;
+        *contents.get_or_insert_with(d, || 0) += r;
     }
     check(&mut contents, 1);
     loop {
@@ -122,7 +122,7 @@ pub async fn run_checker(
             match event {
                 ListenEvent::Updates(updates) => {
                     for ((d, ()), _, r) in updates {
-                        *contents.entry(d).or_default() += r;
+                        *contents.get_or_insert_with(d, || 0) += r;
                     }
                 }
                 ListenEvent::Progress(p) => match p.elements().first() {

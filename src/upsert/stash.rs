@@ -24,8 +24,8 @@
 //! runs far ahead of the persist upper costs nothing per drain. (The original keeps a vector and
 //! filters all of it; its stash stays short because its source is backpressured.)
 
+use crate::vec_map::VecMap;
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
 
 use timely::order::TotalOrder;
 use timely::progress::Antichain;
@@ -47,7 +47,7 @@ type Staged<F> = (UpsertKey, Reverse<F>, Option<UpsertValue>);
 /// Stashed source updates, by time. See the module docs.
 #[derive(Debug, Clone)]
 pub struct Stash<T, F> {
-    by_time: BTreeMap<T, Vec<Staged<F>>>,
+    by_time: VecMap<T, Vec<Staged<F>>>,
     // Invariant: the number of entries in `by_time`.
     len: usize,
 }
@@ -55,7 +55,7 @@ pub struct Stash<T, F> {
 impl<T: Ord + Clone, F> Default for Stash<T, F> {
     fn default() -> Self {
         Stash {
-            by_time: BTreeMap::new(),
+            by_time: VecMap::new(),
             len: 0,
         }
     }
@@ -74,14 +74,13 @@ impl<T: Ord + Clone, F> Stash<T, F> {
 
     /// The least time held.
     pub fn min_time(&self) -> Option<&T> {
-        self.by_time.keys().next()
+        self.by_time.first_key_value().map(|(t, _)| t)
     }
 
     /// Adds one entry.
     pub fn push(&mut self, (time, key, order, value): StashEntry<T, F>) {
         self.by_time
-            .entry(time)
-            .or_default()
+            .get_or_insert_with(time, Vec::new)
             .push((key, order, value));
         self.len += 1;
     }
@@ -97,11 +96,13 @@ impl<T: Ord + Clone, F> Stash<T, F> {
     /// hold for a prefix of the times: see the module docs).
     fn take_prefix(&mut self, mut eligible: impl FnMut(&T) -> bool) -> Vec<StashEntry<T, F>> {
         let mut out = Vec::new();
-        while let Some(entry) = self.by_time.first_entry() {
-            if !eligible(entry.key()) {
+        while let Some((time, _)) = self.by_time.first_key_value() {
+            if !eligible(time) {
                 break;
             }
-            let (time, entries) = entry.remove_entry();
+            let Some((time, entries)) = self.by_time.pop_first() else {
+                break;
+            };
             self.len -= entries.len();
             out.extend(
                 entries

@@ -223,7 +223,7 @@ impl Findings {
         self.counts[rule_index(rule)].violations += 1;
         self.total += 1;
         let mut seqs: Vec<u64> = events.iter().map(|a| a.seq).collect();
-        seqs.sort_unstable();
+        crate::sort::sort(&mut seqs);
         seqs.dedup();
         let from = events.iter().map(|a| a.at_ms).min().unwrap_or(0);
         let to = events.iter().map(|a| a.at_ms).max().unwrap_or(0);

@@ -139,7 +139,7 @@ impl ShardTrack {
             .iter()
             .flat_map(|b| b.updates.iter().flatten().copied())
             .collect();
-        now.sort_unstable();
+        crate::sort::sort(&mut now);
         now.dedup_by(|b, a| {
             let same = a.0 == b.0;
             if same {
