@@ -333,6 +333,10 @@ function main() {
       }
     }
     view.playing = pg.mode === "seed" && params.autoplay && !view.linkText && !touring;
+    // Every panel is drawn before the page says it is ready (the tours load after, asynchronously).
+    refreshDigest();
+    renderAll(dom, state, view, true);
+    renderRunbar(dom, state.latest(), view);
     report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : view.linkText ?? `ready: seed ${pg.seed}${presetDone ? ` · ${presetDone}` : ""}` });
     if (view.linkError) report({ kind: "error", text: `${view.linkError.message}; started seed ${pg.seed} instead` });
     if (presetError) report({ kind: "error", text: presetError });
