@@ -7,7 +7,10 @@
 //!   interleave and race as they would against real storage;
 //! - `idb::IdbLocation` (wasm32 only): both services in one IndexedDB database;
 //! - [`unreliable::UnreliableBlob`] and [`unreliable::UnreliableConsensus`]: a seeded
-//!   fault-injecting decorator over any of them.
+//!   fault-injecting decorator over any of them;
+//! - natively only: `postgres::PostgresConsensus` (a PostgreSQL table),
+//!   `object_store::ObjectStoreBlob` (a local directory or S3), and `url`, which opens either
+//!   from a URL (`mem://`, `postgres://…`, `file://…`, `s3://…`).
 //!
 //! Every implementation must pass [`conformance::blob_impl_test`] and
 //! [`conformance::consensus_impl_test`], which make the contracts below executable.
@@ -34,6 +37,13 @@ pub mod unreliable;
 
 #[cfg(target_arch = "wasm32")]
 pub mod idb;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod object_store;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod postgres;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod url;
 
 /// A version number of a Consensus key, shown as `v<n>`. Consensus accepts only seqnos in
 /// `[0, i64::MAX]`; persist starts a shard at `SeqNo(1)` and adds one per command.

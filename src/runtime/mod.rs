@@ -8,6 +8,9 @@
 //!   seeds and the playground's replay stand on.
 //! - `browser::BrowserRuntime` (wasm32 only): the JS clock (`Date.now`), `setTimeout` timers through
 //!   gloo-timers and tasks through `wasm_bindgen_futures::spawn_local`.
+//! - `tokio::TokioRuntime` (native only): the wall clock, tokio timers and `spawn_local` on a
+//!   current-thread runtime with a `LocalSet`, for the command-line tool and the tests against
+//!   PostgreSQL and S3.
 //!
 //! Semantics shared by both:
 //! - [`Runtime::now_ms`] never goes back.
@@ -36,6 +39,9 @@ pub mod sim;
 
 #[cfg(target_arch = "wasm32")]
 pub mod browser;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod tokio;
 
 /// What an implementation of the runtime provides. Components use [`Runtime`], which wraps this.
 pub trait RuntimeImpl {
