@@ -1,0 +1,731 @@
+//! `persistcli`: one component per OS process, against `--consensus URL --blob URL` (native
+//! only). Several processes on one shard race through the database exactly as browser tabs race
+//! through one IndexedDB.
+//!
+//! Subcommands: `writer`, `reader`, `oracle`, `inspect SHARD`, `check SHARD`. Each prints what it
+//! is doing and its progress; Ctrl-C (SIGINT) or SIGTERM stops it between two commands: the
+//! command in flight finishes, the handle's lease is expired, and nothing is half-written (a
+//! compare_and_append is one compare_and_set, which commits whole or not at all).
+//!
+//! The writer's and the oracle's logs (`--log FILE`) are what a race test checks afterwards: the
+//! writer writes `try KEY` before an attempt and `ack KEY LOWER UPPER` after a commit, the oracle
+//! `ts T` for every timestamp it hands out, each line with one `write` call (so a SIGKILL loses
+//! at most the line being written, never a line already acknowledged).
+
+#[cfg(target_arch = "wasm32")]
+fn main() {}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() -> std::process::ExitCode {
+    cli::main()
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod cli {
+    use std::cell::{Cell, RefCell};
+    use std::collections::BTreeMap;
+    use std::fs::{File, OpenOptions};
+    use std::io::Write;
+    use std::process::ExitCode;
+    use std::rc::Rc;
+
+    use clap::{Parser, Subcommand, ValueEnum};
+    use timely::progress::Antichain;
+
+    use persist_playground::location::url::{open_location, redact_url};
+    use persist_playground::location::{Location, SeqNo, SCAN_ALL};
+    use persist_playground::oracle::{
+        DurableOracleConfig, DurableTimestampOracle, NowFn, OracleError, TimestampOracle,
+    };
+    use persist_playground::persist::codec::Codec;
+    use persist_playground::persist::read::ListenEvent;
+    use persist_playground::persist::state::State;
+    use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
+    use persist_playground::playground::check::HistoryCheck;
+    use persist_playground::playground::fact::{digest, AttemptOutcome, Fact};
+    use persist_playground::playground::log::{Outcome, Pending};
+    use persist_playground::playground::versions::VersionWitness;
+    use persist_playground::playground::Journal;
+    use persist_playground::runtime::tokio::TokioRuntime;
+    use persist_playground::runtime::Runtime;
+
+    #[derive(Parser, Debug)]
+    #[command(
+        name = "persistcli",
+        about = "Run one persist component as its own process, on a location given by URLs."
+    )]
+    struct Args {
+        /// Consensus: mem:// or postgres://USER:PASSWORD@HOST:PORT/DB
+        #[arg(long, global = true, default_value = "mem://")]
+        consensus: String,
+        /// Blob: mem://, file:///DIR or s3://BUCKET/PREFIX?endpoint=URL
+        #[arg(long, global = true, default_value = "mem://")]
+        blob: String,
+        /// Seed of this process's ids (writer and reader ids, idempotency tokens, part keys).
+        /// Processes sharing a shard need different seeds; the default is the process id.
+        #[arg(long, global = true)]
+        seed: Option<u64>,
+        /// Print progress every this many operations.
+        #[arg(long, global = true, default_value_t = 100)]
+        progress_every: u64,
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(Clone, Copy, Debug, ValueEnum)]
+    enum Mode {
+        /// compare_and_append at the writer's upper; on a mismatch adopt the shard's upper and
+        /// write the same update there.
+        Caa,
+        /// append (for replicas writing identical data): a mismatch inside the interval trims.
+        Append,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum Command {
+        /// Write `count` updates to a shard, one compare_and_append each.
+        Writer {
+            /// The shard.
+            #[arg(long, default_value = "s-demo")]
+            shard: String,
+            /// This writer's name: keys are NAME-0, NAME-1, ... (unique across writers).
+            #[arg(long, default_value = "w")]
+            name: String,
+            /// How many updates to write (0: until stopped).
+            #[arg(long, default_value_t = 1000)]
+            count: u64,
+            /// Index of the first update (a restarted writer continues where its log ends).
+            #[arg(long, default_value_t = 0)]
+            start: u64,
+            /// Writes per second (0: as fast as it can).
+            #[arg(long, default_value_t = 0)]
+            rate: u64,
+            /// Values go to this many distinct keys (0: every update its own key).
+            #[arg(long, default_value_t = 0)]
+            keys: u64,
+            /// How to write.
+            #[arg(long, value_enum, default_value_t = Mode::Caa)]
+            mode: Mode,
+            /// Append `try KEY` / `ack KEY LOWER UPPER` lines here.
+            #[arg(long)]
+            log: Option<String>,
+        },
+        /// Listen to a shard from `as_of` and print every update.
+        Reader {
+            /// The shard.
+            #[arg(long, default_value = "s-demo")]
+            shard: String,
+            /// Read from this time on.
+            #[arg(long, default_value_t = 0)]
+            as_of: u64,
+            /// Stop once the upper passes this time.
+            #[arg(long)]
+            until: Option<u64>,
+        },
+        /// Serve `count` write timestamps from a durable oracle on Consensus (and apply each).
+        Oracle {
+            /// The timeline.
+            #[arg(long, default_value = "epoch_ms")]
+            timeline: String,
+            /// How many write timestamps (0: until stopped).
+            #[arg(long, default_value_t = 1000)]
+            count: u64,
+            /// The pre-allocated window, in ms.
+            #[arg(long, default_value_t = 1000)]
+            persist_interval_ms: u64,
+            /// Append `ts T` lines here.
+            #[arg(long)]
+            log: Option<String>,
+            /// Check the epoch in Consensus before every timestamp, so a replaced instance
+            /// stops at once rather than at the end of its window.
+            #[arg(long)]
+            confirm_leadership: bool,
+        },
+        /// Print a shard's frontiers, versions, batches and leases.
+        Inspect {
+            /// The shard.
+            shard: String,
+        },
+        /// Check a shard's history in Consensus (the playground's history check) against the
+        /// writers' logs: the version chain, acknowledged writes present exactly once.
+        Check {
+            /// The shard.
+            shard: String,
+            /// Writer logs (`--log` files of `persistcli writer`).
+            #[arg(long = "acks")]
+            acks: Vec<String>,
+        },
+    }
+
+    /// Set by SIGINT/SIGTERM; commands check it between operations.
+    #[derive(Clone, Default)]
+    struct Stop(Rc<Cell<bool>>);
+
+    impl Stop {
+        fn requested(&self) -> bool {
+            self.0.get()
+        }
+    }
+
+    fn watch_signals(stop: &Stop) {
+        let flag = stop.0.clone();
+        drop(tokio::task::spawn_local(async move {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+            eprintln!("[persistcli] stop requested: finishing the command in flight, then expiring leases");
+            flag.set(true);
+        }));
+    }
+
+    /// A log file written one line per `write` call.
+    struct LineLog(Option<File>);
+
+    impl LineLog {
+        fn open(path: Option<&str>) -> Result<LineLog, String> {
+            match path {
+                None => Ok(LineLog(None)),
+                Some(p) => OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map(|f| LineLog(Some(f)))
+                    .map_err(|e| format!("cannot open log {p}: {e}")),
+            }
+        }
+
+        fn line(&mut self, s: String) {
+            if let Some(f) = &mut self.0 {
+                let _ = f.write_all(format!("{s}\n").as_bytes());
+            }
+        }
+    }
+
+    fn shard_id(name: &str) -> Result<ShardId, String> {
+        ShardId::new(name)
+    }
+
+    pub fn main() -> ExitCode {
+        let args = Args::parse();
+        let result = TokioRuntime::block_on(|rt| run(args, rt));
+        match result {
+            Ok(Ok(())) => ExitCode::SUCCESS,
+            Ok(Err(e)) => {
+                eprintln!("[persistcli] error: {e}");
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("[persistcli] error: cannot start the tokio runtime: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    async fn run(args: Args, rt: Runtime) -> Result<(), String> {
+        let seed = args
+            .seed
+            .unwrap_or_else(|| u64::from(std::process::id()) ^ rt.now_ms().rotate_left(20));
+        eprintln!(
+            "[persistcli] consensus {}, blob {}",
+            redact_url(&args.consensus),
+            redact_url(&args.blob)
+        );
+        let location = open_location(&args.consensus, &args.blob, &rt)
+            .await
+            .map_err(|e| e.to_string())?;
+        let stop = Stop::default();
+        watch_signals(&stop);
+        let every = args.progress_every.max(1);
+        match args.command {
+            Command::Writer {
+                shard,
+                name,
+                count,
+                start,
+                rate,
+                keys,
+                mode,
+                log,
+            } => {
+                let shard = shard_id(&shard)?;
+                let log = LineLog::open(log.as_deref())?;
+                writer(location, rt, seed, shard, name, count, start, rate, keys, mode, log, stop, every).await
+            }
+            Command::Reader { shard, as_of, until } => {
+                reader(location, rt, seed, shard_id(&shard)?, as_of, until, stop).await
+            }
+            Command::Oracle {
+                timeline,
+                count,
+                persist_interval_ms,
+                log,
+                confirm_leadership,
+            } => {
+                let log = LineLog::open(log.as_deref())?;
+                let config = DurableOracleConfig::new(timeline)
+                    .persist_interval_ms(persist_interval_ms)
+                    .confirm_leadership(confirm_leadership);
+                oracle(location, rt, config, count, log, stop, every).await
+            }
+            Command::Inspect { shard } => inspect(location, rt, seed, shard_id(&shard)?).await,
+            Command::Check { shard, acks } => check(location, rt, seed, shard_id(&shard)?, acks).await,
+        }
+    }
+
+    fn client(location: Location, rt: &Runtime, seed: u64) -> PersistClient {
+        PersistClient::new(location, rt.clone(), PersistConfig::default(), seed)
+    }
+
+    fn frontier(f: &Antichain<u64>) -> String {
+        match f.as_option() {
+            Some(t) => t.to_string(),
+            None => "[] (finished)".into(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn writer(
+        location: Location,
+        rt: Runtime,
+        seed: u64,
+        shard: ShardId,
+        name: String,
+        count: u64,
+        start: u64,
+        rate: u64,
+        keys: u64,
+        mode: Mode,
+        mut log: LineLog,
+        stop: Stop,
+        every: u64,
+    ) -> Result<(), String> {
+        let client = client(location, &rt, seed);
+        let mut write = client
+            .open_writer::<String, String>(&shard)
+            .await
+            .map_err(|e| e.to_string())?;
+        eprintln!(
+            "[writer {name}] writer {} on shard {shard}, upper {}, mode {mode:?}, {} updates from #{start}",
+            write.writer_id(),
+            frontier(write.upper()),
+            if count == 0 { "unbounded".to_string() } else { count.to_string() }
+        );
+        let (mut committed, mut mismatches) = (0u64, 0u64);
+        let started = rt.now_ms();
+        let mut i = start;
+        while (count == 0 || i < start + count) && !stop.requested() {
+            if rate > 0 {
+                let due = started + (i - start) * 1000 / rate;
+                rt.sleep_until(due).await;
+            }
+            let value = format!("{name}-{i}");
+            let key = if keys == 0 { value.clone() } else { format!("k{}", i % keys) };
+            log.line(format!("try {key} {value}"));
+            loop {
+                let Some(lower) = write.upper().as_option().copied() else {
+                    return Err(format!("shard {shard} is finished"));
+                };
+                let updates = vec![((key.clone(), value.clone()), lower, 1i64)];
+                let (lo, hi) = (Antichain::from_elem(lower), Antichain::from_elem(lower + 1));
+                let out = match mode {
+                    Mode::Caa => write.compare_and_append(&updates, lo, hi).await,
+                    Mode::Append => write.append(&updates, lo, hi).await,
+                };
+                match out.map_err(|e| e.to_string())? {
+                    Ok(()) => {
+                        committed += 1;
+                        log.line(format!("ack {key} {value} {lower} {}", lower + 1));
+                        break;
+                    }
+                    Err(_mismatch) => {
+                        // The handle now knows the shard's upper: write there.
+                        mismatches += 1;
+                    }
+                }
+            }
+            i += 1;
+            if (i - start) % every == 0 {
+                eprintln!(
+                    "[writer {name}] {}/{} committed, {mismatches} mismatches, upper {}",
+                    i - start,
+                    if count == 0 { "-".to_string() } else { count.to_string() },
+                    frontier(write.upper())
+                );
+            }
+        }
+        let upper = frontier(write.upper());
+        write.expire().await;
+        eprintln!(
+            "[writer {name}] done: {committed} committed, {mismatches} mismatches, upper {upper}; lease expired{}",
+            if stop.requested() { " (stopped)" } else { "" }
+        );
+        println!("committed {committed} mismatches {mismatches}");
+        Ok(())
+    }
+
+    async fn reader(
+        location: Location,
+        rt: Runtime,
+        seed: u64,
+        shard: ShardId,
+        as_of: u64,
+        until: Option<u64>,
+        stop: Stop,
+    ) -> Result<(), String> {
+        let client = client(location, &rt, seed);
+        let read = client
+            .open_leased_reader::<String, String>(&shard)
+            .await
+            .map_err(|e| e.to_string())?;
+        eprintln!("[reader] listening to {shard} from {as_of}");
+        let mut listen = read
+            .listen(Antichain::from_elem(as_of))
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut seen = 0u64;
+        'outer: while !stop.requested() {
+            // Wake up now and then to notice a stop request.
+            let events = match rt.timeout(500, listen.next()).await {
+                Err(_) => continue,
+                Ok(r) => r.map_err(|e| e.to_string())?,
+            };
+            for e in events {
+                match e {
+                    ListenEvent::Updates(updates) => {
+                        for ((k, v), t, d) in updates {
+                            seen += 1;
+                            println!("{t}\t{k}\t{v}\t{d:+}");
+                        }
+                    }
+                    ListenEvent::Progress(f) => {
+                        eprintln!("[reader] complete up to {} ({seen} updates)", frontier(&f));
+                        match (f.as_option(), until) {
+                            (None, _) => break 'outer,
+                            (Some(t), Some(u)) if *t > u => break 'outer,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        listen.expire().await;
+        eprintln!("[reader] done: {seen} updates; lease expired");
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn oracle(
+        location: Location,
+        rt: Runtime,
+        config: DurableOracleConfig,
+        count: u64,
+        mut log: LineLog,
+        stop: Stop,
+        every: u64,
+    ) -> Result<(), String> {
+        let timeline = config.timeline.clone();
+        let oracle = DurableTimestampOracle::open(
+            location.consensus.clone(),
+            rt.clone(),
+            NowFn::from_runtime(&rt),
+            0,
+            config,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let snap = oracle.snapshot();
+        eprintln!("[oracle] timeline {timeline}: {snap:?}");
+        let mut served = 0u64;
+        while (count == 0 || served < count) && !stop.requested() {
+            let ts = match oracle.write_ts().await {
+                Ok(ts) => ts,
+                Err(e @ OracleError::Fenced { .. }) => {
+                    // A newer instance took the timeline over: this one's work is done.
+                    eprintln!("[oracle] fenced after {served} write timestamps: {e}");
+                    println!("served {served} fenced");
+                    return Ok(());
+                }
+                Err(e) => {
+                    eprintln!("[oracle] stopped: {e}");
+                    return Err(e.to_string());
+                }
+            };
+            log.line(format!("ts {}", ts.timestamp));
+            match oracle.apply_write(ts.timestamp).await {
+                Ok(()) => {}
+                Err(e @ OracleError::Fenced { .. }) => {
+                    eprintln!("[oracle] fenced after {served} write timestamps: {e}");
+                    println!("served {} fenced", served + 1);
+                    return Ok(());
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+            served += 1;
+            if served % every == 0 {
+                eprintln!("[oracle] {served} write timestamps, last {}", ts.timestamp);
+            }
+        }
+        let read = oracle.read_ts().await.map_err(|e| e.to_string())?;
+        eprintln!("[oracle] done: {served} write timestamps; read_ts {read}");
+        println!("served {served} read_ts {read}");
+        Ok(())
+    }
+
+    fn print_state(state: &State) {
+        let c = &state.collections;
+        println!("shard      {}", state.shard_id);
+        println!("seqno      {}", state.seqno);
+        println!("upper      {}", frontier(state.upper()));
+        println!("since      {}", frontier(state.since()));
+        println!("rollups    {}", c.rollups.len());
+        for (seqno, r) in c.rollups.iter() {
+            println!("  rollup   {seqno} {}", r.key);
+        }
+        let batches: Vec<_> = c.trace.batches().collect();
+        println!("batches    {}", batches.len());
+        for b in batches {
+            println!(
+                "  batch    [{}, {}) since {} updates {} parts {}",
+                frontier(&b.desc.lower),
+                frontier(&b.desc.upper),
+                frontier(&b.desc.since),
+                b.len,
+                b.parts.len()
+            );
+        }
+        println!("writers    {}", c.writers.len());
+        for (id, w) in c.writers.iter() {
+            println!(
+                "  writer   {id} upper {} heartbeat {} lease {} ms",
+                frontier(&w.most_recent_write_upper),
+                w.last_heartbeat_ms,
+                w.lease_duration_ms
+            );
+        }
+        println!("readers    {}", c.leased_readers.len());
+        for (id, r) in c.leased_readers.iter() {
+            println!(
+                "  reader   {id} since {} seqno hold {} heartbeat {} lease {} ms",
+                frontier(&r.since),
+                r.seqno,
+                r.last_heartbeat_ms,
+                r.lease_duration_ms
+            );
+        }
+        println!("critical   {}", c.critical_readers.len());
+    }
+
+    async fn inspect(location: Location, rt: Runtime, seed: u64, shard: ShardId) -> Result<(), String> {
+        let versions = location
+            .consensus
+            .scan(&shard.0, SeqNo(0), SCAN_ALL)
+            .await
+            .map_err(|e| e.to_string())?;
+        if versions.is_empty() {
+            return Err(format!("shard {shard} has no versions"));
+        }
+        let client = client(location, &rt, seed);
+        let state = client.inspect_state(&shard).await.map_err(|e| e.to_string())?;
+        println!(
+            "versions   {} stored (v{}..=v{})",
+            versions.len(),
+            versions[0].seqno.0,
+            versions[versions.len() - 1].seqno.0
+        );
+        print_state(&state);
+        Ok(())
+    }
+
+    /// One writer log: acknowledged (key, value, lower, upper) and attempted values.
+    #[derive(Default)]
+    struct WriterLog {
+        acked: Vec<(String, String, u64, u64)>,
+        tried: Vec<(String, String)>,
+    }
+
+    fn read_log(path: &str) -> Result<WriterLog, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        let mut log = WriterLog::default();
+        for line in text.lines() {
+            let parts: Vec<&str> = line.split(' ').collect();
+            match parts.as_slice() {
+                ["try", k, v] => log.tried.push((k.to_string(), v.to_string())),
+                ["ack", k, v, lo, hi] => {
+                    let (Ok(lo), Ok(hi)) = (lo.parse(), hi.parse()) else { continue };
+                    log.acked.push((k.to_string(), v.to_string(), lo, hi));
+                }
+                // A line cut short by a SIGKILL.
+                _ => {}
+            }
+        }
+        Ok(log)
+    }
+
+    async fn check(
+        location: Location,
+        rt: Runtime,
+        seed: u64,
+        shard: ShardId,
+        acks: Vec<String>,
+    ) -> Result<(), String> {
+        let logs: Vec<(String, WriterLog)> = acks
+            .iter()
+            .map(|p| read_log(p).map(|l| (p.clone(), l)))
+            .collect::<Result<_, _>>()?;
+        let mut problems: Vec<String> = Vec::new();
+
+        // 1. The version chain: seqno + 1 each, from the earliest stored.
+        let versions = location
+            .consensus
+            .scan(&shard.0, SeqNo(0), SCAN_ALL)
+            .await
+            .map_err(|e| e.to_string())?;
+        if versions.is_empty() {
+            return Err(format!("shard {shard} has no versions"));
+        }
+        for pair in versions.windows(2) {
+            if pair[1].seqno.0 != pair[0].seqno.0 + 1 {
+                problems.push(format!("version chain gap: {} then {}", pair[0].seqno, pair[1].seqno));
+            }
+        }
+        eprintln!(
+            "[check] {shard}: {} versions v{}..=v{}, chain {}",
+            versions.len(),
+            versions[0].seqno.0,
+            versions[versions.len() - 1].seqno.0,
+            if problems.is_empty() { "without a gap" } else { "BROKEN" }
+        );
+
+        // 2. The playground's history check over the Consensus log (from v1 when it is all
+        // there) and the writers' acknowledgements.
+        let journal = RefCell::new(Journal::default());
+        let mut witness = VersionWitness::default();
+        let from_start = versions[0].seqno.0 == 1;
+        let client = client(location.clone(), &rt, seed);
+        let baseline = if from_start {
+            State::uninitialized(shard.clone())
+        } else {
+            client.inspect_state(&shard).await.map_err(|e| e.to_string())?
+        };
+        witness.pass(&location, &shard.0, Some(&baseline), &journal, 0).await;
+        let mut passes = 0;
+        loop {
+            let before = journal.borrow().log.last_seq();
+            witness.pass(&location, &shard.0, None, &journal, 1).await;
+            journal.borrow_mut().pump();
+            passes += 1;
+            if journal.borrow().log.last_seq() == before {
+                break;
+            }
+            if passes % 10 == 0 {
+                eprintln!("[check] read {} events of versions", journal.borrow().log.last_seq());
+            }
+        }
+        let mut acked_total = 0u64;
+        for (path, log) in &logs {
+            for (k, v, lo, hi) in &log.acked {
+                let mut kb = Vec::new();
+                k.encode(&mut kb);
+                let mut vb = Vec::new();
+                v.encode(&mut vb);
+                acked_total += 1;
+                journal.borrow_mut().log.record(Pending {
+                    at_ms: 2,
+                    actor: Some(path.clone()),
+                    process: None,
+                    component: "writer",
+                    kind: "compare_and_append".into(),
+                    outcome: Outcome::Info,
+                    detail: format!("{k} {v}"),
+                    fact: Some(Fact::Append {
+                        shard: shard.0.clone(),
+                        writer: path.clone(),
+                        mode: "compareAndAppend".into(),
+                        lower: *lo,
+                        upper: *hi,
+                        outcome: AttemptOutcome::Committed,
+                        updates: 1,
+                        acked: vec![digest(&kb, &vb)],
+                        current: None,
+                    }),
+                });
+            }
+        }
+        journal.borrow_mut().pump();
+        let report = journal.borrow().check.report();
+        for v in &report.violations {
+            problems.push(format!("{}: {}", v.rule, v.message));
+        }
+        for r in &report.rules {
+            if r.checks > 0 || r.violations > 0 {
+                eprintln!(
+                    "[check] rule {:<16} {:>6} checks {:>3} violations {:>4} unverified",
+                    r.rule, r.checks, r.violations, r.unverified
+                );
+            }
+        }
+
+        // 3. Exactly once, from a snapshot: every acknowledged value with multiplicity 1, and
+        // nothing that no writer tried.
+        let state = client.inspect_state(&shard).await.map_err(|e| e.to_string())?;
+        let mut snapshot_count: BTreeMap<(String, String), i64> = BTreeMap::new();
+        if let Some(&upper) = state.upper().as_option() {
+            if upper > 0 {
+                let mut read = client
+                    .open_leased_reader::<String, String>(&shard)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let got = read
+                    .snapshot_and_fetch(Antichain::from_elem(upper - 1))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                read.expire().await;
+                for ((k, v), _, d) in got {
+                    *snapshot_count.entry((k, v)).or_default() += d;
+                }
+            }
+        }
+        if !logs.is_empty() {
+            let mut tried: BTreeMap<(String, String), ()> = BTreeMap::new();
+            for (_, log) in &logs {
+                for (k, v) in &log.tried {
+                    tried.insert((k.clone(), v.clone()), ());
+                }
+                for (k, v, _, _) in &log.acked {
+                    let n = snapshot_count.get(&(k.clone(), v.clone())).copied().unwrap_or(0);
+                    if n != 1 {
+                        problems.push(format!("acknowledged {k}={v} is in the shard {n} times"));
+                    }
+                }
+            }
+            for ((k, v), n) in &snapshot_count {
+                if !tried.contains_key(&(k.clone(), v.clone())) {
+                    problems.push(format!("{k}={v} ({n:+}) is in the shard but no writer tried it"));
+                }
+                if *n != 1 {
+                    problems.push(format!("{k}={v} has multiplicity {n}"));
+                }
+            }
+        }
+        eprintln!(
+            "[check] {acked_total} acknowledged writes in {} logs; {} values in the shard at upper {}",
+            logs.len(),
+            snapshot_count.len(),
+            frontier(state.upper())
+        );
+        if problems.is_empty() {
+            println!("check: ok: 0 violations ({} versions, {acked_total} acknowledged writes)", versions.len());
+            Ok(())
+        } else {
+            for p in &problems {
+                println!("violation: {p}");
+            }
+            Err(format!("{} violations", problems.len()))
+        }
+    }
+}

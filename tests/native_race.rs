@@ -1,0 +1,233 @@
+//! Races of OS processes on the real backends (issue 18): `persistcli` processes share one shard
+//! (PostgreSQL Consensus + `file://` Blob) or one oracle timeline, one of them is killed with
+//! SIGKILL and restarted, and PostgreSQL itself is restarted (`pg_ctl restart`) mid-run.
+//! Afterwards `persistcli check` must find every acknowledged write in the shard exactly once and
+//! a version chain without a gap; the oracles' logs must never repeat or go back.
+//!
+//! Needs the services of `scripts/services.sh` (PERSIST_TEST_POSTGRES_URL, PERSIST_TEST_PG_CTL)
+//! and the `native-services` feature; `scripts/test.sh`'s native-backends layer runs it.
+//! Faults are forced by construction (a kill after a given number of acknowledgements, a restart
+//! after another), never by timing assertions.
+#![cfg(not(target_arch = "wasm32"))]
+
+#[path = "support/native.rs"]
+mod native;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use native::{fresh_database, service_env, TempDir};
+
+const BIN: &str = env!("CARGO_BIN_EXE_persistcli");
+
+fn count_lines(path: &Path, prefix: &str) -> usize {
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().filter(|l| l.starts_with(prefix)).count())
+        .unwrap_or(0)
+}
+
+fn spawn(args: &[String], log_to: &Path) -> Child {
+    let err = std::fs::File::create(log_to).unwrap();
+    Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .expect("spawn persistcli")
+}
+
+/// Polls (the test's own pacing, not an assertion) until `cond` holds; panics after `limit`
+/// polls with `what`, showing the processes' stderr in `dir`.
+fn wait_for(what: &str, dir: &Path, limit: u32, mut cond: impl FnMut() -> bool) {
+    for _ in 0..limit {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut logs = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "err") {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(5).collect();
+            logs += &format!("--- {}\n{}\n", e.path().display(), tail.join("\n"));
+        }
+    }
+    panic!("gave up waiting for {what}\n{logs}");
+}
+
+fn pg_restart() {
+    let ctl = service_env("PERSIST_TEST_PG_CTL");
+    let out = Command::new(&ctl).arg("restart").output().expect("run pg_ctl");
+    assert!(
+        out.status.success(),
+        "pg_ctl restart failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn wait_success(mut child: Child, name: &str, err: &Path) {
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{name} exited with {status}: {}",
+        std::fs::read_to_string(err).unwrap_or_default()
+    );
+}
+
+#[test]
+fn four_writer_processes_one_killed_and_postgres_restarted() {
+    let db = fresh_database("race");
+    let blob = TempDir::new("race-blob");
+    let logs = TempDir::new("race-logs");
+    let dir = logs.0.clone();
+    let per_writer = 1000u64;
+    let common = |seed: u64| {
+        vec![
+            "--consensus".to_string(),
+            db.clone(),
+            "--blob".into(),
+            blob.url(),
+            "--seed".into(),
+            seed.to_string(),
+            "--progress-every".into(),
+            "250".into(),
+        ]
+    };
+    let log_of = |i: usize| -> PathBuf { dir.join(format!("w{i}.log")) };
+    let err_of = |name: &str| -> PathBuf { dir.join(format!("{name}.err")) };
+    let writer_args = |i: usize, seed: u64, start: u64, count: u64| {
+        let mut a = common(seed);
+        a.extend([
+            "writer".into(),
+            "--shard".into(),
+            "s-race".into(),
+            "--name".into(),
+            format!("w{i}"),
+            "--start".into(),
+            start.to_string(),
+            "--count".into(),
+            count.to_string(),
+            "--log".into(),
+            log_of(i).display().to_string(),
+        ]);
+        a
+    };
+    let mut children: Vec<Option<Child>> = (0..4)
+        .map(|i| {
+            Some(spawn(
+                &writer_args(i, 100 + i as u64, 0, per_writer),
+                &err_of(&format!("w{i}")),
+            ))
+        })
+        .collect();
+
+    // SIGKILL writer 1 once it has 200 acknowledged writes, mid-run.
+    wait_for("200 acks from w1", &dir, 6_000, || count_lines(&log_of(1), "ack ") >= 200);
+    let mut victim = children[1].take().unwrap();
+    victim.kill().unwrap(); // SIGKILL
+    victim.wait().unwrap();
+    let tried = count_lines(&log_of(1), "try ") as u64;
+    let acked_before = count_lines(&log_of(1), "ack ");
+    assert!(acked_before >= 200 && (acked_before as u64) < per_writer, "killed mid-run");
+    // Restart it as a new process (new seed: new writer id), after its last attempt.
+    children[1] = Some(spawn(
+        &writer_args(1, 200, tried, per_writer - tried),
+        &err_of("w1-restarted"),
+    ));
+
+    // Restart PostgreSQL once the writers are about half way.
+    wait_for("2,000 acks in all", &dir, 12_000, || {
+        (0..4).map(|i| count_lines(&log_of(i), "ack ")).sum::<usize>() >= 2_000
+    });
+    let before_restart: usize = (0..4).map(|i| count_lines(&log_of(i), "ack ")).sum();
+    pg_restart();
+    assert!(before_restart < 4_000, "PostgreSQL restarted mid-run");
+
+    for (i, c) in children.into_iter().enumerate() {
+        let name = if i == 1 { "w1-restarted".to_string() } else { format!("w{i}") };
+        wait_success(c.unwrap(), &name, &err_of(&name));
+    }
+    let acked: usize = (0..4).map(|i| count_lines(&log_of(i), "ack ")).sum();
+    assert!(
+        acked >= 4 * per_writer as usize - 1,
+        "every update acknowledged but at most the one in flight at the kill: {acked}"
+    );
+
+    // The history check over the Consensus log, against the writers' logs.
+    let mut args = common(300);
+    args.extend(["check".into(), "s-race".into()]);
+    for i in 0..4 {
+        args.extend(["--acks".into(), log_of(i).display().to_string()]);
+    }
+    let out = Command::new(BIN).args(&args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("0 violations"),
+        "check failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{stdout}");
+}
+
+fn read_ts(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("ts ").and_then(|t| t.parse().ok()))
+        .collect()
+}
+
+#[test]
+fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
+    let db = fresh_database("oracles");
+    let logs = TempDir::new("oracle-logs");
+    let dir = logs.0.clone();
+    let args = |seed: u64, log: &Path| -> Vec<String> {
+        [
+            "--consensus", &db, "--blob", "mem://", "--seed", &seed.to_string(),
+            "--progress-every", "500", "oracle", "--timeline", "race", "--count", "0",
+            "--persist-interval-ms", "20", "--confirm-leadership", "--log",
+            &log.display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let (a_log, b_log, b2_log) = (dir.join("a.log"), dir.join("b.log"), dir.join("b2.log"));
+    let a = spawn(&args(1, &a_log), &dir.join("a.err"));
+    wait_for("300 timestamps from A", &dir, 6_000, || read_ts(&a_log).len() >= 300);
+    // B takes the timeline over: A is fenced and stops by itself.
+    let mut b = spawn(&args(2, &b_log), &dir.join("b.err"));
+    wait_success(a, "oracle A (fenced)", &dir.join("a.err"));
+    wait_for("300 timestamps from B", &dir, 6_000, || read_ts(&b_log).len() >= 300);
+    b.kill().unwrap(); // SIGKILL mid-run
+    b.wait().unwrap();
+    let mut b2 = spawn(&args(3, &b2_log), &dir.join("b2.err"));
+    wait_for("300 timestamps from B restarted", &dir, 6_000, || {
+        read_ts(&b2_log).len() >= 300
+    });
+    b2.kill().unwrap();
+    b2.wait().unwrap();
+
+    let runs = [read_ts(&a_log), read_ts(&b_log), read_ts(&b2_log)];
+    let mut all = Vec::new();
+    for (i, run) in runs.iter().enumerate() {
+        assert!(run.len() >= 300, "run {i} served {}", run.len());
+        assert!(run.windows(2).all(|w| w[0] < w[1]), "run {i} went back or repeated");
+        if i > 0 {
+            let prev_max = runs[..i].iter().flatten().max().unwrap();
+            assert!(
+                run[0] > *prev_max,
+                "run {i} started at {} at or below an earlier timestamp {prev_max}",
+                run[0]
+            );
+        }
+        all.extend(run.iter().copied());
+    }
+    let n = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), n, "no timestamp handed out twice");
+}
