@@ -12,6 +12,7 @@
 #                      PERSIST_TEST_S3_BUCKET     an existing, empty bucket
 #                      AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION (the emulator's)
 #                    and registers services_stop on EXIT (after any EXIT trap already set).
+#                    A second call in the same shell keeps the services already running.
 #   services_stop    stops both and removes the temporary directory. Idempotent.
 #
 # PostgreSQL refuses to run as root: as root the cluster belongs to the `postgres` system user
@@ -65,6 +66,8 @@ _svc_append_exit_trap() {
 }
 
 services_start() {
+  # Already started in this shell (another layer sourced it first): keep those.
+  if [ -n "${SVC_DIR:-}" ] && [ -d "$SVC_DIR" ]; then return 0; fi
   _svc_install_postgres || return 1
   _svc_install_moto || return 1
   local bindir; bindir=$(_svc_pg_bindir)

@@ -9,6 +9,10 @@
 #   +  package: scripts/package.sh packs the npm package; examples/node installs the tarball and
 #               runs its tests under Node with no Rust toolchain on PATH (examples/node/run.sh);
 #               examples/web/ loads the web build in Chromium
+#   +  native backends: scripts/services.sh starts a throwaway PostgreSQL cluster and the S3
+#               emulator; cargo test --features native-services runs tests/native_*.rs (the
+#               conformance suites on PostgreSQL, file:// and S3, seeded fault runs, races of
+#               OS processes with SIGKILL and pg_ctl restart)
 #
 # A browser test file without wasm_bindgen_test_configure!(run_in_browser) is silently skipped by
 # the runner, and a layer can "pass" having run nothing; so each layer's count is checked against
@@ -86,6 +90,19 @@ web=${web:-0}
   || fail "example page passed $web tests; the test files declare $web_expected"
 pkg=$((pkg + web)); pkg_expected=$((pkg_expected + web_expected))
 
-total=$((native + browser + e2e + pkg))
-echo "[test] native $native, browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared), package $pkg (of $pkg_expected declared)"
+echo "[test] native backends: PostgreSQL + S3 emulator, tests/native_*.rs"
+# shellcheck source=scripts/services.sh
+source scripts/services.sh
+services_start
+backends_expected=$(cat tests/native_*.rs | grep -cE '^\s*#\[test\]' || true)
+backend_targets=()
+for f in tests/native_*.rs; do backend_targets+=(--test "$(basename "$f" .rs)"); done
+cargo test --features native-services "${backend_targets[@]}" 2>&1 | tee "$logs/backends.log"
+backends=$(sum_passed "$logs/backends.log")
+[ "$backends" -ge "$backends_expected" ] && [ "$backends" -gt 0 ] \
+  || fail "native-backends layer passed $backends tests; the test files declare $backends_expected"
+services_stop
+
+total=$((native + browser + e2e + pkg + backends))
+echo "[test] native $native, browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared), package $pkg (of $pkg_expected declared), native backends $backends (of $backends_expected declared)"
 echo "test: $total passed, 0 failed"

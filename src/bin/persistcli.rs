@@ -41,7 +41,6 @@ mod cli {
     use persist_playground::persist::read::ListenEvent;
     use persist_playground::persist::state::State;
     use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
-    use persist_playground::playground::check::HistoryCheck;
     use persist_playground::playground::fact::{digest, AttemptOutcome, Fact};
     use persist_playground::playground::log::{Outcome, Pending};
     use persist_playground::playground::versions::VersionWitness;
@@ -140,6 +139,16 @@ mod cli {
             /// stops at once rather than at the end of its window.
             #[arg(long)]
             confirm_leadership: bool,
+        },
+        /// Measure compare_and_append per second on this location, and beside it (on a
+        /// postgres:// Consensus) a raw single-row INSERT of the same bytes per version.
+        Bench {
+            /// The shard (use a fresh one).
+            #[arg(long, default_value = "s-bench")]
+            shard: String,
+            /// compare_and_appends (and raw INSERTs) to time.
+            #[arg(long, default_value_t = 2000)]
+            count: u64,
         },
         /// Print a shard's frontiers, versions, batches and leases.
         Inspect {
@@ -273,6 +282,9 @@ mod cli {
                 oracle(location, rt, config, count, log, stop, every).await
             }
             Command::Inspect { shard } => inspect(location, rt, seed, shard_id(&shard)?).await,
+            Command::Bench { shard, count } => {
+                bench(location, rt, seed, shard_id(&shard)?, count, &args.consensus).await
+            }
             Command::Check { shard, acks } => check(location, rt, seed, shard_id(&shard)?, acks).await,
         }
     }
@@ -476,6 +488,83 @@ mod cli {
         Ok(())
     }
 
+    async fn bench(
+        location: Location,
+        rt: Runtime,
+        seed: u64,
+        shard: ShardId,
+        count: u64,
+        consensus_url: &str,
+    ) -> Result<(), String> {
+        // Default knobs: compaction, rollups and GC run as they would in use.
+        let client = PersistClient::new(location.clone(), rt.clone(), PersistConfig::default(), seed);
+        let mut write = client
+            .open_writer::<String, String>(&shard)
+            .await
+            .map_err(|e| e.to_string())?;
+        let first_seqno = client.inspect_state(&shard).await.map_err(|e| e.to_string())?.seqno;
+        eprintln!("[bench] {count} compare_and_appends of one small update on {shard}");
+        let start = rt.now_ms();
+        for i in 0..count {
+            let lower = write.upper().as_option().copied().ok_or("shard finished")?;
+            let upd = vec![((format!("k{i}"), "v".to_string()), lower, 1i64)];
+            let lo = Antichain::from_elem(lower);
+            if write
+                .compare_and_append(&upd, lo, Antichain::from_elem(lower + 1))
+                .await
+                .map_err(|e| e.to_string())?
+                .is_err()
+            {
+                return Err("another writer moved the shard: use a fresh --shard".into());
+            }
+        }
+        let caa_ms = rt.now_ms().saturating_sub(start).max(1);
+        let versions = location
+            .consensus
+            .scan(&shard.0, first_seqno.next(), SCAN_ALL)
+            .await
+            .map_err(|e| e.to_string())?;
+        let bytes: usize = versions.iter().map(|v| v.data.len()).sum();
+        let avg = bytes / versions.len().max(1);
+        write.expire().await;
+        let caa_rate = count as f64 * 1000.0 / caa_ms as f64;
+        println!(
+            "caa: {count} in {caa_ms} ms = {caa_rate:.0}/s ({} versions, {avg} bytes of state diff each)",
+            versions.len()
+        );
+        if !consensus_url.starts_with("postgres") {
+            return Ok(());
+        }
+        // The raw baseline: one single-row INSERT of `avg` bytes per call, one connection.
+        let (pg, conn) = tokio_postgres::connect(consensus_url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        drop(tokio::task::spawn_local(async move {
+            let _ = conn.await;
+        }));
+        pg.batch_execute(
+            "CREATE TABLE IF NOT EXISTS bench_raw (id text, n bigint, data bytea, PRIMARY KEY (id, n))",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let payload = vec![7u8; avg];
+        let id = format!("raw-{seed}");
+        let start = rt.now_ms();
+        for n in 0..count as i64 {
+            pg.execute(
+                "INSERT INTO bench_raw (id, n, data) VALUES ($1, $2, $3)",
+                &[&id, &n, &payload],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        }
+        let raw_ms = rt.now_ms().saturating_sub(start).max(1);
+        let raw_rate = count as f64 * 1000.0 / raw_ms as f64;
+        println!("raw insert: {count} in {raw_ms} ms = {raw_rate:.0}/s ({avg} bytes each)");
+        println!("ratio: caa / raw insert = {:.2}", caa_rate / raw_rate);
+        Ok(())
+    }
+
     fn print_state(state: &State) {
         let c = &state.collections;
         println!("shard      {}", state.shard_id);
@@ -486,7 +575,7 @@ mod cli {
         for (seqno, r) in c.rollups.iter() {
             println!("  rollup   {seqno} {}", r.key);
         }
-        let batches: Vec<_> = c.trace.batches().collect();
+        let batches = c.trace.batches();
         println!("batches    {}", batches.len());
         for b in batches {
             println!(

@@ -91,6 +91,9 @@ impl ObjectStoreBlob {
                         other => return Err(bad(format!("unknown parameter {other:?}"))),
                     }
                 }
+                // reqwest's rustls has no crypto provider compiled in but ring: make it the
+                // process default (a second call finds one installed and changes nothing).
+                let _ = rustls::crypto::ring::default_provider().install_default();
                 if !region_set {
                     builder = builder.with_region("us-east-1");
                 }
@@ -228,7 +231,7 @@ impl Blob for ObjectStoreBlob {
     async fn set(&self, key: &str, value: Bytes) -> Result<(), ExternalError> {
         let path = self.path("data", key)?;
         self.store
-            .put(&path, PutPayload::from_bytes(value))
+            .put(&path, PutPayload::from(value))
             .await
             .map(|_| ())
             .map_err(|e| self.write_err("set", key, e))
