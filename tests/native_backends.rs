@@ -224,29 +224,48 @@ async fn fault_run(
             }
         }
     }
-    for i in 0..6u64 {
-        let w = &mut writers[(i % 2) as usize];
-        let lower = w.upper().as_option().copied().unwrap_or(0);
-        let key = format!("seed{seed}-op{i}");
-        let upd = vec![((key.clone(), ()), lower, 1i64)];
-        match rt
-            .timeout(400, w.compare_and_append(&upd, f(lower), f(lower + 1)))
-            .await
-        {
-            Ok(Ok(Ok(()))) => {
-                totals.borrow_mut().committed += 1;
-                acked.insert(key, ());
+    // Three rounds; in each, both writers attempt at once (their calls interleave on the
+    // database), so one of them loses the race unless a fault delayed the other.
+    for round in 0..3u64 {
+        let results = {
+        let (a, b) = writers.split_at_mut(1);
+        let attempts = [(0usize, &mut a[0]), (1usize, &mut b[0])].map(|(i, w)| {
+            let key = format!("seed{seed}-r{round}-w{i}");
+            let rt = rt.clone();
+            async move {
+                let lower = w.upper().as_option().copied().unwrap_or(0);
+                let upd = vec![((key.clone(), ()), lower, 1i64)];
+                let out = rt
+                    .timeout(2_000, w.compare_and_append(&upd, f(lower), f(lower + 1)))
+                    .await;
+                (i, key, out)
             }
-            Ok(Ok(Err(_mismatch))) => totals.borrow_mut().mismatches += 1,
-            Ok(Err(e)) => violations.push(format!("seed {seed}: unexpected error {e}")),
-            Err(_) => {
-                totals.borrow_mut().timed_out_calls += 1;
-                in_flight.insert(key, ());
-                // A timed-out call's writer may have lost track of its upper: re-read it.
-                handles[(i % 2) as usize].totally_available();
-                let _ = w.fetch_recent_upper().await;
-                handles[(i % 2) as usize].partially_available(0.9, 0.1);
+        });
+        let [x, y] = attempts;
+        let (rx, ry) = futures::join!(x, y);
+        [rx, ry]
+        };
+        let mut timed_out = Vec::new();
+        for (i, key, out) in results {
+            match out {
+                Ok(Ok(Ok(()))) => {
+                    totals.borrow_mut().committed += 1;
+                    acked.insert(key, ());
+                }
+                Ok(Ok(Err(_mismatch))) => totals.borrow_mut().mismatches += 1,
+                Ok(Err(e)) => violations.push(format!("seed {seed}: unexpected error {e}")),
+                Err(_) => {
+                    totals.borrow_mut().timed_out_calls += 1;
+                    in_flight.insert(key, ());
+                    timed_out.push(i);
+                }
             }
+        }
+        // A timed-out call's writer may have lost track of its upper: re-read it.
+        for i in timed_out {
+            handles[i].totally_available();
+            let _ = writers[i].fetch_recent_upper().await;
+            handles[i].partially_available(0.9, 0.1);
         }
     }
     for h in &handles {
