@@ -64,6 +64,10 @@ mod cli {
         /// Processes sharing a shard need different seeds; the default is the process id.
         #[arg(long, global = true)]
         seed: Option<u64>,
+        /// Garbage-collect old state versions and blobs (off keeps the whole version chain in
+        /// Consensus, so `check` can read a shard's history from its first version).
+        #[arg(long, global = true, default_value_t = true, action = clap::ArgAction::Set)]
+        gc: bool,
         /// Print progress every this many operations.
         #[arg(long, global = true, default_value_t = 100)]
         progress_every: u64,
@@ -250,6 +254,10 @@ mod cli {
         let stop = Stop::default();
         watch_signals(&stop);
         let every = args.progress_every.max(1);
+        let cfg = PersistConfig {
+            gc_enabled: args.gc,
+            ..PersistConfig::default()
+        };
         match args.command {
             Command::Writer {
                 shard,
@@ -263,7 +271,8 @@ mod cli {
             } => {
                 let shard = shard_id(&shard)?;
                 let log = LineLog::open(log.as_deref())?;
-                writer(location, rt, seed, shard, name, count, start, rate, keys, mode, log, stop, every).await
+                let client = PersistClient::new(location, rt.clone(), cfg, seed);
+                writer(client, rt, shard, name, count, start, rate, keys, mode, log, stop, every).await
             }
             Command::Reader { shard, as_of, until } => {
                 reader(location, rt, seed, shard_id(&shard)?, as_of, until, stop).await
@@ -302,9 +311,8 @@ mod cli {
 
     #[allow(clippy::too_many_arguments)]
     async fn writer(
-        location: Location,
+        client: PersistClient,
         rt: Runtime,
-        seed: u64,
         shard: ShardId,
         name: String,
         count: u64,
@@ -316,7 +324,6 @@ mod cli {
         stop: Stop,
         every: u64,
     ) -> Result<(), String> {
-        let client = client(location, &rt, seed);
         let mut write = client
             .open_writer::<String, String>(&shard)
             .await
@@ -752,8 +759,8 @@ mod cli {
         }
         for r in &report.rules {
             if r.checks > 0 || r.violations > 0 {
-                eprintln!(
-                    "[check] rule {:<16} {:>6} checks {:>3} violations {:>4} unverified",
+                println!(
+                    "rule {:<16} {:>6} checks {:>3} violations {:>4} unverified",
                     r.rule, r.checks, r.violations, r.unverified
                 );
             }

@@ -159,7 +159,8 @@ impl PostgresConsensus {
             Ok(()) => {}
             Err(e)
                 if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-                    || e.code() == Some(&SqlState::DUPLICATE_TABLE) => {}
+                    || e.code() == Some(&SqlState::DUPLICATE_TABLE)
+                    || e.code() == Some(&SqlState::DUPLICATE_OBJECT) => {}
             Err(e) => return Err(this.open_error(CallError::Pg(e))),
         }
         let rows = client
