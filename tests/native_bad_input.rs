@@ -1,0 +1,165 @@
+//! Bad input on the real backends (issue 18): a bad URL, a refused connection, wrong credentials,
+//! a missing database, table or bucket, and a table of another schema each end in a clear, typed
+//! error that names the URL without its password; nothing panics and nothing is written.
+//!
+//! Needs the services of `scripts/services.sh` and the `native-services` feature.
+#![cfg(not(target_arch = "wasm32"))]
+
+#[path = "support/native.rs"]
+mod native;
+
+use std::process::Command;
+
+use native::{block_on, fresh_database, postgres_url, service_env, sql, sql_i64};
+use persist_playground::location::url::{open_blob, open_consensus, LocationError};
+use persist_playground::location::ExternalError;
+
+/// The password in a postgres:// URL.
+fn password_of(url: &str) -> String {
+    let after = url.split_once("://").unwrap().1;
+    let userinfo = after.split_once('@').unwrap().0;
+    userinfo.split_once(':').unwrap().1.to_string()
+}
+
+fn consensus_err(url: &str) -> LocationError {
+    let url = url.to_string();
+    block_on(|rt| async move {
+        match open_consensus(&url, &rt).await {
+            Ok(_) => panic!("opened {url}"),
+            Err(e) => e,
+        }
+    })
+}
+
+fn blob_err(url: &str) -> LocationError {
+    let url = url.to_string();
+    block_on(|_rt| async move {
+        match open_blob(&url).await {
+            Ok(_) => panic!("opened {url}"),
+            Err(e) => e,
+        }
+    })
+}
+
+fn assert_redacted(e: &LocationError, secret: &str) {
+    let msg = e.to_string();
+    assert!(!msg.contains(secret), "the message shows the password: {msg}");
+    assert!(!e.url().contains(secret), "the url shows the password: {}", e.url());
+}
+
+#[test]
+fn bad_urls_are_typed_errors_without_the_password() {
+    for url in [
+        "postgres://alice:s3cr3t-pw@[not-a-host/db",
+        "postgres://alice:s3cr3t-pw@/db?bogus_option=1",
+        "mysql://alice:s3cr3t-pw@localhost/db",
+        "alice:s3cr3t-pw@localhost",
+    ] {
+        let e = consensus_err(url);
+        assert!(matches!(e, LocationError::BadUrl { .. }), "{url}: {e:?}");
+        assert_redacted(&e, "s3cr3t-pw");
+    }
+    for url in [
+        "ftp://example/dir",
+        "file://somehost/tmp/x",
+        "s3://?endpoint=http://127.0.0.1:1",
+        "s3://bucket/p?secret_access_key=s3cr3t-pw&nonsense=1",
+    ] {
+        let e = blob_err(url);
+        assert!(matches!(e, LocationError::BadUrl { .. }), "{url}: {e:?}");
+        assert_redacted(&e, "s3cr3t-pw");
+    }
+}
+
+#[test]
+fn a_refused_connection_is_a_connect_error() {
+    // A loopback port nobody listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://persist:s3cr3t-pw@127.0.0.1:{port}/persist");
+    let e = consensus_err(&url);
+    assert!(matches!(e, LocationError::Connect { .. }), "{e:?}");
+    assert_redacted(&e, "s3cr3t-pw");
+    assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "names the server: {e}");
+}
+
+#[test]
+fn wrong_credentials_and_a_missing_database() {
+    let good = postgres_url();
+    let real = password_of(&good);
+    let wrong = good.replace(&format!(":{real}@"), ":wrong-pw-123@");
+    let e = consensus_err(&wrong);
+    assert!(matches!(e, LocationError::Auth { .. }), "{e:?}");
+    assert_redacted(&e, "wrong-pw-123");
+
+    let missing = native::with_database(&good, "no_such_database_here");
+    let e = consensus_err(&missing);
+    assert!(matches!(e, LocationError::Missing { .. }), "{e:?}");
+    assert_redacted(&e, &real);
+    assert!(e.to_string().contains("no_such_database_here"), "{e}");
+}
+
+#[test]
+fn a_table_of_another_schema_is_refused_and_left_alone() {
+    let url = fresh_database("schema");
+    sql(&url, "CREATE TABLE consensus (x int); INSERT INTO consensus VALUES (42)").unwrap();
+    let e = consensus_err(&url);
+    assert!(matches!(e, LocationError::Schema { .. }), "{e:?}");
+    assert_redacted(&e, &password_of(&url));
+    assert!(e.to_string().contains("x integer"), "says what it found: {e}");
+    // Nothing was written: the foreign table is as it was.
+    assert_eq!(sql_i64(&url, "SELECT count(*) FROM consensus"), 1);
+    assert_eq!(
+        sql_i64(
+            &url,
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'consensus'"
+        ),
+        1
+    );
+}
+
+#[test]
+fn a_table_dropped_under_a_running_consensus_is_a_permanent_error() {
+    let url = fresh_database("dropped");
+    let url2 = url.clone();
+    block_on(|rt| async move {
+        let consensus = open_consensus(&url2, &rt).await.unwrap();
+        assert_eq!(consensus.head("s1").await.unwrap(), None);
+        // On another thread: this one is driving the runtime.
+        let u = url2.clone();
+        std::thread::spawn(move || sql(&u, "DROP TABLE consensus").unwrap())
+            .join()
+            .unwrap();
+        let e = consensus.head("s1").await.unwrap_err();
+        assert!(matches!(e, ExternalError::Permanent(_)), "{e:?}");
+        assert!(!e.to_string().contains(&password_of(&url2)), "{e}");
+        assert!(e.to_string().contains("consensus"), "names the table: {e}");
+    });
+    let _ = url;
+}
+
+#[test]
+fn a_missing_bucket_is_a_missing_error() {
+    let endpoint = service_env("PERSIST_TEST_S3_ENDPOINT");
+    let e = blob_err(&format!("s3://no-such-bucket-here/p?endpoint={endpoint}"));
+    assert!(matches!(e, LocationError::Missing { .. }), "{e:?}");
+    assert!(e.to_string().contains("bucket"), "{e}");
+}
+
+#[test]
+fn the_command_line_tool_reports_wrong_credentials_without_a_panic() {
+    let good = postgres_url();
+    let real = password_of(&good);
+    let wrong = good.replace(&format!(":{real}@"), ":wrong-pw-456@");
+    let out = Command::new(env!("CARGO_BIN_EXE_persistcli"))
+        .args(["--consensus", &wrong, "--blob", "mem://", "inspect", "s1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "exit code 1: {stderr}");
+    assert!(stderr.contains("refused the credentials"), "{stderr}");
+    assert!(!stderr.contains("wrong-pw-456") && !stderr.contains("panicked"), "{stderr}");
+}
