@@ -57,9 +57,7 @@ fn blob_conformance_on_file() {
     block_on(|_rt| async move {
         blob_impl_test(|| {
             let url = url.clone();
-            async move {
-                Ok(Rc::new(ObjectStoreBlob::open(&url).await.unwrap()) as Rc<dyn Blob>)
-            }
+            async move { Ok(Rc::new(ObjectStoreBlob::open(&url).await.unwrap()) as Rc<dyn Blob>) }
         })
         .await
         .unwrap();
@@ -72,9 +70,7 @@ fn blob_conformance_on_s3_emulator() {
     block_on(|_rt| async move {
         blob_impl_test(|| {
             let url = url.clone();
-            async move {
-                Ok(Rc::new(ObjectStoreBlob::open(&url).await.unwrap()) as Rc<dyn Blob>)
-            }
+            async move { Ok(Rc::new(ObjectStoreBlob::open(&url).await.unwrap()) as Rc<dyn Blob>) }
         })
         .await
         .unwrap();
@@ -135,8 +131,12 @@ fn persist_end_to_end(consensus_url: String, blob_url: String) {
                 Err(_) => mismatches += 1,
             }
         }
-        assert!(mismatches > 0, "the two writers raced (each learns the other's upper)");
-        let reader_client = PersistClient::new(open().await, rt.clone(), PersistConfig::default(), 3);
+        assert!(
+            mismatches > 0,
+            "the two writers raced (each learns the other's upper)"
+        );
+        let reader_client =
+            PersistClient::new(open().await, rt.clone(), PersistConfig::default(), 3);
         let mut read = reader_client
             .open_leased_reader::<String, String>(&shard)
             .await
@@ -228,22 +228,22 @@ async fn fault_run(
     // database), so one of them loses the race unless a fault delayed the other.
     for round in 0..3u64 {
         let results = {
-        let (a, b) = writers.split_at_mut(1);
-        let attempts = [(0usize, &mut a[0]), (1usize, &mut b[0])].map(|(i, w)| {
-            let key = format!("seed{seed}-r{round}-w{i}");
-            let rt = rt.clone();
-            async move {
-                let lower = w.upper().as_option().copied().unwrap_or(0);
-                let upd = vec![((key.clone(), ()), lower, 1i64)];
-                let out = rt
-                    .timeout(2_000, w.compare_and_append(&upd, f(lower), f(lower + 1)))
-                    .await;
-                (i, key, out)
-            }
-        });
-        let [x, y] = attempts;
-        let (rx, ry) = futures::join!(x, y);
-        [rx, ry]
+            let (a, b) = writers.split_at_mut(1);
+            let attempts = [(0usize, &mut a[0]), (1usize, &mut b[0])].map(|(i, w)| {
+                let key = format!("seed{seed}-r{round}-w{i}");
+                let rt = rt.clone();
+                async move {
+                    let lower = w.upper().as_option().copied().unwrap_or(0);
+                    let upd = vec![((key.clone(), ()), lower, 1i64)];
+                    let out = rt
+                        .timeout(2_000, w.compare_and_append(&upd, f(lower), f(lower + 1)))
+                        .await;
+                    (i, key, out)
+                }
+            });
+            let [x, y] = attempts;
+            let (rx, ry) = futures::join!(x, y);
+            [rx, ry]
         };
         let mut timed_out = Vec::new();
         for (i, key, out) in results {
@@ -301,7 +301,10 @@ async fn fault_run(
         }
         for k in acked.keys() {
             if count.get(k) != Some(&1) {
-                violations.push(format!("seed {seed}: acked {k} is there {:?} times", count.get(k)));
+                violations.push(format!(
+                    "seed {seed}: acked {k} is there {:?} times",
+                    count.get(k)
+                ));
             }
         }
         for (k, n) in &count {
@@ -324,8 +327,11 @@ async fn fault_run(
 
 fn fault_runs(blob_url: impl Fn(u64) -> String, consensus_url: String, seeds: u64) {
     block_on(|rt| async move {
-        let pg: Rc<dyn Consensus> =
-            Rc::new(PostgresConsensus::open(&consensus_url, rt.clone()).await.unwrap());
+        let pg: Rc<dyn Consensus> = Rc::new(
+            PostgresConsensus::open(&consensus_url, rt.clone())
+                .await
+                .unwrap(),
+        );
         let totals = RefCell::new(FaultTotals::default());
         let mut violations = Vec::new();
         let done = Cell::new(0);
@@ -339,7 +345,10 @@ fn fault_runs(blob_url: impl Fn(u64) -> String, consensus_url: String, seeds: u6
         eprintln!("{} seeds: {totals:?}", done.get());
         assert_eq!(violations, Vec::<String>::new(), "0 violations");
         assert!(totals.faults > 0, "faults were injected");
-        assert!(totals.happened_then_timed_out > 0, "some calls ran and then timed out");
+        assert!(
+            totals.happened_then_timed_out > 0,
+            "some calls ran and then timed out"
+        );
         assert!(totals.committed > 0 && totals.mismatches > 0, "{totals:?}");
     });
 }
@@ -355,7 +364,11 @@ fn seeds() -> u64 {
 fn seeded_faults_on_postgres_and_file() {
     let dir = TempDir::new("faults");
     let base = dir.url();
-    fault_runs(move |_| base.clone(), fresh_database("faults_file"), seeds());
+    fault_runs(
+        move |_| base.clone(),
+        fresh_database("faults_file"),
+        seeds(),
+    );
 }
 
 #[test]

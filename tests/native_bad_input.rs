@@ -43,8 +43,15 @@ fn blob_err(url: &str) -> LocationError {
 
 fn assert_redacted(e: &LocationError, secret: &str) {
     let msg = e.to_string();
-    assert!(!msg.contains(secret), "the message shows the password: {msg}");
-    assert!(!e.url().contains(secret), "the url shows the password: {}", e.url());
+    assert!(
+        !msg.contains(secret),
+        "the message shows the password: {msg}"
+    );
+    assert!(
+        !e.url().contains(secret),
+        "the url shows the password: {}",
+        e.url()
+    );
 }
 
 #[test]
@@ -83,7 +90,10 @@ fn a_refused_connection_is_a_connect_error() {
     let e = consensus_err(&url);
     assert!(matches!(e, LocationError::Connect { .. }), "{e:?}");
     assert_redacted(&e, "s3cr3t-pw");
-    assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "names the server: {e}");
+    assert!(
+        e.to_string().contains(&format!("127.0.0.1:{port}")),
+        "names the server: {e}"
+    );
 }
 
 #[test]
@@ -105,11 +115,18 @@ fn wrong_credentials_and_a_missing_database() {
 #[test]
 fn a_table_of_another_schema_is_refused_and_left_alone() {
     let url = fresh_database("schema");
-    sql(&url, "CREATE TABLE consensus (x int); INSERT INTO consensus VALUES (42)").unwrap();
+    sql(
+        &url,
+        "CREATE TABLE consensus (x int); INSERT INTO consensus VALUES (42)",
+    )
+    .unwrap();
     let e = consensus_err(&url);
     assert!(matches!(e, LocationError::Schema { .. }), "{e:?}");
     assert_redacted(&e, &password_of(&url));
-    assert!(e.to_string().contains("x integer"), "says what it found: {e}");
+    assert!(
+        e.to_string().contains("x integer"),
+        "says what it found: {e}"
+    );
     // Nothing was written: the foreign table is as it was.
     assert_eq!(sql_i64(&url, "SELECT count(*) FROM consensus"), 1);
     assert_eq!(
@@ -161,5 +178,8 @@ fn the_command_line_tool_reports_wrong_credentials_without_a_panic() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "exit code 1: {stderr}");
     assert!(stderr.contains("refused the credentials"), "{stderr}");
-    assert!(!stderr.contains("wrong-pw-456") && !stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !stderr.contains("wrong-pw-456") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
 }

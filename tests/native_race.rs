@@ -59,7 +59,10 @@ fn wait_for(what: &str, dir: &Path, limit: u32, mut cond: impl FnMut() -> bool) 
 
 fn pg_restart() {
     let ctl = service_env("PERSIST_TEST_PG_CTL");
-    let out = Command::new(&ctl).arg("restart").output().expect("run pg_ctl");
+    let out = Command::new(&ctl)
+        .arg("restart")
+        .output()
+        .expect("run pg_ctl");
     assert!(
         out.status.success(),
         "pg_ctl restart failed: {}",
@@ -127,13 +130,18 @@ fn four_writer_processes_one_killed_and_postgres_restarted() {
         .collect();
 
     // SIGKILL writer 1 once it has 200 acknowledged writes, mid-run.
-    wait_for("200 acks from w1", &dir, 3_000, || count_lines(&log_of(1), "ack ") >= 200);
+    wait_for("200 acks from w1", &dir, 3_000, || {
+        count_lines(&log_of(1), "ack ") >= 200
+    });
     let mut victim = children[1].take().unwrap();
     victim.kill().unwrap(); // SIGKILL
     victim.wait().unwrap();
     let tried = count_lines(&log_of(1), "try ") as u64;
     let acked_before = count_lines(&log_of(1), "ack ");
-    assert!(acked_before >= 200 && (acked_before as u64) < per_writer, "killed mid-run");
+    assert!(
+        acked_before >= 200 && (acked_before as u64) < per_writer,
+        "killed mid-run"
+    );
     // Restart it as a new process (new seed: new writer id), after its last attempt.
     children[1] = Some(spawn(
         &writer_args(1, 200, tried, per_writer - tried),
@@ -142,14 +150,21 @@ fn four_writer_processes_one_killed_and_postgres_restarted() {
 
     // Restart PostgreSQL once the writers are about half way.
     wait_for("2,000 acks in all", &dir, 4_000, || {
-        (0..4).map(|i| count_lines(&log_of(i), "ack ")).sum::<usize>() >= 2_000
+        (0..4)
+            .map(|i| count_lines(&log_of(i), "ack "))
+            .sum::<usize>()
+            >= 2_000
     });
     let before_restart: usize = (0..4).map(|i| count_lines(&log_of(i), "ack ")).sum();
     pg_restart();
     assert!(before_restart < 4_000, "PostgreSQL restarted mid-run");
 
     for (i, c) in children.into_iter().enumerate() {
-        let name = if i == 1 { "w1-restarted".to_string() } else { format!("w{i}") };
+        let name = if i == 1 {
+            "w1-restarted".to_string()
+        } else {
+            format!("w{i}")
+        };
         wait_success(c.unwrap(), &name, &err_of(&name));
     }
     let acked: usize = (0..4).map(|i| count_lines(&log_of(i), "ack ")).sum();
@@ -181,14 +196,29 @@ fn four_writer_processes_one_killed_and_postgres_restarted() {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     };
-    assert!(checks("ack-lost") >= acked as u64, "ack-lost checked each ack:\n{stdout}");
-    assert!(checks("append-chain") >= 4_000, "append-chain checked each version:\n{stdout}");
+    assert!(
+        checks("ack-lost") >= acked as u64,
+        "ack-lost checked each ack:\n{stdout}"
+    );
+    assert!(
+        checks("append-chain") >= 4_000,
+        "append-chain checked each version:\n{stdout}"
+    );
 
     // And the check can fail: an acknowledgement of a write that never happened is found.
     let forged = dir.join("forged.log");
-    std::fs::write(&forged, "try k-forged v-forged\nack k-forged v-forged 5 6\n").unwrap();
+    std::fs::write(
+        &forged,
+        "try k-forged v-forged\nack k-forged v-forged 5 6\n",
+    )
+    .unwrap();
     let mut args = common(301);
-    args.extend(["check".into(), "s-race".into(), "--acks".into(), forged.display().to_string()]);
+    args.extend([
+        "check".into(),
+        "s-race".into(),
+        "--acks".into(),
+        forged.display().to_string(),
+    ]);
     let out = Command::new(BIN).args(&args).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -212,9 +242,23 @@ fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
     let dir = logs.0.clone();
     let args = |seed: u64, log: &Path| -> Vec<String> {
         [
-            "--consensus", &db, "--blob", "mem://", "--seed", &seed.to_string(),
-            "--progress-every", "500", "oracle", "--timeline", "race", "--count", "0",
-            "--persist-interval-ms", "20", "--confirm-leadership", "--log",
+            "--consensus",
+            &db,
+            "--blob",
+            "mem://",
+            "--seed",
+            &seed.to_string(),
+            "--progress-every",
+            "500",
+            "oracle",
+            "--timeline",
+            "race",
+            "--count",
+            "0",
+            "--persist-interval-ms",
+            "20",
+            "--confirm-leadership",
+            "--log",
             &log.display().to_string(),
         ]
         .iter()
@@ -223,11 +267,15 @@ fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
     };
     let (a_log, b_log, b2_log) = (dir.join("a.log"), dir.join("b.log"), dir.join("b2.log"));
     let a = spawn(&args(1, &a_log), &dir.join("a.err"));
-    wait_for("300 timestamps from A", &dir, 6_000, || read_ts(&a_log).len() >= 300);
+    wait_for("300 timestamps from A", &dir, 6_000, || {
+        read_ts(&a_log).len() >= 300
+    });
     // B takes the timeline over: A is fenced and stops by itself.
     let mut b = spawn(&args(2, &b_log), &dir.join("b.err"));
     wait_success(a, "oracle A (fenced)", &dir.join("a.err"));
-    wait_for("300 timestamps from B", &dir, 6_000, || read_ts(&b_log).len() >= 300);
+    wait_for("300 timestamps from B", &dir, 6_000, || {
+        read_ts(&b_log).len() >= 300
+    });
     b.kill().unwrap(); // SIGKILL mid-run
     b.wait().unwrap();
     let mut b2 = spawn(&args(3, &b2_log), &dir.join("b2.err"));
@@ -241,7 +289,10 @@ fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
     let mut all = Vec::new();
     for (i, run) in runs.iter().enumerate() {
         assert!(run.len() >= 300, "run {i} served {}", run.len());
-        assert!(run.windows(2).all(|w| w[0] < w[1]), "run {i} went back or repeated");
+        assert!(
+            run.windows(2).all(|w| w[0] < w[1]),
+            "run {i} went back or repeated"
+        );
         if i > 0 {
             let prev_max = runs[..i].iter().flatten().max().unwrap();
             assert!(
@@ -256,4 +307,65 @@ fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
     all.sort();
     all.dedup();
     assert_eq!(all.len(), n, "no timestamp handed out twice");
+}
+
+#[test]
+fn ctrl_c_stops_a_writer_and_a_reader_cleanly() {
+    let db = fresh_database("ctrlc");
+    let blob = TempDir::new("ctrlc-blob");
+    let logs = TempDir::new("ctrlc-logs");
+    let dir = logs.0.clone();
+    let base = |seed: &str| -> Vec<String> {
+        ["--consensus", &db, "--blob", &blob.url(), "--seed", seed]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let log = dir.join("w.log");
+    let mut w = base("1");
+    w.extend(
+        [
+            "writer", "--shard", "s-int", "--name", "w", "--count", "0", "--rate", "200", "--log",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    w.push(log.display().to_string());
+    let writer = spawn(&w, &dir.join("w.err"));
+    wait_for("50 acks", &dir, 3_000, || count_lines(&log, "ack ") >= 50);
+    let mut r = base("2");
+    r.extend(["reader", "--shard", "s-int"].iter().map(|s| s.to_string()));
+    let reader = spawn(&r, &dir.join("r.err"));
+    wait_for("the reader's first progress", &dir, 3_000, || {
+        std::fs::read_to_string(dir.join("r.err")).is_ok_and(|s| s.contains("complete up to"))
+    });
+    for child in [&writer, &reader] {
+        let ok = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "SIGINT sent");
+    }
+    wait_success(writer, "writer", &dir.join("w.err"));
+    wait_success(reader, "reader", &dir.join("r.err"));
+    let werr = std::fs::read_to_string(dir.join("w.err")).unwrap();
+    assert!(werr.contains("lease expired (stopped)"), "{werr}");
+    // Nothing half-written: every attempt but at most the last was acknowledged, and the
+    // shard's state lists neither handle any more.
+    let (tried, acked) = (count_lines(&log, "try "), count_lines(&log, "ack "));
+    assert!(tried - acked <= 1, "tried {tried}, acked {acked}");
+    let mut i = base("3");
+    i.extend(["inspect", "s-int"].iter().map(|s| s.to_string()));
+    let out = Command::new(BIN).args(&i).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("writers    0"),
+        "the writer expired itself:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("readers    0"),
+        "the reader expired itself:\n{stdout}"
+    );
 }

@@ -84,7 +84,10 @@ fn timeout_cancels_and_interval_ticks_on_schedule() {
         let mut interval = rt.interval(3);
         let first = interval.tick().await;
         let second = interval.tick().await;
-        assert!(second >= first + 3, "ticks keep their period: {first}, {second}");
+        assert!(
+            second >= first + 3,
+            "ticks keep their period: {first}, {second}"
+        );
         assert!(rt.now_ms() >= second);
     })
     .unwrap();

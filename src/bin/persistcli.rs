@@ -178,15 +178,23 @@ mod cli {
         fn requested(&self) -> bool {
             self.0.get()
         }
+
+        /// Completes once a stop was requested (checks every 50 ms of the runtime's clock).
+        async fn wait(&self, rt: &Runtime) {
+            while !self.requested() {
+                rt.sleep(50).await;
+            }
+        }
     }
 
     fn watch_signals(stop: &Stop) {
         let flag = stop.0.clone();
         drop(tokio::task::spawn_local(async move {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return,
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {},
                 _ = term.recv() => {},
@@ -272,11 +280,16 @@ mod cli {
                 let shard = shard_id(&shard)?;
                 let log = LineLog::open(log.as_deref())?;
                 let client = PersistClient::new(location, rt.clone(), cfg, seed);
-                writer(client, rt, shard, name, count, start, rate, keys, mode, log, stop, every).await
+                writer(
+                    client, rt, shard, name, count, start, rate, keys, mode, log, stop, every,
+                )
+                .await
             }
-            Command::Reader { shard, as_of, until } => {
-                reader(location, rt, seed, shard_id(&shard)?, as_of, until, stop).await
-            }
+            Command::Reader {
+                shard,
+                as_of,
+                until,
+            } => reader(location, rt, seed, shard_id(&shard)?, as_of, until, stop).await,
             Command::Oracle {
                 timeline,
                 count,
@@ -292,9 +305,19 @@ mod cli {
             }
             Command::Inspect { shard } => inspect(location, rt, seed, shard_id(&shard)?).await,
             Command::Bench { shard, count } => {
-                bench(location, rt, seed, shard_id(&shard)?, count, &args.consensus).await
+                bench(
+                    location,
+                    rt,
+                    seed,
+                    shard_id(&shard)?,
+                    count,
+                    &args.consensus,
+                )
+                .await
             }
-            Command::Check { shard, acks } => check(location, rt, seed, shard_id(&shard)?, acks).await,
+            Command::Check { shard, acks } => {
+                check(location, rt, seed, shard_id(&shard)?, acks).await
+            }
         }
     }
 
@@ -343,7 +366,11 @@ mod cli {
                 rt.sleep_until(due).await;
             }
             let value = format!("{name}-{i}");
-            let key = if keys == 0 { value.clone() } else { format!("k{}", i % keys) };
+            let key = if keys == 0 {
+                value.clone()
+            } else {
+                format!("k{}", i % keys)
+            };
             log.line(format!("try {key} {value}"));
             loop {
                 let Some(lower) = write.upper().as_option().copied() else {
@@ -372,7 +399,11 @@ mod cli {
                 eprintln!(
                     "[writer {name}] {}/{} committed, {mismatches} mismatches, upper {}",
                     i - start,
-                    if count == 0 { "-".to_string() } else { count.to_string() },
+                    if count == 0 {
+                        "-".to_string()
+                    } else {
+                        count.to_string()
+                    },
                     frontier(write.upper())
                 );
             }
@@ -408,10 +439,14 @@ mod cli {
             .map_err(|e| e.to_string())?;
         let mut seen = 0u64;
         'outer: while !stop.requested() {
-            // Wake up now and then to notice a stop request.
-            let events = match rt.timeout(500, listen.next()).await {
-                Err(_) => continue,
-                Ok(r) => r.map_err(|e| e.to_string())?,
+            // A stop request drops the pending `next`: whatever it had not returned was not
+            // printed, and nothing is reported complete beyond what was.
+            let next = listen.next();
+            let stopped = stop.wait(&rt);
+            futures::pin_mut!(next, stopped);
+            let events = match futures::future::select(next, stopped).await {
+                futures::future::Either::Right(_) => break 'outer,
+                futures::future::Either::Left((r, _)) => r.map_err(|e| e.to_string())?,
             };
             for e in events {
                 match e {
@@ -504,12 +539,17 @@ mod cli {
         consensus_url: &str,
     ) -> Result<(), String> {
         // Default knobs: compaction, rollups and GC run as they would in use.
-        let client = PersistClient::new(location.clone(), rt.clone(), PersistConfig::default(), seed);
+        let client =
+            PersistClient::new(location.clone(), rt.clone(), PersistConfig::default(), seed);
         let mut write = client
             .open_writer::<String, String>(&shard)
             .await
             .map_err(|e| e.to_string())?;
-        let first_seqno = client.inspect_state(&shard).await.map_err(|e| e.to_string())?.seqno;
+        let first_seqno = client
+            .inspect_state(&shard)
+            .await
+            .map_err(|e| e.to_string())?
+            .seqno;
         eprintln!("[bench] {count} compare_and_appends of one small update on {shard}");
         let start = rt.now_ms();
         for i in 0..count {
@@ -616,7 +656,12 @@ mod cli {
         println!("critical   {}", c.critical_readers.len());
     }
 
-    async fn inspect(location: Location, rt: Runtime, seed: u64, shard: ShardId) -> Result<(), String> {
+    async fn inspect(
+        location: Location,
+        rt: Runtime,
+        seed: u64,
+        shard: ShardId,
+    ) -> Result<(), String> {
         let versions = location
             .consensus
             .scan(&shard.0, SeqNo(0), SCAN_ALL)
@@ -626,7 +671,10 @@ mod cli {
             return Err(format!("shard {shard} has no versions"));
         }
         let client = client(location, &rt, seed);
-        let state = client.inspect_state(&shard).await.map_err(|e| e.to_string())?;
+        let state = client
+            .inspect_state(&shard)
+            .await
+            .map_err(|e| e.to_string())?;
         println!(
             "versions   {} stored (v{}..=v{})",
             versions.len(),
@@ -652,7 +700,9 @@ mod cli {
             match parts.as_slice() {
                 ["try", k, v] => log.tried.push((k.to_string(), v.to_string())),
                 ["ack", k, v, lo, hi] => {
-                    let (Ok(lo), Ok(hi)) = (lo.parse(), hi.parse()) else { continue };
+                    let (Ok(lo), Ok(hi)) = (lo.parse(), hi.parse()) else {
+                        continue;
+                    };
                     log.acked.push((k.to_string(), v.to_string(), lo, hi));
                 }
                 // A line cut short by a SIGKILL.
@@ -686,7 +736,10 @@ mod cli {
         }
         for pair in versions.windows(2) {
             if pair[1].seqno.0 != pair[0].seqno.0 + 1 {
-                problems.push(format!("version chain gap: {} then {}", pair[0].seqno, pair[1].seqno));
+                problems.push(format!(
+                    "version chain gap: {} then {}",
+                    pair[0].seqno, pair[1].seqno
+                ));
             }
         }
         eprintln!(
@@ -694,7 +747,11 @@ mod cli {
             versions.len(),
             versions[0].seqno.0,
             versions[versions.len() - 1].seqno.0,
-            if problems.is_empty() { "without a gap" } else { "BROKEN" }
+            if problems.is_empty() {
+                "without a gap"
+            } else {
+                "BROKEN"
+            }
         );
 
         // 2. The playground's history check over the Consensus log (from v1 when it is all
@@ -706,9 +763,14 @@ mod cli {
         let baseline = if from_start {
             State::uninitialized(shard.clone())
         } else {
-            client.inspect_state(&shard).await.map_err(|e| e.to_string())?
+            client
+                .inspect_state(&shard)
+                .await
+                .map_err(|e| e.to_string())?
         };
-        witness.pass(&location, &shard.0, Some(&baseline), &journal, 0).await;
+        witness
+            .pass(&location, &shard.0, Some(&baseline), &journal, 0)
+            .await;
         let mut passes = 0;
         loop {
             let before = journal.borrow().log.last_seq();
@@ -719,7 +781,10 @@ mod cli {
                 break;
             }
             if passes % 10 == 0 {
-                eprintln!("[check] read {} events of versions", journal.borrow().log.last_seq());
+                eprintln!(
+                    "[check] read {} events of versions",
+                    journal.borrow().log.last_seq()
+                );
             }
         }
         let mut acked_total = 0u64;
@@ -768,7 +833,10 @@ mod cli {
 
         // 3. Exactly once, from a snapshot: every acknowledged value with multiplicity 1, and
         // nothing that no writer tried.
-        let state = client.inspect_state(&shard).await.map_err(|e| e.to_string())?;
+        let state = client
+            .inspect_state(&shard)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut snapshot_count: BTreeMap<(String, String), i64> = BTreeMap::new();
         if let Some(&upper) = state.upper().as_option() {
             if upper > 0 {
@@ -793,7 +861,10 @@ mod cli {
                     tried.insert((k.clone(), v.clone()), ());
                 }
                 for (k, v, _, _) in &log.acked {
-                    let n = snapshot_count.get(&(k.clone(), v.clone())).copied().unwrap_or(0);
+                    let n = snapshot_count
+                        .get(&(k.clone(), v.clone()))
+                        .copied()
+                        .unwrap_or(0);
                     if n != 1 {
                         problems.push(format!("acknowledged {k}={v} is in the shard {n} times"));
                     }
@@ -801,7 +872,9 @@ mod cli {
             }
             for ((k, v), n) in &snapshot_count {
                 if !tried.contains_key(&(k.clone(), v.clone())) {
-                    problems.push(format!("{k}={v} ({n:+}) is in the shard but no writer tried it"));
+                    problems.push(format!(
+                        "{k}={v} ({n:+}) is in the shard but no writer tried it"
+                    ));
                 }
                 if *n != 1 {
                     problems.push(format!("{k}={v} has multiplicity {n}"));
@@ -815,7 +888,10 @@ mod cli {
             frontier(state.upper())
         );
         if problems.is_empty() {
-            println!("check: ok: 0 violations ({} versions, {acked_total} acknowledged writes)", versions.len());
+            println!(
+                "check: ok: 0 violations ({} versions, {acked_total} acknowledged writes)",
+                versions.len()
+            );
             Ok(())
         } else {
             for p in &problems {

@@ -20,11 +20,11 @@
 
 use std::sync::Arc;
 
+use ::object_store::path::Path;
+use ::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
-use ::object_store::path::Path;
-use ::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::url::{redact_url, LocationError};
 use super::{Blob, BlobMetadata, ExternalError};
@@ -135,9 +135,7 @@ impl ObjectStoreBlob {
     fn path(&self, area: &str, key: &str) -> Result<Path, ExternalError> {
         let full = format!("{}{area}/{key}", self.prefix);
         let path = Path::parse(&full).map_err(|e| {
-            ExternalError::determinate(format!(
-                "blob key {key:?} is not a valid object path: {e}"
-            ))
+            ExternalError::determinate(format!("blob key {key:?} is not a valid object path: {e}"))
         })?;
         if path.as_ref() != full {
             return Err(ExternalError::determinate(format!(
@@ -205,7 +203,9 @@ impl Blob for ObjectStoreBlob {
             None => data_root.trim_end_matches('/').to_string(),
         };
         let dir = Path::parse(&dir).map_err(|e| {
-            ExternalError::determinate(format!("blob prefix {key_prefix:?} is not a valid path: {e}"))
+            ExternalError::determinate(format!(
+                "blob prefix {key_prefix:?} is not a valid path: {e}"
+            ))
         })?;
         let mut stream = self.store.list(Some(&dir));
         while let Some(item) = stream.next().await {
@@ -263,10 +263,12 @@ impl Blob for ObjectStoreBlob {
         let trash = self.path("trash", key)?;
         match self.store.copy(&trash, &live).await {
             Ok(()) => Ok(()),
-            Err(::object_store::Error::NotFound { .. }) => Err(ExternalError::determinate(format!(
-                "{} restore {key}: the key was never written (or its deletion was reclaimed)",
-                self.url
-            ))),
+            Err(::object_store::Error::NotFound { .. }) => {
+                Err(ExternalError::determinate(format!(
+                    "{} restore {key}: the key was never written (or its deletion was reclaimed)",
+                    self.url
+                )))
+            }
             Err(e) => Err(self.write_err("restore", key, e)),
         }
     }

@@ -255,7 +255,11 @@ impl PostgresConsensus {
             .timeout(CALL_TIMEOUT_MS, connecting)
             .await
         {
-            Err(_) => return Err(CallError::NotSent(format!("connect timeout after {CALL_TIMEOUT_MS} ms"))),
+            Err(_) => {
+                return Err(CallError::NotSent(format!(
+                    "connect timeout after {CALL_TIMEOUT_MS} ms"
+                )))
+            }
             Ok(Err(e)) if e.code().is_some() => return Err(CallError::Pg(e)),
             Ok(Err(e)) => return Err(CallError::NotSent(pg_message(&e))),
             Ok(Ok(pair)) => pair,
@@ -273,7 +277,11 @@ impl PostgresConsensus {
             .timeout(CALL_TIMEOUT_MS, client.batch_execute(isolation))
             .await
         {
-            Err(_) => return Err(CallError::NotSent(format!("session setup timeout after {CALL_TIMEOUT_MS} ms"))),
+            Err(_) => {
+                return Err(CallError::NotSent(format!(
+                    "session setup timeout after {CALL_TIMEOUT_MS} ms"
+                )))
+            }
             Ok(Err(e)) => return Err(CallError::Pg(e)),
             Ok(Ok(())) => {}
         }
@@ -342,7 +350,9 @@ impl PostgresConsensus {
                             key,
                             BrokenAt::Store,
                             PermanentKind::Missing,
-                            format!("postgres {url}: the consensus table is missing or changed: {msg}"),
+                            format!(
+                                "postgres {url}: the consensus table is missing or changed: {msg}"
+                            ),
                         )
                     }
                     _ => ExternalError::indeterminate(format!("postgres {url}: {msg}")),
@@ -351,9 +361,17 @@ impl PostgresConsensus {
         }
     }
 
-    fn decode_row(&self, key: &str, row: &tokio_postgres::Row) -> Result<VersionedData, ExternalError> {
-        let seqno: i64 = row.try_get(0).map_err(|e| self.undecodable(key, e.to_string()))?;
-        let data: Vec<u8> = row.try_get(1).map_err(|e| self.undecodable(key, e.to_string()))?;
+    fn decode_row(
+        &self,
+        key: &str,
+        row: &tokio_postgres::Row,
+    ) -> Result<VersionedData, ExternalError> {
+        let seqno: i64 = row
+            .try_get(0)
+            .map_err(|e| self.undecodable(key, e.to_string()))?;
+        let data: Vec<u8> = row
+            .try_get(1)
+            .map_err(|e| self.undecodable(key, e.to_string()))?;
         let seqno = u64::try_from(seqno)
             .map_err(|_| self.undecodable(key, format!("negative sequence_number {seqno}")))?;
         Ok(VersionedData {
@@ -367,7 +385,10 @@ impl PostgresConsensus {
             key,
             BrokenAt::Store,
             PermanentKind::Undecodable,
-            format!("postgres {}: a consensus row does not decode: {detail}", self.inner.url),
+            format!(
+                "postgres {}: a consensus row does not decode: {detail}",
+                self.inner.url
+            ),
         )
     }
 }
@@ -407,7 +428,8 @@ impl Consensus for PostgresConsensus {
         let inserted = match expected {
             Some(expected) => {
                 let expected = to_i64(expected);
-                self.execute(CAS_SOME, &[&key, &seqno, &data, &expected]).await
+                self.execute(CAS_SOME, &[&key, &seqno, &data, &expected])
+                    .await
             }
             None => self.execute(CAS_NONE, &[&key, &seqno, &data]).await,
         }
