@@ -113,6 +113,29 @@ mod cli {
             #[arg(long)]
             log: Option<String>,
         },
+        /// Run a differential write task that keeps a shard equal to a table of `keys` rows
+        /// (key, latest value), updating one key per command; other processes may write the
+        /// same shard: the task re-syncs when it loses a race.
+        WriteTask {
+            /// The shard.
+            #[arg(long, default_value = "s-task")]
+            shard: String,
+            /// Commands to send (0: until stopped).
+            #[arg(long, default_value_t = 100)]
+            count: u64,
+            /// Commands per second (0: as fast as they are acknowledged).
+            #[arg(long, default_value_t = 10)]
+            rate: u64,
+            /// The table's keys.
+            #[arg(long, default_value_t = 10)]
+            keys: i64,
+            /// How often an idle task moves the upper to now, in ms.
+            #[arg(long, default_value_t = 1000)]
+            tick_ms: u64,
+            /// Keep `desired` but never write (a process waiting to take over).
+            #[arg(long)]
+            read_only: bool,
+        },
         /// Listen to a shard from `as_of` and print every update.
         Reader {
             /// The shard.
@@ -285,6 +308,24 @@ mod cli {
                 )
                 .await
             }
+            Command::WriteTask {
+                shard,
+                count,
+                rate,
+                keys,
+                tick_ms,
+                read_only,
+            } => {
+                let client = PersistClient::new(location, rt.clone(), cfg, seed);
+                let opts = TaskOpts {
+                    count,
+                    rate,
+                    keys: keys.max(1),
+                    tick_ms,
+                    read_only,
+                };
+                write_task(client, rt, shard_id(&shard)?, opts, stop, every).await
+            }
             Command::Reader {
                 shard,
                 as_of,
@@ -415,6 +456,118 @@ mod cli {
             if stop.requested() { " (stopped)" } else { "" }
         );
         println!("committed {committed} mismatches {mismatches}");
+        Ok(())
+    }
+
+    struct TaskOpts {
+        count: u64,
+        rate: u64,
+        keys: i64,
+        tick_ms: u64,
+        read_only: bool,
+    }
+
+    async fn write_task(
+        client: PersistClient,
+        rt: Runtime,
+        shard: ShardId,
+        opts: TaskOpts,
+        stop: Stop,
+        every: u64,
+    ) -> Result<(), String> {
+        use persist_playground::persist::codec::{Datum, Row};
+        use persist_playground::write_task::{
+            now_fn, DifferentialIntrospectionConfig, DifferentialWriteTask, InitialDesired,
+            ReadHandleFuture, StorageWriteOp, WriteTaskConfig,
+        };
+        let write = client
+            .open_writer::<Row, ()>(&shard)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (c, s) = (client.clone(), shard.clone());
+        let read_handle_fn = move || -> ReadHandleFuture {
+            let (c, s) = (c.clone(), s.clone());
+            Box::pin(async move { c.open_leased_reader::<Row, ()>(&s).await })
+        };
+        let mut cfg = WriteTaskConfig::new(rt.clone());
+        cfg.upper_tick_interval_ms = opts.tick_ms.max(1);
+        let log = cfg.log.clone();
+        // The table carries over a restart: start from what the shard holds.
+        let introspection = DifferentialIntrospectionConfig {
+            initial_desired: InitialDesired::FromShard {
+                retain: Box::new(|_| true),
+            },
+        };
+        let (tx, handle, shutdown) = DifferentialWriteTask::spawn(
+            shard.0.clone(),
+            write,
+            read_handle_fn,
+            opts.read_only,
+            now_fn(&rt),
+            introspection,
+            cfg,
+        )
+        .map_err(|e| e.to_string())?;
+        eprintln!(
+            "[write-task] keeping {shard} equal to a table of {} keys{}",
+            opts.keys,
+            if opts.read_only { " (read-only)" } else { "" }
+        );
+        let key_of = |r: &Row| match r.0.first() {
+            Some(Datum::Int(k)) => *k,
+            _ => i64::MIN,
+        };
+        let started = rt.now_ms();
+        let (mut ok, mut refused) = (0u64, 0u64);
+        let mut i = 0u64;
+        while (opts.count == 0 || i < opts.count) && !stop.requested() {
+            if opts.rate > 0 {
+                rt.sleep_until(started + i * 1000 / opts.rate).await;
+            }
+            let k = (i % opts.keys as u64) as i64;
+            let row = Row::new([Datum::Int(k), Datum::String(format!("v{i}"))]);
+            let ops = [
+                StorageWriteOp::Delete {
+                    filter: Box::new(move |r: &Row| key_of(r) == k),
+                },
+                StorageWriteOp::Append {
+                    updates: vec![(row, 1)],
+                },
+            ];
+            let mut answers = Vec::new();
+            for op in ops {
+                let (resp_tx, resp_rx) = futures::channel::oneshot::channel();
+                tx.unbounded_send((op, resp_tx))
+                    .map_err(|_| "the write task ended".to_string())?;
+                answers.push(resp_rx);
+            }
+            for a in answers {
+                match a.await {
+                    Ok(Ok(())) => ok += 1,
+                    Ok(Err(e)) => {
+                        refused += 1;
+                        if refused <= 5 {
+                            eprintln!("[write-task] command refused: {e}");
+                        }
+                    }
+                    Err(_) => return Err("the write task ended without answering".into()),
+                }
+            }
+            i += 1;
+            if i % every == 0 {
+                let events = log.take();
+                eprintln!(
+                    "[write-task] {i} commands: {ok} durable, {refused} refused; {} task events since the last line",
+                    events.len()
+                );
+            }
+        }
+        let _ = shutdown.send(());
+        handle.await;
+        eprintln!(
+            "[write-task] done: {i} commands, {ok} durable, {refused} refused; task shut down"
+        );
+        println!("commands {i} durable {ok} refused {refused}");
         Ok(())
     }
 
