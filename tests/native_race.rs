@@ -393,7 +393,7 @@ fn two_write_task_processes_share_a_shard() {
             "--shard",
             "s-tasks",
             "--count",
-            "40",
+            "10",
             "--rate",
             "0",
             "--keys",
