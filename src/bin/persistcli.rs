@@ -33,7 +33,9 @@ mod cli {
     use timely::progress::Antichain;
 
     use persist_playground::location::url::{open_location, redact_url};
-    use persist_playground::location::{Location, SeqNo, SCAN_ALL};
+    use persist_playground::location::{
+        CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData, SCAN_ALL,
+    };
     use persist_playground::oracle::{
         DurableOracleConfig, DurableTimestampOracle, NowFn, OracleError, TimestampOracle,
     };
@@ -353,6 +355,7 @@ mod cli {
                     shard_id(&shard)?,
                     count,
                     &args.consensus,
+                    cfg,
                 )
                 .await
             }
@@ -690,10 +693,19 @@ mod cli {
         shard: ShardId,
         count: u64,
         consensus_url: &str,
+        cfg: PersistConfig,
     ) -> Result<(), String> {
-        // Default knobs: compaction, rollups and GC run as they would in use.
-        let client =
-            PersistClient::new(location.clone(), rt.clone(), PersistConfig::default(), seed);
+        // Default knobs (but --gc): compaction, rollups and GC run as they would in use. Consensus calls
+        // are counted, to say what one compare_and_append costs in round trips.
+        let counted = Rc::new(CountingConsensus {
+            inner: location.consensus.clone(),
+            counts: RefCell::new(BTreeMap::new()),
+        });
+        let location = Location {
+            blob: location.blob.clone(),
+            consensus: counted.clone(),
+        };
+        let client = PersistClient::new(location.clone(), rt.clone(), cfg, seed);
         let mut write = client
             .open_writer::<String, String>(&shard)
             .await
@@ -719,6 +731,11 @@ mod cli {
             }
         }
         let caa_ms = rt.now_ms().saturating_sub(start).max(1);
+        let last_seqno = client
+            .inspect_state(&shard)
+            .await
+            .map_err(|e| e.to_string())?
+            .seqno;
         let versions = location
             .consensus
             .scan(&shard.0, first_seqno.next(), SCAN_ALL)
@@ -728,9 +745,20 @@ mod cli {
         let avg = bytes / versions.len().max(1);
         write.expire().await;
         let caa_rate = count as f64 * 1000.0 / caa_ms as f64;
+        let calls: Vec<String> = counted
+            .counts
+            .borrow()
+            .iter()
+            .map(|(op, n)| format!("{op} {:.2}", *n as f64 / count as f64))
+            .collect();
         println!(
-            "caa: {count} in {caa_ms} ms = {caa_rate:.0}/s ({} versions, {avg} bytes of state diff each)",
-            versions.len()
+            "consensus calls per compare_and_append: {}",
+            calls.join(", ")
+        );
+        println!(
+            "caa: {count} in {caa_ms} ms = {caa_rate:.0}/s ({} state versions for {count} appends: \
+             maintenance adds the rest; {avg} bytes of state diff each)",
+            last_seqno.0 - first_seqno.0
         );
         if !consensus_url.starts_with("postgres") {
             return Ok(());
@@ -761,8 +789,87 @@ mod cli {
         let raw_ms = rt.now_ms().saturating_sub(start).max(1);
         let raw_rate = count as f64 * 1000.0 / raw_ms as f64;
         println!("raw insert: {count} in {raw_ms} ms = {raw_rate:.0}/s ({avg} bytes each)");
-        println!("ratio: caa / raw insert = {:.2}", caa_rate / raw_rate);
+        // The same statement PostgresConsensus sends, alone, at its isolation level.
+        pg.batch_execute(
+            "CREATE TABLE IF NOT EXISTS bench_cas (shard text, sequence_number bigint, data bytea, \
+             PRIMARY KEY (shard, sequence_number)); \
+             SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let start = rt.now_ms();
+        pg.execute("INSERT INTO bench_cas VALUES ($1, 0, $2)", &[&id, &payload])
+            .await
+            .map_err(|e| e.to_string())?;
+        for n in 1..count as i64 {
+            let inserted = pg
+                .execute(
+                    "INSERT INTO bench_cas (shard, sequence_number, data) SELECT $1, $2, $3 \
+                     WHERE (SELECT sequence_number FROM bench_cas WHERE shard = $1 \
+                     ORDER BY sequence_number DESC LIMIT 1) = $4 ON CONFLICT DO NOTHING",
+                    &[&id, &n, &payload, &(n - 1)],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if inserted != 1 {
+                return Err("bench_cas: a compare_and_set lost to nobody".into());
+            }
+        }
+        let cas_ms = rt.now_ms().saturating_sub(start).max(1);
+        let cas_rate = count as f64 * 1000.0 / cas_ms as f64;
+        println!("raw compare_and_set statement (serializable): {count} in {cas_ms} ms = {cas_rate:.0}/s");
+        println!(
+            "ratio: caa / raw insert = {:.2}; caa / raw compare_and_set = {:.2}",
+            caa_rate / raw_rate,
+            caa_rate / cas_rate
+        );
         Ok(())
+    }
+
+    /// Counts Consensus calls by operation (for `bench`).
+    struct CountingConsensus {
+        inner: Rc<dyn Consensus>,
+        counts: RefCell<BTreeMap<&'static str, u64>>,
+    }
+
+    impl CountingConsensus {
+        fn count(&self, op: &'static str) {
+            *self.counts.borrow_mut().entry(op).or_default() += 1;
+        }
+    }
+
+    #[async_trait::async_trait(?Send)]
+    impl Consensus for CountingConsensus {
+        async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
+            self.count("head");
+            self.inner.head(key).await
+        }
+        async fn compare_and_set(
+            &self,
+            key: &str,
+            expected: Option<SeqNo>,
+            new: VersionedData,
+        ) -> Result<CaSResult, ExternalError> {
+            self.count("compare_and_set");
+            self.inner.compare_and_set(key, expected, new).await
+        }
+        async fn scan(
+            &self,
+            key: &str,
+            from: SeqNo,
+            limit: usize,
+        ) -> Result<Vec<VersionedData>, ExternalError> {
+            self.count("scan");
+            self.inner.scan(key, from, limit).await
+        }
+        async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
+            self.count("truncate");
+            self.inner.truncate(key, seqno).await
+        }
+        async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
+            self.count("list_keys");
+            self.inner.list_keys().await
+        }
     }
 
     fn print_state(state: &State) {
