@@ -192,9 +192,11 @@ async fn fault_run(
 ) -> Vec<String> {
     let shard = ShardId::new(&format!("s-fault-{seed}")).unwrap();
     let mut violations = Vec::new();
-    let mut cfg = PersistConfig::default();
-    cfg.backoff_min_ms = 1;
-    cfg.backoff_max_ms = 8;
+    let cfg = PersistConfig {
+        backoff_min_ms: 1,
+        backoff_max_ms: 8,
+        ..PersistConfig::default()
+    };
     let handles: Vec<UnreliableHandle> = (0..2)
         .map(|i| UnreliableHandle::new(seed * 10 + i, 0.9, 0.1))
         .collect();

@@ -405,9 +405,8 @@ mod cli {
         let started = rt.now_ms();
         let mut i = start;
         while (count == 0 || i < start + count) && !stop.requested() {
-            if rate > 0 {
-                let due = started + (i - start) * 1000 / rate;
-                rt.sleep_until(due).await;
+            if let Some(offset) = ((i - start) * 1000).checked_div(rate) {
+                rt.sleep_until(started + offset).await;
             }
             let value = format!("{name}-{i}");
             let key = if keys == 0 {
@@ -524,8 +523,8 @@ mod cli {
         let (mut ok, mut refused) = (0u64, 0u64);
         let mut i = 0u64;
         while (opts.count == 0 || i < opts.count) && !stop.requested() {
-            if opts.rate > 0 {
-                rt.sleep_until(started + i * 1000 / opts.rate).await;
+            if let Some(offset) = (i * 1000).checked_div(opts.rate) {
+                rt.sleep_until(started + offset).await;
             }
             let k = (i % opts.keys as u64) as i64;
             let row = Row::new([Datum::Int(k), Datum::String(format!("v{i}"))]);
