@@ -788,35 +788,51 @@ mod cli {
         let raw_ms = rt.now_ms().saturating_sub(start).max(1);
         let raw_rate = count as f64 * 1000.0 / raw_ms as f64;
         println!("raw insert: {count} in {raw_ms} ms = {raw_rate:.0}/s ({avg} bytes each)");
-        // The same statement PostgresConsensus sends, alone, at its isolation level.
+        // The same statement PostgresConsensus sends, alone: at its isolation level
+        // (SERIALIZABLE), and at READ COMMITTED for comparison.
         pg.batch_execute(
             "CREATE TABLE IF NOT EXISTS bench_cas (shard text, sequence_number bigint, data bytea, \
-             PRIMARY KEY (shard, sequence_number)); \
-             SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+             PRIMARY KEY (shard, sequence_number))",
         )
         .await
         .map_err(|e| e.to_string())?;
-        let start = rt.now_ms();
-        pg.execute("INSERT INTO bench_cas VALUES ($1, 0, $2)", &[&id, &payload])
+        let mut cas_rates = Vec::new();
+        for (level, tag) in [("SERIALIZABLE", "s"), ("READ COMMITTED", "rc")] {
+            pg.batch_execute(&format!(
+                "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {level}"
+            ))
             .await
             .map_err(|e| e.to_string())?;
-        for n in 1..count as i64 {
-            let inserted = pg
-                .execute(
-                    "INSERT INTO bench_cas (shard, sequence_number, data) SELECT $1, $2, $3 \
-                     WHERE (SELECT sequence_number FROM bench_cas WHERE shard = $1 \
-                     ORDER BY sequence_number DESC LIMIT 1) = $4 ON CONFLICT DO NOTHING",
-                    &[&id, &n, &payload, &(n - 1)],
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            if inserted != 1 {
-                return Err("bench_cas: a compare_and_set lost to nobody".into());
+            let cas_id = format!("{id}-{tag}");
+            let start = rt.now_ms();
+            pg.execute(
+                "INSERT INTO bench_cas VALUES ($1, 0, $2)",
+                &[&cas_id, &payload],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            for n in 1..count as i64 {
+                let inserted = pg
+                    .execute(
+                        "INSERT INTO bench_cas (shard, sequence_number, data) SELECT $1, $2, $3 \
+                         WHERE (SELECT sequence_number FROM bench_cas WHERE shard = $1 \
+                         ORDER BY sequence_number DESC LIMIT 1) = $4 ON CONFLICT DO NOTHING",
+                        &[&cas_id, &n, &payload, &(n - 1)],
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if inserted != 1 {
+                    return Err("bench_cas: a compare_and_set lost to nobody".into());
+                }
             }
+            let cas_ms = rt.now_ms().saturating_sub(start).max(1);
+            let cas_rate = count as f64 * 1000.0 / cas_ms as f64;
+            println!(
+                "raw compare_and_set statement ({level}): {count} in {cas_ms} ms = {cas_rate:.0}/s"
+            );
+            cas_rates.push(cas_rate);
         }
-        let cas_ms = rt.now_ms().saturating_sub(start).max(1);
-        let cas_rate = count as f64 * 1000.0 / cas_ms as f64;
-        println!("raw compare_and_set statement (serializable): {count} in {cas_ms} ms = {cas_rate:.0}/s");
+        let cas_rate = cas_rates[0];
         println!(
             "ratio: caa / raw insert = {:.2}; caa / raw compare_and_set = {:.2}",
             caa_rate / raw_rate,
