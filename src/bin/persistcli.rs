@@ -138,6 +138,36 @@ mod cli {
             #[arg(long)]
             read_only: bool,
         },
+        /// Run one upsert replica (upsert with continual feedback from its output shard) fed by a
+        /// seeded generator or by `KEY VALUE` lines on stdin (`KEY -` deletes). Replicas in other
+        /// processes may write the same shard: each keeps its state only from what the shard
+        /// holds. Ends once the shard has every generated burst (or stdin closed), or on Ctrl-C.
+        UpsertReplica {
+            /// The output shard.
+            #[arg(long, default_value = "s-upsert")]
+            shard: String,
+            /// This replica's name in its progress lines.
+            #[arg(long, default_value = "r")]
+            name: String,
+            /// Seed of the generator: replicas of one source must share it (the same upserts).
+            #[arg(long, default_value_t = 0)]
+            source_seed: u64,
+            /// Keys are drawn from 0..KEYS.
+            #[arg(long, default_value_t = 8)]
+            keys: u64,
+            /// Bursts of upserts (each at one time) to generate (0: until stopped).
+            #[arg(long, default_value_t = 100)]
+            bursts: u64,
+            /// Bursts per second (0: all at once).
+            #[arg(long, default_value_t = 20)]
+            rate: u64,
+            /// Read `KEY VALUE` / `KEY -` lines from stdin (one time each) instead of generating.
+            #[arg(long)]
+            stdin: bool,
+            /// Source messages the replica reads per step.
+            #[arg(long, default_value_t = 4)]
+            read_batch: usize,
+        },
         /// Listen to a shard from `as_of` and print every update.
         Reader {
             /// The shard.
@@ -327,6 +357,29 @@ mod cli {
                     read_only,
                 };
                 write_task(client, rt, shard_id(&shard)?, opts, stop, every).await
+            }
+            Command::UpsertReplica {
+                shard,
+                name,
+                source_seed,
+                keys,
+                bursts,
+                rate,
+                stdin,
+                read_batch,
+            } => {
+                let client = PersistClient::new(location, rt.clone(), cfg, seed);
+                let opts = UpsertOpts {
+                    name,
+                    source_seed,
+                    keys: keys.max(1),
+                    bursts,
+                    rate,
+                    stdin,
+                    read_batch: read_batch.max(1),
+                    seed,
+                };
+                upsert_replica(client, rt, shard_id(&shard)?, opts, stop).await
             }
             Command::Reader {
                 shard,
@@ -625,6 +678,192 @@ mod cli {
         listen.expire().await;
         eprintln!("[reader] done: {seen} updates; lease expired");
         Ok(())
+    }
+
+    struct UpsertOpts {
+        name: String,
+        source_seed: u64,
+        keys: u64,
+        bursts: u64,
+        rate: u64,
+        stdin: bool,
+        read_batch: usize,
+        seed: u64,
+    }
+
+    /// `KEY VALUE` (a value: the row `[KEY, VALUE]`) or `KEY -` (a delete).
+    fn parse_upsert(line: &str) -> Result<(i64, Option<String>), String> {
+        let mut words = line.split_whitespace();
+        let key = words
+            .next()
+            .ok_or("an empty line")?
+            .parse::<i64>()
+            .map_err(|e| format!("the key of {line:?}: {e}"))?;
+        let value = words.next().ok_or(format!("{line:?} has no value"))?;
+        if words.next().is_some() {
+            return Err(format!("{line:?}: expected KEY VALUE or KEY -"));
+        }
+        Ok((key, (value != "-").then(|| value.to_string())))
+    }
+
+    async fn upsert_replica(
+        client: PersistClient,
+        rt: Runtime,
+        shard: ShardId,
+        o: UpsertOpts,
+        stop: Stop,
+    ) -> Result<(), String> {
+        use persist_playground::upsert::driver::{start_replica, ReplicaExit};
+        use persist_playground::upsert::observe::UpsertLog;
+        use persist_playground::upsert::replica::ReplicaConfig;
+        use persist_playground::upsert::source::{GeneratorConfig, SourceGenerator, SourceLog};
+        use persist_playground::upsert::types::kv_row;
+
+        let source = Rc::new(std::cell::RefCell::new(SourceLog::new()));
+        let gen_cfg = GeneratorConfig {
+            keys: o.keys,
+            ..GeneratorConfig::default()
+        };
+        let mut generator = SourceGenerator::new(o.source_seed, gen_cfg, 1);
+        let mut generated = 0u64;
+        // The source is "outside" the replica, like a topic: what it held before this process
+        // started (the bursts below the shard's upper) is there at once.
+        let upper = client
+            .inspect_state(&shard)
+            .await
+            .ok()
+            .and_then(|s| s.upper().as_option().copied())
+            .unwrap_or(0);
+        if !o.stdin {
+            while source.borrow().upper() < upper && (o.bursts == 0 || generated < o.bursts) {
+                generator.burst(&mut source.borrow_mut());
+                generated += 1;
+            }
+        }
+        let mut cfg = ReplicaConfig::new(&o.name, o.seed);
+        cfg.read_batch = o.read_batch;
+        cfg.caa_timeout_ms = 30_000;
+        let running = start_replica(
+            client,
+            shard.clone(),
+            Rc::clone(&source),
+            cfg,
+            0,
+            UpsertLog::disabled(),
+        )
+        .await?;
+        eprintln!(
+            "[upsert-replica {}] started on {shard} at upper {upper} ({generated} bursts already in the source)",
+            o.name
+        );
+        let lines = if o.stdin {
+            let (tx, rx) = futures::channel::mpsc::unbounded::<String>();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::stdin().lock().lines() {
+                    match line {
+                        Ok(l) if l.trim().is_empty() => continue,
+                        Ok(l) => {
+                            if tx.unbounded_send(l).is_err() {
+                                return;
+                            }
+                        }
+                        Err(_) => return,
+                    }
+                }
+            });
+            Some(rx)
+        } else {
+            None
+        };
+        let mut lines = lines;
+        let mut stdin_closed = false;
+        let interval = 1000u64.checked_div(o.rate).unwrap_or(0);
+        let mut next_burst = rt.now_ms();
+        let mut last_report = 0u64;
+        let exit = loop {
+            if stop.requested() {
+                break None;
+            }
+            let (source_upper, messages) = {
+                let s = source.borrow();
+                (s.upper(), s.messages().len() as u64)
+            };
+            // Feed the source.
+            if let Some(rx) = lines.as_mut() {
+                loop {
+                    match rx.try_recv() {
+                        Ok(line) => match parse_upsert(&line) {
+                            Ok((key, value)) => {
+                                let mut s = source.borrow_mut();
+                                let ts = s.upper().max(1);
+                                let value = value.map(|v| Ok(kv_row(key, &v)));
+                                s.push(key, value, ts)?;
+                                s.seal(ts + 1);
+                            }
+                            Err(e) => eprintln!("[upsert-replica {}] skipped: {e}", o.name),
+                        },
+                        Err(futures::channel::mpsc::TryRecvError::Closed) => {
+                            stdin_closed = true;
+                            break;
+                        }
+                        Err(futures::channel::mpsc::TryRecvError::Empty) => break,
+                    }
+                }
+            } else if o.bursts == 0 || generated < o.bursts {
+                while rt.now_ms() >= next_burst && (o.bursts == 0 || generated < o.bursts) {
+                    generator.burst(&mut source.borrow_mut());
+                    generated += 1;
+                    next_burst += interval;
+                    if interval == 0 && o.bursts == 0 {
+                        break;
+                    }
+                }
+            }
+            let source_done = if o.stdin {
+                stdin_closed
+            } else {
+                o.bursts != 0 && generated >= o.bursts
+            };
+            let (sink_upper, halted, counters) = {
+                let r = running.replica.borrow();
+                (r.sink_upper(), r.halted(), r.counters())
+            };
+            if let Some(h) = halted {
+                break Some(h);
+            }
+            let now = rt.now_ms();
+            if now >= last_report + 500 {
+                last_report = now;
+                eprintln!(
+                    "[upsert-replica {}] source upper {source_upper} ({messages} upserts), shard upper {}, {} appends, lost {} ranges to peers",
+                    o.name,
+                    sink_upper.map_or("[]".into(), |u| u.to_string()),
+                    counters.sink_appends,
+                    counters.sink_mismatches,
+                );
+            }
+            if source_done && sink_upper.is_some_and(|u| u >= source_upper) && source_upper > 0 {
+                eprintln!(
+                    "[upsert-replica {}] the shard holds the whole source (upper {source_upper})",
+                    o.name
+                );
+                break None;
+            }
+            rt.sleep(10).await;
+        };
+        let how = running.stop().await;
+        match (exit, how) {
+            (None, ReplicaExit::Stopped) => {
+                eprintln!("[upsert-replica {}] stopped; leases expired", o.name);
+                println!("done");
+                Ok(())
+            }
+            (Some(reason), _) | (None, ReplicaExit::Halted(reason)) => {
+                Err(format!("the replica halted: {reason}"))
+            }
+            (None, ReplicaExit::TimedOut) => Err("a compare_and_append timed out".into()),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

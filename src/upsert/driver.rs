@@ -16,12 +16,15 @@
 //! ```
 //!
 //! Dropping a [`RunningReplica`] is a crash: both tasks are aborted, the replica is gone, and a
-//! new one restarts from whatever upper the shard then has.
+//! new one restarts from whatever upper the shard then has. [`RunningReplica::stop`] is the clean
+//! way out: the driver finishes the compare_and_append in flight, expires its writer and ends
+//! with [`ReplicaExit::Stopped`]; the persist source leaves its pending listen step and expires
+//! its reader's lease.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use futures::channel::mpsc;
+use futures::channel::{mpsc, oneshot};
 use serde::Serialize;
 
 use super::observe::UpsertLog;
@@ -43,6 +46,8 @@ pub enum ReplicaExit {
     Halted(String),
     /// A compare_and_append took too long: the replica gave up, as a crash.
     TimedOut,
+    /// [`RunningReplica::stop`] asked it to stop; its writer's and reader's leases are expired.
+    Stopped,
 }
 
 /// A started replica: the shared [`Replica`] and its two tasks. Dropping it aborts both.
@@ -51,6 +56,8 @@ pub struct RunningReplica {
     pub replica: Rc<RefCell<Replica>>,
     driver: JoinHandle<ReplicaExit>,
     _persist_source: JoinHandle<()>,
+    stop: Rc<Cell<bool>>,
+    stop_source: oneshot::Sender<()>,
 }
 
 impl RunningReplica {
@@ -62,6 +69,25 @@ impl RunningReplica {
             ..
         } = self;
         driver.await
+    }
+
+    /// Stops it cleanly: the driver ends after the compare_and_append in flight (if any) and
+    /// expires its writer, then the persist source ends its listen and expires its reader.
+    /// Returns how the driver ended (a replica that had already halted says why).
+    pub async fn stop(self) -> ReplicaExit {
+        let RunningReplica {
+            replica,
+            driver,
+            _persist_source,
+            stop,
+            stop_source,
+        } = self;
+        stop.set(true);
+        let exit = driver.await;
+        let _ = stop_source.send(());
+        _persist_source.await;
+        drop(replica);
+        exit
     }
 }
 
@@ -86,10 +112,18 @@ pub async fn start_replica(
         .clone();
     let (tx, rx) = mpsc::unbounded();
     let (button, token) = ShutdownButton::new();
+    let (stop_source, stop_source_rx) = oneshot::channel();
     let name = format!("{}#{generation}", cfg.name);
     let persist_source = runtime.spawn(
         &format!("{name}/persist_source"),
-        run_persist_source(client.clone(), shard, resume_upper.clone(), tx, token),
+        run_persist_source(
+            client.clone(),
+            shard,
+            resume_upper.clone(),
+            tx,
+            token,
+            stop_source_rx,
+        ),
     );
     let replica = Rc::new(RefCell::new(Replica::new(
         cfg,
@@ -101,14 +135,23 @@ pub async fn start_replica(
         log,
         Some(runtime.clone()),
     )));
+    let stop = Rc::new(Cell::new(false));
     let driver = runtime.spawn(
         &format!("{name}/driver"),
-        drive(Rc::clone(&replica), write, source, runtime.clone()),
+        drive(
+            Rc::clone(&replica),
+            write,
+            source,
+            runtime.clone(),
+            Rc::clone(&stop),
+        ),
     );
     Ok(RunningReplica {
         replica,
         driver,
         _persist_source: persist_source,
+        stop,
+        stop_source,
     })
 }
 
@@ -117,12 +160,17 @@ async fn drive(
     mut write: WriteHandle<SourceData, ()>,
     source: Rc<RefCell<SourceLog>>,
     runtime: Runtime,
+    stop: Rc<Cell<bool>>,
 ) -> ReplicaExit {
     let (tick_ms, caa_timeout_ms) = {
         let r = replica.borrow();
         (r.config().tick_ms, r.config().caa_timeout_ms)
     };
     loop {
+        if stop.get() {
+            write.expire().await;
+            return ReplicaExit::Stopped;
+        }
         // SUBTLE: no borrow of the replica or the source is held across an await.
         let next = {
             let mut r = replica.borrow_mut();

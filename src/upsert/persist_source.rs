@@ -6,10 +6,12 @@
 //! times advanced to 0, which is exact for data at 0), then listens past 0.
 //!
 //! Events go over an unbounded channel the replica drains when it steps ([`FeedbackEvent`]).
-//! The task ends when the channel's receiver is gone, when its [`ShutdownToken`] is pressed, or
+//! The task ends when the channel's receiver is gone, when its [`ShutdownToken`] is pressed, when
+//! `stop` fires (at once, even inside a pending listen step; the reader's lease is expired), or
 //! on a persist error, which it sends as [`FeedbackEvent::Error`] (the replica then halts).
 
 use futures::channel::mpsc::UnboundedSender;
+use futures::channel::oneshot;
 use timely::progress::Antichain;
 
 use super::operator::ShutdownToken;
@@ -41,6 +43,7 @@ pub async fn run_persist_source(
     resume_upper: Antichain<Timestamp>,
     tx: UnboundedSender<FeedbackEvent>,
     token: ShutdownToken,
+    mut stop: oneshot::Receiver<()>,
 ) {
     let result = async {
         let read = client
@@ -69,7 +72,26 @@ pub async fn run_persist_source(
                 listen.expire().await;
                 return Ok(());
             }
-            for event in listen.next().await.map_err(|e| e.to_string())? {
+            // A stop request also ends a pending listen step (which may wait long for a write
+            // that never comes). A stop sender dropped unused (a crash) is no request.
+            let events = {
+                let next = listen.next();
+                let requested = async {
+                    if (&mut stop).await.is_err() {
+                        futures::future::pending::<()>().await;
+                    }
+                };
+                futures::pin_mut!(next, requested);
+                match futures::future::select(next, requested).await {
+                    futures::future::Either::Left((r, _)) => Some(r.map_err(|e| e.to_string())?),
+                    futures::future::Either::Right(_) => None,
+                }
+            };
+            let Some(events) = events else {
+                listen.expire().await;
+                return Ok(());
+            };
+            for event in events {
                 let event = match event {
                     ListenEvent::Updates(u) => {
                         FeedbackEvent::Updates(u.into_iter().map(unwrap_update).collect())
