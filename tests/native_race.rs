@@ -548,9 +548,12 @@ fn two_upsert_replica_processes_one_killed_match_the_model() {
             .unwrap_or(0)
     };
     let final_upper = upsert_model(source_seed, keys, bursts).upper();
-    wait_for("replica a to write a third of the source", &dir, 1200, || {
-        shard_upper_in(&a_err) >= final_upper / 3
-    });
+    wait_for(
+        "replica a to write a third of the source",
+        &dir,
+        1200,
+        || shard_upper_in(&a_err) >= final_upper / 3,
+    );
     a.kill().unwrap();
     let _ = a.wait();
     let a2_err = dir.join("a2.err");
@@ -560,15 +563,30 @@ fn two_upsert_replica_processes_one_killed_match_the_model() {
     let restarted_at: u64 = std::fs::read_to_string(&a2_err)
         .unwrap()
         .lines()
-        .find_map(|l| l.split(" at upper ").nth(1)?.split(' ').next()?.parse().ok())
+        .find_map(|l| {
+            l.split(" at upper ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
         .expect("the restarted replica's start line");
     assert!(
         restarted_at > 0,
         "the restarted replica resumed mid-run, not from an empty shard"
     );
 
+    for err in [&a_err, &a2_err, &b_err] {
+        let text = std::fs::read_to_string(err).unwrap_or_default();
+        let last = text.lines().last().unwrap_or_default().to_string();
+        eprintln!("{}: {last}", err.display());
+    }
     let (upper, contents) = upsert_contents(&db, &blob.url(), "s-upsert");
-    assert!(upper >= final_upper, "the shard has the whole source: {upper} < {final_upper}");
+    assert!(
+        upper >= final_upper,
+        "the shard has the whole source: {upper} < {final_upper}"
+    );
     let model = upsert_model(source_seed, keys, bursts);
     persist_playground::upsert::reference::check_contents(&contents, model.messages(), upper)
         .unwrap_or_else(|e| panic!("the shard differs from the model: {e}"));

@@ -785,10 +785,6 @@ mod cli {
             if stop.requested() {
                 break None;
             }
-            let (source_upper, messages) = {
-                let s = source.borrow();
-                (s.upper(), s.messages().len() as u64)
-            };
             // Feed the source.
             if let Some(rx) = lines.as_mut() {
                 loop {
@@ -820,6 +816,11 @@ mod cli {
                     }
                 }
             }
+            // SUBTLE: read after feeding, so the end test below sees the last burst.
+            let (source_upper, messages) = {
+                let s = source.borrow();
+                (s.upper(), s.messages().len() as u64)
+            };
             let source_done = if o.stdin {
                 stdin_closed
             } else {
@@ -852,11 +853,17 @@ mod cli {
             }
             rt.sleep(10).await;
         };
+        let counters = running.replica.borrow().counters();
         let how = running.stop().await;
         match (exit, how) {
             (None, ReplicaExit::Stopped) => {
                 eprintln!("[upsert-replica {}] stopped; leases expired", o.name);
-                println!("done");
+                let summary = format!(
+                    "done: {} appends, {} ranges lost to peers, {} updates dropped below a peer's upper",
+                    counters.sink_appends, counters.sink_mismatches, counters.sink_dropped
+                );
+                eprintln!("[upsert-replica {}] {summary}", o.name);
+                println!("{summary}");
                 Ok(())
             }
             (Some(reason), _) | (None, ReplicaExit::Halted(reason)) => {
