@@ -598,3 +598,78 @@ fn two_upsert_replica_processes_one_killed_match_the_model() {
         "the model is sensitive to the upserts"
     );
 }
+
+#[test]
+fn ctrl_c_stops_an_idle_upsert_replica_cleanly() {
+    // A replica fed from stdin writes three upserts, then waits (stdin stays open, so its
+    // persist source sits in a listen step no write will end). Ctrl-C must still end it, with
+    // its writer and its reader expired, and the shard holding the three upserts' outcome.
+    use std::io::Write;
+    let db = fresh_database("upsertint");
+    let blob = TempDir::new("upsertint-blob");
+    let logs = TempDir::new("upsertint-logs");
+    let dir = logs.0.clone();
+    let err = dir.join("r.err");
+    let mut child = Command::new(BIN)
+        .args([
+            "--consensus",
+            &db,
+            "--blob",
+            &blob.url(),
+            "--seed",
+            "5",
+            "upsert-replica",
+            "--shard",
+            "s-upsert-int",
+            "--stdin",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"1 a\n2 b\n1 -\n").unwrap();
+    stdin.flush().unwrap();
+    wait_for("the three upserts in the shard", &dir, 3_000, || {
+        std::fs::read_to_string(&err).is_ok_and(|s| s.contains("shard upper 4,"))
+    });
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "SIGINT sent");
+    wait_success(child, "upsert-replica", &err);
+    drop(stdin);
+    let text = std::fs::read_to_string(&err).unwrap();
+    assert!(text.contains("stopped; leases expired"), "{text}");
+    let out = Command::new(BIN)
+        .args([
+            "--consensus",
+            &db,
+            "--blob",
+            &blob.url(),
+            "--seed",
+            "6",
+            "inspect",
+            "s-upsert-int",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("writers    0"),
+        "the writer expired:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("readers    0"),
+        "the reader expired:\n{stdout}"
+    );
+    let (upper, contents) = upsert_contents(&db, &blob.url(), "s-upsert-int");
+    assert_eq!(upper, 4);
+    let rows: Vec<_> = contents.iter().filter(|(_, d)| **d != 0).collect();
+    assert_eq!(rows.len(), 1, "key 1 deleted, key 2 = b: {rows:?}");
+    assert!(format!("{rows:?}").contains('b'), "{rows:?}");
+}
