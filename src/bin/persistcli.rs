@@ -2,8 +2,8 @@
 //! only). Several processes on one shard race through the database exactly as browser tabs race
 //! through one IndexedDB.
 //!
-//! Subcommands: `writer`, `reader`, `oracle`, `inspect SHARD`, `check SHARD`. Each prints what it
-//! is doing and its progress; Ctrl-C (SIGINT) or SIGTERM stops it between two commands: the
+//! Subcommands: `writer`, `reader`, `write-task`, `upsert-replica`, `oracle`, `bench`,
+//! `inspect SHARD`, `check SHARD`. Each prints what it is doing and its progress; Ctrl-C (SIGINT) or SIGTERM stops it between two commands: the
 //! command in flight finishes, the handle's lease is expired, and nothing is half-written (a
 //! compare_and_append is one compare_and_set, which commits whole or not at all).
 //!
