@@ -196,6 +196,7 @@ async fn fetch_updates(
     for part in &batch.parts {
         let (decoded, at) = match part {
             BatchPart::Inline { encoded } => {
+                super::stats::count(|s| s.merge_read_bytes += encoded.len() as u64);
                 (decode_part(encoded), BrokenAt::Version(machine.seqno()))
             }
             BatchPart::Hollow { key, .. } => {
@@ -214,6 +215,7 @@ async fn fetch_updates(
                     );
                     return Err(machine.mark_broken(err));
                 };
+                super::stats::count(|s| s.merge_read_bytes += bytes.len() as u64);
                 (decode_part(&bytes), BrokenAt::BlobKey(key.clone()))
             }
         };
@@ -242,6 +244,7 @@ async fn write_output(
     }
     let encoded = encode_part(&updates);
     if inputs_all_inline && encoded.len() as u64 <= machine.cfg.inline_writes_single_max_bytes {
+        super::stats::count(|s| s.merge_write_bytes += encoded.len() as u64);
         return Ok(HollowBatch {
             desc: desc.clone(),
             len,
@@ -252,6 +255,7 @@ async fn write_output(
     for chunk in updates.chunks(machine.cfg.part_max_updates.max(1)) {
         let key = format!("{}/{}/p{}", machine.shard_id.0, machine.who, ids.next());
         let bytes = Bytes::from(encode_part(chunk));
+        super::stats::count(|s| s.merge_write_bytes += bytes.len() as u64);
         machine
             .write_blob_retrying(&key, bytes.clone(), "compaction part")
             .await?;
@@ -330,6 +334,7 @@ pub(crate) async fn compact_and_apply(
             .iter()
             .all(|p| matches!(p, BatchPart::Inline { .. }))
     });
+    super::stats::count(|s| s.merges += 1);
     let updates = match merge_updates(&desc, inputs) {
         Ok(updates) => updates,
         Err(e) => return Ok(not_applied(format!("cannot merge: {e}"))),

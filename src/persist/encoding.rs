@@ -117,11 +117,20 @@ pub fn decode_part(bytes: &[u8]) -> Result<Vec<EncodedUpdate>, DecodeError> {
 
 /// Encodes a rollup (a whole state).
 pub fn encode_rollup(state: &State) -> Vec<u8> {
-    encode_framed(MAGIC_ROLLUP, state)
+    let out = encode_framed(MAGIC_ROLLUP, state);
+    super::stats::count(|s| {
+        s.rollup_encodes += 1;
+        s.rollup_encode_bytes += out.len() as u64;
+    });
+    out
 }
 
 /// Decodes a rollup and checks the state's invariants.
 pub fn decode_rollup(bytes: &[u8]) -> Result<State, DecodeError> {
+    super::stats::count(|s| {
+        s.rollup_decodes += 1;
+        s.rollup_decode_bytes += bytes.len() as u64;
+    });
     let state: State = decode_framed("rollup", MAGIC_ROLLUP, bytes)?;
     state.validate(None).map_err(|message| DecodeError {
         what: "rollup",
@@ -132,11 +141,20 @@ pub fn decode_rollup(bytes: &[u8]) -> Result<State, DecodeError> {
 
 /// Encodes a state version.
 pub fn encode_diff(diff: &StateDiff) -> Vec<u8> {
-    encode_framed(MAGIC_DIFF, diff)
+    let out = encode_framed(MAGIC_DIFF, diff);
+    super::stats::count(|s| {
+        s.diff_encodes += 1;
+        s.diff_encode_bytes += out.len() as u64;
+    });
+    out
 }
 
 /// Decodes a state version.
 pub fn decode_diff(bytes: &[u8]) -> Result<StateDiff, DecodeError> {
+    super::stats::count(|s| {
+        s.diff_decodes += 1;
+        s.diff_decode_bytes += bytes.len() as u64;
+    });
     let diff: StateDiff = decode_framed("state version", MAGIC_DIFF, bytes)?;
     // Checked: a stored `seqno_from` of `u64::MAX` (or past Consensus's maximum) has no next.
     if diff.seqno_from.checked_next() != Some(diff.seqno_to) {

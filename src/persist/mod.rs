@@ -72,6 +72,7 @@ pub mod maintenance;
 pub mod read;
 pub(crate) mod rollup;
 pub mod state;
+pub mod stats;
 pub mod trace;
 pub mod write;
 
