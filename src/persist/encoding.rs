@@ -34,6 +34,7 @@ use crate::vec_map::VecMap;
 const MAGIC_DIFF: [u8; 4] = *b"PPd1";
 const MAGIC_ROLLUP: [u8; 4] = *b"PPr1";
 const MAGIC_PART: [u8; 4] = *b"PPp1";
+const MAGIC_GC_TICKET: [u8; 4] = *b"PPg1";
 const HEADER_BYTES: usize = 8;
 
 /// Why bytes did not decode.
@@ -113,6 +114,17 @@ pub fn encode_part(updates: &[EncodedUpdate]) -> Vec<u8> {
 /// Decodes a batch part.
 pub fn decode_part(bytes: &[u8]) -> Result<Vec<EncodedUpdate>, DecodeError> {
     decode_framed("batch part", MAGIC_PART, bytes)
+}
+
+/// Encodes a GC ticket: the Blob keys a collection will delete once its truncate is done (see
+/// `gc.rs`).
+pub fn encode_gc_ticket(keys: &[String]) -> Vec<u8> {
+    encode_framed(MAGIC_GC_TICKET, &keys)
+}
+
+/// Decodes a GC ticket.
+pub fn decode_gc_ticket(bytes: &[u8]) -> Result<Vec<String>, DecodeError> {
+    decode_framed("gc ticket", MAGIC_GC_TICKET, bytes)
 }
 
 /// Encodes a rollup (a whole state).

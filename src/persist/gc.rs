@@ -59,14 +59,15 @@
 use std::collections::BTreeSet;
 use std::ops::ControlFlow::{Break, Continue};
 
+use bytes::Bytes;
 use serde::Serialize;
 
 use super::background::MaintenanceIds;
-use super::encoding::{decode_diff, decode_rollup};
+use super::encoding::{decode_diff, decode_gc_ticket, decode_rollup, encode_gc_ticket};
 use super::events::PersistEvent;
 use super::machine::Machine;
 use super::rollup::{settle_rollup, write_rollup_blob};
-use super::state::State;
+use super::state::{maintenance_output_seqno, part_writer, HollowRollup, State, WriterId};
 use super::{PersistClient, ShardId};
 use crate::location::{
     BlobMetadata, BrokenAt, PermanentError, PermanentKind, SeqNo, VersionedData, SCAN_ALL,
@@ -96,6 +97,10 @@ pub struct GcReport {
     pub versions_truncated: Option<usize>,
     /// Why it stopped early or did nothing.
     pub skipped: Option<String>,
+    /// Blobs deleted for collectors that stopped after their truncate (their tickets).
+    pub unfinished_deleted: usize,
+    /// Blobs the sweep deleted: unreferenced, and no write in flight can commit them.
+    pub swept: Vec<String>,
 }
 
 /// How many times a collector scans again after finding that another one moved on under it.
@@ -401,6 +406,7 @@ pub(crate) async fn gc_and_truncate_with(
     ids: &MaintenanceIds,
     hints: GcHints<'_>,
 ) -> Result<(GcReport, Option<State>), PermanentError> {
+    let by_hand = !hints.at_latest_rollup;
     let mut new = req.new_seqno_since;
     if hints.at_latest_rollup && machine.cfg.rollup_threshold > 0 {
         let state = machine.state();
@@ -441,7 +447,18 @@ pub(crate) async fn gc_and_truncate_with(
     for _ in 0..MAX_RESCANS {
         let versions = scan_all_retrying(machine).await?;
         match walk(machine, &versions, new, &hints.states).await? {
-            Walk::Done(reason) => return skip(report, reason),
+            Walk::Done(reason) => {
+                // Already collected this far (or nothing to collect): finish what collectors
+                // that stopped after their truncate left, and, by hand, the bookkeeping.
+                if let Some(earliest) = versions.first().map(|v| v.seqno) {
+                    finish_tickets(machine, earliest, None, &mut report).await?;
+                    if by_hand {
+                        unlist_rollups(machine, None, earliest, &mut report).await?;
+                        sweep(machine, &mut report).await?;
+                    }
+                }
+                return skip(report, reason);
+            }
             Walk::Rescan(reason) => {
                 last_reason = reason;
                 backoff.wait(&machine.runtime).await;
@@ -456,7 +473,7 @@ pub(crate) async fn gc_and_truncate_with(
             }
         }
     }
-    let Some((_earliest, state_at_new, mut deletable)) = walked else {
+    let Some((earliest, state_at_new, mut deletable)) = walked else {
         return skip(
             report,
             format!("gave up after {MAX_RESCANS} scans: {last_reason}"),
@@ -465,25 +482,38 @@ pub(crate) async fn gc_and_truncate_with(
     for key in references(&state_at_new) {
         deletable.remove(&key);
     }
+    let deletable: Vec<String> = deletable.into_iter().collect();
 
-    // 3: a rollup at exactly `new`, listed.
-    if !machine.state().collections.rollups.contains_key(&new) {
-        let rollup = write_rollup_blob(machine, &state_at_new, ids).await?;
-        let (_, result, maybe_committed) = machine
-            .apply_maintenance_cmd("add_rollup", |c| c.add_rollup(new, &rollup))
-            .await?;
-        let listed = matches!(result, Continue(true) | Break(true));
-        settle_rollup(machine, (new, &rollup), listed, maybe_committed, "gc").await?;
+    // 3: the ticket: what this collection deletes, in Blob before the truncate makes it garbage,
+    // so that whoever collects next finishes the deletes if this collector stops after it.
+    let ticket = ticket_key(machine, new, ids);
+    if !deletable.is_empty() {
+        let bytes = Bytes::from(encode_gc_ticket(&deletable));
+        machine.write_blob_retrying(&ticket, bytes, "gc ticket").await?;
+    }
+
+    // 4: a rollup at exactly `new`, listed, and the rollups below the earliest live version
+    // unlisted: one command, one seqno (none if there is nothing to change).
+    let rollup = if machine.state().collections.rollups.contains_key(&new) {
+        None
+    } else {
+        Some(write_rollup_blob(machine, &state_at_new, ids).await?)
+    };
+    let listed = unlist_rollups(machine, rollup.as_ref().map(|r| (new, r)), earliest, &mut report)
+        .await?;
+    if let (Some(rollup), Some((listed, maybe_committed))) = (&rollup, listed) {
+        settle_rollup(machine, (new, rollup), listed, maybe_committed, "gc").await?;
     }
     if !machine.state().collections.rollups.contains_key(&new) {
-        // Only a rollup older than every listed one is refused: others collected past `new`.
+        // Only a rollup older than every listed one is refused: others collected past `new`
+        // (and the ticket, if any, is theirs to finish: its seqno is below the earliest).
         return skip(
             report,
             format!("no rollup can be listed at {new}: the shard was collected past it"),
         );
     }
 
-    // 4: truncate. A collector that got further first makes this a no-op.
+    // 5: truncate. A collector that got further first makes this a no-op.
     let consensus = &machine.location.consensus;
     let deleted = machine
         .retrying(|| consensus.truncate(&machine.shard_id.0, new))
@@ -498,29 +528,196 @@ pub(crate) async fn gc_and_truncate_with(
     report.versions_truncated = Some(deleted);
     machine.forget_below(new);
 
-    // 5: delete what only dead versions referred to.
+    // 6: delete what only dead versions referred to, then the ticket; then finish the tickets
+    // of collectors that stopped after their truncate.
     let (rollups, parts): (Vec<String>, Vec<String>) =
         deletable.into_iter().partition(|k| k.contains("/rollup/"));
     machine.delete_blobs_retrying(&parts, "part").await?;
     machine.delete_blobs_retrying(&rollups, "rollup").await?;
     report.parts_deleted = parts;
     report.rollups_deleted = rollups;
+    if !report.parts_deleted.is_empty() || !report.rollups_deleted.is_empty() {
+        machine
+            .delete_blobs_retrying(std::slice::from_ref(&ticket), "gc ticket")
+            .await?;
+    }
+    finish_tickets(machine, new, Some(&ticket), &mut report).await?;
 
-    // 6: unlist the rollups below the new earliest version.
-    let (_, result, _) = machine
-        .apply_maintenance_cmd("remove_rollups_below", |c| c.remove_rollups_below(new))
-        .await?;
-    if let Continue(removed) = result {
-        report.rollups_unlisted = removed;
-        machine.events.record(|| PersistEvent::RollupsUnlisted {
-            who: machine.who.clone(),
-            shard: machine.shard_id.0.clone(),
-            below: new,
-            count: removed,
-            at_ms: machine.runtime.now_ms(),
-        });
+    // 7: now and then (always by hand), the sweep.
+    if by_hand || earliest.0 / SWEEP_INTERVAL_SEQNOS != new.0 / SWEEP_INTERVAL_SEQNOS {
+        sweep(machine, &mut report).await?;
     }
     Ok((report, Some(*state_at_new)))
+}
+
+/// A routine collection sweeps when its target crosses a multiple of this many seqnos (one by
+/// hand always sweeps): a sweep lists every blob of the shard and replays the live versions.
+pub const SWEEP_INTERVAL_SEQNOS: u64 = 64;
+
+/// The Blob key of a ticket of a collection up to `new`: `<shard>/gc/<new>/<collector>-<id>`.
+fn ticket_key(machine: &Machine, new: SeqNo, ids: &MaintenanceIds) -> String {
+    format!("{}/gc/{:020}/{}-{}", machine.shard_id.0, new.0, machine.who, ids.next())
+}
+
+/// The seqno a ticket key names.
+fn ticket_seqno(key: &str) -> Option<SeqNo> {
+    let mut segments = key.splitn(4, '/');
+    let (_shard, gc, seqno) = (segments.next()?, segments.next()?, segments.next()?);
+    (gc == "gc").then_some(())?;
+    seqno.parse().ok().map(SeqNo)
+}
+
+/// The seqno a rollup key names (`<shard>/rollup/<seqno>/<id>`).
+fn rollup_seqno(key: &str) -> Option<SeqNo> {
+    let mut segments = key.splitn(4, '/');
+    let (_shard, rollup, seqno) = (segments.next()?, segments.next()?, segments.next()?);
+    (rollup == "rollup").then_some(())?;
+    seqno.parse().ok().map(SeqNo)
+}
+
+/// The shard's blobs under `<shard>/<sub>`.
+async fn list_retrying(machine: &Machine, sub: &str) -> Result<Vec<BlobMetadata>, PermanentError> {
+    let blob = &machine.location.blob;
+    let prefix = format!("{}/{sub}", machine.shard_id.0);
+    machine
+        .retrying(|| async {
+            let mut listed = Vec::new();
+            blob.list_keys_and_metadata(&prefix, &mut |m| listed.push(m))
+                .await
+                .map(|()| listed)
+        })
+        .await
+}
+
+/// Deletes `keys`, counting those that were still there; records them as `kind`.
+async fn delete_counted(
+    machine: &Machine,
+    keys: &[String],
+    kind: &str,
+) -> Result<usize, PermanentError> {
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let blob = &machine.location.blob;
+    let mut found = 0;
+    for key in keys {
+        if machine.retrying(|| blob.delete(key)).await?.is_some() {
+            found += 1;
+        }
+    }
+    machine.events.record(|| PersistEvent::BlobsDeleted {
+        who: machine.who.clone(),
+        shard: machine.shard_id.0.clone(),
+        kind: kind.to_string(),
+        keys: keys.to_vec(),
+        at_ms: machine.runtime.now_ms(),
+    });
+    Ok(found)
+}
+
+/// Finishes every ticket at or below `earliest` but `own`: its collection truncated (someone
+/// did, since the earliest live version is past it), so no live version refers to what it
+/// lists, and no later version ever will (keys are written once). Deletes them, then the ticket.
+async fn finish_tickets(
+    machine: &Machine,
+    earliest: SeqNo,
+    own: Option<&str>,
+    report: &mut GcReport,
+) -> Result<(), PermanentError> {
+    for ticket in list_retrying(machine, "gc/").await? {
+        let key = ticket.key;
+        if Some(key.as_str()) == own || ticket_seqno(&key).is_none_or(|s| s > earliest) {
+            continue;
+        }
+        let blob = &machine.location.blob;
+        let Some(bytes) = machine.retrying(|| blob.get(&key)).await? else {
+            continue;
+        };
+        // A ticket that does not decode lists nothing we can trust: only it goes.
+        let keys = decode_gc_ticket(&bytes).unwrap_or_default();
+        let found = delete_counted(machine, &keys, "unfinished gc").await?;
+        report.unfinished_deleted += found;
+        delete_counted(machine, std::slice::from_ref(&key), "gc ticket").await?;
+    }
+    Ok(())
+}
+
+/// The collection's one command: lists `add` (its rollup at its target, if it wrote one) and
+/// unlists the rollups below `earliest`. Returns whether `add` is listed and whether an attempt
+/// was indeterminate (`None` if there was no command to run).
+async fn unlist_rollups(
+    machine: &Machine,
+    add: Option<(SeqNo, &HollowRollup)>,
+    earliest: SeqNo,
+    report: &mut GcReport,
+) -> Result<Option<(bool, bool)>, PermanentError> {
+    let below = machine.state().collections.rollups.range(..earliest).count();
+    if add.is_none() && below == 0 {
+        // Nothing to list or unlist: no command. (The rollup at `earliest` is listed and is
+        // not below it, so every rollup below it may go.)
+        return Ok(None);
+    }
+    let (_, result, maybe_committed) = machine
+        .apply_maintenance_cmd("add_and_remove_rollups", |c| {
+            c.add_and_remove_rollups(add, earliest)
+        })
+        .await?;
+    let listed = match result {
+        Continue((listed, removed)) => {
+            if removed > 0 {
+                report.rollups_unlisted += removed;
+                machine.events.record(|| PersistEvent::RollupsUnlisted {
+                    who: machine.who.clone(),
+                    shard: machine.shard_id.0.clone(),
+                    below: earliest,
+                    count: removed,
+                    at_ms: machine.runtime.now_ms(),
+                });
+            }
+            listed
+        }
+        Break(listed) => listed,
+    };
+    Ok(Some((listed, maybe_committed)))
+}
+
+/// The sweep: deletes the shard's blobs that no live version refers to and that no write in
+/// flight can still commit (see the module docs): parts of writers that are no longer
+/// registered, and rollups older than the oldest listed one.
+async fn sweep(machine: &Machine, report: &mut GcReport) -> Result<(), PermanentError> {
+    // SUBTLE: list first, then read the state and the live versions: every blob listed was
+    // written before both, so a part committed after the listing is in a version the replay
+    // sees, and a writer missing from the state read after the listing never commits again.
+    let listed = list_retrying(machine, "").await?;
+    machine.fetch_and_update_state_retrying().await?;
+    let head = machine.state();
+    let referenced = live_references(machine).await?;
+    let oldest_rollup = head.collections.oldest_rollup();
+    let (mut parts, mut rollups) = (Vec::new(), Vec::new());
+    for m in listed {
+        if referenced.contains(&m.key) {
+            continue;
+        }
+        if let Some(writer) = part_writer(&m.key) {
+            if head.collections.writers.get(&WriterId(writer.to_string())).is_none() {
+                parts.push(m.key);
+            }
+        } else if let Some(seqno) = maintenance_output_seqno(&m.key) {
+            if oldest_rollup.is_some_and(|oldest| seqno < oldest) {
+                parts.push(m.key);
+            }
+        } else if let Some(seqno) = rollup_seqno(&m.key) {
+            if oldest_rollup.is_some_and(|oldest| seqno < oldest) {
+                rollups.push(m.key);
+            }
+        }
+    }
+    let found = delete_counted(machine, &parts, "sweep: unreferenced part").await?
+        + delete_counted(machine, &rollups, "sweep: unlisted rollup").await?;
+    super::stats::count(|s| s.swept_blobs += found as u64);
+    report.swept.extend(parts);
+    report.swept.extend(rollups);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -643,7 +643,18 @@ impl Machine {
                 Ok((_, Break(CompareAndAppendBreak::InlineBackpressure))) => {
                     return Ok(CaaOutcome::InlineBackpressure)
                 }
-                Ok((_, Break(CompareAndAppendBreak::InvalidUsage(e)))) => return Err(e.into()),
+                Ok((_, Break(CompareAndAppendBreak::InvalidUsage(e)))) => {
+                    if indeterminate_seen.is_some() {
+                        // SUBTLE: an earlier attempt may have committed before this writer was
+                        // expired; its parts may be referenced, so they must not be deleted.
+                        return Err(InvalidUsage::IndeterminateOutcome {
+                            lower: batch.desc.lower.clone(),
+                            upper: batch.desc.upper.clone(),
+                        }
+                        .into());
+                    }
+                    return Err(e.into());
+                }
                 Ok((seqno, Break(CompareAndAppendBreak::Inconsistent(detail)))) => {
                     let err = self.permanent(
                         BrokenAt::Version(seqno),

@@ -83,6 +83,9 @@ pub enum ApplyMergeResult {
     NotAppliedInvalidSince,
     /// The output has more updates than the inputs: nothing changed.
     NotAppliedTooManyUpdates,
+    /// The output was assigned at a seqno older than the oldest listed rollup (its parts may
+    /// have been swept: see `gc.rs`): nothing changed.
+    NotAppliedStale,
 }
 
 impl ApplyMergeResult {

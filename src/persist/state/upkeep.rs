@@ -20,6 +20,16 @@ impl StateCollections {
         output: &HollowBatch,
     ) -> ControlFlow<crate::persist::trace::ApplyMergeResult, crate::persist::trace::ApplyMergeResult>
     {
+        // SUBTLE: an output of routine maintenance assigned before the oldest listed rollup may
+        // have been swept by GC (see `maintenance_output_seqno`): it must not be committed.
+        let oldest = self.oldest_rollup();
+        let stale = output
+            .part_keys()
+            .filter_map(super::maintenance_output_seqno)
+            .any(|s| oldest.is_some_and(|oldest| s < oldest));
+        if stale {
+            return Break(crate::persist::trace::ApplyMergeResult::NotAppliedStale);
+        }
         let result = self.trace.apply_merge_res(req, output);
         if result.applied() {
             Continue(result)
@@ -61,6 +71,45 @@ impl StateCollections {
         } else {
             Continue(below.len())
         }
+    }
+
+    /// A collection's one command (see `gc.rs`): lists `add` (the collector's rollup at its
+    /// target, if it wrote one; the same rules as [`StateCollections::add_rollup`]) and unlists
+    /// every rollup below `remove_below` (the earliest live version, which the collector scanned:
+    /// Consensus is truncated below it, so none of them is the rollup at the earliest), keeping at
+    /// least the newest. One state transition, one seqno.
+    ///
+    /// `Continue((listed, unlisted))` when it changed something; `Break(listed)` when there is
+    /// nothing to commit. `listed`: the rollup `add` names is listed (by this command or an
+    /// earlier attempt of it); `false` when refused (the caller deletes its blob) or not given.
+    pub fn add_and_remove_rollups(
+        &mut self,
+        add: Option<(SeqNo, &HollowRollup)>,
+        remove_below: SeqNo,
+    ) -> ControlFlow<bool, (bool, usize)> {
+        let (added, listed) = match add {
+            None => (false, false),
+            Some((seqno, rollup)) => match self.try_add_rollup(seqno, rollup) {
+                AddRollup::Added => (true, true),
+                AddRollup::AlreadyListed => (false, true),
+                AddRollup::Refused => (false, false),
+            },
+        };
+        let unlisted = match self.remove_rollups_below(remove_below) {
+            Continue(n) | Break(n) => n,
+        };
+        if added || unlisted > 0 {
+            Continue((listed, unlisted))
+        } else {
+            Break(listed)
+        }
+    }
+
+    /// The oldest rollup listed. It never goes back: [`StateCollections::add_rollup`] refuses a
+    /// rollup older than it, and only older ones are ever unlisted. So a rollup blob below it
+    /// that no live version refers to can never be listed again (GC's sweep deletes it).
+    pub fn oldest_rollup(&self) -> Option<SeqNo> {
+        self.rollups.keys().next().copied()
     }
 
     fn try_add_rollup(&mut self, seqno: SeqNo, rollup: &HollowRollup) -> AddRollup {
