@@ -589,7 +589,8 @@ async fn list_retrying(machine: &Machine, sub: &str) -> Result<Vec<BlobMetadata>
         .await
 }
 
-/// Deletes `keys`, counting those that were still there; records them as `kind`.
+/// Deletes `keys` and records those that were still there (only those: these deletes clean up
+/// after others, who may have deleted some already) as `kind`. Returns how many.
 async fn delete_counted(
     machine: &Machine,
     keys: &[String],
@@ -599,20 +600,22 @@ async fn delete_counted(
         return Ok(0);
     }
     let blob = &machine.location.blob;
-    let mut found = 0;
+    let mut found = Vec::new();
     for key in keys {
         if machine.retrying(|| blob.delete(key)).await?.is_some() {
-            found += 1;
+            found.push(key.clone());
         }
     }
-    machine.events.record(|| PersistEvent::BlobsDeleted {
-        who: machine.who.clone(),
-        shard: machine.shard_id.0.clone(),
-        kind: kind.to_string(),
-        keys: keys.to_vec(),
-        at_ms: machine.runtime.now_ms(),
-    });
-    Ok(found)
+    if !found.is_empty() {
+        machine.events.record(|| PersistEvent::BlobsDeleted {
+            who: machine.who.clone(),
+            shard: machine.shard_id.0.clone(),
+            kind: kind.to_string(),
+            keys: found.clone(),
+            at_ms: machine.runtime.now_ms(),
+        });
+    }
+    Ok(found.len())
 }
 
 /// Finishes every ticket at or below `earliest` but `own`: its collection truncated (someone
