@@ -105,7 +105,8 @@ fn profile(maintenance: bool, warmup: u64, appends: u64) -> Vec<(&'static str, f
         }
     };
     let rt = sim.runtime();
-    let client = PersistClient::new(location, sim.runtime(), cfg, 1).with_events(EventLog::disabled());
+    let client =
+        PersistClient::new(location, sim.runtime(), cfg, 1).with_events(EventLog::disabled());
     let c2 = counting.clone();
     let (loc, core, batches) = sim
         .block_on(async move {
@@ -121,12 +122,22 @@ fn profile(maintenance: bool, warmup: u64, appends: u64) -> Vec<(&'static str, f
                 let n = if phase == 0 { warmup } else { appends };
                 for _ in 0..n {
                     let u = [((format!("k{t}"), ()), t, 1i64)];
-                    w.compare_and_append(&u, f(t), f(t + 1)).await.unwrap().unwrap();
+                    w.compare_and_append(&u, f(t), f(t + 1))
+                        .await
+                        .unwrap()
+                        .unwrap();
                     rt.yield_now().await;
                     t += 1;
                 }
             }
-            let batches = client.inspect_state(&shard).await.unwrap().collections.trace.batches().len();
+            let batches = client
+                .inspect_state(&shard)
+                .await
+                .unwrap()
+                .collections
+                .trace
+                .batches()
+                .len();
             (c2.counts(), stats(), batches)
         })
         .unwrap();
@@ -135,13 +146,19 @@ fn profile(maintenance: bool, warmup: u64, appends: u64) -> Vec<(&'static str, f
     vec![
         ("Consensus calls", per(loc.consensus_calls())),
         ("  compare_and_set", per(loc.consensus_cas)),
-        ("  head + scan", per(loc.consensus_heads + loc.consensus_scans)),
+        (
+            "  head + scan",
+            per(loc.consensus_heads + loc.consensus_scans),
+        ),
         ("  truncate", per(loc.consensus_truncates)),
         ("Consensus bytes written", per(loc.consensus_write_bytes)),
         ("Consensus bytes read", per(loc.consensus_read_bytes)),
         ("Blob reads", per(loc.blob_gets)),
         ("Blob writes", per(loc.blob_sets)),
-        ("Blob deletes + lists", per(loc.blob_deletes + loc.blob_lists)),
+        (
+            "Blob deletes + lists",
+            per(loc.blob_deletes + loc.blob_lists),
+        ),
         ("Blob bytes read", per(loc.blob_read_bytes)),
         ("Blob bytes written", per(loc.blob_write_bytes)),
         ("state diffs encoded", per(core.diff_encodes)),

@@ -962,7 +962,8 @@ fn randomized_shard_with_faults_crashes_and_races() {
     assert!(
         total.swept_maintenance_outputs > 0,
         "maintenance outputs no version refers to were swept"
-    );    assert!(
+    );
+    assert!(
         total.writer_restarts > 0,
         "crashed writers came back as new processes"
     );

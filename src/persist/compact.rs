@@ -28,7 +28,9 @@
 //! Limits of the teaching version: a merge holds all its inputs in memory (the original streams
 //! runs in chunks under a memory bound), and there is no size heuristic to skip small requests.
 
+use std::cell::Cell;
 use std::ops::ControlFlow::{Break, Continue};
+use std::rc::Rc;
 
 use bytes::Bytes;
 use differential_dataflow::lattice::Lattice;
@@ -41,6 +43,7 @@ use super::consolidate::DiffOverflow;
 use super::encoding::{decode_part, encode_part, EncodedUpdate};
 use super::events::{frontier, PersistEvent};
 use super::machine::Machine;
+use super::maintenance::PendingMerge;
 use super::state::{BatchPart, Description, HollowBatch};
 use super::trace::{ApplyMergeResult, FueledMergeReq};
 use super::{PersistClient, ShardId};
@@ -271,6 +274,37 @@ async fn write_output(
     })
 }
 
+/// Lists a pending merge for this process's appends to carry while the compactor commits it, and
+/// unlists it however the compactor ends (done, or dropped mid-way).
+struct PendingGuard<'a> {
+    machine: &'a Machine,
+    merge: Rc<PendingMerge>,
+}
+
+impl<'a> PendingGuard<'a> {
+    fn new(machine: &'a Machine, merge: &Rc<PendingMerge>) -> Self {
+        machine
+            .maintenance
+            .borrow_mut()
+            .pending_merges
+            .push(Rc::clone(merge));
+        PendingGuard {
+            machine,
+            merge: Rc::clone(merge),
+        }
+    }
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.machine
+            .maintenance
+            .borrow_mut()
+            .pending_merges
+            .retain(|m| !Rc::ptr_eq(m, &self.merge));
+    }
+}
+
 fn hollow_keys(batch: &HollowBatch) -> Vec<String> {
     batch.part_keys().map(String::from).collect()
 }
@@ -343,10 +377,34 @@ pub(crate) async fn compact_and_apply(
     // 3: the output, in Blob before state names it.
     let output = write_output(machine, ids, &desc, updates, inputs_all_inline).await?;
 
-    // 4: commit, if the inputs still line up.
+    // 4: commit, if the inputs still line up; meanwhile this process's appends carry it.
+    let pending = Rc::new(PendingMerge {
+        req: req.clone(),
+        output: output.clone(),
+        carried: Cell::new(None),
+        maybe_carried: Cell::new(false),
+        in_flight: Cell::new(0),
+    });
+    let _pending = PendingGuard::new(machine, &pending);
     let (seqno, result, maybe_committed) = machine
-        .apply_maintenance_cmd("merge_res", |c| c.apply_merge_res(&req, &output))
+        .apply_maintenance_cmd("merge_res", |c| {
+            if pending.carried.get().is_some() {
+                // An append committed it: nothing left to do.
+                return Break(ApplyMergeResult::NotAppliedNoMatch);
+            }
+            c.apply_merge_res(&req, &output)
+        })
         .await?;
+    // SUBTLE: an append that carries it may have committed it without having heard so yet (its
+    // compare_and_set has not returned): wait until every carrying attempt knows its outcome.
+    while pending.in_flight.get() > 0 {
+        machine.runtime.sleep(1).await;
+    }
+    let (seqno, result) = match pending.carried.get() {
+        Some(carried) => (carried, Continue(ApplyMergeResult::AppliedExact)),
+        None => (seqno, result),
+    };
+    let maybe_committed = maybe_committed || pending.maybe_carried.get();
     let applied = |result: ApplyMergeResult| {
         machine.events.record(|| PersistEvent::CompactionApplied {
             who: machine.who.clone(),

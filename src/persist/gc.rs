@@ -489,7 +489,9 @@ pub(crate) async fn gc_and_truncate_with(
     let ticket = ticket_key(machine, new, ids);
     if !deletable.is_empty() {
         let bytes = Bytes::from(encode_gc_ticket(&deletable));
-        machine.write_blob_retrying(&ticket, bytes, "gc ticket").await?;
+        machine
+            .write_blob_retrying(&ticket, bytes, "gc ticket")
+            .await?;
     }
 
     // 4: a rollup at exactly `new`, listed, and the rollups below the earliest live version
@@ -499,8 +501,13 @@ pub(crate) async fn gc_and_truncate_with(
     } else {
         Some(write_rollup_blob(machine, &state_at_new, ids).await?)
     };
-    let listed = unlist_rollups(machine, rollup.as_ref().map(|r| (new, r)), earliest, &mut report)
-        .await?;
+    let listed = unlist_rollups(
+        machine,
+        rollup.as_ref().map(|r| (new, r)),
+        earliest,
+        &mut report,
+    )
+    .await?;
     if let (Some(rollup), Some((listed, maybe_committed))) = (&rollup, listed) {
         settle_rollup(machine, (new, rollup), listed, maybe_committed, "gc").await?;
     }
@@ -556,7 +563,13 @@ pub const SWEEP_INTERVAL_SEQNOS: u64 = 64;
 
 /// The Blob key of a ticket of a collection up to `new`: `<shard>/gc/<new>/<collector>-<id>`.
 fn ticket_key(machine: &Machine, new: SeqNo, ids: &MaintenanceIds) -> String {
-    format!("{}/gc/{:020}/{}-{}", machine.shard_id.0, new.0, machine.who, ids.next())
+    format!(
+        "{}/gc/{:020}/{}-{}",
+        machine.shard_id.0,
+        new.0,
+        machine.who,
+        ids.next()
+    )
 }
 
 /// The seqno a ticket key names.
@@ -654,7 +667,12 @@ async fn unlist_rollups(
     earliest: SeqNo,
     report: &mut GcReport,
 ) -> Result<Option<(bool, bool)>, PermanentError> {
-    let below = machine.state().collections.rollups.range(..earliest).count();
+    let below = machine
+        .state()
+        .collections
+        .rollups
+        .range(..earliest)
+        .count();
     if add.is_none() && below == 0 {
         // Nothing to list or unlist: no command. (The rollup at `earliest` is listed and is
         // not below it, so every rollup below it may go.)
@@ -702,7 +720,12 @@ async fn sweep(machine: &Machine, report: &mut GcReport) -> Result<(), Permanent
             continue;
         }
         if let Some(writer) = part_writer(&m.key) {
-            if head.collections.writers.get(&WriterId(writer.to_string())).is_none() {
+            if head
+                .collections
+                .writers
+                .get(&WriterId(writer.to_string()))
+                .is_none()
+            {
                 parts.push(m.key);
             }
         } else if let Some(seqno) = maintenance_output_seqno(&m.key) {
@@ -710,7 +733,15 @@ async fn sweep(machine: &Machine, report: &mut GcReport) -> Result<(), Permanent
                 parts.push(m.key);
             }
         } else if let Some(seqno) = rollup_seqno(&m.key) {
-            if oldest_rollup.is_some_and(|oldest| seqno < oldest) {
+            // `add_rollup` refuses it for good if it is older than the oldest listed rollup, or
+            // if another rollup holds its seqno (that one is unlisted only with every rollup
+            // below it, after which this one is older than the oldest).
+            let taken = head
+                .collections
+                .rollups
+                .get(&seqno)
+                .is_some_and(|r| r.key != m.key);
+            if taken || oldest_rollup.is_some_and(|oldest| seqno < oldest) {
                 rollups.push(m.key);
             }
         }

@@ -433,6 +433,14 @@ impl PersistClient {
         Ok((write, read))
     }
 
+    /// The newest state of the shard this process has seen, without reading storage (`None`
+    /// if no handle of this client has touched the shard).
+    pub fn cached_state(&self, shard_id: &ShardId) -> Option<State> {
+        let caches = self.caches.borrow();
+        let state = caches.get(shard_id)?.state.borrow();
+        (state.seqno > crate::location::SeqNo(0)).then(|| state.clone())
+    }
+
     /// The shard's state as a plain snapshot, freshly read from Consensus.
     pub async fn inspect_state(&self, shard_id: &ShardId) -> Result<State, PermanentError> {
         let machine = self.machine(shard_id, "inspect".into());

@@ -103,6 +103,13 @@ pub fn level(len: u64) -> u32 {
     u64::BITS - len.leading_zeros()
 }
 
+/// The most batches a trace of `updates` updates holds while compaction keeps up (see the module
+/// docs): two per level, as in differential's spine, over the levels up to the one of all the
+/// updates together.
+pub fn spine_bound(updates: u64) -> usize {
+    2 * (level(updates) as usize + 1)
+}
+
 /// See the module docs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Trace {
