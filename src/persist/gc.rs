@@ -201,6 +201,48 @@ pub async fn live_references(machine: &Machine) -> Result<BTreeSet<String>, Perm
     ))
 }
 
+/// Every Blob key a version from `from.seqno` to at least `head` refers to: `from`'s references
+/// and what each later version inserts (from this process's memo, or decoded). A superset of
+/// what the live versions refer to when `from` is at or below the earliest live version.
+async fn references_from(
+    machine: &Machine,
+    from: &State,
+    head: SeqNo,
+) -> Result<BTreeSet<String>, PermanentError> {
+    let mut referenced: BTreeSet<String> = references(from).collect();
+    let Some(next) = from.seqno.checked_next() else {
+        return Ok(referenced);
+    };
+    if head < next {
+        return Ok(referenced);
+    }
+    let consensus = &machine.location.consensus;
+    let versions = machine
+        .retrying(|| consensus.scan(&machine.shard_id.0, next, SCAN_ALL))
+        .await?;
+    if versions.first().map(|v| v.seqno) != Some(next)
+        || versions.last().map_or(true, |v| v.seqno < head)
+    {
+        // Truncated past `from` meanwhile, or not all there: replay from the earliest instead.
+        return live_references(machine).await;
+    }
+    for version in &versions {
+        if let Some(inserted) = machine.seen.borrow().get(&version.seqno) {
+            referenced.extend(inserted.iter().cloned());
+            continue;
+        }
+        let diff = decode_diff(&version.data).map_err(|e| {
+            machine.mark_broken(machine.permanent(
+                BrokenAt::Version(version.seqno),
+                PermanentKind::Undecodable,
+                e.to_string(),
+            ))
+        })?;
+        referenced.extend(diff.inserted_blobs());
+    }
+    Ok(referenced)
+}
+
 /// What scanning and replaying the live versions found.
 enum Walk {
     /// Nothing (more) to do: the reason.
@@ -450,12 +492,10 @@ pub(crate) async fn gc_and_truncate_with(
             Walk::Done(reason) => {
                 // Already collected this far (or nothing to collect): finish what collectors
                 // that stopped after their truncate left, and, by hand, the bookkeeping.
-                if let Some(earliest) = versions.first().map(|v| v.seqno) {
+                if let (Some(earliest), true) = (versions.first().map(|v| v.seqno), by_hand) {
                     finish_tickets(machine, earliest, None, &mut report).await?;
-                    if by_hand {
-                        unlist_rollups(machine, None, earliest, &mut report).await?;
-                        sweep(machine, &mut report).await?;
-                    }
+                    unlist_rollups(machine, None, earliest, &mut report).await?;
+                    sweep(machine, None, &mut report).await?;
                 }
                 return skip(report, reason);
             }
@@ -486,8 +526,11 @@ pub(crate) async fn gc_and_truncate_with(
 
     // 3: the ticket: what this collection deletes, in Blob before the truncate makes it garbage,
     // so that whoever collects next finishes the deletes if this collector stops after it.
+    // Rollups need no ticket: once unlisted and below the oldest listed one, the sweep finds
+    // them anyway.
     let ticket = ticket_key(machine, new, ids);
-    if !deletable.is_empty() {
+    let ticketed = deletable.iter().any(|k| !k.contains("/rollup/"));
+    if ticketed {
         let bytes = Bytes::from(encode_gc_ticket(&deletable));
         machine
             .write_blob_retrying(&ticket, bytes, "gc ticket")
@@ -543,16 +586,17 @@ pub(crate) async fn gc_and_truncate_with(
     machine.delete_blobs_retrying(&rollups, "rollup").await?;
     report.parts_deleted = parts;
     report.rollups_deleted = rollups;
-    if !report.parts_deleted.is_empty() || !report.rollups_deleted.is_empty() {
+    if ticketed {
         machine
             .delete_blobs_retrying(std::slice::from_ref(&ticket), "gc ticket")
             .await?;
     }
-    finish_tickets(machine, new, Some(&ticket), &mut report).await?;
 
-    // 7: now and then (always by hand), the sweep.
+    // 7: now and then (always by hand), finish the tickets of collectors that stopped after
+    // their truncate, and sweep.
     if by_hand || earliest.0 / SWEEP_INTERVAL_SEQNOS != new.0 / SWEEP_INTERVAL_SEQNOS {
-        sweep(machine, &mut report).await?;
+        finish_tickets(machine, new, Some(&ticket), &mut report).await?;
+        sweep(machine, Some(&state_at_new), &mut report).await?;
     }
     Ok((report, Some(*state_at_new)))
 }
@@ -705,14 +749,25 @@ async fn unlist_rollups(
 /// The sweep: deletes the shard's blobs that no live version refers to and that no write in
 /// flight can still commit (see the module docs): parts of writers that are no longer
 /// registered, and rollups older than the oldest listed one.
-async fn sweep(machine: &Machine, report: &mut GcReport) -> Result<(), PermanentError> {
+///
+/// `at_new`: the state at a version at or below the earliest live one (the collector's target,
+/// just truncated to), from which the live references are that state's plus what the versions
+/// after it insert, without reading a rollup back; `None`: replay from the earliest's rollup.
+async fn sweep(
+    machine: &Machine,
+    at_new: Option<&State>,
+    report: &mut GcReport,
+) -> Result<(), PermanentError> {
     // SUBTLE: list first, then read the state and the live versions: every blob listed was
     // written before both, so a part committed after the listing is in a version the replay
     // sees, and a writer missing from the state read after the listing never commits again.
     let listed = list_retrying(machine, "").await?;
     machine.fetch_and_update_state_retrying().await?;
     let head = machine.state();
-    let referenced = live_references(machine).await?;
+    let referenced = match at_new {
+        Some(at_new) => references_from(machine, at_new, head.seqno).await?,
+        None => live_references(machine).await?,
+    };
     let oldest_rollup = head.collections.oldest_rollup();
     let (mut parts, mut rollups) = (Vec::new(), Vec::new());
     for m in listed {
@@ -835,6 +890,19 @@ mod tests {
             [17, 33, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60]
         );
         assert_eq!(s.need_rollup(SeqNo(17), 0), None, "threshold 0: never");
+        // A big state stretches the cadence: 20,000 bytes over 16 * 512 is 3 thresholds.
+        let mut big = with_rollups(&[1]);
+        big.rollups.insert(
+            SeqNo(1),
+            HollowRollup {
+                key: "r1".into(),
+                encoded_size_bytes: 20_000,
+            },
+        );
+        let due: Vec<u64> = (1..=150)
+            .filter(|n| big.need_rollup(SeqNo(*n), 16).is_some())
+            .collect();
+        assert_eq!(&due[..3], [49, 97, 145]);
         assert_eq!(StateCollections::new().need_rollup(SeqNo(17), 16), None);
     }
 

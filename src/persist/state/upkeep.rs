@@ -11,6 +11,10 @@ use crate::location::SeqNo;
 /// write one failed), every commit is assigned one until one lands.
 pub const ROLLUP_FALLBACK_MULTIPLE: u64 = 3;
 
+/// What a state version (the diff of one small command) is taken to weigh, for the rollup
+/// cadence ([`StateCollections::need_rollup`]).
+pub const DIFF_BYTES_ESTIMATE: u64 = 512;
+
 impl StateCollections {
     /// Replaces the batches of a merge request by its output if they still line up (see
     /// `trace.rs` for each outcome). `Break` when not applied: there is nothing to commit.
@@ -136,11 +140,20 @@ impl StateCollections {
     /// seqnos after the newest rollup (exact multiples, so one process is assigned each), and, as a
     /// fallback when the assigned one failed, every seqno once the newest rollup is more than
     /// [`ROLLUP_FALLBACK_MULTIPLE`] thresholds old. A threshold of 0 assigns none.
+    ///
+    /// The threshold stretches with the state's size: a rollup is worth writing once the diffs a
+    /// cold reader would replay since the last one weigh about as much as it does, so the
+    /// effective threshold is `threshold` times `ceil(latest rollup size / (threshold *`
+    /// [`DIFF_BYTES_ESTIMATE`]`))` (at least `threshold`). It is read from the latest rollup's
+    /// recorded size, which every process sees alike, so one process is still assigned each.
     pub fn need_rollup(&self, seqno: SeqNo, threshold: u64) -> Option<SeqNo> {
         if threshold == 0 {
             return None;
         }
-        let (latest, _) = self.rollups.last_key_value()?;
+        let (latest, rollup) = self.rollups.last_key_value()?;
+        let per_threshold = threshold.saturating_mul(DIFF_BYTES_ESTIMATE).max(1);
+        let stretch = rollup.encoded_size_bytes.div_ceil(per_threshold).max(1);
+        let threshold = threshold.saturating_mul(stretch);
         let behind = seqno.0.checked_sub(latest.0)?;
         let due = behind > 0
             && (behind % threshold == 0
