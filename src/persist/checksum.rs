@@ -52,7 +52,11 @@ fn tables() -> &'static [[u32; 256]; 8] {
 pub fn crc32(bytes: &[u8]) -> u32 {
     let mut crc = !0u32;
     // Short records (most state versions' fields) are not worth the tables.
-    let split = if bytes.len() >= 64 { bytes.len() / 8 * 8 } else { 0 };
+    let split = if bytes.len() >= 64 {
+        bytes.len() / 8 * 8
+    } else {
+        0
+    };
     let (words, rest) = bytes.split_at(split);
     if !words.is_empty() {
         let t = tables();

@@ -73,12 +73,10 @@ fn decode_framed<T: Serialize + DeserializeOwned>(
 ) -> Result<T, DecodeError> {
     let value: T = decode_framed_unchecked(what, magic, bytes)?;
     let payload = &bytes[HEADER_BYTES..];
-    let again = options()
-        .serialize(&value)
-        .map_err(|e| DecodeError {
-            what,
-            message: format!("cannot re-encode: {e}"),
-        })?;
+    let again = options().serialize(&value).map_err(|e| DecodeError {
+        what,
+        message: format!("cannot re-encode: {e}"),
+    })?;
     if again != payload {
         return Err(DecodeError {
             what,
@@ -126,8 +124,16 @@ pub type EncodedUpdate = ((Vec<u8>, Vec<u8>), Timestamp, Diff);
 /// One update as a part stores it: keys and values as byte strings. bincode writes a byte string
 /// exactly as it writes a sequence of `u8` (a `u64` length, then the bytes), so these are the
 /// bytes `EncodedUpdate` itself would give, but copied in bulk rather than one `u8` at a time.
-type WireUpdate<'a> = ((&'a serde_bytes::Bytes, &'a serde_bytes::Bytes), Timestamp, Diff);
-type WireUpdateOwned = ((serde_bytes::ByteBuf, serde_bytes::ByteBuf), Timestamp, Diff);
+type WireUpdate<'a> = (
+    (&'a serde_bytes::Bytes, &'a serde_bytes::Bytes),
+    Timestamp,
+    Diff,
+);
+type WireUpdateOwned = (
+    (serde_bytes::ByteBuf, serde_bytes::ByteBuf),
+    Timestamp,
+    Diff,
+);
 
 /// Encodes a batch part.
 pub fn encode_part(updates: &[EncodedUpdate]) -> Vec<u8> {
@@ -470,6 +476,8 @@ mod tests {
     use std::ops::ControlFlow::Continue;
 
     fn f(t: u64) -> Antichain<u64> {
+        Antichain::from_elem(t)
+    }
 
     /// Parts are written with byte strings and read without the re-encoding check: the bytes are
     /// the generic encoding's, and anything that decodes is canonical.
@@ -481,7 +489,11 @@ mod tests {
                 .map(|i| {
                     let len = (rng.next_u64() % 9) as usize;
                     let k: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-                    ((k, vec![i as u8; i % 3]), rng.next_u64(), rng.next_u64() as i64)
+                    (
+                        (k, vec![i as u8; i % 3]),
+                        rng.next_u64(),
+                        rng.next_u64() as i64,
+                    )
                 })
                 .collect();
             let bytes = encode_part(&updates);
@@ -500,8 +512,6 @@ mod tests {
                 }
             }
         }
-    }
-        Antichain::from_elem(t)
     }
 
     /// A sequence of states made by real transitions: writers, readers, inline and hollow parts.

@@ -601,6 +601,16 @@ pub(crate) async fn gc_and_truncate_with(
     Ok((report, Some(*state_at_new)))
 }
 
+/// The `kind` of the [`PersistEvent::BlobsDeleted`] of a sweep's deletes of parts of writers that
+/// are no longer registered (a crashed writer's uncommitted parts, among others).
+pub const SWEPT_PARTS: &str = "sweep: parts of expired writers";
+/// ... of merge outputs assigned before the oldest listed rollup that no version refers to.
+pub const SWEPT_OUTPUTS: &str = "sweep: stale merge outputs";
+/// ... of rollups that can never be listed (older than the oldest listed, or their seqno taken).
+pub const SWEPT_ROLLUPS: &str = "sweep: unlisted rollups";
+/// The `kind` of the deletes a collection finished for one that stopped after its truncate.
+pub const FINISHED_FOR_DEAD_COLLECTOR: &str = "unfinished gc";
+
 /// A routine collection sweeps when its target crosses a multiple of this many seqnos (one by
 /// hand always sweeps): a sweep lists every blob of the shard and replays the live versions.
 pub const SWEEP_INTERVAL_SEQNOS: u64 = 64;
@@ -695,7 +705,7 @@ async fn finish_tickets(
         };
         // A ticket that does not decode lists nothing we can trust: only it goes.
         let keys = decode_gc_ticket(&bytes).unwrap_or_default();
-        let found = delete_counted(machine, &keys, "unfinished gc").await?;
+        let found = delete_counted(machine, &keys, FINISHED_FOR_DEAD_COLLECTOR).await?;
         report.unfinished_deleted += found;
         delete_counted(machine, std::slice::from_ref(&key), "gc ticket").await?;
     }
@@ -769,7 +779,7 @@ async fn sweep(
         None => live_references(machine).await?,
     };
     let oldest_rollup = head.collections.oldest_rollup();
-    let (mut parts, mut rollups) = (Vec::new(), Vec::new());
+    let (mut parts, mut outputs, mut rollups) = (Vec::new(), Vec::new(), Vec::new());
     for m in listed {
         if referenced.contains(&m.key) {
             continue;
@@ -785,7 +795,7 @@ async fn sweep(
             }
         } else if let Some(seqno) = maintenance_output_seqno(&m.key) {
             if oldest_rollup.is_some_and(|oldest| seqno < oldest) {
-                parts.push(m.key);
+                outputs.push(m.key);
             }
         } else if let Some(seqno) = rollup_seqno(&m.key) {
             // `add_rollup` refuses it for good if it is older than the oldest listed rollup, or
@@ -801,10 +811,12 @@ async fn sweep(
             }
         }
     }
-    let found = delete_counted(machine, &parts, "sweep: unreferenced part").await?
-        + delete_counted(machine, &rollups, "sweep: unlisted rollup").await?;
+    let found = delete_counted(machine, &parts, SWEPT_PARTS).await?
+        + delete_counted(machine, &outputs, SWEPT_OUTPUTS).await?
+        + delete_counted(machine, &rollups, SWEPT_ROLLUPS).await?;
     super::stats::count(|s| s.swept_blobs += found as u64);
     report.swept.extend(parts);
+    report.swept.extend(outputs);
     report.swept.extend(rollups);
     Ok(())
 }
