@@ -15,7 +15,12 @@
 //!    inline and it is small (so compaction never moves inline bytes the other way), otherwise
 //!    as Blob parts of at most `part_max_updates` updates, written before the state names them;
 //! 4. commit `apply_merge_res` (the `merge_res` command), which replaces the inputs only if they
-//!    still line up (see `trace.rs`);
+//!    still line up (see `trace.rs`); meanwhile the output is a pending merge that this process's
+//!    appends carry (`maintenance.rs`), so a merge that loses its compare_and_set to an append
+//!    lands with that append; the compactor waits until every append that carried it knows its
+//!    outcome. A routine merge's output is named after the commit that assigned it
+//!    (`<shard>/<who>/pm<seqno>x<n>`) and refused once that seqno is older than the oldest listed
+//!    rollup, after which GC's sweep may delete it (`gc.rs`);
 //! 5. if it was not applied, delete the output's parts: nothing references them. SUBTLE: if some
 //!    attempt's compare_and_set was indeterminate, that attempt may have committed the output,
 //!    so it is kept (see `Machine::apply_maintenance_cmd`).

@@ -14,44 +14,65 @@
 //!
 //! **The collector** ([`gc_and_truncate`]), for `new = new_seqno_since`:
 //! 1. scan every live version from the earliest, `E`; if `E >= new`, someone already collected
-//!    this far: done;
+//!    this far: done (by hand, it still finishes tickets, unlists and sweeps: below);
 //! 2. read the state at `E` from the rollup listed at exactly `E` (there always is one, see the
 //!    invariant below); the blobs of every version below `new` are those of the state at `E`
 //!    (parts and listed rollups) plus those the diffs after it insert; the deletable ones are
 //!    those not referenced at `new` (a blob dropped from state never returns: keys are written
 //!    once, so no later version refers to it either). The state at `new` comes from whoever
 //!    committed it (the routine trigger keeps it), from the cache, or else from the diffs;
-//! 3. make sure a rollup at exactly `new` is listed: reuse a listed one, or write the rebuilt
-//!    state at `new` to Blob and list it with `add_rollup` (if another rollup won the seqno, ours
-//!    is deleted and theirs is used);
-//! 4. `consensus.truncate(shard, new)`: `new` becomes the earliest live version;
-//! 5. only now delete the deletable blobs: no live version refers to them any more;
-//! 6. unlist the rollups below `new` (`remove_rollups_below`), so the listed rollups stay
-//!    bounded however long the shard lives. Their blobs are still referenced by the versions from
-//!    `new` up to this command's, so they are deleted by a later collection (step 2 finds them
-//!    referenced below its target and not at it).
+//! 3. if parts are deletable, write a **ticket** listing them (`<shard>/gc/<new>/…`), before the
+//!    truncate makes them garbage: a collector that stops after its truncate leaves its deletes
+//!    to whoever reads the ticket next (rollups need none: the sweep finds them);
+//! 4. **one command, one seqno** (`add_and_remove_rollups`): list a rollup at exactly `new`
+//!    (reuse a listed one, or write the state at `new` to Blob first; if another rollup won the
+//!    seqno, ours is deleted and theirs is used) and unlist the rollups below `E` (Consensus is
+//!    truncated below `E`, so none of them is the earliest's), so the listed rollups stay bounded
+//!    however long the shard lives. No command at all when there is nothing to list or unlist.
+//!    The unlisted rollups' blobs are still referenced by live versions, so a later collection
+//!    deletes them (step 2 finds them referenced below its target and not at it);
+//! 5. `consensus.truncate(shard, new)`: `new` becomes the earliest live version;
+//! 6. only now delete the deletable blobs (no live version refers to them any more), then the
+//!    ticket;
+//! 7. every [`SWEEP_INTERVAL_SEQNOS`] seqnos (and always by hand): finish every ticket at or
+//!    below the earliest version (its collection truncated, or a later one did: what it lists is
+//!    garbage for good), then **sweep**.
+//!
+//! **The sweep** deletes what no live version refers to and no write in flight can still commit,
+//! whatever crashed: it lists the shard's blobs, *then* reads the state and the live versions
+//! (so a blob listed and committed since is seen as referenced), and deletes, of those no live
+//! version refers to: parts of writers no longer registered (a writer's key names it,
+//! `state::part_writer`; `compare_and_append` refuses a part of an unregistered writer, so an
+//! expired writer's parts never become referenced); merge outputs assigned before the oldest
+//! listed rollup (`state::maintenance_output_seqno`; `apply_merge_res` refuses them); rollups
+//! older than the oldest listed one or at a seqno another rollup holds (`add_rollup` refuses
+//! them). The oldest listed rollup never goes back, and writer ids are never reused, so each of
+//! these is garbage for good. This covers the three ways blobs used to leak: a writer that
+//! stopped between writing a part and committing it (swept once its lease expired), a collector
+//! that died between its truncate and its deletes (its ticket), and maintenance output whose
+//! commit was indeterminate and then merged away (swept once stale). Storage is bounded by the
+//! live data.
 //!
 //! **Routine collections** (the background work a commit assigns, `maintenance.rs`) collect up
 //! to the newest *listed rollup* at or below the request's target instead of the target itself:
-//! that rollup is already in Blob and listed, so step 3 writes and commits nothing, and routine
-//! rollups (every `rollup_threshold` seqnos) set the pace. They also start from the state at
-//! their process's previous target, when that is still the earliest live version, rather than
-//! reading its rollup back. A collection by hand ([`gc_now`]) goes to exactly its target.
+//! that rollup is already in Blob and listed, so step 4 writes nothing, and routine rollups set
+//! the pace. They also start from the state at their process's previous target, when that is
+//! still the earliest live version, rather than reading its rollup back, and their sweeps start
+//! from the state at their target. A collection by hand ([`gc_now`]) goes to exactly its target.
 //!
 //! **Invariants**: no live version refers to a deleted blob (deletes come after the truncate
-//! that made every referring version dead); a rollup exists in Blob, listed in state, at exactly
-//! the earliest live seqno (step 3 lists it before step 4 makes it the earliest, and step 6 only
-//! unlists rollups below a seqno that is already truncated to).
+//! that made every referring version dead, and sweeps delete only what no live version refers
+//! to); no part of a write that can still commit is deleted (the fences above); a rollup exists
+//! in Blob, listed in state, at exactly the earliest live seqno (step 4 lists it before step 5
+//! makes it the earliest, and unlists only rollups below a seqno already truncated to).
 //!
 //! **Concurrency and crashes**: two collectors may run at once, in any order, with different
 //! targets, and any of them may stop at any await (its future dropped). Every step tolerates
 //! that: deletes of missing blobs succeed, a repeated or overtaken truncate deletes nothing, a
-//! collector whose rollup at `E` vanished (someone else collected past `E`) scans again, and a
-//! collector that died before its truncate leaves work that the next one redoes. Blobs may leak,
-//! never dangle: a leak costs space, a dangling reference loses data. The leaks, all listed by
-//! [`leaked_blobs`]: a writer that stopped between writing a part and committing it (a
-//! cancelled write), a collector that died between its truncate and its deletes, and the
-//! outputs of maintenance whose commit was indeterminate and then merged away.
+//! collector whose rollup at `E` vanished (someone else collected past `E`) scans again, a
+//! collector that died before its truncate leaves work that the next one redoes, and one that
+//! died after it leaves a ticket. [`leaked_blobs`] lists what no live version refers to: at
+//! quiescence, after collections by hand to a fixed point, nothing.
 //!
 //! A permanent error (a version or rollup that does not decode, the rollup at the earliest
 //! version gone while state still lists it) ends the collection and marks the shard broken.

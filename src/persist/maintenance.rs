@@ -23,6 +23,14 @@
 //! - **GC** (`gc_enabled`): when the seqno since has moved far enough, `gc.rs` deletes the blobs no
 //!   live version needs and truncates Consensus.
 //!
+//! Two workers per shard and process: one for merges, one for rollups and GC, so that a slow
+//! collection never holds back the merges a fast writer needs. And a merge must not lose the
+//! race for the next seqno forever to a writer that commits in a tight loop: while its output
+//! waits to be committed ([`PendingMerge`]), every compare_and_append of the same process applies
+//! it on top of its own append (if it still applies) and commits both in one version. Together
+//! these keep the trace within the spine bound (`trace::spine_bound`) however fast one writer
+//! commits (`tests/persist_spine.rs`, `tests/browser_spine.rs`).
+//!
 //! This module is the dispatcher only: the steps live in `background.rs` (ids, maintenance
 //! commands, Blob writes and deletes) and `rollup.rs`, the work in `compact.rs` and `gc.rs`;
 //! none of those imports this one.
