@@ -8,9 +8,14 @@
 //! - "with maintenance": routine rollups and GC on, the writer yielding after each append so that
 //!   their background tasks run, as they would beside a real writer.
 //!
-//! Prints each round and the median.
+//! Prints each round and the median, then the profile of one compare_and_append of one update in
+//! steady state (1,000 appends after 1,000 more, averaged), maintenance off and on (compaction,
+//! rollups and GC at their defaults): Consensus and Blob calls and bytes
+//! (`persist::stats::CountingLocation`), state encodes and decodes, rollups and merges
+//! (`persist::stats::stats`).
 //!
 //!     cargo run --release --example persist_bench
+//!     cargo run --release --example persist_bench -- profile   # the profile only
 //!     cargo run --release --example persist_bench -- on 200   # one configuration, 200 rounds
 //!                                                             # (off | on), e.g. under perf
 use std::rc::Rc;
@@ -19,6 +24,7 @@ use std::time::Instant;
 use persist_playground::location::mem::{MemBlob, MemConsensus};
 use persist_playground::location::Location;
 use persist_playground::persist::events::EventLog;
+use persist_playground::persist::stats::{reset_stats, stats, CountingLocation};
 use persist_playground::persist::{PersistClient, PersistConfig, ShardId};
 use persist_playground::runtime::sim::Simulator;
 use timely::progress::Antichain;
@@ -80,8 +86,114 @@ fn round(seed: u64, maintenance: bool) -> (f64, usize) {
     .unwrap()
 }
 
+/// Per-append costs of `appends` one-update compare_and_appends after `warmup` more.
+fn profile(maintenance: bool, warmup: u64, appends: u64) -> Vec<(&'static str, f64)> {
+    let sim = Simulator::new(1);
+    sim.set_record_trace(false);
+    let (location, counting) = CountingLocation::wrap(Location {
+        blob: Rc::new(MemBlob::new()),
+        consensus: Rc::new(MemConsensus::new()),
+    });
+    let cfg = if maintenance {
+        PersistConfig::default()
+    } else {
+        PersistConfig {
+            compaction_enabled: false,
+            rollup_threshold: 0,
+            gc_enabled: false,
+            ..PersistConfig::default()
+        }
+    };
+    let rt = sim.runtime();
+    let client =
+        PersistClient::new(location, sim.runtime(), cfg, 1).with_events(EventLog::disabled());
+    let c2 = counting.clone();
+    let (loc, core, batches) = sim
+        .block_on(async move {
+            let shard = ShardId::new("s-profile").unwrap();
+            let mut w = client.open_writer::<String, ()>(&shard).await.unwrap();
+            let f = Antichain::from_elem;
+            let mut t = 0;
+            for phase in 0..2 {
+                if phase == 1 {
+                    c2.reset();
+                    reset_stats();
+                }
+                let n = if phase == 0 { warmup } else { appends };
+                for _ in 0..n {
+                    let u = [((format!("k{t}"), ()), t, 1i64)];
+                    w.compare_and_append(&u, f(t), f(t + 1))
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    rt.yield_now().await;
+                    t += 1;
+                }
+            }
+            let batches = client
+                .inspect_state(&shard)
+                .await
+                .unwrap()
+                .collections
+                .trace
+                .batches()
+                .len();
+            (c2.counts(), stats(), batches)
+        })
+        .unwrap();
+    let n = appends as f64;
+    let per = |x: u64| x as f64 / n;
+    vec![
+        ("Consensus calls", per(loc.consensus_calls())),
+        ("  compare_and_set", per(loc.consensus_cas)),
+        (
+            "  head + scan",
+            per(loc.consensus_heads + loc.consensus_scans),
+        ),
+        ("  truncate", per(loc.consensus_truncates)),
+        ("Consensus bytes written", per(loc.consensus_write_bytes)),
+        ("Consensus bytes read", per(loc.consensus_read_bytes)),
+        ("Blob reads", per(loc.blob_gets)),
+        ("Blob writes", per(loc.blob_sets)),
+        (
+            "Blob deletes + lists",
+            per(loc.blob_deletes + loc.blob_lists),
+        ),
+        ("Blob bytes read", per(loc.blob_read_bytes)),
+        ("Blob bytes written", per(loc.blob_write_bytes)),
+        ("state diffs encoded", per(core.diff_encodes)),
+        ("  bytes", per(core.diff_encode_bytes)),
+        ("state diffs decoded", per(core.diff_decodes)),
+        ("  bytes", per(core.diff_decode_bytes)),
+        ("whole states encoded (rollups)", per(core.rollup_encodes)),
+        ("  bytes", per(core.rollup_encode_bytes)),
+        ("whole states decoded (rollups)", per(core.rollup_decodes)),
+        ("  bytes", per(core.rollup_decode_bytes)),
+        ("merges run", per(core.merges)),
+        ("  bytes read", per(core.merge_read_bytes)),
+        ("  bytes written", per(core.merge_write_bytes)),
+        ("blobs swept", per(core.swept_blobs)),
+        ("batches in the trace at the end", batches as f64),
+    ]
+}
+
+fn print_profile() {
+    let off = profile(false, 1_000, 1_000);
+    let on = profile(true, 1_000, 1_000);
+    println!("profile: per compare_and_append of one update, steady state (1,000 after 1,000)");
+    println!("| cost | maintenance off | maintenance on |");
+    println!("| --- | ---: | ---: |");
+    for ((name, a), (_, b)) in off.iter().zip(on.iter()) {
+        println!("| {name} | {a:.3} | {b:.3} |");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("profile") {
+        print_profile();
+        return;
+    }
     let configs: Vec<bool> = match args.first().map(String::as_str) {
         Some("on") => vec![true],
         Some("off") => vec![false],
@@ -111,5 +223,8 @@ fn main() {
             "{label}: median {:.0} compare_and_appends/s over {rounds} rounds",
             rates[rounds / 2]
         );
+    }
+    if args.is_empty() {
+        print_profile();
     }
 }

@@ -42,7 +42,8 @@ use persist_playground::location::unreliable::{
     UnreliableBlob, UnreliableConsensus, UnreliableHandle,
 };
 use persist_playground::location::{
-    Blob, BlobMetadata, CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData,
+    Blob, BlobMetadata, BrokenAt, CaSResult, Consensus, ExternalError, Location, PermanentError,
+    PermanentKind, SeqNo, VersionedData,
 };
 use persist_playground::persist::encoding::decode_diff;
 use persist_playground::persist::error::{InvalidUsage, PersistError};
@@ -61,20 +62,6 @@ const SHARD: &str = "s-sim";
 /// The most rollups the observer may see listed below the earliest live version: those a
 /// collection unlists only after its truncate, for the collections running at once.
 const MAX_ROLLUPS_BELOW_EARLIEST: usize = 8;
-
-/// How many maintenance outputs were kept after an indeterminate commit (they may leak).
-fn maintenance_outputs_kept(client: &PersistClient) -> usize {
-    client
-        .events()
-        .events()
-        .iter()
-        .filter(|e| match e {
-            PersistEvent::CompactionNotApplied { reason, .. } => reason.contains("output kept"),
-            PersistEvent::RollupAdded { added: false, .. } => true,
-            _ => false,
-        })
-        .count()
-}
 
 /// Sees every committed version, replays it, and checks the invariants after each.
 struct Observer {
@@ -285,6 +272,131 @@ impl Consensus for ObservedConsensus {
     }
 }
 
+/// One OS process's view of the shared locations: when the process crashes, every storage call
+/// it makes from then on (and every call in flight, once it returns) fails for good, so each of
+/// its tasks (the command in flight, its background maintenance) stops at whatever await it had
+/// reached: between a part's write and its commit, between a truncate and its deletes, between
+/// a merge's output and its commit.
+#[derive(Clone)]
+struct Process {
+    dead: Rc<Cell<bool>>,
+}
+
+impl Process {
+    fn new() -> Self {
+        Process {
+            dead: Rc::new(Cell::new(false)),
+        }
+    }
+
+    fn location(&self, base: &Location) -> Location {
+        Location {
+            blob: Rc::new(ProcessBlob {
+                inner: Rc::clone(&base.blob),
+                process: self.clone(),
+            }),
+            consensus: Rc::new(ProcessConsensus {
+                inner: Rc::clone(&base.consensus),
+                process: self.clone(),
+            }),
+        }
+    }
+
+    fn crash(&self) {
+        self.dead.set(true);
+    }
+
+    fn check(&self) -> Result<(), ExternalError> {
+        if self.dead.get() {
+            return Err(ExternalError::Permanent(Box::new(PermanentError::new(
+                SHARD,
+                BrokenAt::Store,
+                PermanentKind::Closed,
+                "the process crashed",
+            ))));
+        }
+        Ok(())
+    }
+
+    /// Runs `op` unless the process is dead, and fails if it died meanwhile (the effect may have
+    /// happened, but nobody in this process learns of it).
+    async fn call<T>(
+        &self,
+        op: impl std::future::Future<Output = Result<T, ExternalError>>,
+    ) -> Result<T, ExternalError> {
+        self.check()?;
+        let r = op.await;
+        self.check()?;
+        r
+    }
+}
+
+struct ProcessBlob {
+    inner: Rc<dyn Blob>,
+    process: Process,
+}
+
+#[async_trait(?Send)]
+impl Blob for ProcessBlob {
+    async fn get(&self, key: &str) -> Result<Option<bytes::Bytes>, ExternalError> {
+        self.process.call(self.inner.get(key)).await
+    }
+    async fn list_keys_and_metadata(
+        &self,
+        key_prefix: &str,
+        f: &mut (dyn FnMut(BlobMetadata) + '_),
+    ) -> Result<(), ExternalError> {
+        self.process
+            .call(self.inner.list_keys_and_metadata(key_prefix, f))
+            .await
+    }
+    async fn set(&self, key: &str, value: bytes::Bytes) -> Result<(), ExternalError> {
+        self.process.call(self.inner.set(key, value)).await
+    }
+    async fn delete(&self, key: &str) -> Result<Option<usize>, ExternalError> {
+        self.process.call(self.inner.delete(key)).await
+    }
+    async fn restore(&self, key: &str) -> Result<(), ExternalError> {
+        self.process.call(self.inner.restore(key)).await
+    }
+}
+
+struct ProcessConsensus {
+    inner: Rc<dyn Consensus>,
+    process: Process,
+}
+
+#[async_trait(?Send)]
+impl Consensus for ProcessConsensus {
+    async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
+        self.process.call(self.inner.head(key)).await
+    }
+    async fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<SeqNo>,
+        new: VersionedData,
+    ) -> Result<CaSResult, ExternalError> {
+        self.process
+            .call(self.inner.compare_and_set(key, expected, new))
+            .await
+    }
+    async fn scan(
+        &self,
+        key: &str,
+        from: SeqNo,
+        limit: usize,
+    ) -> Result<Vec<VersionedData>, ExternalError> {
+        self.process.call(self.inner.scan(key, from, limit)).await
+    }
+    async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
+        self.process.call(self.inner.truncate(key, seqno)).await
+    }
+    async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
+        self.process.call(self.inner.list_keys()).await
+    }
+}
+
 /// What one seed exercised.
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {
@@ -298,7 +410,12 @@ struct Counts {
     compactions: u64,
     gcs: u64,
     rollups_unlisted: u64,
-    leaks_found: u64,
+    /// Parts of writers that crashed with a write in flight, swept.
+    swept_crashed_writer_parts: u64,
+    /// Blobs a collection that stopped after its truncate left, deleted by a later one.
+    finished_for_dead_collectors: u64,
+    /// Maintenance outputs (merges, rollups) no version refers to, swept.
+    swept_maintenance_outputs: u64,
     writer_restarts: u64,
     /// The most rollups seen listed below the earliest live version (a maximum, not a sum).
     max_rollups_below_earliest: u64,
@@ -346,13 +463,27 @@ fn f(t: u64) -> Antichain<u64> {
 
 async fn writer_task(
     id: u64,
-    mut client: PersistClient,
+    shared: PersistClient,
     rt: Runtime,
     model: Rc<RefCell<Model>>,
     mut rng: Xoshiro256PlusPlus,
     ops: u64,
 ) {
     let shard = ShardId(SHARD.into());
+    // Each writer is its own process, with its own client over the shared locations.
+    let base = shared.location().clone();
+    let new_process = |rng: &mut Xoshiro256PlusPlus| {
+        let process = Process::new();
+        let client = PersistClient::new(
+            process.location(&base),
+            rt.clone(),
+            shared.cfg().clone(),
+            rng.next_u64(),
+        )
+        .with_events(shared.events().clone());
+        (process, client)
+    };
+    let (mut process, mut client) = new_process(&mut rng);
     let mut handle = client.open_writer::<String, ()>(&shard).await.unwrap();
     let mut counter = 0u64;
     for _ in 0..ops {
@@ -411,14 +542,9 @@ async fn writer_task(
                 .borrow_mut()
                 .crashed_writers
                 .insert(handle.writer_id().0.clone());
+            process.crash();
             handle.abandon();
-            client = PersistClient::new(
-                client.location().clone(),
-                rt.clone(),
-                client.cfg().clone(),
-                rng.next_u64(),
-            )
-            .with_events(client.events().clone());
+            (process, client) = new_process(&mut rng);
             handle = client.open_writer::<String, ()>(&shard).await.unwrap();
             let _ = handle.fetch_recent_upper().await.unwrap();
             continue;
@@ -601,14 +727,24 @@ fn run_seed(seed: u64) -> Counts {
     quiet(&sim);
     let checker = PersistClient::new(client.location().clone(), rt.clone(), cfg(seed), !1)
         .with_events(client.events().clone());
-    let c = checker.clone();
-    sim.block_on(async move { gc_now(&c, &ShardId(SHARD.into())).await.unwrap() })
-        .unwrap();
-    quiet(&sim);
-    let c = checker.clone();
-    let leaks = sim
-        .block_on(async move { leaked_blobs(&c, &ShardId(SHARD.into())).await.unwrap() })
-        .unwrap();
+    // Maintenance to a fixed point: each collection by hand lists a rollup at the head, unlists
+    // those below the earliest version, truncates, finishes the tickets of collectors that died
+    // after their truncate, and sweeps; the second makes the first one's earliest rollup the
+    // oldest listed, below which every unlisted rollup goes.
+    let mut leaks = Vec::new();
+    for _ in 0..4 {
+        let c = checker.clone();
+        sim.block_on(async move { gc_now(&c, &ShardId(SHARD.into())).await.unwrap() })
+            .unwrap();
+        quiet(&sim);
+        let c = checker.clone();
+        leaks = sim
+            .block_on(async move { leaked_blobs(&c, &ShardId(SHARD.into())).await.unwrap() })
+            .unwrap();
+        if leaks.is_empty() {
+            break;
+        }
+    }
 
     let violations = observer.violations.borrow();
     assert!(
@@ -654,24 +790,33 @@ fn run_seed(seed: u64) -> Counts {
         .unwrap()
         .unwrap();
     let leaked: BTreeSet<String> = leaks.iter().map(|b| b.key.clone()).collect();
-    for key in &leaked {
-        let from_cancelled_write = m
-            .crashed_writers
-            .iter()
-            .any(|w| key.starts_with(&format!("{SHARD}/{w}/p")) && !key.contains("/pm"));
-        let maintenance_kept_output = key.contains("/pm") || key.contains("/rollup/");
-        assert!(
-            from_cancelled_write || maintenance_kept_output,
-            "seed {seed}: leak {key} has no documented cause"
-        );
-    }
-    if maintenance_outputs_kept(&client) == 0 {
-        assert!(
-            leaked
-                .iter()
-                .all(|k| !k.contains("/pm") && !k.contains("/rollup/")),
-            "seed {seed}: maintenance leaked {leaked:?} without an indeterminate commit"
-        );
+    assert!(
+        leaked.is_empty() && unreferenced.is_empty(),
+        "seed {seed}: leaked at quiescence: {leaked:?} (the observer finds {unreferenced:?})"
+    );
+    // What each cleanup deleted, by the path that left it.
+    let (mut crashed_parts, mut unfinished, mut maintenance_outputs) = (0u64, 0u64, 0u64);
+    for e in client.events().events() {
+        let PersistEvent::BlobsDeleted { kind, keys, .. } = e else {
+            continue;
+        };
+        for key in keys {
+            match kind.as_str() {
+                "unfinished gc" => unfinished += 1,
+                k if k.starts_with("sweep") => {
+                    let crashed = m
+                        .crashed_writers
+                        .iter()
+                        .any(|w| key.starts_with(&format!("{SHARD}/{w}/p")));
+                    if crashed {
+                        crashed_parts += 1;
+                    } else if key.contains("/pm") || key.contains("/rollup/") {
+                        maintenance_outputs += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
     }
     let max_below = observer.max_rollups_below_earliest.get();
     assert!(
@@ -738,7 +883,9 @@ fn run_seed(seed: u64) -> Counts {
         .sum();
     Counts {
         rollups_unlisted,
-        leaks_found: leaked.len() as u64,
+        swept_crashed_writer_parts: crashed_parts,
+        finished_for_dead_collectors: unfinished,
+        swept_maintenance_outputs: maintenance_outputs,
         writer_restarts: m.crashed_writers.len() as u64,
         max_rollups_below_earliest: max_below as u64,
         faults: faults.counts().faults(),
@@ -779,7 +926,9 @@ fn randomized_shard_with_faults_crashes_and_races() {
         total.compactions += counts.compactions;
         total.gcs += counts.gcs;
         total.rollups_unlisted += counts.rollups_unlisted;
-        total.leaks_found += counts.leaks_found;
+        total.swept_crashed_writer_parts += counts.swept_crashed_writer_parts;
+        total.finished_for_dead_collectors += counts.finished_for_dead_collectors;
+        total.swept_maintenance_outputs += counts.swept_maintenance_outputs;
         total.writer_restarts += counts.writer_restarts;
         total.max_rollups_below_earliest = total
             .max_rollups_below_earliest
@@ -803,8 +952,16 @@ fn randomized_shard_with_faults_crashes_and_races() {
         "GC unlisted rollups below the earliest version"
     );
     assert!(
-        total.leaks_found > 0,
-        "the leak check found leaks (cancelled writes)"
+        total.swept_crashed_writer_parts > 0,
+        "crashed writers' parts were swept"
+    );
+    assert!(
+        total.finished_for_dead_collectors > 0,
+        "collectors that died after their truncate had their deletes finished"
+    );
+    assert!(
+        total.swept_maintenance_outputs > 0,
+        "maintenance outputs no version refers to were swept"
     );
     assert!(
         total.writer_restarts > 0,

@@ -15,7 +15,12 @@
 //!    inline and it is small (so compaction never moves inline bytes the other way), otherwise
 //!    as Blob parts of at most `part_max_updates` updates, written before the state names them;
 //! 4. commit `apply_merge_res` (the `merge_res` command), which replaces the inputs only if they
-//!    still line up (see `trace.rs`);
+//!    still line up (see `trace.rs`); meanwhile the output is a pending merge that this process's
+//!    appends carry (`maintenance.rs`), so a merge that loses its compare_and_set to an append
+//!    lands with that append; the compactor waits until every append that carried it knows its
+//!    outcome. A routine merge's output is named after the commit that assigned it
+//!    (`<shard>/<who>/pm<seqno>x<n>`) and refused once that seqno is older than the oldest listed
+//!    rollup, after which GC's sweep may delete it (`gc.rs`);
 //! 5. if it was not applied, delete the output's parts: nothing references them. SUBTLE: if some
 //!    attempt's compare_and_set was indeterminate, that attempt may have committed the output,
 //!    so it is kept (see `Machine::apply_maintenance_cmd`).
@@ -28,7 +33,9 @@
 //! Limits of the teaching version: a merge holds all its inputs in memory (the original streams
 //! runs in chunks under a memory bound), and there is no size heuristic to skip small requests.
 
+use std::cell::Cell;
 use std::ops::ControlFlow::{Break, Continue};
+use std::rc::Rc;
 
 use bytes::Bytes;
 use differential_dataflow::lattice::Lattice;
@@ -41,6 +48,7 @@ use super::consolidate::DiffOverflow;
 use super::encoding::{decode_part, encode_part, EncodedUpdate};
 use super::events::{frontier, PersistEvent};
 use super::machine::Machine;
+use super::maintenance::PendingMerge;
 use super::state::{BatchPart, Description, HollowBatch};
 use super::trace::{ApplyMergeResult, FueledMergeReq};
 use super::{PersistClient, ShardId};
@@ -196,6 +204,7 @@ async fn fetch_updates(
     for part in &batch.parts {
         let (decoded, at) = match part {
             BatchPart::Inline { encoded } => {
+                super::stats::count(|s| s.merge_read_bytes += encoded.len() as u64);
                 (decode_part(encoded), BrokenAt::Version(machine.seqno()))
             }
             BatchPart::Hollow { key, .. } => {
@@ -214,6 +223,7 @@ async fn fetch_updates(
                     );
                     return Err(machine.mark_broken(err));
                 };
+                super::stats::count(|s| s.merge_read_bytes += bytes.len() as u64);
                 (decode_part(&bytes), BrokenAt::BlobKey(key.clone()))
             }
         };
@@ -242,6 +252,7 @@ async fn write_output(
     }
     let encoded = encode_part(&updates);
     if inputs_all_inline && encoded.len() as u64 <= machine.cfg.inline_writes_single_max_bytes {
+        super::stats::count(|s| s.merge_write_bytes += encoded.len() as u64);
         return Ok(HollowBatch {
             desc: desc.clone(),
             len,
@@ -252,6 +263,7 @@ async fn write_output(
     for chunk in updates.chunks(machine.cfg.part_max_updates.max(1)) {
         let key = format!("{}/{}/p{}", machine.shard_id.0, machine.who, ids.next());
         let bytes = Bytes::from(encode_part(chunk));
+        super::stats::count(|s| s.merge_write_bytes += bytes.len() as u64);
         machine
             .write_blob_retrying(&key, bytes.clone(), "compaction part")
             .await?;
@@ -265,6 +277,37 @@ async fn write_output(
         len,
         parts,
     })
+}
+
+/// Lists a pending merge for this process's appends to carry while the compactor commits it, and
+/// unlists it however the compactor ends (done, or dropped mid-way).
+struct PendingGuard<'a> {
+    machine: &'a Machine,
+    merge: Rc<PendingMerge>,
+}
+
+impl<'a> PendingGuard<'a> {
+    fn new(machine: &'a Machine, merge: &Rc<PendingMerge>) -> Self {
+        machine
+            .maintenance
+            .borrow_mut()
+            .pending_merges
+            .push(Rc::clone(merge));
+        PendingGuard {
+            machine,
+            merge: Rc::clone(merge),
+        }
+    }
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.machine
+            .maintenance
+            .borrow_mut()
+            .pending_merges
+            .retain(|m| !Rc::ptr_eq(m, &self.merge));
+    }
 }
 
 fn hollow_keys(batch: &HollowBatch) -> Vec<String> {
@@ -330,6 +373,7 @@ pub(crate) async fn compact_and_apply(
             .iter()
             .all(|p| matches!(p, BatchPart::Inline { .. }))
     });
+    super::stats::count(|s| s.merges += 1);
     let updates = match merge_updates(&desc, inputs) {
         Ok(updates) => updates,
         Err(e) => return Ok(not_applied(format!("cannot merge: {e}"))),
@@ -338,10 +382,34 @@ pub(crate) async fn compact_and_apply(
     // 3: the output, in Blob before state names it.
     let output = write_output(machine, ids, &desc, updates, inputs_all_inline).await?;
 
-    // 4: commit, if the inputs still line up.
+    // 4: commit, if the inputs still line up; meanwhile this process's appends carry it.
+    let pending = Rc::new(PendingMerge {
+        req: req.clone(),
+        output: output.clone(),
+        carried: Cell::new(None),
+        maybe_carried: Cell::new(false),
+        in_flight: Cell::new(0),
+    });
+    let _pending = PendingGuard::new(machine, &pending);
     let (seqno, result, maybe_committed) = machine
-        .apply_maintenance_cmd("merge_res", |c| c.apply_merge_res(&req, &output))
+        .apply_maintenance_cmd("merge_res", |c| {
+            if pending.carried.get().is_some() {
+                // An append committed it: nothing left to do.
+                return Break(ApplyMergeResult::NotAppliedNoMatch);
+            }
+            c.apply_merge_res(&req, &output)
+        })
         .await?;
+    // SUBTLE: an append that carries it may have committed it without having heard so yet (its
+    // compare_and_set has not returned): wait until every carrying attempt knows its outcome.
+    while pending.in_flight.get() > 0 {
+        machine.runtime.sleep(1).await;
+    }
+    let (seqno, result) = match pending.carried.get() {
+        Some(carried) => (carried, Continue(ApplyMergeResult::AppliedExact)),
+        None => (seqno, result),
+    };
+    let maybe_committed = maybe_committed || pending.maybe_carried.get();
     let applied = |result: ApplyMergeResult| {
         machine.events.record(|| PersistEvent::CompactionApplied {
             who: machine.who.clone(),

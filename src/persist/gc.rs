@@ -14,44 +14,65 @@
 //!
 //! **The collector** ([`gc_and_truncate`]), for `new = new_seqno_since`:
 //! 1. scan every live version from the earliest, `E`; if `E >= new`, someone already collected
-//!    this far: done;
+//!    this far: done (by hand, it still finishes tickets, unlists and sweeps: below);
 //! 2. read the state at `E` from the rollup listed at exactly `E` (there always is one, see the
 //!    invariant below); the blobs of every version below `new` are those of the state at `E`
 //!    (parts and listed rollups) plus those the diffs after it insert; the deletable ones are
 //!    those not referenced at `new` (a blob dropped from state never returns: keys are written
 //!    once, so no later version refers to it either). The state at `new` comes from whoever
 //!    committed it (the routine trigger keeps it), from the cache, or else from the diffs;
-//! 3. make sure a rollup at exactly `new` is listed: reuse a listed one, or write the rebuilt
-//!    state at `new` to Blob and list it with `add_rollup` (if another rollup won the seqno, ours
-//!    is deleted and theirs is used);
-//! 4. `consensus.truncate(shard, new)`: `new` becomes the earliest live version;
-//! 5. only now delete the deletable blobs: no live version refers to them any more;
-//! 6. unlist the rollups below `new` (`remove_rollups_below`), so the listed rollups stay
-//!    bounded however long the shard lives. Their blobs are still referenced by the versions from
-//!    `new` up to this command's, so they are deleted by a later collection (step 2 finds them
-//!    referenced below its target and not at it).
+//! 3. if parts are deletable, write a **ticket** listing them (`<shard>/gc/<new>/…`), before the
+//!    truncate makes them garbage: a collector that stops after its truncate leaves its deletes
+//!    to whoever reads the ticket next (rollups need none: the sweep finds them);
+//! 4. **one command, one seqno** (`add_and_remove_rollups`): list a rollup at exactly `new`
+//!    (reuse a listed one, or write the state at `new` to Blob first; if another rollup won the
+//!    seqno, ours is deleted and theirs is used) and unlist the rollups below `E` (Consensus is
+//!    truncated below `E`, so none of them is the earliest's), so the listed rollups stay bounded
+//!    however long the shard lives. No command at all when there is nothing to list or unlist.
+//!    The unlisted rollups' blobs are still referenced by live versions, so a later collection
+//!    deletes them (step 2 finds them referenced below its target and not at it);
+//! 5. `consensus.truncate(shard, new)`: `new` becomes the earliest live version;
+//! 6. only now delete the deletable blobs (no live version refers to them any more), then the
+//!    ticket;
+//! 7. every [`SWEEP_INTERVAL_SEQNOS`] seqnos (and always by hand): finish every ticket at or
+//!    below the earliest version (its collection truncated, or a later one did: what it lists is
+//!    garbage for good), then **sweep**.
+//!
+//! **The sweep** deletes what no live version refers to and no write in flight can still commit,
+//! whatever crashed: it lists the shard's blobs, *then* reads the state and the live versions
+//! (so a blob listed and committed since is seen as referenced), and deletes, of those no live
+//! version refers to: parts of writers no longer registered (a writer's key names it,
+//! `state::part_writer`; `compare_and_append` refuses a part of an unregistered writer, so an
+//! expired writer's parts never become referenced); merge outputs assigned before the oldest
+//! listed rollup (`state::maintenance_output_seqno`; `apply_merge_res` refuses them); rollups
+//! older than the oldest listed one or at a seqno another rollup holds (`add_rollup` refuses
+//! them). The oldest listed rollup never goes back, and writer ids are never reused, so each of
+//! these is garbage for good. This covers the three ways blobs used to leak: a writer that
+//! stopped between writing a part and committing it (swept once its lease expired), a collector
+//! that died between its truncate and its deletes (its ticket), and maintenance output whose
+//! commit was indeterminate and then merged away (swept once stale). Storage is bounded by the
+//! live data.
 //!
 //! **Routine collections** (the background work a commit assigns, `maintenance.rs`) collect up
 //! to the newest *listed rollup* at or below the request's target instead of the target itself:
-//! that rollup is already in Blob and listed, so step 3 writes and commits nothing, and routine
-//! rollups (every `rollup_threshold` seqnos) set the pace. They also start from the state at
-//! their process's previous target, when that is still the earliest live version, rather than
-//! reading its rollup back. A collection by hand ([`gc_now`]) goes to exactly its target.
+//! that rollup is already in Blob and listed, so step 4 writes nothing, and routine rollups set
+//! the pace. They also start from the state at their process's previous target, when that is
+//! still the earliest live version, rather than reading its rollup back, and their sweeps start
+//! from the state at their target. A collection by hand ([`gc_now`]) goes to exactly its target.
 //!
 //! **Invariants**: no live version refers to a deleted blob (deletes come after the truncate
-//! that made every referring version dead); a rollup exists in Blob, listed in state, at exactly
-//! the earliest live seqno (step 3 lists it before step 4 makes it the earliest, and step 6 only
-//! unlists rollups below a seqno that is already truncated to).
+//! that made every referring version dead, and sweeps delete only what no live version refers
+//! to); no part of a write that can still commit is deleted (the fences above); a rollup exists
+//! in Blob, listed in state, at exactly the earliest live seqno (step 4 lists it before step 5
+//! makes it the earliest, and unlists only rollups below a seqno already truncated to).
 //!
 //! **Concurrency and crashes**: two collectors may run at once, in any order, with different
 //! targets, and any of them may stop at any await (its future dropped). Every step tolerates
 //! that: deletes of missing blobs succeed, a repeated or overtaken truncate deletes nothing, a
-//! collector whose rollup at `E` vanished (someone else collected past `E`) scans again, and a
-//! collector that died before its truncate leaves work that the next one redoes. Blobs may leak,
-//! never dangle: a leak costs space, a dangling reference loses data. The leaks, all listed by
-//! [`leaked_blobs`]: a writer that stopped between writing a part and committing it (a
-//! cancelled write), a collector that died between its truncate and its deletes, and the
-//! outputs of maintenance whose commit was indeterminate and then merged away.
+//! collector whose rollup at `E` vanished (someone else collected past `E`) scans again, a
+//! collector that died before its truncate leaves work that the next one redoes, and one that
+//! died after it leaves a ticket. [`leaked_blobs`] lists what no live version refers to: at
+//! quiescence, after collections by hand to a fixed point, nothing.
 //!
 //! A permanent error (a version or rollup that does not decode, the rollup at the earliest
 //! version gone while state still lists it) ends the collection and marks the shard broken.
@@ -59,14 +80,15 @@
 use std::collections::BTreeSet;
 use std::ops::ControlFlow::{Break, Continue};
 
+use bytes::Bytes;
 use serde::Serialize;
 
 use super::background::MaintenanceIds;
-use super::encoding::{decode_diff, decode_rollup};
+use super::encoding::{decode_diff, decode_gc_ticket, decode_rollup, encode_gc_ticket};
 use super::events::PersistEvent;
 use super::machine::Machine;
 use super::rollup::{settle_rollup, write_rollup_blob};
-use super::state::State;
+use super::state::{maintenance_output_seqno, part_writer, HollowRollup, State, WriterId};
 use super::{PersistClient, ShardId};
 use crate::location::{
     BlobMetadata, BrokenAt, PermanentError, PermanentKind, SeqNo, VersionedData, SCAN_ALL,
@@ -96,6 +118,10 @@ pub struct GcReport {
     pub versions_truncated: Option<usize>,
     /// Why it stopped early or did nothing.
     pub skipped: Option<String>,
+    /// Blobs deleted for collectors that stopped after their truncate (their tickets).
+    pub unfinished_deleted: usize,
+    /// Blobs the sweep deleted: unreferenced, and no write in flight can commit them.
+    pub swept: Vec<String>,
 }
 
 /// How many times a collector scans again after finding that another one moved on under it.
@@ -194,6 +220,48 @@ pub async fn live_references(machine: &Machine) -> Result<BTreeSet<String>, Perm
         PermanentKind::Inconsistent,
         format!("the live versions kept moving after {MAX_RESCANS} scans: {last}"),
     ))
+}
+
+/// Every Blob key a version from `from.seqno` to at least `head` refers to: `from`'s references
+/// and what each later version inserts (from this process's memo, or decoded). A superset of
+/// what the live versions refer to when `from` is at or below the earliest live version.
+async fn references_from(
+    machine: &Machine,
+    from: &State,
+    head: SeqNo,
+) -> Result<BTreeSet<String>, PermanentError> {
+    let mut referenced: BTreeSet<String> = references(from).collect();
+    let Some(next) = from.seqno.checked_next() else {
+        return Ok(referenced);
+    };
+    if head < next {
+        return Ok(referenced);
+    }
+    let consensus = &machine.location.consensus;
+    let versions = machine
+        .retrying(|| consensus.scan(&machine.shard_id.0, next, SCAN_ALL))
+        .await?;
+    if versions.first().map(|v| v.seqno) != Some(next)
+        || versions.last().map_or(true, |v| v.seqno < head)
+    {
+        // Truncated past `from` meanwhile, or not all there: replay from the earliest instead.
+        return live_references(machine).await;
+    }
+    for version in &versions {
+        if let Some(inserted) = machine.seen.borrow().get(&version.seqno) {
+            referenced.extend(inserted.iter().cloned());
+            continue;
+        }
+        let diff = decode_diff(&version.data).map_err(|e| {
+            machine.mark_broken(machine.permanent(
+                BrokenAt::Version(version.seqno),
+                PermanentKind::Undecodable,
+                e.to_string(),
+            ))
+        })?;
+        referenced.extend(diff.inserted_blobs());
+    }
+    Ok(referenced)
 }
 
 /// What scanning and replaying the live versions found.
@@ -401,6 +469,7 @@ pub(crate) async fn gc_and_truncate_with(
     ids: &MaintenanceIds,
     hints: GcHints<'_>,
 ) -> Result<(GcReport, Option<State>), PermanentError> {
+    let by_hand = !hints.at_latest_rollup;
     let mut new = req.new_seqno_since;
     if hints.at_latest_rollup && machine.cfg.rollup_threshold > 0 {
         let state = machine.state();
@@ -441,7 +510,16 @@ pub(crate) async fn gc_and_truncate_with(
     for _ in 0..MAX_RESCANS {
         let versions = scan_all_retrying(machine).await?;
         match walk(machine, &versions, new, &hints.states).await? {
-            Walk::Done(reason) => return skip(report, reason),
+            Walk::Done(reason) => {
+                // Already collected this far (or nothing to collect): finish what collectors
+                // that stopped after their truncate left, and, by hand, the bookkeeping.
+                if let (Some(earliest), true) = (versions.first().map(|v| v.seqno), by_hand) {
+                    finish_tickets(machine, earliest, None, &mut report).await?;
+                    unlist_rollups(machine, None, earliest, &mut report).await?;
+                    sweep(machine, None, &mut report).await?;
+                }
+                return skip(report, reason);
+            }
             Walk::Rescan(reason) => {
                 last_reason = reason;
                 backoff.wait(&machine.runtime).await;
@@ -456,7 +534,7 @@ pub(crate) async fn gc_and_truncate_with(
             }
         }
     }
-    let Some((_earliest, state_at_new, mut deletable)) = walked else {
+    let Some((earliest, state_at_new, mut deletable)) = walked else {
         return skip(
             report,
             format!("gave up after {MAX_RESCANS} scans: {last_reason}"),
@@ -465,25 +543,48 @@ pub(crate) async fn gc_and_truncate_with(
     for key in references(&state_at_new) {
         deletable.remove(&key);
     }
+    let deletable: Vec<String> = deletable.into_iter().collect();
 
-    // 3: a rollup at exactly `new`, listed.
-    if !machine.state().collections.rollups.contains_key(&new) {
-        let rollup = write_rollup_blob(machine, &state_at_new, ids).await?;
-        let (_, result, maybe_committed) = machine
-            .apply_maintenance_cmd("add_rollup", |c| c.add_rollup(new, &rollup))
+    // 3: the ticket: what this collection deletes, in Blob before the truncate makes it garbage,
+    // so that whoever collects next finishes the deletes if this collector stops after it.
+    // Rollups need no ticket: once unlisted and below the oldest listed one, the sweep finds
+    // them anyway.
+    let ticket = ticket_key(machine, new, ids);
+    let ticketed = deletable.iter().any(|k| !k.contains("/rollup/"));
+    if ticketed {
+        let bytes = Bytes::from(encode_gc_ticket(&deletable));
+        machine
+            .write_blob_retrying(&ticket, bytes, "gc ticket")
             .await?;
-        let listed = matches!(result, Continue(true) | Break(true));
-        settle_rollup(machine, (new, &rollup), listed, maybe_committed, "gc").await?;
+    }
+
+    // 4: a rollup at exactly `new`, listed, and the rollups below the earliest live version
+    // unlisted: one command, one seqno (none if there is nothing to change).
+    let rollup = if machine.state().collections.rollups.contains_key(&new) {
+        None
+    } else {
+        Some(write_rollup_blob(machine, &state_at_new, ids).await?)
+    };
+    let listed = unlist_rollups(
+        machine,
+        rollup.as_ref().map(|r| (new, r)),
+        earliest,
+        &mut report,
+    )
+    .await?;
+    if let (Some(rollup), Some((listed, maybe_committed))) = (&rollup, listed) {
+        settle_rollup(machine, (new, rollup), listed, maybe_committed, "gc").await?;
     }
     if !machine.state().collections.rollups.contains_key(&new) {
-        // Only a rollup older than every listed one is refused: others collected past `new`.
+        // Only a rollup older than every listed one is refused: others collected past `new`
+        // (and the ticket, if any, is theirs to finish: its seqno is below the earliest).
         return skip(
             report,
             format!("no rollup can be listed at {new}: the shard was collected past it"),
         );
     }
 
-    // 4: truncate. A collector that got further first makes this a no-op.
+    // 5: truncate. A collector that got further first makes this a no-op.
     let consensus = &machine.location.consensus;
     let deleted = machine
         .retrying(|| consensus.truncate(&machine.shard_id.0, new))
@@ -498,29 +599,247 @@ pub(crate) async fn gc_and_truncate_with(
     report.versions_truncated = Some(deleted);
     machine.forget_below(new);
 
-    // 5: delete what only dead versions referred to.
+    // 6: delete what only dead versions referred to, then the ticket; then finish the tickets
+    // of collectors that stopped after their truncate.
     let (rollups, parts): (Vec<String>, Vec<String>) =
         deletable.into_iter().partition(|k| k.contains("/rollup/"));
     machine.delete_blobs_retrying(&parts, "part").await?;
     machine.delete_blobs_retrying(&rollups, "rollup").await?;
     report.parts_deleted = parts;
     report.rollups_deleted = rollups;
+    if ticketed {
+        machine
+            .delete_blobs_retrying(std::slice::from_ref(&ticket), "gc ticket")
+            .await?;
+    }
 
-    // 6: unlist the rollups below the new earliest version.
-    let (_, result, _) = machine
-        .apply_maintenance_cmd("remove_rollups_below", |c| c.remove_rollups_below(new))
-        .await?;
-    if let Continue(removed) = result {
-        report.rollups_unlisted = removed;
-        machine.events.record(|| PersistEvent::RollupsUnlisted {
+    // 7: now and then (always by hand), finish the tickets of collectors that stopped after
+    // their truncate, and sweep.
+    if by_hand || earliest.0 / SWEEP_INTERVAL_SEQNOS != new.0 / SWEEP_INTERVAL_SEQNOS {
+        finish_tickets(machine, new, Some(&ticket), &mut report).await?;
+        sweep(machine, Some(&state_at_new), &mut report).await?;
+    }
+    Ok((report, Some(*state_at_new)))
+}
+
+/// The `kind` of the [`PersistEvent::BlobsDeleted`] of a sweep's deletes of parts of writers that
+/// are no longer registered (a crashed writer's uncommitted parts, among others).
+pub const SWEPT_PARTS: &str = "sweep: parts of expired writers";
+/// ... of merge outputs assigned before the oldest listed rollup that no version refers to.
+pub const SWEPT_OUTPUTS: &str = "sweep: stale merge outputs";
+/// ... of rollups that can never be listed (older than the oldest listed, or their seqno taken).
+pub const SWEPT_ROLLUPS: &str = "sweep: unlisted rollups";
+/// The `kind` of the deletes a collection finished for one that stopped after its truncate.
+pub const FINISHED_FOR_DEAD_COLLECTOR: &str = "unfinished gc";
+
+/// A routine collection sweeps when its target crosses a multiple of this many seqnos (one by
+/// hand always sweeps): a sweep lists every blob of the shard and replays the live versions.
+pub const SWEEP_INTERVAL_SEQNOS: u64 = 64;
+
+/// The Blob key of a ticket of a collection up to `new`: `<shard>/gc/<new>/<collector>-<id>`.
+fn ticket_key(machine: &Machine, new: SeqNo, ids: &MaintenanceIds) -> String {
+    format!(
+        "{}/gc/{:020}/{}-{}",
+        machine.shard_id.0,
+        new.0,
+        machine.who,
+        ids.next()
+    )
+}
+
+/// The seqno a ticket key names.
+fn ticket_seqno(key: &str) -> Option<SeqNo> {
+    let mut segments = key.splitn(4, '/');
+    let (_shard, gc, seqno) = (segments.next()?, segments.next()?, segments.next()?);
+    (gc == "gc").then_some(())?;
+    seqno.parse().ok().map(SeqNo)
+}
+
+/// The seqno a rollup key names (`<shard>/rollup/<seqno>/<id>`).
+fn rollup_seqno(key: &str) -> Option<SeqNo> {
+    let mut segments = key.splitn(4, '/');
+    let (_shard, rollup, seqno) = (segments.next()?, segments.next()?, segments.next()?);
+    (rollup == "rollup").then_some(())?;
+    seqno.parse().ok().map(SeqNo)
+}
+
+/// The shard's blobs under `<shard>/<sub>`.
+async fn list_retrying(machine: &Machine, sub: &str) -> Result<Vec<BlobMetadata>, PermanentError> {
+    let blob = &machine.location.blob;
+    let prefix = format!("{}/{sub}", machine.shard_id.0);
+    machine
+        .retrying(|| async {
+            let mut listed = Vec::new();
+            blob.list_keys_and_metadata(&prefix, &mut |m| listed.push(m))
+                .await
+                .map(|()| listed)
+        })
+        .await
+}
+
+/// Deletes `keys` and records those that were still there (only those: these deletes clean up
+/// after others, who may have deleted some already) as `kind`. Returns how many.
+async fn delete_counted(
+    machine: &Machine,
+    keys: &[String],
+    kind: &str,
+) -> Result<usize, PermanentError> {
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let blob = &machine.location.blob;
+    let mut found = Vec::new();
+    for key in keys {
+        if machine.retrying(|| blob.delete(key)).await?.is_some() {
+            found.push(key.clone());
+        }
+    }
+    if !found.is_empty() {
+        machine.events.record(|| PersistEvent::BlobsDeleted {
             who: machine.who.clone(),
             shard: machine.shard_id.0.clone(),
-            below: new,
-            count: removed,
+            kind: kind.to_string(),
+            keys: found.clone(),
             at_ms: machine.runtime.now_ms(),
         });
     }
-    Ok((report, Some(*state_at_new)))
+    Ok(found.len())
+}
+
+/// Finishes every ticket at or below `earliest` but `own`: its collection truncated (someone
+/// did, since the earliest live version is past it), so no live version refers to what it
+/// lists, and no later version ever will (keys are written once). Deletes them, then the ticket.
+async fn finish_tickets(
+    machine: &Machine,
+    earliest: SeqNo,
+    own: Option<&str>,
+    report: &mut GcReport,
+) -> Result<(), PermanentError> {
+    for ticket in list_retrying(machine, "gc/").await? {
+        let key = ticket.key;
+        if Some(key.as_str()) == own || ticket_seqno(&key).is_none_or(|s| s > earliest) {
+            continue;
+        }
+        let blob = &machine.location.blob;
+        let Some(bytes) = machine.retrying(|| blob.get(&key)).await? else {
+            continue;
+        };
+        // A ticket that does not decode lists nothing we can trust: only it goes.
+        let keys = decode_gc_ticket(&bytes).unwrap_or_default();
+        let found = delete_counted(machine, &keys, FINISHED_FOR_DEAD_COLLECTOR).await?;
+        report.unfinished_deleted += found;
+        delete_counted(machine, std::slice::from_ref(&key), "gc ticket").await?;
+    }
+    Ok(())
+}
+
+/// The collection's one command: lists `add` (its rollup at its target, if it wrote one) and
+/// unlists the rollups below `earliest`. Returns whether `add` is listed and whether an attempt
+/// was indeterminate (`None` if there was no command to run).
+async fn unlist_rollups(
+    machine: &Machine,
+    add: Option<(SeqNo, &HollowRollup)>,
+    earliest: SeqNo,
+    report: &mut GcReport,
+) -> Result<Option<(bool, bool)>, PermanentError> {
+    let below = machine
+        .state()
+        .collections
+        .rollups
+        .range(..earliest)
+        .count();
+    if add.is_none() && below == 0 {
+        // Nothing to list or unlist: no command. (The rollup at `earliest` is listed and is
+        // not below it, so every rollup below it may go.)
+        return Ok(None);
+    }
+    let (_, result, maybe_committed) = machine
+        .apply_maintenance_cmd("add_and_remove_rollups", |c| {
+            c.add_and_remove_rollups(add, earliest)
+        })
+        .await?;
+    let listed = match result {
+        Continue((listed, removed)) => {
+            if removed > 0 {
+                report.rollups_unlisted += removed;
+                machine.events.record(|| PersistEvent::RollupsUnlisted {
+                    who: machine.who.clone(),
+                    shard: machine.shard_id.0.clone(),
+                    below: earliest,
+                    count: removed,
+                    at_ms: machine.runtime.now_ms(),
+                });
+            }
+            listed
+        }
+        Break(listed) => listed,
+    };
+    Ok(Some((listed, maybe_committed)))
+}
+
+/// The sweep: deletes the shard's blobs that no live version refers to and that no write in
+/// flight can still commit (see the module docs): parts of writers that are no longer
+/// registered, and rollups older than the oldest listed one.
+///
+/// `at_new`: the state at a version at or below the earliest live one (the collector's target,
+/// just truncated to), from which the live references are that state's plus what the versions
+/// after it insert, without reading a rollup back; `None`: replay from the earliest's rollup.
+async fn sweep(
+    machine: &Machine,
+    at_new: Option<&State>,
+    report: &mut GcReport,
+) -> Result<(), PermanentError> {
+    // SUBTLE: list first, then read the state and the live versions: every blob listed was
+    // written before both, so a part committed after the listing is in a version the replay
+    // sees, and a writer missing from the state read after the listing never commits again.
+    let listed = list_retrying(machine, "").await?;
+    machine.fetch_and_update_state_retrying().await?;
+    let head = machine.state();
+    let referenced = match at_new {
+        Some(at_new) => references_from(machine, at_new, head.seqno).await?,
+        None => live_references(machine).await?,
+    };
+    let oldest_rollup = head.collections.oldest_rollup();
+    let (mut parts, mut outputs, mut rollups) = (Vec::new(), Vec::new(), Vec::new());
+    for m in listed {
+        if referenced.contains(&m.key) {
+            continue;
+        }
+        if let Some(writer) = part_writer(&m.key) {
+            if head
+                .collections
+                .writers
+                .get(&WriterId(writer.to_string()))
+                .is_none()
+            {
+                parts.push(m.key);
+            }
+        } else if let Some(seqno) = maintenance_output_seqno(&m.key) {
+            if oldest_rollup.is_some_and(|oldest| seqno < oldest) {
+                outputs.push(m.key);
+            }
+        } else if let Some(seqno) = rollup_seqno(&m.key) {
+            // `add_rollup` refuses it for good if it is older than the oldest listed rollup, or
+            // if another rollup holds its seqno (that one is unlisted only with every rollup
+            // below it, after which this one is older than the oldest).
+            let taken = head
+                .collections
+                .rollups
+                .get(&seqno)
+                .is_some_and(|r| r.key != m.key);
+            if taken || oldest_rollup.is_some_and(|oldest| seqno < oldest) {
+                rollups.push(m.key);
+            }
+        }
+    }
+    let found = delete_counted(machine, &parts, SWEPT_PARTS).await?
+        + delete_counted(machine, &outputs, SWEPT_OUTPUTS).await?
+        + delete_counted(machine, &rollups, SWEPT_ROLLUPS).await?;
+    super::stats::count(|s| s.swept_blobs += found as u64);
+    report.swept.extend(parts);
+    report.swept.extend(outputs);
+    report.swept.extend(rollups);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -604,6 +923,19 @@ mod tests {
             [17, 33, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60]
         );
         assert_eq!(s.need_rollup(SeqNo(17), 0), None, "threshold 0: never");
+        // A big state stretches the cadence: 20,000 bytes over 16 * 512 is 3 thresholds.
+        let mut big = with_rollups(&[1]);
+        big.rollups.insert(
+            SeqNo(1),
+            HollowRollup {
+                key: "r1".into(),
+                encoded_size_bytes: 20_000,
+            },
+        );
+        let due: Vec<u64> = (1..=150)
+            .filter(|n| big.need_rollup(SeqNo(*n), 16).is_some())
+            .collect();
+        assert_eq!(&due[..3], [49, 97, 145]);
         assert_eq!(StateCollections::new().need_rollup(SeqNo(17), 16), None);
     }
 

@@ -525,6 +525,9 @@ impl Machine {
                         new.collections.expire_at(now);
                         // Both frontiers closed: the shard drops every handle.
                         new.collections.maybe_become_tombstone();
+                        // An append carries the merges that wait to be committed (see
+                        // `maintenance.rs`, `PendingMerge`).
+                        let carried = self.carry_pending_merges(cmd, &mut new);
                         // Maintenance hook (maintenance.rs): the GC trigger, and the background
                         // work this version assigns to us if it commits.
                         let maintenance = self.maintenance_for(cmd, &old, &mut new);
@@ -540,11 +543,11 @@ impl Machine {
                                 .expect("a diff applies to its own base");
                             assert_eq!(check, new, "a diff must round-trip");
                         }
-                        Ok((r, new, diff, old.seqno, before, maintenance))
+                        Ok((r, new, diff, old.seqno, before, maintenance, carried))
                     }
                 }
             };
-            let (r, new, diff, old_seqno, before, maintenance) = match computed {
+            let (r, new, diff, old_seqno, before, maintenance, mut carried) = match computed {
                 Ok(x) => x,
                 Err((seqno, before, b)) => {
                     self.record_command(
@@ -580,6 +583,10 @@ impl Machine {
                         Some((before, frontiers(&new))),
                     );
                     let seqno = new.seqno;
+                    for carry in &mut carried {
+                        carry.merge.carried.set(Some(seqno));
+                        carry.resolved = true;
+                    }
                     self.remember(seqno, &diff);
                     self.install(new);
                     // Maintenance hook (maintenance.rs): start the assigned work.
@@ -587,6 +594,10 @@ impl Machine {
                     return Ok((seqno, Continue(r)));
                 }
                 Ok(CaSResult::ExpectationMismatch) => {
+                    for carry in &mut carried {
+                        carry.resolved = true;
+                    }
+                    drop(carried);
                     // Someone else committed first: read their versions and re-apply.
                     let fetched = self.fetch_and_update_state().await;
                     let reached = self.seqno();
@@ -605,15 +616,39 @@ impl Machine {
                     }
                 }
                 Err(err @ ExternalError::Determinate(_)) => {
+                    for carry in &mut carried {
+                        carry.resolved = true;
+                    }
+                    drop(carried);
                     self.record_command(cmd, old_seqno, old_seqno, retry_outcome(&err), None);
                     backoff.wait(&self.runtime).await;
                 }
                 Err(err) => {
+                    // Unresolved carries (dropped below) leave their merges maybe committed.
                     self.record_command(cmd, old_seqno, old_seqno, retry_outcome(&err), None);
                     return Err(self.transient(err)?);
                 }
             }
         }
+    }
+
+    /// Applies to `new` every pending merge of this process that still applies, if `cmd` is an
+    /// append; returns those it applied (committed with `new`, if it commits).
+    fn carry_pending_merges(&self, cmd: &str, new: &mut State) -> Vec<super::maintenance::Carry> {
+        if cmd != "compare_and_append" {
+            return Vec::new();
+        }
+        let pending = self.maintenance.borrow().pending_merges.clone();
+        pending
+            .into_iter()
+            .filter(|m| m.carried.get().is_none())
+            .filter(|m| {
+                new.collections
+                    .apply_merge_res(&m.req, &m.output)
+                    .is_continue()
+            })
+            .map(super::maintenance::Carry::new)
+            .collect()
     }
 
     /// Appends `batch` iff the shard's upper is `batch.desc.lower`, at most once. See the notes,
@@ -643,7 +678,18 @@ impl Machine {
                 Ok((_, Break(CompareAndAppendBreak::InlineBackpressure))) => {
                     return Ok(CaaOutcome::InlineBackpressure)
                 }
-                Ok((_, Break(CompareAndAppendBreak::InvalidUsage(e)))) => return Err(e.into()),
+                Ok((_, Break(CompareAndAppendBreak::InvalidUsage(e)))) => {
+                    if indeterminate_seen.is_some() {
+                        // SUBTLE: an earlier attempt may have committed before this writer was
+                        // expired; its parts may be referenced, so they must not be deleted.
+                        return Err(InvalidUsage::IndeterminateOutcome {
+                            lower: batch.desc.lower.clone(),
+                            upper: batch.desc.upper.clone(),
+                        }
+                        .into());
+                    }
+                    return Err(e.into());
+                }
                 Ok((seqno, Break(CompareAndAppendBreak::Inconsistent(detail)))) => {
                     let err = self.permanent(
                         BrokenAt::Version(seqno),

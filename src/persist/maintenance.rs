@@ -23,6 +23,14 @@
 //! - **GC** (`gc_enabled`): when the seqno since has moved far enough, `gc.rs` deletes the blobs no
 //!   live version needs and truncates Consensus.
 //!
+//! Two workers per shard and process: one for merges, one for rollups and GC, so that a slow
+//! collection never holds back the merges a fast writer needs. And a merge must not lose the
+//! race for the next seqno forever to a writer that commits in a tight loop: while its output
+//! waits to be committed ([`PendingMerge`]), every compare_and_append of the same process applies
+//! it on top of its own append (if it still applies) and commits both in one version. Together
+//! these keep the trace within the spine bound (`trace::spine_bound`) however fast one writer
+//! commits (`tests/persist_spine.rs`, `tests/browser_spine.rs`).
+//!
 //! This module is the dispatcher only: the steps live in `background.rs` (ids, maintenance
 //! commands, Blob writes and deletes) and `rollup.rs`, the work in `compact.rs` and `gc.rs`;
 //! none of those imports this one.
@@ -65,12 +73,62 @@ pub(crate) struct RoutineMaintenance {
     pub(crate) compaction: Option<FueledMergeReq>,
 }
 
+/// A merge whose output is written and waits to be committed (see `compact.rs`): while it
+/// waits, every compare_and_append of this process on the shard carries it (applies it on top
+/// of its own append, if it still applies), so a merge that loses the race for the next seqno
+/// to a writer of its own process lands with that writer's commit instead of losing forever.
+#[derive(Debug)]
+pub(crate) struct PendingMerge {
+    pub(crate) req: FueledMergeReq,
+    pub(crate) output: super::state::HollowBatch,
+    /// The seqno of the command that committed it on top of its own change.
+    pub(crate) carried: std::cell::Cell<Option<SeqNo>>,
+    /// A command that carried it had an indeterminate compare_and_set, or was dropped during
+    /// it (it may be committed).
+    pub(crate) maybe_carried: std::cell::Cell<bool>,
+    /// Commands carrying it whose compare_and_set has not returned yet.
+    pub(crate) in_flight: std::cell::Cell<u32>,
+}
+
+/// One attempt's carry of a [`PendingMerge`]: counted in flight until the attempt learns its
+/// outcome; an attempt dropped before that (or indeterminate) leaves it maybe committed.
+pub(crate) struct Carry {
+    pub(crate) merge: Rc<PendingMerge>,
+    pub(crate) resolved: bool,
+}
+
+impl Carry {
+    pub(crate) fn new(merge: Rc<PendingMerge>) -> Self {
+        merge.in_flight.set(merge.in_flight.get() + 1);
+        Carry {
+            merge,
+            resolved: false,
+        }
+    }
+}
+
+impl Drop for Carry {
+    fn drop(&mut self) {
+        self.merge
+            .in_flight
+            .set(self.merge.in_flight.get().saturating_sub(1));
+        if !self.resolved {
+            self.merge.maybe_carried.set(true);
+        }
+    }
+}
+
 /// The work queued for one process's maintenance worker on one shard (see
 /// [`Machine::start_maintenance`]).
 #[derive(Debug, Default)]
 pub(crate) struct MaintenanceQueue {
     /// Whether a worker is running (it drains the queue until it is empty).
     running: bool,
+    /// Whether the compaction worker is running: merges go on beside rollups and GC, so that a
+    /// slow collection never holds back the merges a fast writer needs (and the reverse).
+    compacting: bool,
+    /// The newest commit that asked for a merge (names the blobs merges write).
+    compaction_seqno: SeqNo,
     /// The newest commit that assigned queued work (names the blobs the work writes).
     seqno: SeqNo,
     /// The newest state a rollup was assigned for.
@@ -79,6 +137,8 @@ pub(crate) struct MaintenanceQueue {
     gc: Option<(GcReq, Option<Rc<State>>)>,
     /// Whether some append asked for a merge.
     compaction: bool,
+    /// Merges waiting to be committed, which this process's appends carry.
+    pub(crate) pending_merges: Vec<Rc<PendingMerge>>,
     /// The state at the target of this process's last collection: the earliest live version
     /// after it, where the next collection starts (saves reading that rollup back).
     collected: Option<Rc<State>>,
@@ -96,6 +156,41 @@ impl Drop for WorkerGuard<'_> {
     }
 }
 
+/// Resets the queue's `compacting` flag however the compaction worker ends.
+struct CompactionGuard<'a>(&'a Machine);
+
+impl Drop for CompactionGuard<'_> {
+    fn drop(&mut self) {
+        self.0.maintenance.borrow_mut().compacting = false;
+    }
+}
+
+/// Runs the merges the spine plans, re-planning from the newest state this process knows (requests
+/// made against older states may have been merged away since), until no append asked for more.
+async fn compaction_worker(machine: &Machine) {
+    let _guard = CompactionGuard(machine);
+    loop {
+        let seqno = {
+            let mut q = machine.maintenance.borrow_mut();
+            if !std::mem::take(&mut q.compaction) {
+                return;
+            }
+            q.compaction_seqno
+        };
+        let ids = MaintenanceIds::for_commit(seqno);
+        let reqs = machine.state().collections.trace.merge_reqs();
+        for req in reqs {
+            if super::compact::compact_and_apply(machine, req, &ids)
+                .await
+                .is_err()
+            {
+                machine.maintenance.borrow_mut().compaction = false;
+                return;
+            }
+        }
+    }
+}
+
 /// Drains the shard's maintenance queue: each round takes everything queued so far and does it,
 /// rollup first (a fresh rollup lets GC truncate further), then merges, then GC. A permanent
 /// error ends it (the shard is broken in this process: nothing more is written) and drops what
@@ -106,36 +201,22 @@ async fn maintenance_worker(machine: &Machine) {
         let mut q = machine.maintenance.borrow_mut();
         q.rollup = None;
         q.gc = None;
-        q.compaction = false;
     }
 }
 
 async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
     loop {
-        let (seqno, rollup, gc, compaction) = {
+        let (seqno, rollup, gc) = {
             let mut q = machine.maintenance.borrow_mut();
-            if q.rollup.is_none() && q.gc.is_none() && !q.compaction {
+            if q.rollup.is_none() && q.gc.is_none() {
                 return Ok(());
             }
-            (
-                q.seqno,
-                q.rollup.take(),
-                q.gc.take(),
-                std::mem::take(&mut q.compaction),
-            )
+            (q.seqno, q.rollup.take(), q.gc.take())
         };
         let ids = MaintenanceIds::for_commit(seqno);
         if let Some(state) = &rollup {
             if write_and_add_rollup(machine, state, &ids, "routine").await? {
                 machine.maintenance.borrow_mut().rolled = Some(Rc::clone(state));
-            }
-        }
-        if compaction {
-            // Re-plan from the newest state this process knows: requests made against older
-            // states may have been merged away since.
-            let reqs = machine.state().collections.trace.merge_reqs();
-            for req in reqs {
-                super::compact::compact_and_apply(machine, req, &ids).await?;
             }
         }
         if let Some((req, known)) = gc {
@@ -237,7 +318,7 @@ impl Machine {
                 at_ms: self.runtime.now_ms(),
             });
         }
-        let start_worker = {
+        let (start_worker, start_compaction) = {
             let mut q = self.maintenance.borrow_mut();
             q.seqno = q.seqno.max(seqno);
             if let (true, Some(state)) = (rollup, &state) {
@@ -263,9 +344,25 @@ impl Machine {
                     }
                 });
             }
-            q.compaction |= compaction.is_some();
-            !std::mem::replace(&mut q.running, true)
+            let start_compaction = compaction.is_some() && !q.compacting;
+            if compaction.is_some() {
+                q.compaction = true;
+                q.compaction_seqno = q.compaction_seqno.max(seqno);
+                q.compacting = true;
+            }
+            let other_work = rollup || q.gc.is_some();
+            let start_worker = other_work && !q.running;
+            q.running |= start_worker;
+            (start_worker, start_compaction)
         };
+        if start_compaction && machine_is_usable(self) {
+            let machine = self.clone();
+            self.runtime
+                .spawn("persist: compaction", async move {
+                    compaction_worker(&machine).await;
+                })
+                .detach();
+        }
         if start_worker && machine_is_usable(self) {
             let machine = self.clone();
             self.runtime
@@ -280,7 +377,9 @@ impl Machine {
 /// Whether maintenance may run: not on a shard this process found broken.
 fn machine_is_usable(machine: &Machine) -> bool {
     if machine.broken().is_some() {
-        machine.maintenance.borrow_mut().running = false;
+        let mut q = machine.maintenance.borrow_mut();
+        q.running = false;
+        q.compacting = false;
         return false;
     }
     true

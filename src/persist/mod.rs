@@ -72,6 +72,7 @@ pub mod maintenance;
 pub mod read;
 pub(crate) mod rollup;
 pub mod state;
+pub mod stats;
 pub mod trace;
 pub mod write;
 
@@ -430,6 +431,14 @@ impl PersistClient {
         let write = self.open_writer(shard_id).await?;
         let read = self.open_leased_reader(shard_id).await?;
         Ok((write, read))
+    }
+
+    /// The newest state of the shard this process has seen, without reading storage (`None`
+    /// if no handle of this client has touched the shard).
+    pub fn cached_state(&self, shard_id: &ShardId) -> Option<State> {
+        let caches = self.caches.borrow();
+        let state = caches.get(shard_id)?.state.borrow();
+        (state.seqno > crate::location::SeqNo(0)).then(|| state.clone())
     }
 
     /// The shard's state as a plain snapshot, freshly read from Consensus.

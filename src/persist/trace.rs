@@ -32,6 +32,9 @@
 //! completed). A request that is lost (its compactor crashed, or lost a race) is picked up again
 //! when a later carry reaches its batches, or by anyone who asks for [`Trace::merge_reqs`].
 //!
+//! [`spine_bound`] is the most batches the trace should hold while compaction keeps up: two per
+//! level, as in differential's spine, up to the level of all the updates together.
+//!
 //! Consecutive empty batches (a writer moving the upper without data) are fused when appended: an
 //! empty batch carries no parts, so extending the previous one is free and needs no compaction.
 //!
@@ -45,7 +48,9 @@
 //!   or a single batch already covers exactly the range (the same merge applied first);
 //! - `NotAppliedInvalidSince`: the output was compacted to a since beyond the trace's, which would
 //!   lose history a reader may still read;
-//! - `NotAppliedTooManyUpdates`: the output has more updates than the inputs (a broken compactor).
+//! - `NotAppliedTooManyUpdates`: the output has more updates than the inputs (a broken compactor);
+//! - `NotAppliedStale` (checked by `StateCollections::apply_merge_res`): a routine merge's output
+//!   assigned before the oldest listed rollup, which GC's sweep may have deleted.
 //!
 //! In no case does applying a result change the trace's contents at a time at or beyond the since:
 //! only the compactor touches updates, and it only advances times below the since (see
@@ -83,6 +88,9 @@ pub enum ApplyMergeResult {
     NotAppliedInvalidSince,
     /// The output has more updates than the inputs: nothing changed.
     NotAppliedTooManyUpdates,
+    /// The output was assigned at a seqno older than the oldest listed rollup (its parts may
+    /// have been swept: see `gc.rs`): nothing changed.
+    NotAppliedStale,
 }
 
 impl ApplyMergeResult {
@@ -98,6 +106,13 @@ impl ApplyMergeResult {
 /// A batch's level in the spine: the bit length of its update count (0 for an empty batch).
 pub fn level(len: u64) -> u32 {
     u64::BITS - len.leading_zeros()
+}
+
+/// The most batches a trace of `updates` updates holds while compaction keeps up (see the module
+/// docs): two per level, as in differential's spine, over the levels up to the one of all the
+/// updates together.
+pub fn spine_bound(updates: u64) -> usize {
+    2 * (level(updates) as usize + 1)
 }
 
 /// See the module docs.

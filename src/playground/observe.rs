@@ -189,13 +189,14 @@ pub struct RollupView {
     pub bytes: u64,
 }
 
-/// A merge compaction applied, or what GC deleted.
+/// A merge compaction applied, or what GC deleted (a collection, or a sweep).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MaintenanceView {
     /// When.
     pub at_ms: u64,
-    /// `merge`, `gc blobs` or `truncate`.
+    /// `merge`, `gc <what>` (a collection's deletes), `truncate`, or `sweep: <what>` (a sweep's
+    /// deletes of blobs no write can commit: a crashed writer's parts, stale outputs).
     pub kind: String,
     /// The merged interval's lower (merges).
     pub lower: Option<u64>,

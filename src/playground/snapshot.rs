@@ -305,9 +305,16 @@ fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Optio
             keys,
             at_ms,
         } => {
+            // Sweeps get their own line: what no write can commit any more (a crashed writer's
+            // parts, stale outputs), found by listing Blob rather than by a collection's walk.
+            let line = if kind.starts_with("sweep") {
+                kind.clone()
+            } else {
+                format!("gc {kind}")
+            };
             let m = MaintenanceView {
                 at_ms,
-                kind: format!("gc {kind}"),
+                kind: line,
                 lower: None,
                 upper: None,
                 count: keys.len() as u64,

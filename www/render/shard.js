@@ -101,7 +101,9 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
             ? `merged [${fmtFrontier(m.lower, t0)}, ${fmtFrontier(m.upper, t0)}) → ${m.count} updates`
             : m.kind === "truncate"
               ? `GC truncated ${m.count} versions below seqno ${m.seqno}`
-              : `GC deleted ${m.count} ${m.kind.replace("gc ", "")} blobs`;
+              : m.kind.startsWith("sweep")
+                ? `sweep deleted ${m.count} ${m.kind.replace("sweep: ", "")}`
+                : `GC deleted ${m.count} ${m.kind.replace("gc ", "")} blobs`;
           return `<li><span class="mono">${esc(fmtMs(m.atMs, t0))}</span> ${esc(what)}</li>`;
         })
         .join("")

@@ -123,6 +123,16 @@ impl StateCollections {
                 writer_upper: Antichain::new(),
             });
         }
+        // SUBTLE: only a registered writer's parts may be committed. Once a writer is expired,
+        // GC's sweep may delete its parts that no live version refers to (`gc.rs`); a write of
+        // them now would refer to deleted blobs. A writer with no parts in Blob (inline or empty
+        // batches) may still come back, registering itself again below.
+        if let Some(id) = batch.unregistered_owner(&self.writers) {
+            return Break(CompareAndAppendBreak::InvalidUsage(InvalidUsage::Expired {
+                what: "writer",
+                id,
+            }));
+        }
         // Writers register themselves on their first write.
         let writer = self
             .writers

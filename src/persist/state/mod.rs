@@ -168,6 +168,15 @@ impl HollowBatch {
         }
     }
 
+    /// The first writer that owns one of this batch's parts ([`part_writer`]) and is not
+    /// registered in `writers`.
+    pub fn unregistered_owner<V>(&self, writers: &VecMap<WriterId, V>) -> Option<String> {
+        self.part_keys()
+            .filter_map(part_writer)
+            .find(|w| writers.get(&WriterId((*w).to_string())).is_none())
+            .map(String::from)
+    }
+
     /// The Blob keys of this batch's hollow parts.
     pub fn part_keys(&self) -> impl Iterator<Item = &str> {
         self.parts.iter().filter_map(|p| match p {
@@ -180,6 +189,35 @@ impl HollowBatch {
     pub fn inline_bytes(&self) -> u64 {
         self.parts.iter().map(BatchPart::inline_bytes).sum()
     }
+}
+
+/// The writer a batch part belongs to, from its Blob key `<shard>/<writer id>/p<id>`: `None` for
+/// any other key (rollups, GC tickets, the outputs of maintenance). Only a registered writer's
+/// parts may be committed (`compare_and_append`), so once a writer is expired, its parts that no
+/// live version refers to are garbage for good (GC's sweep, `gc.rs`).
+pub fn part_writer(key: &str) -> Option<&str> {
+    let mut segments = key.splitn(3, '/');
+    let (_shard, owner, rest) = (segments.next()?, segments.next()?, segments.next()?);
+    let writer_id = owner.len() == 25
+        && owner.starts_with('w')
+        && owner[1..].bytes().all(|b| b.is_ascii_hexdigit());
+    let id = rest.strip_prefix('p')?;
+    (writer_id && !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(owner)
+}
+
+/// The seqno of the commit that assigned the routine maintenance which wrote this part, from its
+/// Blob key `<shard>/<who>/pm<seqno>x<n>` (a compaction's output): `None` for any other key.
+/// Such an output may be committed only while that seqno is not older than the oldest listed
+/// rollup (`apply_merge_res`), which never goes back; so once it is older, an output no live
+/// version refers to is garbage for good (GC's sweep, `gc.rs`).
+pub fn maintenance_output_seqno(key: &str) -> Option<SeqNo> {
+    let mut segments = key.splitn(3, '/');
+    let (_shard, _who, rest) = (segments.next()?, segments.next()?, segments.next()?);
+    let (seqno, n) = rest.strip_prefix("pm")?.split_once('x')?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    seqno.parse().ok().map(SeqNo)
 }
 
 /// A rollup: the whole state at some seqno, in Blob.

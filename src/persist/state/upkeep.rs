@@ -11,6 +11,10 @@ use crate::location::SeqNo;
 /// write one failed), every commit is assigned one until one lands.
 pub const ROLLUP_FALLBACK_MULTIPLE: u64 = 3;
 
+/// What a state version (the diff of one small command) is taken to weigh, for the rollup
+/// cadence ([`StateCollections::need_rollup`]).
+pub const DIFF_BYTES_ESTIMATE: u64 = 512;
+
 impl StateCollections {
     /// Replaces the batches of a merge request by its output if they still line up (see
     /// `trace.rs` for each outcome). `Break` when not applied: there is nothing to commit.
@@ -20,6 +24,16 @@ impl StateCollections {
         output: &HollowBatch,
     ) -> ControlFlow<crate::persist::trace::ApplyMergeResult, crate::persist::trace::ApplyMergeResult>
     {
+        // SUBTLE: an output of routine maintenance assigned before the oldest listed rollup may
+        // have been swept by GC (see `maintenance_output_seqno`): it must not be committed.
+        let oldest = self.oldest_rollup();
+        let stale = output
+            .part_keys()
+            .filter_map(super::maintenance_output_seqno)
+            .any(|s| oldest.is_some_and(|oldest| s < oldest));
+        if stale {
+            return Break(crate::persist::trace::ApplyMergeResult::NotAppliedStale);
+        }
         let result = self.trace.apply_merge_res(req, output);
         if result.applied() {
             Continue(result)
@@ -63,6 +77,45 @@ impl StateCollections {
         }
     }
 
+    /// A collection's one command (see `gc.rs`): lists `add` (the collector's rollup at its
+    /// target, if it wrote one; the same rules as [`StateCollections::add_rollup`]) and unlists
+    /// every rollup below `remove_below` (the earliest live version, which the collector scanned:
+    /// Consensus is truncated below it, so none of them is the rollup at the earliest), keeping at
+    /// least the newest. One state transition, one seqno.
+    ///
+    /// `Continue((listed, unlisted))` when it changed something; `Break(listed)` when there is
+    /// nothing to commit. `listed`: the rollup `add` names is listed (by this command or an
+    /// earlier attempt of it); `false` when refused (the caller deletes its blob) or not given.
+    pub fn add_and_remove_rollups(
+        &mut self,
+        add: Option<(SeqNo, &HollowRollup)>,
+        remove_below: SeqNo,
+    ) -> ControlFlow<bool, (bool, usize)> {
+        let (added, listed) = match add {
+            None => (false, false),
+            Some((seqno, rollup)) => match self.try_add_rollup(seqno, rollup) {
+                AddRollup::Added => (true, true),
+                AddRollup::AlreadyListed => (false, true),
+                AddRollup::Refused => (false, false),
+            },
+        };
+        let unlisted = match self.remove_rollups_below(remove_below) {
+            Continue(n) | Break(n) => n,
+        };
+        if added || unlisted > 0 {
+            Continue((listed, unlisted))
+        } else {
+            Break(listed)
+        }
+    }
+
+    /// The oldest rollup listed. It never goes back: [`StateCollections::add_rollup`] refuses a
+    /// rollup older than it, and only older ones are ever unlisted. So a rollup blob below it
+    /// that no live version refers to can never be listed again (GC's sweep deletes it).
+    pub fn oldest_rollup(&self) -> Option<SeqNo> {
+        self.rollups.keys().next().copied()
+    }
+
     fn try_add_rollup(&mut self, seqno: SeqNo, rollup: &HollowRollup) -> AddRollup {
         if let Some(existing) = self.rollups.get(&seqno) {
             return if existing.key == rollup.key {
@@ -87,11 +140,20 @@ impl StateCollections {
     /// seqnos after the newest rollup (exact multiples, so one process is assigned each), and, as a
     /// fallback when the assigned one failed, every seqno once the newest rollup is more than
     /// [`ROLLUP_FALLBACK_MULTIPLE`] thresholds old. A threshold of 0 assigns none.
+    ///
+    /// The threshold stretches with the state's size: a rollup is worth writing once the diffs a
+    /// cold reader would replay since the last one weigh about as much as it does, so the
+    /// effective threshold is `threshold` times `ceil(latest rollup size / (threshold *`
+    /// [`DIFF_BYTES_ESTIMATE`]`))` (at least `threshold`). It is read from the latest rollup's
+    /// recorded size, which every process sees alike, so one process is still assigned each.
     pub fn need_rollup(&self, seqno: SeqNo, threshold: u64) -> Option<SeqNo> {
         if threshold == 0 {
             return None;
         }
-        let (latest, _) = self.rollups.last_key_value()?;
+        let (latest, rollup) = self.rollups.last_key_value()?;
+        let per_threshold = threshold.saturating_mul(DIFF_BYTES_ESTIMATE).max(1);
+        let stretch = rollup.encoded_size_bytes.div_ceil(per_threshold).max(1);
+        let threshold = threshold.saturating_mul(stretch);
         let behind = seqno.0.checked_sub(latest.0)?;
         let due = behind > 0
             && (behind % threshold == 0
