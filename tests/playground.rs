@@ -7,7 +7,7 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
-use persist_playground::playground::actors::{ActorDetail, ActorState};
+use persist_playground::playground::actor::{ActorDetail, ActorState};
 use persist_playground::playground::command::{
     ActorSpec, Command, FaultKnobs, OracleSpec, ReaderSpec, Service, TaskOp, TaskSpec, WriteMode,
     WriterSpec,
@@ -51,7 +51,7 @@ fn shard<'a>(
         .expect("shard observed")
 }
 
-fn writer_view(snap: &Snapshot, id: &str) -> persist_playground::playground::actors::WriterView {
+fn writer_view(snap: &Snapshot, id: &str) -> persist_playground::playground::actor::WriterView {
     let a = snap.actors.iter().find(|a| a.id == id).unwrap();
     match &a.detail {
         ActorDetail::Writer(w) => w.clone(),

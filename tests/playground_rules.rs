@@ -11,13 +11,13 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
-use persist_playground::playground::actors::ActorDetail;
+use persist_playground::playground::actor::ActorDetail;
+use persist_playground::playground::actor::OracleView;
 use persist_playground::playground::command::{
     ActorSpec, Command, FaultKnobs, OracleSpec, ReplicaSpec, Service, TaskOp, TaskSpec, WriteMode,
     WriterSpec,
 };
 use persist_playground::playground::rules::Rule;
-use persist_playground::playground::services::OracleView;
 use persist_playground::playground::{Applied, Scenario, Snapshot};
 
 fn apply(s: &mut Scenario, c: Command) -> Applied {

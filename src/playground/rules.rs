@@ -5,7 +5,7 @@
 //! path without the rule, in [`super::variants`]) when it is added, and keeps it for its life,
 //! through crashes, restarts and changes of its knobs (a restarted process runs the same code).
 //! Actors already running keep what they were started with. The snapshot carries the switches
-//! ([`Rules`]) and every actor's [`ActorView::variant`](super::actors::ActorView::variant), so the
+//! ([`Rules`]) and every actor's [`ActorView::variant`](super::actor::ActorView::variant), so the
 //! page shows which rules are off and marks the actors running without one.
 //!
 //! The components themselves keep only their correct code paths: the variants are built beside
@@ -35,8 +35,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::command::ActorSpec;
-
 /// One protocol rule, in JSON by its id ([`Rule::id`], kebab-case: `idempotency-token`). See the
 /// module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,17 +57,6 @@ impl Rule {
         Rule::UpsertFeedback,
         Rule::TaskResync,
     ];
-
-    /// The rule that governs actors of `spec`'s kind, if any (readers have none).
-    pub fn of(spec: &ActorSpec) -> Option<Rule> {
-        match spec {
-            ActorSpec::Writer(_) => Some(Rule::IdempotencyToken),
-            ActorSpec::Oracle(_) => Some(Rule::OracleDurableBound),
-            ActorSpec::Replica(_) => Some(Rule::UpsertFeedback),
-            ActorSpec::Task(_) => Some(Rule::TaskResync),
-            ActorSpec::Reader(_) => None,
-        }
-    }
 
     /// Its id, as in JSON.
     pub fn id(self) -> &'static str {
@@ -160,37 +147,5 @@ impl Rules {
     /// Turns `rule` on or off.
     pub fn set(&mut self, rule: Rule, on: bool) {
         *self.slot(rule) = on;
-    }
-
-    /// The variant an actor of `spec` added now runs: the rule it runs without, if that is off.
-    pub fn variant_for(self, spec: &ActorSpec) -> Option<Rule> {
-        Rule::of(spec).filter(|r| !self.is_on(*r))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::playground::command::{ActorSpec, ReaderSpec, WriterSpec};
-
-    #[test]
-    fn rules_start_on_and_only_their_own_kind_takes_a_variant() {
-        let mut rules = Rules::default();
-        assert!(Rule::ALL.iter().all(|r| rules.is_on(*r)));
-        let writer = ActorSpec::Writer(WriterSpec::default());
-        let reader = ActorSpec::Reader(ReaderSpec::default());
-        assert_eq!(rules.variant_for(&writer), None);
-        rules.set(Rule::IdempotencyToken, false);
-        assert_eq!(rules.variant_for(&writer), Some(Rule::IdempotencyToken));
-        assert_eq!(rules.variant_for(&reader), None);
-        rules.set(Rule::TaskResync, false);
-        assert_eq!(rules.variant_for(&writer), Some(Rule::IdempotencyToken));
-        rules.set(Rule::IdempotencyToken, true);
-        assert_eq!(rules.variant_for(&writer), None);
-        for r in Rule::ALL {
-            let json = serde_json::to_string(&r).unwrap();
-            assert_eq!(json, format!("\"{}\"", r.id()));
-            assert_eq!(serde_json::from_str::<Rule>(&json).unwrap(), r);
-        }
     }
 }

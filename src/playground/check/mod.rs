@@ -297,7 +297,7 @@ impl HistoryCheck {
                 if let Some(t) = track(&mut self.shards, shard) {
                     t.baseline(fact, at, f);
                 }
-                if shard == super::upsert::UPSERT_SHARD {
+                if shard == super::command::UPSERT_SHARD {
                     self.upsert.baseline(fact);
                 }
             }
@@ -307,7 +307,7 @@ impl HistoryCheck {
                         t.version(v, at, f);
                     }
                 }
-                if shard == super::upsert::UPSERT_SHARD {
+                if shard == super::command::UPSERT_SHARD {
                     for v in versions {
                         self.upsert.version(v, at, f);
                     }
@@ -363,7 +363,7 @@ impl HistoryCheck {
 
 /// `5`, or `[] (finished)` for the empty frontier.
 pub(crate) fn show(f: Option<u64>) -> String {
-    super::actors::fmt_frontier(f)
+    super::log::fmt_frontier(f)
 }
 
 /// Whether frontier `a` is at or beyond `b` (`None`, the empty frontier, is beyond everything).

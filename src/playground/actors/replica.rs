@@ -2,7 +2,7 @@
 //! seeded generator) and replica actors that race to write the output shard, each learning its
 //! state only from what the shard holds (the feedback edge).
 //!
-//! The source is durable (the `upsert_src` shard, see [`super::upsert_source`]), so it survives a
+//! The source is durable (the `upsert_src` shard, see [`crate::playground::upsert_source`]), so it survives a
 //! reload and tabs share it.
 //!
 //! Each replica runs in its own process like any actor: its client and storage gate are the
@@ -15,15 +15,16 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::actors::{ActorCtx, ActorState};
-use super::fact::{digest, Fact, MessageFact};
-use super::log::{Outcome, Pending};
-use super::upsert_source::{run_source_reader, run_source_writer, SourceQueue};
-use super::variants::upsert::start_own_feedback;
-use super::Journal;
 use crate::persist::codec::Codec;
 use crate::persist::codec::Timestamp;
 use crate::persist::{PersistClient, ShardId};
+use crate::playground::actor::{ActorCtx, ActorState};
+use crate::playground::command::UPSERT_SHARD;
+use crate::playground::fact::{digest, Fact, MessageFact};
+use crate::playground::log::{Outcome, Pending};
+use crate::playground::upsert_source::{run_source_reader, run_source_writer, SourceQueue};
+use crate::playground::variants::upsert::start_own_feedback;
+use crate::playground::Journal;
 use crate::runtime::{JoinHandle, Runtime};
 use crate::upsert::driver::start_replica;
 use crate::upsert::observe::UpsertEventKind;
@@ -34,8 +35,6 @@ use crate::upsert::source::{GeneratorConfig, SourceGenerator, SourceLog, SourceM
 use crate::upsert::types::kv_row;
 use crate::upsert::types::{DataflowError, SourceData};
 
-/// The shard every replica writes.
-pub const UPSERT_SHARD: &str = "upsert_out";
 /// How often the generator adds a burst while it is on.
 pub const GENERATOR_PERIOD_MS: u64 = 250;
 /// How many recent source messages a snapshot shows.
@@ -87,7 +86,7 @@ pub struct UpsertHub {
 }
 
 impl UpsertHub {
-    /// Starts the source's writer and reader (see [`super::upsert_source`]), the generator
+    /// Starts the source's writer and reader (see [`crate::playground::upsert_source`]), the generator
     /// (off until switched on) and the checker. `client` works on the raw location.
     pub fn start(
         runtime: &Runtime,
@@ -192,7 +191,7 @@ impl UpsertHub {
     }
 
     /// Moves the replicas' events into the merged log.
-    pub fn pump_into(&self, log: &mut super::log::MergedLog) {
+    pub fn pump_into(&self, log: &mut crate::playground::log::MergedLog) {
         for e in self.log.take() {
             let actor = e.who.split('#').next().map(str::to_string);
             log.record(Pending {
@@ -263,7 +262,7 @@ async fn source_facts(rt: Runtime, source: Rc<RefCell<SourceLog>>, journal: Rc<R
 
 /// A replica actor: starts a replica (its writer, persist source and driver) in its process and
 /// keeps it until dropped (a crash or a removal aborts it). With `own_feedback` it runs without
-/// the feedback edge ([`super::variants::upsert`]).
+/// the feedback edge ([`crate::playground::variants::upsert`]).
 pub async fn run_replica(
     ctx: Rc<ActorCtx>,
     read_batch: u32,
@@ -383,7 +382,7 @@ pub async fn run_output_checker(
 /// A line for the log view of one replica event.
 fn upsert_text(k: &UpsertEventKind<Timestamp>) -> String {
     use UpsertEventKind as K;
-    let f = |t: &Option<Timestamp>| super::actors::fmt_frontier(*t);
+    let f = |t: &Option<Timestamp>| crate::playground::log::fmt_frontier(*t);
     match k {
         K::PersistIngested {
             updates,
