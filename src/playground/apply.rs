@@ -280,7 +280,7 @@ impl Scenario {
                         "wrote garbage as version {seqno} of {target}: whoever reads \
                          it next gets a decode error"
                     ),
-                    Err(e) => e,
+                    Err(e) => e.to_string(),
                 };
                 journal.borrow_mut().notice(rt.now_ms(), true, text);
             })

@@ -93,7 +93,7 @@ pub fn command(v: &Value) -> Result<Command, DecodeError> {
         },
         "stepReplicas" => Command::StepReplicas,
         "setRule" => Command::SetRule {
-            rule: Rule::from_id(&need(o, "rule")?.string()?)?,
+            rule: Rule::from_id(&need(o, "rule")?.string()?).map_err(|e| e.to_string())?,
             on: need(o, "on")?.bool()?,
         },
         other => return Err(unknown_variant(other, COMMANDS)),

@@ -94,15 +94,20 @@ impl<'de> Deserialize<'de> for Rule {
 
 impl Rule {
     /// The rule of id `id` ([`Rule::id`]).
-    pub fn from_id(id: &str) -> Result<Rule, String> {
-        Rule::ALL.into_iter().find(|r| r.id() == id).ok_or_else(|| {
-            format!(
-                "unknown rule {id:?}: one of idempotency-token, oracle-durable-bound, \
-                 upsert-feedback, task-resync"
-            )
-        })
+    pub fn from_id(id: &str) -> Result<Rule, UnknownRule> {
+        Rule::ALL
+            .into_iter()
+            .find(|r| r.id() == id)
+            .ok_or_else(|| UnknownRule(id.to_string()))
     }
 }
+
+/// A rule id that is none of [`Rule::ALL`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown rule {0:?}: one of idempotency-token, oracle-durable-bound, upsert-feedback, task-resync"
+)]
+pub struct UnknownRule(pub String);
 
 /// Which rules are on (all, by default). See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

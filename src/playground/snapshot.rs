@@ -339,7 +339,7 @@ impl Scenario {
                     error: None,
                 };
                 if let Err(e) = verify(&client, &shard_name, &acked, &known, &mut view).await {
-                    view.error = Some(e);
+                    view.error = Some(e.to_string());
                 }
                 view.at_ms = rt.now_ms();
                 *cell.borrow_mut() = Some(view);
@@ -348,36 +348,47 @@ impl Scenario {
     }
 }
 
+/// Why the acknowledged-writes check could not read the shard.
+#[derive(Debug, Clone, thiserror::Error)]
+enum VerifyError {
+    /// The shard's name is not a shard id.
+    #[error("{0}")]
+    BadShard(String),
+    /// The shard's upper is empty.
+    #[error("the shard is finished")]
+    Finished,
+    /// Nothing to read at `upper - 1`.
+    #[error("nothing is written yet (the upper is 0)")]
+    NothingWritten,
+    /// persist failed.
+    #[error("{0}")]
+    Persist(#[from] crate::persist::error::PersistError),
+    /// Reading the shard's state met a permanent error.
+    #[error("{0}")]
+    Permanent(#[from] crate::persist::error::PermanentError),
+}
+
 async fn verify(
     client: &crate::persist::PersistClient,
     shard: &str,
     acked: &[(String, Vec<String>)],
     known: &[String],
     view: &mut VerifyView,
-) -> Result<(), String> {
-    let shard = ShardId::new(shard)?;
-    let state = client
-        .inspect_state(&shard)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<(), VerifyError> {
+    let shard = ShardId::new(shard).map_err(VerifyError::BadShard)?;
+    let state = client.inspect_state(&shard).await?;
     let Some(upper) = crate::persist::events::frontier(state.upper()) else {
-        return Err("the shard is finished".into());
+        return Err(VerifyError::Finished);
     };
     if upper == 0 {
-        return Err("nothing is written yet (the upper is 0)".into());
+        return Err(VerifyError::NothingWritten);
     }
-    let reader = client
-        .open_leased_reader::<String, String>(&shard)
-        .await
-        .map_err(|e| e.to_string())?;
+    let reader = client.open_leased_reader::<String, String>(&shard).await?;
     let since = crate::persist::events::frontier(reader.since()).unwrap_or(0);
     let as_of = (upper - 1).max(since);
     view.as_of = Some(as_of);
     let mut reader = reader;
-    let contents = reader
-        .snapshot_and_fetch(Antichain::from_elem(as_of))
-        .await
-        .map_err(|e| e.to_string());
+    let contents = reader.snapshot_and_fetch(Antichain::from_elem(as_of)).await;
     reader.expire().await;
     let contents = contents?;
     // Copies of each value: sorted (value, diff) pairs, summed per value (the shard may hold

@@ -32,6 +32,7 @@ use timely::progress::Antichain;
 use timely::PartialOrder;
 
 use super::consolidate::UpsertState;
+use super::error::NonPositiveDiff;
 use super::state::{PutValue, StateError, StateValue, UpsertStateBackend, UpsertValueAndSize};
 use super::types::{UpsertKey, UpsertValue};
 use crate::persist::codec::Diff;
@@ -157,7 +158,7 @@ pub fn stage_input<T, F>(
     data: &mut SourceBatch<T, F>,
     input_upper: &Antichain<T>,
     resume_upper: &Antichain<T>,
-) -> Result<u64, String>
+) -> Result<u64, NonPositiveDiff>
 where
     T: timely::progress::Timestamp,
 {
@@ -167,9 +168,10 @@ where
     }
     let dropped = (before - data.len()) as u64;
     if let Some((_, ts, diff)) = data.iter().find(|(_, _, d)| *d <= 0) {
-        return Err(format!(
-            "invalid upsert input: diff {diff} at {ts:?} (source updates must have positive diffs)"
-        ));
+        return Err(NonPositiveDiff {
+            diff: *diff,
+            time: format!("{ts:?}"),
+        });
     }
     for ((key, value, order), time, _) in data.drain(..) {
         stash.push((time, key, Reverse(order), value));

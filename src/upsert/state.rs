@@ -26,6 +26,7 @@ use std::num::Wrapping;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::ValueDecodeError;
 use super::types::{UpsertError, UpsertKey, UpsertValue};
 use crate::persist::codec::{Codec, Diff, Row};
 
@@ -67,14 +68,16 @@ pub fn encode_value(value: &UpsertValue, buf: &mut Vec<u8>) {
 }
 
 /// Decodes what [`encode_value`] wrote.
-pub fn decode_value(bytes: &[u8]) -> Result<UpsertValue, String> {
+pub fn decode_value(bytes: &[u8]) -> Result<UpsertValue, ValueDecodeError> {
     match bytes.split_first() {
-        Some((0, rest)) => Row::decode(rest).map(Ok).map_err(|e| e.to_string()),
+        Some((0, rest)) => Row::decode(rest)
+            .map(Ok)
+            .map_err(|e| ValueDecodeError::Row(e.to_string())),
         Some((1, rest)) => bincode::deserialize::<UpsertError>(rest)
             .map(Err)
-            .map_err(|e| format!("bad error encoding: {e}")),
-        Some((tag, _)) => Err(format!("unknown value tag {tag}")),
-        None => Err("empty value".into()),
+            .map_err(|e| ValueDecodeError::Error(e.to_string())),
+        Some((tag, _)) => Err(ValueDecodeError::UnknownTag(*tag)),
+        None => Err(ValueDecodeError::Empty),
     }
 }
 

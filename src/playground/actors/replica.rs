@@ -22,11 +22,14 @@ use crate::playground::actor::{ActorCtx, ActorState};
 use crate::playground::command::UPSERT_SHARD;
 use crate::playground::fact::{digest, Fact, MessageFact};
 use crate::playground::log::{Outcome, Pending};
-use crate::playground::upsert_source::{run_source_reader, run_source_writer, SourceQueue};
+use crate::playground::upsert_source::{
+    run_source_reader, run_source_writer, SourceError, SourceQueue,
+};
 use crate::playground::variants::upsert::start_own_feedback;
 use crate::playground::Journal;
 use crate::runtime::{JoinHandle, Runtime};
 use crate::upsert::driver::start_replica;
+use crate::upsert::error::ReplicaStartError;
 use crate::upsert::observe::UpsertEventKind;
 use crate::upsert::observe::UpsertLog;
 use crate::upsert::reference::{check_contents, CheckerReport};
@@ -114,7 +117,7 @@ impl UpsertHub {
             }
         });
         let failed = |what: &'static str, journal: Rc<RefCell<Journal>>, rt: Runtime| {
-            move |result: Result<(), String>| {
+            move |result: Result<(), SourceError>| {
                 if let Err(e) = result {
                     journal.borrow_mut().notice(
                         rt.now_ms(),
@@ -278,7 +281,7 @@ pub async fn run_replica(
     let client = ctx.client.clone();
     // Either way the replica's tasks live as long as `_running`.
     type Started = (Rc<RefCell<Replica>>, Box<dyn std::any::Any>);
-    let started: Result<Started, String> = if own_feedback {
+    let started: Result<Started, ReplicaStartError> = if own_feedback {
         start_own_feedback(client, shard, source, cfg, generation, log)
             .await
             .map(|r| (Rc::clone(&r.replica), Box::new(r) as Box<dyn std::any::Any>))
@@ -356,7 +359,7 @@ pub async fn run_output_checker(
             r.checks += 1;
             r.upper = Some(upper);
             if let Err(e) = result {
-                r.violations.push(e);
+                r.violations.push(e.to_string());
             }
         }
         let events = match listen.next().await {

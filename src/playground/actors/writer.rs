@@ -29,7 +29,7 @@ use crate::playground::actor::{
 use crate::playground::command::{WriteMode, WriterSpec};
 use crate::playground::fact::{digest, AttemptOutcome, Fact};
 use crate::playground::log::{fmt_frontier, plural, Outcome};
-use crate::playground::variants::writer::{unless_tripped, Tripwire};
+use crate::playground::variants::writer::{unless_tripped, Tripped, Tripwire};
 use crate::runtime::Runtime;
 
 /// How one write attempt ended.
@@ -201,7 +201,7 @@ async fn attempt(
         Some(tripped) => unless_tripped(write_fut, tripped).await,
     };
     let timed_out = match result {
-        Err(why) => {
+        Err(Tripped(why)) => {
             let upper = rt
                 .timeout(ATTEMPT_TIMEOUT_MS, write.fetch_recent_upper())
                 .await
