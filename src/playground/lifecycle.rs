@@ -76,7 +76,7 @@ impl Scenario {
             ActorSpec::Replica(_) => {
                 self.upsert_hub();
             }
-            other => self.observe_shard(&other.target().to_string()),
+            other => self.observe_shard(other.target()),
         }
         if let ActorSpec::Task(t) = spec {
             // The history check compares a task's commits with the shard's contents.

@@ -111,9 +111,7 @@ fn persist_line(e: PersistEvent) -> Option<Line> {
             bytes,
             at_ms,
         } => {
-            if key.is_none() {
-                return None; // inline parts are not Blob writes
-            }
+            key.as_ref()?; // inline parts are not Blob writes
             let detail = format!("{shard}: wrote {kind} of {bytes} bytes");
             (who, at_ms, "blob write".into(), Outcome::Committed, detail)
         }
