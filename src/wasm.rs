@@ -31,7 +31,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::location::idb::IdbLocation;
-use crate::playground::value::Value;
+use crate::playground::value::{DecodeError, Value};
 use crate::playground::{decode, Replay, Scenario, Stamp};
 use crate::runtime::browser::BrowserRuntime;
 
@@ -106,9 +106,11 @@ const MAX_DEPTH: u32 = 16;
 
 /// Plain data from a JS value, as `JSON.stringify` would see it (properties that are `undefined`
 /// are left out); the core decodes commands from it ([`decode`]).
-fn value_of(js: &JsValue, depth: u32) -> Result<Value, String> {
+fn value_of(js: &JsValue, depth: u32) -> Result<Value, DecodeError> {
     if depth > MAX_DEPTH {
-        return Err(format!("objects nested more than {MAX_DEPTH} deep"));
+        return Err(DecodeError::new(format!(
+            "objects nested more than {MAX_DEPTH} deep"
+        )));
     }
     if js.is_null() || js.is_undefined() {
         Ok(Value::Null)
@@ -138,7 +140,9 @@ fn value_of(js: &JsValue, depth: u32) -> Result<Value, String> {
         Ok(Value::Object(entries))
     } else {
         let kind = js.js_typeof().as_string().unwrap_or_default();
-        Err(format!("invalid type: {kind}, expected plain data"))
+        Err(DecodeError::new(format!(
+            "invalid type: {kind}, expected plain data"
+        )))
     }
 }
 
