@@ -57,6 +57,7 @@ impl DecodeError {
     }
 
     /// The same error, inside the field `name` of an object.
+    #[inline(never)]
     pub fn in_field(mut self, name: &str) -> DecodeError {
         self.field.insert(0, name.to_string());
         self
@@ -222,20 +223,21 @@ pub fn need<'a>(entries: &'a [(String, Value)], key: &str) -> Result<&'a Value, 
 }
 
 /// `read` of the value of `key` in `entries`, which must be present; its errors name the field.
-pub fn field<'a, T>(
-    entries: &'a [(String, Value)],
+pub fn field<T>(
+    entries: &[(String, Value)],
     key: &str,
-    read: impl FnOnce(&'a Value) -> Result<T, DecodeError>,
+    read: fn(&Value) -> Result<T, DecodeError>,
 ) -> Result<T, DecodeError> {
+    // A `fn`, not a closure type: one copy per `T` in the page's wasm, not one per call site.
     read(need(entries, key)?).map_err(|e| e.in_field(key))
 }
 
 /// `read` of the value of `key` in `entries` if present, `None` if not; its errors name the
 /// field.
-pub fn field_opt<'a, T>(
-    entries: &'a [(String, Value)],
+pub fn field_opt<T>(
+    entries: &[(String, Value)],
     key: &str,
-    read: impl FnOnce(&'a Value) -> Result<Option<T>, DecodeError>,
+    read: fn(&Value) -> Result<Option<T>, DecodeError>,
 ) -> Result<Option<T>, DecodeError> {
     get(entries, key)
         .map_or(Ok(None), read)
@@ -244,7 +246,9 @@ pub fn field_opt<'a, T>(
 
 /// An object's tag: the variant name at `key` (`type`, `kind`, `op`).
 pub fn tag<'a>(entries: &'a [(String, Value)], key: &str) -> Result<&'a str, DecodeError> {
-    field(entries, key, |v| v.str_as("variant identifier"))
+    let tag = need(entries, key)?;
+    tag.str_as("variant identifier")
+        .map_err(|e| e.in_field(key))
 }
 
 /// `unknown variant `x`, expected ...`.
