@@ -415,14 +415,7 @@ async fn start(
     };
     let (id, read_only) = (ctx.id.clone(), spec.read_only);
     let spawned = if no_resync {
-        Ok(variants::task::spawn(
-            &id,
-            write,
-            read_handle_fn,
-            read_only,
-            now_fn(&rt),
-            cfg,
-        ))
+        variants::task::spawn(&id, write, read_handle_fn, read_only, now_fn(&rt), cfg)
     } else {
         let introspection = DifferentialIntrospectionConfig {
             initial_desired: InitialDesired::FromShard {
