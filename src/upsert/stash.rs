@@ -274,24 +274,39 @@ where
     }
 
     if at_time {
-        let mut puts = Vec::with_capacity(keys.len());
-        for (key, slot) in keys.iter().zip(slots.drain(..)) {
-            let value = match slot.value {
-                Some(StateValue::Value(v)) => Some(v),
-                Some(StateValue::Consolidating(_)) => {
-                    return Err(StateError::NotDecoded { key: key.short() })
-                }
-                None => None,
-            };
-            puts.push((
-                *key,
-                PutValue {
-                    value,
-                    previous_value_metadata: slot.metadata,
-                },
-            ));
-        }
-        state.multi_put(puts)?;
+        put_drained(state, keys, slots)?;
     }
     Ok(stats)
+}
+
+/// Writes the provisional cells of a drain at a time back to the state: every cell of `keys`
+/// (decoded by then: a consolidating one is an error), each with the metadata it was read with.
+fn put_drained<T, F, S>(
+    state: &mut UpsertState<S, T, Option<F>>,
+    keys: &[UpsertKey],
+    slots: &mut Vec<UpsertValueAndSize<T, Option<F>>>,
+) -> Result<(), StateError>
+where
+    T: timely::progress::Timestamp + TotalOrder,
+    F: Ord + Clone,
+    S: UpsertStateBackend<T, Option<F>>,
+{
+    let mut puts = Vec::with_capacity(keys.len());
+    for (key, slot) in keys.iter().zip(slots.drain(..)) {
+        let value = match slot.value {
+            Some(StateValue::Value(v)) => Some(v),
+            Some(StateValue::Consolidating(_)) => {
+                return Err(StateError::NotDecoded { key: key.short() })
+            }
+            None => None,
+        };
+        puts.push((
+            *key,
+            PutValue {
+                value,
+                previous_value_metadata: slot.metadata,
+            },
+        ));
+    }
+    state.multi_put(puts)
 }
