@@ -509,7 +509,7 @@ fn the_merged_log_is_sequenced_and_read_after_a_cursor() {
 
 #[test]
 fn upsert_replicas_race_through_crashes_and_match_the_reference_model() {
-    use persist_playground::playground::command::ReplicaSpec;
+    use persist_playground::playground::command::{ReplicaSpec, UPSERT_SHARD};
     let mut s = Scenario::seeded(12);
     let replica = || Command::AddActor {
         spec: ActorSpec::Replica(ReplicaSpec::default()),
@@ -529,6 +529,8 @@ fn upsert_replicas_race_through_crashes_and_match_the_reference_model() {
     // A snapshot with replicas encodes, as serde_json writes it, with the pipeline's numbers.
     let json = persist_playground::playground::json::to_json(&snap).expect("snapshots encode");
     let page: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(page["upsert"]["shard"], UPSERT_SHARD, "the page names the shard from here");
+    assert!(snap.shards.iter().any(|sh| sh.name == UPSERT_SHARD));
     assert_eq!(page["upsert"]["sourceMessages"], up.source_messages);
     assert_eq!(page["upsert"]["sourceUpper"], up.source_upper);
     let recent = page["upsert"]["recent"].as_array().map(Vec::len);

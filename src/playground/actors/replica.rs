@@ -64,6 +64,8 @@ pub struct MessageView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UpsertView {
+    /// The shard every replica writes ([`UPSERT_SHARD`]): the page names it from here.
+    pub shard: &'static str,
     /// The source log's upper (its frontier).
     pub source_upper: Timestamp,
     /// Messages in the source log.
@@ -184,6 +186,7 @@ impl UpsertHub {
             })
             .collect();
         UpsertView {
+            shard: UPSERT_SHARD,
             source_upper: source.upper(),
             source_messages: messages.len() as u64,
             generating: self.generating.get(),
