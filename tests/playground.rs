@@ -529,7 +529,10 @@ fn upsert_replicas_race_through_crashes_and_match_the_reference_model() {
     // A snapshot with replicas encodes, as serde_json writes it, with the pipeline's numbers.
     let json = persist_playground::playground::json::to_json(&snap).expect("snapshots encode");
     let page: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(page["upsert"]["shard"], UPSERT_SHARD, "the page names the shard from here");
+    assert_eq!(
+        page["upsert"]["shard"], UPSERT_SHARD,
+        "the page names the shard from here"
+    );
     assert!(snap.shards.iter().any(|sh| sh.name == UPSERT_SHARD));
     assert_eq!(page["upsert"]["sourceMessages"], up.source_messages);
     assert_eq!(page["upsert"]["sourceUpper"], up.source_upper);
