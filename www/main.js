@@ -1,11 +1,12 @@
 // Entry point, start-up only: read the URL, load the wasm package, start the page (www/page.js:
-// the playground, its state, its commands and the frame loop), wire the controls, play the URL's
-// preset, start the guided tours and the frame loop.
+// the playground, its state, its commands and the frame loop), wire the controls, start the
+// guided tours and the frame loop.
 //
 // URL parameters: ?seed=N (seed mode), ?mode=live&db=NAME (live mode over IndexedDB),
-// ?autoplay=0 (start paused), ?empty=1 (start with no actors), ?preset=RULE&rule=off|on (play a
-// broken-rule scenario first: www/rules.js), ?run=... (a share link: a seed-mode run, replayed to
-// its step; see www/time.js), ?tour=ID&step=N (a guided tour, www/tours/; seed mode, paused).
+// ?autoplay=0 (start paused), ?empty=1 (start with no actors), ?run=... (a share link: a
+// seed-mode run, replayed to its step; see www/time.js), ?tour=ID&step=N (a guided tour,
+// www/tours/; seed mode, paused). An old preset link, ?preset=RULE&rule=off|on, opens the rule's
+// tour, rule-RULE, at its broken or its intact step (www/tours/engine.js `tourParams`).
 
 import { wireControls } from "./controls.js";
 import { makePage } from "./page.js";
@@ -23,8 +24,6 @@ export function readParams(search) {
     seed: p.get("seed") || "1",
     autoplay: p.get("autoplay") !== "0",
     empty: p.get("empty") === "1",
-    preset: p.get("preset"),
-    ruleOn: p.get("rule") === "on",
     run: p.get("run"),
   };
 }
@@ -43,7 +42,7 @@ async function loadWasm() {
   }
 }
 
-/** Start-up: the page, its wasm and its run, the controls, the URL's preset, the tours. */
+/** Start-up: the page, its wasm and its run, the controls, the tours. */
 function main() {
   const dom = findDom(document);
   const page = makePage(dom, readParams(window.location.search));
@@ -58,7 +57,7 @@ function main() {
     }
     wireControls(dom, page.app);
     // Every panel is drawn before the page says it is ready (the tours load after, asynchronously).
-    page.ready(page.playPreset());
+    page.ready();
     window.__playground = page.handles();
     try {
       page.beginTours(await toursLoaded);

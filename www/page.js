@@ -5,7 +5,6 @@
 
 import { renderAll, renderMode, renderRunbar, renderStatus } from "./render/index.js";
 import { makeState } from "./state.js";
-import { runPreset } from "./rules.js";
 import { makeTime } from "./time.js";
 import { startTours } from "./tours/controller.js";
 import { tourParams } from "./tours/engine.js";
@@ -175,11 +174,6 @@ export function makePage(dom, params) {
       redraw();
       report({ kind: "ok", text: view.playing ? "playing" : "paused" });
     },
-    runFor(ms) {
-      if (pg.mode === "live") throw new Error("live mode runs on real timers: a preset needs seed mode");
-      pg.runFor(ms);
-      pull();
-    },
     step() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: there is nothing to step");
       if (view.playing) throw new Error("pause first (space), then step");
@@ -283,25 +277,14 @@ export function makePage(dom, params) {
     await create();
   }
 
-  /** Plays the broken-rule preset the URL names (not over a share link or a tour). */
-  function playPreset() {
-    if (!params.preset || view.linkText || touring) return { done: null, error: null };
-    try {
-      return { done: runPreset(app, params.preset, params.ruleOn), error: null };
-    } catch (err) {
-      return { done: null, error: `preset ${params.preset}: ${errorText(err)}` };
-    }
-  }
-
   /** Draws every panel, then says the page is ready (and what went wrong on the way). */
-  function ready(preset) {
+  function ready() {
     view.playing = pg.mode === "seed" && params.autoplay && !view.linkText && !touring;
     refreshDigest();
     renderAll(dom, state, view, true);
     renderRunbar(dom, state.latest(), view);
-    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : view.linkText ?? `ready: seed ${pg.seed}${preset.done ? ` · ${preset.done}` : ""}` });
+    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : view.linkText ?? `ready: seed ${pg.seed}` });
     if (view.linkError) report({ kind: "error", text: `${view.linkError.message}; started seed ${pg.seed} instead` });
-    if (preset.error) report({ kind: "error", text: preset.error });
   }
 
   /** Starts the guided tours (www/tours/, www/render/tour.js): the picker, and the URL's tour. */
@@ -338,5 +321,5 @@ export function makePage(dom, params) {
   /** Read-only handles onto the page, for the end-to-end tests and the page benchmark. */
   const handles = () => ({ view, state, time, pg: () => pg, readyMs: performance.now(), tours: () => tours?.current() ?? null });
 
-  return { app, report, errorText, load, playPreset, ready, beginTours, run, handles };
+  return { app, report, errorText, load, ready, beginTours, run, handles };
 }

@@ -1,10 +1,6 @@
-// The protocol rules a learner may turn off (src/playground/rules.rs), their one-line
-// explanations, and one preset scenario per rule: the command sequence that makes the rule's
-// absence visible (the same sequences tests/playground_rules.rs runs, and
-// /work/notes/rules-scenarios.md lists). Plain data and a runner; nothing here draws.
-//
-// A preset opens as a URL, on a fresh empty seed-mode run:
-//   ?seed=S&empty=1&autoplay=0&preset=RULE&rule=off   (or rule=on: the same run with the rule kept)
+// The protocol rules a learner may turn off (src/playground/rules.rs) and their one-line
+// explanations. Each rule's scenario is its tour, www/tours/rule-RULE.json: the link
+// `?preset=RULE&rule=off` opens its broken step, `&rule=on` its intact one (www/tours/engine.js).
 
 /** Each rule: its id, its key in `snapshot.rules`, a short name, the badge of actors without it. */
 export const RULES = [
@@ -40,98 +36,5 @@ export const RULES = [
 
 export const ruleById = (id) => RULES.find((r) => r.id === id);
 
-const consensusTimeouts = (rate) => ({
-  type: "setFaults", service: "consensus", knobs: { failRate: 0, timeoutRate: rate, latencyMs: 0, outage: false },
-});
-const add = (spec) => ({ type: "addActor", spec, process: null });
-const task = { kind: "task", shard: "mz_task", tickIntervalMs: 1000, readOnly: false };
-const push = (actor, rows) => ({ type: "taskPush", actor, op: { op: "append", rows } });
-
-/**
- * Per rule: the seed, the steps (a command, or `{ runMs }` of virtual time), and `look`: what
- * to look at afterwards. `rule` in a step stands for the setRule command with the chosen state.
- */
-export const PRESETS = {
-  "idempotency-token": {
-    seed: 41,
-    look: "the acked-writes check under the Writers panel: values held twice",
-    steps: [
-      "rule",
-      consensusTimeouts(0.3),
-      add({ kind: "writer", shard: "data", ratePerS: 20, keyLo: 0, keyHi: 1000, mode: "compareAndAppend" }),
-      { runMs: 4000 },
-      consensusTimeouts(0),
-      { runMs: 1000 },
-      { type: "verify" },
-      { runMs: 2000 },
-    ],
-  },
-  "oracle-durable-bound": {
-    seed: 42,
-    look: "the Timestamp oracle panel: O1's first timestamp after the restart against the old instance's last",
-    steps: [
-      "rule",
-      add({ kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4, burst: 500 }),
-      { runMs: 3000 },
-      { type: "crashProcess", process: "P1" },
-      { runMs: 100 },
-      { type: "restartProcess", process: "P1" },
-      { runMs: 3000 },
-    ],
-  },
-  "upsert-feedback": {
-    seed: 43,
-    look: "the Upsert pipeline panel: the shard against the reference model",
-    steps: [
-      add({ kind: "replica", readBatch: 4 }),
-      { type: "setGenerator", on: true },
-      { runMs: 2000 },
-      "rule",
-      add({ kind: "replica", readBatch: 8 }),
-      { runMs: 3000 },
-      { type: "setGenerator", on: false },
-      { runMs: 2000 },
-    ],
-  },
-  "task-resync": {
-    seed: 44,
-    look: "the Writers panel: T1's and T2's re-syncs (with the rule) or none (without)",
-    steps: [
-      "rule",
-      add(task),
-      add(task),
-      { runMs: 500 },
-      push("T1", 2), push("T2", 2), { runMs: 1500 },
-      push("T1", 3), push("T2", 3), { runMs: 1500 },
-      push("T1", 4), push("T2", 4), { runMs: 1500 },
-    ],
-  },
-};
-
-/** The URL of a preset: `on` false breaks the rule, true keeps it (the control run). */
-export function presetQuery(id, on) {
-  const p = PRESETS[id];
-  return `?seed=${p.seed}&empty=1&autoplay=0&preset=${encodeURIComponent(id)}&rule=${on ? "on" : "off"}`;
-}
-
-/**
- * Preset `id`'s steps with the rule's state filled in: commands, and `{ runMs }` between them
- * (a tour may play them one at a time). Throws on an unknown preset.
- */
-export function presetSteps(id, on) {
-  const preset = PRESETS[id];
-  if (!preset) throw new Error(`unknown preset ${JSON.stringify(id)}: one of ${Object.keys(PRESETS).join(", ")}`);
-  return preset.steps.map((step) => (step === "rule" ? { type: "setRule", rule: id, on } : step));
-}
-
-/**
- * Plays preset `id` through `app` (`send(command)`, `runFor(ms)`); throws on an unknown preset.
- * Returns the line to show when it is done.
- */
-export function runPreset(app, id, on) {
-  for (const step of presetSteps(id, on)) {
-    if (step.runMs) app.runFor(step.runMs);
-    else app.send(step);
-  }
-  return `preset ${id} with the rule ${on ? "on" : "off"}: look at ${PRESETS[id].look}`;
-}
+/** The link to rule `id`'s tour: `on` false at its broken step, true at its intact step. */
+export const presetQuery = (id, on) => `?preset=${encodeURIComponent(id)}&rule=${on ? "on" : "off"}`;

@@ -1,5 +1,5 @@
 // The rules control: one switch per protocol rule with its one-line explanation and links to
-// its preset scenario, broken and intact; and the badge on actors that run without a rule.
+// its tour (www/tours/rule-RULE.json), at the broken step and at the intact one; and the badge on actors that run without a rule.
 // Switches carry data-action="rule"; controls.js sends the command (this module only draws).
 
 import { RULES, presetQuery, ruleById } from "../rules.js";
