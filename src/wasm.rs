@@ -50,6 +50,16 @@ const TS_TYPES: &'static str = r#"
 export type PlaygroundCommand = { type: string; [field: string]: unknown };
 /** What an applied command reports. */
 export interface Applied { actor: string | null; process: string | null; message: string }
+/** An actor's spec (src/playground/command.rs `ActorSpec`): `{ kind: "writer", shard: "data", ... }`. */
+export type ActorSpec = { kind: string; [field: string]: unknown };
+/** A rule the page may turn off (src/playground/rules.rs). */
+export interface RuleInfo { id: string; key: string; name: string; badge: string; text: string }
+/** The page's fixed facts (src/playground/table.rs): rules, default specs, the default scenario. */
+export interface PageTable {
+  rules: RuleInfo[];
+  defaults: { writer: ActorSpec; reader: ActorSpec; task: ActorSpec; oracle: ActorSpec; replica: ActorSpec };
+  defaultActors: ActorSpec[];
+}
 /** When a command applied, in seed mode: simulator steps taken before it, and its virtual time. */
 export interface Stamp { step: number; atMs: number }
 /** A command with its stamp: a seed-mode run is a function of its seed and these. */
@@ -99,6 +109,13 @@ fn js_error(err: impl std::fmt::Display) -> JsValue {
 fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
     let text = crate::playground::json::to_json(value).map_err(js_error)?;
     js_sys::JSON::parse(&text)
+}
+
+/// The page's table of fixed facts: the rules (id, key, name, badge, text), each kind's default
+/// spec and the default scenario (`src/playground/table.rs`). The page reads it once.
+#[wasm_bindgen(js_name = pageTable, unchecked_return_type = "PageTable")]
+pub fn page_table() -> Result<JsValue, JsValue> {
+    to_js(&crate::playground::table::PageTable::default())
 }
 
 /// How deep a command's objects may nest (a command nests 3 deep; this also stops a cyclic object).

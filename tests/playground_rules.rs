@@ -435,3 +435,58 @@ fn set_rule_is_a_logged_command_in_the_snapshot_and_replays() {
     let replayed = Scenario::replay(45, s.stamped()).unwrap().snapshot();
     assert_eq!(actor_variant(&replayed, &t1), Some(Rule::TaskResync));
 }
+
+#[test]
+fn the_page_table_names_every_rule_and_its_default_specs_apply_as_sent() {
+    use persist_playground::playground::table::PageTable;
+    let table = serde_json::to_value(PageTable::default()).unwrap();
+    // Rules: every one, in the page's order, keyed as the snapshot's `rules` is.
+    let rules = table["rules"].as_array().unwrap();
+    let ids: Vec<&str> = rules.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, Rule::ALL.map(Rule::id).to_vec());
+    let mut s = Scenario::seeded(46);
+    set_rule(&mut s, Rule::UpsertFeedback, false);
+    let switches = serde_json::to_value(s.snapshot().rules).unwrap();
+    for (r, rule) in rules.iter().zip(Rule::ALL) {
+        let key = r["key"].as_str().unwrap();
+        assert_eq!(
+            switches[key],
+            rule != Rule::UpsertFeedback,
+            "{key} is the snapshot's switch of {}: {switches}",
+            rule.id()
+        );
+        for field in ["name", "badge", "text"] {
+            assert!(r[field].as_str().is_some_and(|t| !t.is_empty()), "{r}");
+        }
+    }
+    let distinct = |field: &str| {
+        let mut v: Vec<&str> = rules.iter().map(|r| r[field].as_str().unwrap()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v.len()
+    };
+    assert_eq!((distinct("name"), distinct("badge")), (4, 4));
+    // Defaults: each kind's spec, sent as JSON the way the Add buttons send it, adds that kind.
+    set_rule(&mut s, Rule::UpsertFeedback, true);
+    for kind in ["writer", "reader", "task", "oracle", "replica"] {
+        let spec = &table["defaults"][kind];
+        assert_eq!(spec["kind"], kind, "{spec}");
+        let c: Command =
+            serde_json::from_value(serde_json::json!({ "type": "addActor", "spec": spec }))
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let id = apply(&mut s, c).actor.unwrap();
+        let snap = serde_json::to_value(s.snapshot()).unwrap();
+        let actor = (snap["actors"].as_array().unwrap().iter())
+            .find(|a| a["id"] == id.as_str())
+            .unwrap();
+        assert_eq!(&actor["spec"], spec, "{kind} runs the spec it was sent");
+    }
+    // The default scenario: two writers racing on one shard, and one actor of every other kind.
+    let kinds: Vec<&str> = (table["defaultActors"].as_array().unwrap().iter())
+        .map(|a| a["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["writer", "writer", "reader", "task", "oracle", "replica", "replica"]
+    );
+}

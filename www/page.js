@@ -24,17 +24,6 @@ const FULL_SPEED_MIN_MS = 1;
 const FULL_SPEED_MAX_MS = 4;
 const FULL_SPEED_SLICE_STEPS = 5;
 
-/** The scenario a newcomer meets: two writers racing, a reader, a write task, an oracle. */
-export const DEFAULT_ACTORS = [
-  { kind: "writer", shard: "data", ratePerS: 4, keyLo: 0, keyHi: 16, mode: "compareAndAppend" },
-  { kind: "writer", shard: "data", ratePerS: 4, keyLo: 0, keyHi: 16, mode: "compareAndAppend" },
-  { kind: "reader", shard: "data", hold: false },
-  { kind: "task", shard: "mz_task", tickIntervalMs: 1000, readOnly: false },
-  { kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4 },
-  { kind: "replica", readBatch: 4 },
-  { kind: "replica", readBatch: 2 },
-];
-
 const layoutKey = (db) => `persist-playground:layout:${db}`;
 
 /** The actors of a snapshot as a restorable layout: specs, grouped by process. */
@@ -127,7 +116,8 @@ export function makePage(dom, params) {
     saveLayout();
   }
 
-  const defaultLayout = () => (params.empty || touring ? [] : DEFAULT_ACTORS.map((spec, i) => ({ spec, group: `g${i}` })));
+  // The scenario a newcomer meets comes from the engine (`pageTable().defaultActors`).
+  const defaultLayout = () => (params.empty || touring ? [] : view.table.defaultActors.map((spec, i) => ({ spec, group: `g${i}` })));
 
   /** Creates the playground and starts `layout` (default: this tab's saved one, or the default). */
   async function create(layout = null) {
@@ -165,6 +155,8 @@ export function makePage(dom, params) {
     send,
     report,
     latest: () => state.latest(),
+    /** The engine's table of fixed facts (src/playground/table.rs): rules, default specs. */
+    table: () => view.table,
     togglePlay() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: it cannot be paused");
       time.guard();
@@ -207,7 +199,7 @@ export function makePage(dom, params) {
       tours?.beforeManual();
       const layout = [];
       for (let i = 0; i < 8; i++) {
-        layout.push({ spec: { kind: "writer", shard: "data", ratePerS: 50, keyLo: 0, keyHi: 1000, mode: "compareAndAppend" }, group: `busy${i}` });
+        layout.push({ spec: { ...view.table.defaults.writer, ratePerS: 50, keyLo: 0, keyHi: 1000 }, group: `busy${i}` });
       }
       addLayout(layout);
       report({ kind: "ok", text: "added eight writers over a thousand keys" });
@@ -273,6 +265,7 @@ export function makePage(dom, params) {
   /** Loads the playground: time first (a share link replays through it), then the run. */
   async function load(wasmModule) {
     wasm = wasmModule;
+    view.table = wasm.pageTable();
     time = makeTime({ dom, wasm, pg: () => pg, replacePg, state, view, report, redraw });
     await create();
   }

@@ -51,6 +51,7 @@ mod persist_log;
 pub mod replay;
 pub mod rules;
 pub mod snapshot;
+pub mod table;
 pub mod upsert_source;
 pub mod value;
 pub mod variants;

@@ -79,6 +79,91 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// Its field in the snapshot's [`Rules`] (camelCase, as in JSON).
+    pub fn key(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => "idempotencyToken",
+            Rule::OracleDurableBound => "oracleDurableBound",
+            Rule::UpsertFeedback => "upsertFeedback",
+            Rule::TaskResync => "taskResync",
+        }
+    }
+
+    /// Its short name, as the page's Rules control shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => "idempotency token",
+            Rule::OracleDurableBound => "oracle durable bound",
+            Rule::UpsertFeedback => "upsert feedback",
+            Rule::TaskResync => "write task re-sync",
+        }
+    }
+
+    /// The badge on an actor that runs without it.
+    pub fn badge(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => "no token",
+            Rule::OracleDurableBound => "no durable bound",
+            Rule::UpsertFeedback => "own feedback",
+            Rule::TaskResync => "no re-sync",
+        }
+    }
+
+    /// Its one-line explanation: what it guarantees, and how to see it broken.
+    pub fn text(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => {
+                "compare_and_append keeps one token across its retries, so a write whose \
+                 acknowledgement was lost is recognised, not written twice. Off: a writer \
+                 re-appends after a timeout (needs Consensus timeouts)."
+            }
+            Rule::OracleDurableBound => {
+                "The oracle hands out no timestamp beyond its durable upper before storing a new \
+                 window, so a restart resumes above them all. Off: it serves past it; crash and \
+                 restart an oracle running ahead of the clock."
+            }
+            Rule::UpsertFeedback => {
+                "A replica learns its state only from its output read back from the shard, so \
+                 racing replicas agree. Off: it learns from what it emitted itself; add a second \
+                 replica after the first has written."
+            }
+            Rule::TaskResync => {
+                "After an UpperMismatch the write task re-derives to_write = desired − snapshot \
+                 at the new upper. Off: it retries its old diff there; push rows to two tasks at \
+                 the same instant."
+            }
+        }
+    }
+}
+
+/// What the page shows of one rule (its row in [`PageTable`](super::table::PageTable)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleInfo {
+    /// [`Rule::id`].
+    pub id: Rule,
+    /// [`Rule::key`].
+    pub key: &'static str,
+    /// [`Rule::name`].
+    pub name: &'static str,
+    /// [`Rule::badge`].
+    pub badge: &'static str,
+    /// [`Rule::text`].
+    pub text: &'static str,
+}
+
+impl From<Rule> for RuleInfo {
+    fn from(rule: Rule) -> Self {
+        RuleInfo {
+            id: rule,
+            key: rule.key(),
+            name: rule.name(),
+            badge: rule.badge(),
+            text: rule.text(),
+        }
+    }
+}
+
 // By hand, through its id: smaller in the page's wasm than the derived visitors.
 impl Serialize for Rule {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

@@ -1,6 +1,6 @@
 // End-to-end tests of "break a rule on purpose": the Rules control (a switch per protocol rule,
 // with its explanation; actors added while a rule is off carry a badge, actors added before keep
-// their code), and, for each rule, its preset link (`?preset=RULE&rule=off|on`, www/rules.js),
+// their code), and, for each rule, its preset link (`?preset=RULE&rule=off|on`, www/render/rules.js),
 // which opens the rule's tour (www/tours/rule-RULE.json) at its broken step or at its intact
 // step, once with the rule off, where the page shows the anomaly and the
 // history check flags it (the snapshot's `check` and the check panel, branch check), and once
@@ -25,7 +25,7 @@ after(() => stopServer(server));
 const RULES = ["idempotency-token", "oracle-durable-bound", "upsert-feedback", "task-resync"];
 
 /**
- * Opens a preset by clicking its link in the Rules control (www/rules.js `presetQuery`): the
+ * Opens a preset by clicking its link in the Rules control (www/render/rules.js `presetQuery`): the
  * rule's tour at its broken step (the last before the tour starts over: 2 of 4) or at its
  * intact step (the last, 4), settled; the URL becomes the step's own.
  */
