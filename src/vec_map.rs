@@ -95,6 +95,25 @@ impl<K: Ord, V> VecMap<K, V> {
         self.find(key).is_ok()
     }
 
+    /// The map of `entries` in any order, a repeated key keeping its last value (as inserting
+    /// them one by one would): `O(n)` if the keys are already strictly increasing, one stable
+    /// sort and one pass (`O(n log n)`) if not; never the `O(n²)` of `n` inserts.
+    fn from_entries(mut entries: Vec<(K, V)>) -> Self {
+        if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
+            // Stable: entries of one key keep their order of arrival, the last one last.
+            crate::sort::sort_by(&mut entries, |a, b| a.0.cmp(&b.0));
+            // `later` is the entry after `kept`: a repeated key moves its value into the kept one.
+            entries.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    std::mem::swap(&mut later.1, &mut kept.1);
+                }
+                same
+            });
+        }
+        VecMap { entries }
+    }
+
     /// Sets the value of `key`, returning the one it replaced.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
         match self.find(&key) {
@@ -254,11 +273,15 @@ impl<'de, K: Ord + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for V
                 f.write_str("a map")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
-                let mut map = VecMap::new();
-                while let Some((k, v)) = access.next_entry()? {
-                    map.insert(k, v);
+                // Read every entry as it comes (the size hint is the reader's, so it is
+                // capped), then restore the invariant: nothing to do for keys in order (what
+                // our own encodings hold), one stable sort and one pass otherwise.
+                let cap = access.size_hint().unwrap_or(0).min(4096);
+                let mut entries: Vec<(K, V)> = Vec::with_capacity(cap);
+                while let Some(entry) = access.next_entry()? {
+                    entries.push(entry);
                 }
-                Ok(map)
+                Ok(VecMap::from_entries(entries))
             }
         }
         deserializer.deserialize_map(MapVisitor(PhantomData))
@@ -321,5 +344,31 @@ mod tests {
         let std_back: BTreeMap<String, u64> =
             serde_json::from_str(r#"{"b":2,"a":1,"b":3}"#).unwrap();
         assert!(back.iter().eq(std_back.iter()));
+    }
+
+    #[test]
+    fn deserializes_any_order_of_many_keys_as_a_btree_map_does() {
+        // Unsorted, with repeats: 20,000 entries over 5,000 keys, in a scrambled order.
+        let mut json = String::from("{");
+        let mut state = 7u64;
+        for i in 0..20_000u64 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let key = (state >> 33) % 5_000;
+            if i > 0 {
+                json.push(',');
+            }
+            json.push_str(&format!("\"{key}\":{i}"));
+        }
+        json.push('}');
+        let ours: VecMap<u64, u64> = serde_json::from_str(&json).unwrap();
+        let std: BTreeMap<u64, u64> = serde_json::from_str(&json).unwrap();
+        assert!(ours.iter().eq(std.iter()));
+        assert!(ours.entries.windows(2).all(|w| w[0].0 < w[1].0));
+        // In order, through bincode as the state encodings use it.
+        let bytes = bincode::serialize(&std).unwrap();
+        let back: VecMap<u64, u64> = bincode::deserialize(&bytes).unwrap();
+        assert!(back.iter().eq(std.iter()));
     }
 }

@@ -31,7 +31,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::location::idb::IdbLocation;
-use crate::playground::value::Value;
+use crate::playground::value::{DecodeError, Value};
 use crate::playground::{decode, Replay, Scenario, Stamp};
 use crate::runtime::browser::BrowserRuntime;
 
@@ -50,6 +50,16 @@ const TS_TYPES: &'static str = r#"
 export type PlaygroundCommand = { type: string; [field: string]: unknown };
 /** What an applied command reports. */
 export interface Applied { actor: string | null; process: string | null; message: string }
+/** An actor's spec (src/playground/command.rs `ActorSpec`): `{ kind: "writer", shard: "data", ... }`. */
+export type ActorSpec = { kind: string; [field: string]: unknown };
+/** A rule the page may turn off (src/playground/rules.rs). */
+export interface RuleInfo { id: string; key: string; name: string; badge: string; text: string }
+/** The page's fixed facts (src/playground/table.rs): rules, default specs, the default scenario. */
+export interface PageTable {
+  rules: RuleInfo[];
+  defaults: { writer: ActorSpec; reader: ActorSpec; task: ActorSpec; oracle: ActorSpec; replica: ActorSpec };
+  defaultActors: ActorSpec[];
+}
 /** When a command applied, in seed mode: simulator steps taken before it, and its virtual time. */
 export interface Stamp { step: number; atMs: number }
 /** A command with its stamp: a seed-mode run is a function of its seed and these. */
@@ -101,14 +111,23 @@ fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
     js_sys::JSON::parse(&text)
 }
 
+/// The page's table of fixed facts: the rules (id, key, name, badge, text), each kind's default
+/// spec and the default scenario (`src/playground/table.rs`). The page reads it once.
+#[wasm_bindgen(js_name = pageTable, unchecked_return_type = "PageTable")]
+pub fn page_table() -> Result<JsValue, JsValue> {
+    to_js(&crate::playground::table::PageTable::default())
+}
+
 /// How deep a command's objects may nest (a command nests 3 deep; this also stops a cyclic object).
 const MAX_DEPTH: u32 = 16;
 
 /// Plain data from a JS value, as `JSON.stringify` would see it (properties that are `undefined`
 /// are left out); the core decodes commands from it ([`decode`]).
-fn value_of(js: &JsValue, depth: u32) -> Result<Value, String> {
+fn value_of(js: &JsValue, depth: u32) -> Result<Value, DecodeError> {
     if depth > MAX_DEPTH {
-        return Err(format!("objects nested more than {MAX_DEPTH} deep"));
+        return Err(DecodeError::new(format!(
+            "objects nested more than {MAX_DEPTH} deep"
+        )));
     }
     if js.is_null() || js.is_undefined() {
         Ok(Value::Null)
@@ -138,7 +157,9 @@ fn value_of(js: &JsValue, depth: u32) -> Result<Value, String> {
         Ok(Value::Object(entries))
     } else {
         let kind = js.js_typeof().as_string().unwrap_or_default();
-        Err(format!("invalid type: {kind}, expected plain data"))
+        Err(DecodeError::new(format!(
+            "invalid type: {kind}, expected plain data"
+        )))
     }
 }
 

@@ -7,7 +7,7 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
-use persist_playground::playground::actors::{ActorDetail, ActorState};
+use persist_playground::playground::actor::{ActorDetail, ActorState};
 use persist_playground::playground::command::{
     ActorSpec, Command, FaultKnobs, OracleSpec, ReaderSpec, Service, TaskOp, TaskSpec, WriteMode,
     WriterSpec,
@@ -51,7 +51,7 @@ fn shard<'a>(
         .expect("shard observed")
 }
 
-fn writer_view(snap: &Snapshot, id: &str) -> persist_playground::playground::actors::WriterView {
+fn writer_view(snap: &Snapshot, id: &str) -> persist_playground::playground::actor::WriterView {
     let a = snap.actors.iter().find(|a| a.id == id).unwrap();
     match &a.detail {
         ActorDetail::Writer(w) => w.clone(),
@@ -509,7 +509,7 @@ fn the_merged_log_is_sequenced_and_read_after_a_cursor() {
 
 #[test]
 fn upsert_replicas_race_through_crashes_and_match_the_reference_model() {
-    use persist_playground::playground::command::ReplicaSpec;
+    use persist_playground::playground::command::{ReplicaSpec, UPSERT_SHARD};
     let mut s = Scenario::seeded(12);
     let replica = || Command::AddActor {
         spec: ActorSpec::Replica(ReplicaSpec::default()),
@@ -525,13 +525,35 @@ fn upsert_replicas_race_through_crashes_and_match_the_reference_model() {
     .unwrap();
     s.run_for(3_000).unwrap();
     let snap = s.snapshot();
-    assert!(
-        persist_playground::playground::json::to_json(&snap).is_ok(),
-        "a snapshot with replicas encodes (its digest is real)"
-    );
     let up = snap.upsert.clone().expect("the pipeline shows");
+    // A snapshot with replicas encodes, as serde_json writes it, with the pipeline's numbers.
+    let json = persist_playground::playground::json::to_json(&snap).expect("snapshots encode");
+    let page: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        page["upsert"]["shard"], UPSERT_SHARD,
+        "the page names the shard from here"
+    );
+    assert!(snap.shards.iter().any(|sh| sh.name == UPSERT_SHARD));
+    assert_eq!(page["upsert"]["sourceMessages"], up.source_messages);
+    assert_eq!(page["upsert"]["sourceUpper"], up.source_upper);
+    let recent = page["upsert"]["recent"].as_array().map(Vec::len);
+    assert_eq!(recent, Some(up.recent.len()));
+    let replicas = page["actors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["detail"]["kind"] == "replica")
+        .count();
+    assert_eq!(replicas, 2, "both replicas show their own snapshot");
     assert!(up.source_messages > 10, "{up:?}");
-    assert!(up.recent.iter().any(|m| m.key >= 0));
+    // The panel's recent messages are the newest of the log (consecutive offsets), in time
+    // order, below its upper.
+    assert_eq!(up.recent.len() as u64, up.source_messages.min(10), "{up:?}");
+    assert!(up
+        .recent
+        .windows(2)
+        .all(|w| w[1].offset == w[0].offset + 1 && w[0].ts <= w[1].ts));
+    assert!(up.recent.iter().all(|m| m.ts < up.source_upper), "{up:?}");
     assert!(
         up.checker.checks > 0,
         "the checker compared the shard: {up:?}"
@@ -600,11 +622,16 @@ fn a_snapshot_digest_is_the_hash_of_its_encoding() {
     s.apply(writer(10, WriteMode::CompareAndAppend)).unwrap();
     s.run_for(500).unwrap();
     let snap = s.snapshot();
-    // A digest that silently fell back to an empty encoding would be the same for every state.
-    assert!(
-        persist_playground::playground::json::to_json(&snap).is_ok(),
-        "snapshots encode"
-    );
+    // The digest is FNV-1a (64 bits) over the snapshot's JSON: computed here from the encoding,
+    // it must be the digest (a digest that fell back to an empty encoding would not be).
+    let json = persist_playground::playground::json::to_json(&snap).expect("snapshots encode");
+    assert!(json.len() > 100, "{json}");
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in json.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    assert_eq!(snap.digest(), format!("{h:016x}"));
     s.run_for(500).unwrap();
     assert_ne!(s.snapshot().digest(), snap.digest());
 }

@@ -627,7 +627,7 @@ fn the_upsert_model_agrees_with_the_reference_model() {
     // The facts the scenario's upsert hub would log for these messages.
     let facts: Vec<MessageFact> = msgs
         .iter()
-        .map(persist_playground::playground::upsert::message_fact)
+        .map(persist_playground::playground::actors::replica::message_fact)
         .collect();
     for broken in [false, true] {
         let mut h = History::new();

@@ -7,10 +7,10 @@
 
 use persist_playground::playground::check::CheckReport;
 use persist_playground::playground::command::{
-    ActorSpec, Command, FaultKnobs, OracleSpec, ReaderSpec, ReplicaSpec, Service, TaskOp, TaskSpec,
-    WriterSpec,
+    ActorSpec, Command, FaultKnobs, OracleSpec, Service, TaskOp, WriterSpec,
 };
 use persist_playground::playground::fact::Fact;
+use persist_playground::playground::table::default_actors;
 use persist_playground::playground::Scenario;
 
 fn add(s: &mut Scenario, spec: ActorSpec) -> String {
@@ -23,16 +23,13 @@ fn add(s: &mut Scenario, spec: ActorSpec) -> String {
     .expect("an actor")
 }
 
-/// The page's default actors (www/main.js `DEFAULT_ACTORS`), with the generator on.
+/// The page's default actors (`table::default_actors`, the page's `defaultActors`), with the
+/// generator on.
 fn default_scenario(seed: u64) -> Scenario {
     let mut s = Scenario::seeded(seed);
-    add(&mut s, ActorSpec::Writer(WriterSpec::default()));
-    add(&mut s, ActorSpec::Writer(WriterSpec::default()));
-    add(&mut s, ActorSpec::Reader(ReaderSpec::default()));
-    add(&mut s, ActorSpec::Task(TaskSpec::default()));
-    add(&mut s, ActorSpec::Oracle(OracleSpec::default()));
-    add(&mut s, ActorSpec::Replica(ReplicaSpec { read_batch: 4 }));
-    add(&mut s, ActorSpec::Replica(ReplicaSpec { read_batch: 2 }));
+    for spec in default_actors() {
+        add(&mut s, spec);
+    }
     s.apply(Command::SetGenerator { on: true }).unwrap();
     s
 }

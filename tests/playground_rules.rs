@@ -1,24 +1,27 @@
-//! Breaking a protocol rule on purpose: for each rule, one seeded scenario with the faults or
+//! Breaking a protocol rule on purpose: for each rule, its seeded scenario with the faults or
 //! replicas that make its absence visible, run twice, with the rule off and on. With it off the
 //! anomaly the rule prevents happens, and the test proves it from the run's own data (duplicated
 //! acknowledged values in the shard, oracle timestamps going back across a restart, upsert
 //! output differing from the reference model, a shard not equal to a write task's desired
 //! collection); with it on, in the very same scenario, it does not.
 //!
-//! Every fault comes from the scenario's seeded fault knobs or from its commands (crashes,
-//! restarts, pushes at one instant), never from wall-clock timing: each run is one deterministic
-//! simulation.
+//! The scenarios are the rules' tours, `www/tours/rule-RULE.json`, the one place each is written
+//! (the page plays the same JSON, and `tests/tours.rs` checks what every step says): the run
+//! without the rule is the tour's steps before it starts over (`reset`), the run with it the steps
+//! from there on. Every fault comes from the tour's seeded fault knobs or from its commands
+//! (crashes, restarts, pushes at one instant), never from wall-clock timing: each run is one
+//! deterministic simulation.
 
 #![cfg(not(target_arch = "wasm32"))]
 
-use persist_playground::playground::actors::ActorDetail;
-use persist_playground::playground::command::{
-    ActorSpec, Command, FaultKnobs, OracleSpec, ReplicaSpec, Service, TaskOp, TaskSpec, WriteMode,
-    WriterSpec,
-};
+use std::path::PathBuf;
+
+use persist_playground::playground::actor::ActorDetail;
+use persist_playground::playground::actor::OracleView;
+use persist_playground::playground::command::{ActorSpec, Command, TaskSpec};
 use persist_playground::playground::rules::Rule;
-use persist_playground::playground::services::OracleView;
 use persist_playground::playground::{Applied, Scenario, Snapshot};
+use serde_json::Value;
 
 fn apply(s: &mut Scenario, c: Command) -> Applied {
     s.apply(c.clone())
@@ -40,17 +43,60 @@ fn set_rule(s: &mut Scenario, rule: Rule, on: bool) {
     apply(s, Command::SetRule { rule, on });
 }
 
-fn consensus_faults(s: &mut Scenario, timeout_rate: f64) {
-    apply(
-        s,
-        Command::SetFaults {
-            service: Service::Consensus,
-            knobs: FaultKnobs {
-                timeout_rate,
-                ..FaultKnobs::default()
-            },
-        },
+/// `www/tours/rule-RULE.json`, parsed.
+fn tour(rule: Rule) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("www/tours")
+        .join(format!("rule-{}.json", rule.id()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"))
+}
+
+/// The tour's own seed.
+fn tour_seed(rule: Rule) -> u64 {
+    tour(rule)["seed"].as_u64().expect("a whole-number seed")
+}
+
+/// One half of a rule's tour, run on `seed`: the scenario at its end, and the snapshot at the end
+/// of each of its steps.
+struct Run {
+    s: Scenario,
+    ends: Vec<Snapshot>,
+}
+
+/// Runs rule `rule`'s tour on `seed`: with `on` false its steps before the first `reset` (the
+/// run without the rule), with `on` true its steps from there on (the same run with it). Each
+/// step's commands go through `Command`'s JSON, as the page sends them; then its `runMs`.
+fn run_tour(rule: Rule, seed: u64, on: bool) -> Run {
+    let tour = tour(rule);
+    let steps = tour["steps"].as_array().expect("steps");
+    let reset = (1..steps.len())
+        .find(|&i| steps[i]["reset"] == true)
+        .unwrap_or_else(|| panic!("tour rule-{} starts over with the rule on", rule.id()));
+    let half = if on { reset..steps.len() } else { 0..reset };
+    let mut s = Scenario::seeded(seed);
+    let mut ends = Vec::new();
+    for i in half {
+        let step = &steps[i];
+        for c in step["commands"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+        {
+            let command: Command = serde_json::from_value(c.clone())
+                .unwrap_or_else(|e| panic!("rule-{} step {}: {e}: {c}", rule.id(), i + 1));
+            apply(&mut s, command);
+        }
+        s.run_for(step["runMs"].as_u64().unwrap_or(0)).unwrap();
+        ends.push(s.snapshot());
+    }
+    assert_eq!(
+        ends.last().unwrap().rules.is_on(rule),
+        on,
+        "the tour's run {} the rule",
+        if on { "keeps" } else { "breaks" }
     );
+    Run { s, ends }
 }
 
 /// The history check's violations in `snap`, as (rule id, message).
@@ -90,7 +136,7 @@ fn actor_variant(snap: &Snapshot, id: &str) -> Option<Rule> {
     snap.actors.iter().find(|a| a.id == id).unwrap().variant
 }
 
-/// One writer under Consensus timeouts; `Verify` at the end.
+/// One writer under Consensus timeouts; faults off and `Verify` at the end (the tour).
 fn idempotency_scenario(
     seed: u64,
     on: bool,
@@ -98,25 +144,13 @@ fn idempotency_scenario(
     Snapshot,
     persist_playground::playground::snapshot::VerifyView,
 ) {
-    let mut s = Scenario::seeded(seed);
-    set_rule(&mut s, Rule::IdempotencyToken, on);
-    consensus_faults(&mut s, 0.3);
-    let (w, _) = add(
-        &mut s,
-        ActorSpec::Writer(WriterSpec {
-            rate_per_s: 20,
-            key_lo: 0,
-            key_hi: 1_000,
-            mode: WriteMode::CompareAndAppend,
-            ..WriterSpec::default()
-        }),
-    );
-    s.run_for(4_000).unwrap();
-    consensus_faults(&mut s, 0.0);
-    s.run_for(1_000).unwrap();
-    apply(&mut s, Command::Verify);
-    s.run_for(2_000).unwrap();
-    let snap = s.snapshot();
+    let mut run = run_tour(Rule::IdempotencyToken, seed, on);
+    let snap = run.s.snapshot();
+    let w = (snap.actors.iter())
+        .find(|a| matches!(a.spec, ActorSpec::Writer(_)))
+        .expect("the tour adds a writer")
+        .id
+        .clone();
     let expected = (!on).then_some(Rule::IdempotencyToken);
     assert_eq!(actor_variant(&snap, &w), expected);
     let v = snap.verify.clone().expect("the check finished");
@@ -126,7 +160,8 @@ fn idempotency_scenario(
 
 #[test]
 fn without_the_idempotency_token_an_acknowledged_write_lands_twice() {
-    let (snap, off) = idempotency_scenario(41, false);
+    let seed = tour_seed(Rule::IdempotencyToken);
+    let (snap, off) = idempotency_scenario(seed, false);
     let lost_acks = snap.faults.consensus.happened_then_timed_out;
     assert!(
         lost_acks > 0,
@@ -140,7 +175,7 @@ fn without_the_idempotency_token_an_acknowledged_write_lands_twice() {
     );
     assert_flags(&snap, "ack-duplicate", &["ack-duplicate"]);
 
-    let (snap, on) = idempotency_scenario(41, true);
+    let (snap, on) = idempotency_scenario(seed, true);
     assert!(
         snap.faults.consensus.happened_then_timed_out > 0,
         "same faults with the rule on"
@@ -162,38 +197,30 @@ fn oracle_view(snap: &Snapshot, id: &str) -> OracleView {
 }
 
 /// An oracle whose timeline runs ahead of the clock (a burst of 500 a tick), crashed and
-/// restarted. Returns (the old instance's view before the crash, the new one's after).
+/// restarted (the tour). Returns (the old instance's view before the crash, the new one's after).
 fn oracle_scenario(seed: u64, on: bool) -> (OracleView, OracleView, Snapshot) {
-    let mut s = Scenario::seeded(seed);
-    set_rule(&mut s, Rule::OracleDurableBound, on);
-    let (o, p) = add(
-        &mut s,
-        ActorSpec::Oracle(OracleSpec {
-            rate_per_s: 4,
-            burst: 500,
-            ..OracleSpec::default()
-        }),
-    );
-    s.run_for(3_000).unwrap();
-    let before = oracle_view(&s.snapshot(), &o);
-    apply(&mut s, Command::CrashProcess { process: p.clone() });
-    s.run_for(100).unwrap();
-    apply(&mut s, Command::RestartProcess { process: p });
-    // Long enough for the correct instance's clock guard (it waits, up to 2 s, for a clock
-    // that is far behind the stored upper).
-    s.run_for(3_000).unwrap();
-    let snap = s.snapshot();
-    let after = oracle_view(&snap, &o);
+    let run = run_tour(Rule::OracleDurableBound, seed, on);
+    let [first, last] = run.ends.as_slice() else {
+        panic!("the oracle tour's run is two steps: {}", run.ends.len())
+    };
+    let o = (first.actors.iter())
+        .find(|a| matches!(a.spec, ActorSpec::Oracle(_)))
+        .expect("the tour adds an oracle")
+        .id
+        .clone();
+    let before = oracle_view(first, &o);
+    let after = oracle_view(last, &o);
     assert!(
         after.epoch > before.epoch,
         "a new instance: {before:?} {after:?}"
     );
-    (before, after, snap)
+    (before, after, last.clone())
 }
 
 #[test]
 fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
-    let (before, after, snap) = oracle_scenario(42, false);
+    let seed = tour_seed(Rule::OracleDurableBound);
+    let (before, after, snap) = oracle_scenario(seed, false);
     assert!(
         before.write_ts > before.durable_upper,
         "the old instance served past its durable upper: {before:?}"
@@ -211,7 +238,7 @@ fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
     assert_flags(&snap, "oracle-regress", &oracle_rules);
     assert_flags(&snap, "oracle-bound", &oracle_rules);
 
-    let (before, after, snap) = oracle_scenario(42, true);
+    let (before, after, snap) = oracle_scenario(seed, true);
     assert!(
         before.write_ts < before.durable_upper,
         "with the rule every timestamp is below the durable upper: {before:?}"
@@ -227,21 +254,20 @@ fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
     assert_clean(&snap, "oracle-regress", 10);
 }
 
-/// One replica writes for a while; then a second replica joins (the rule is set just before).
+/// One replica writes for a while; then a second replica joins (the rule is set just before:
+/// the tour).
 fn upsert_scenario(seed: u64, on: bool) -> Snapshot {
-    let mut s = Scenario::seeded(seed);
-    add(&mut s, ActorSpec::Replica(ReplicaSpec { read_batch: 4 }));
-    apply(&mut s, Command::SetGenerator { on: true });
-    s.run_for(2_000).unwrap();
-    set_rule(&mut s, Rule::UpsertFeedback, on);
-    let (u2, _) = add(&mut s, ActorSpec::Replica(ReplicaSpec { read_batch: 8 }));
-    s.run_for(3_000).unwrap();
-    apply(&mut s, Command::SetGenerator { on: false });
-    s.run_for(2_000).unwrap();
-    let snap = s.snapshot();
-    assert_eq!(actor_variant(&snap, "U1"), None);
+    let snap = run_tour(Rule::UpsertFeedback, seed, on).s.snapshot();
+    let replicas: Vec<&str> = (snap.actors.iter())
+        .filter(|a| matches!(a.spec, ActorSpec::Replica(_)))
+        .map(|a| a.id.as_str())
+        .collect();
+    let [u1, u2] = replicas.as_slice() else {
+        panic!("the tour adds two replicas: {replicas:?}")
+    };
+    assert_eq!(actor_variant(&snap, u1), None);
     assert_eq!(
-        actor_variant(&snap, &u2),
+        actor_variant(&snap, u2),
         (!on).then_some(Rule::UpsertFeedback)
     );
     snap
@@ -249,7 +275,8 @@ fn upsert_scenario(seed: u64, on: bool) -> Snapshot {
 
 #[test]
 fn without_feedback_from_the_shard_upsert_output_diverges_from_the_model() {
-    let snap = upsert_scenario(43, false);
+    let seed = tour_seed(Rule::UpsertFeedback);
+    let snap = upsert_scenario(seed, false);
     let checker = &snap.upsert.as_ref().unwrap().checker;
     assert!(checker.checks > 10, "{checker:?}");
     assert!(
@@ -258,7 +285,7 @@ fn without_feedback_from_the_shard_upsert_output_diverges_from_the_model() {
     );
     assert_flags(&snap, "upsert-model", &["upsert-model"]);
 
-    let snap = upsert_scenario(43, true);
+    let snap = upsert_scenario(seed, true);
     let checker = &snap.upsert.as_ref().unwrap().checker;
     assert!(checker.checks > 10, "{checker:?}");
     assert_eq!(checker.violations, Vec::<String>::new());
@@ -266,51 +293,34 @@ fn without_feedback_from_the_shard_upsert_output_diverges_from_the_model() {
 }
 
 /// Two write tasks on one shard, each pushed rows at the same instant, so one of them loses the
-/// race. (No reader ever downgrades the shard's since: the audit reads its whole history.)
+/// race (the tour: one round of pushes, so each task commits data once). (No reader ever
+/// downgrades the shard's since: the audit reads its whole history.)
 fn task_scenario(
     seed: u64,
     on: bool,
 ) -> (persist_playground::write_task::audit::AuditReport, Snapshot) {
-    let mut s = Scenario::seeded(seed);
-    set_rule(&mut s, Rule::TaskResync, on);
-    let task = || {
-        ActorSpec::Task(TaskSpec {
-            tick_interval_ms: 1_000,
-            ..TaskSpec::default()
-        })
-    };
-    let (t1, _) = add(&mut s, task());
-    let (t2, _) = add(&mut s, task());
-    s.run_for(500).unwrap();
-
-    for round in 0..3 {
-        for t in [&t1, &t2] {
-            apply(
-                &mut s,
-                Command::TaskPush {
-                    actor: t.clone(),
-                    op: TaskOp::Append { rows: 2 + round },
-                },
-            );
-        }
-        s.run_for(1_500).unwrap();
-    }
-    let report = s.audit_tasks("mz_task").expect("the audit runs");
-    assert!(report.commits_with_data >= 3, "{report:?}");
-    (report, s.snapshot())
+    let mut run = run_tour(Rule::TaskResync, seed, on);
+    let report = run.s.audit_tasks("mz_task").expect("the audit runs");
+    assert!(
+        report.commits_with_data >= 2,
+        "both tasks' pushes committed: {report:?}"
+    );
+    (report, run.s.snapshot())
 }
 
 #[test]
 fn without_a_resync_the_shard_stops_equalling_the_tasks_desired() {
-    let (off, snap) = task_scenario(44, false);
+    let seed = tour_seed(Rule::TaskResync);
+    let (off, snap) = task_scenario(seed, false);
     assert!(
         !off.failures.is_empty(),
         "a commit left the shard unequal to its task's desired: {off:?}"
     );
     assert_flags(&snap, "task-desired", &["task-desired"]);
-    let (on, snap) = task_scenario(44, true);
+    let (on, snap) = task_scenario(seed, true);
     assert_eq!(on.failures, Vec::<String>::new(), "{on:?}");
-    assert_clean(&snap, "task-desired", 5);
+    // Every commit of the run was checked.
+    assert_clean(&snap, "task-desired", on.commits);
 }
 
 /// Whether the history check found a break of `rule`.
@@ -424,4 +434,59 @@ fn set_rule_is_a_logged_command_in_the_snapshot_and_replays() {
     );
     let replayed = Scenario::replay(45, s.stamped()).unwrap().snapshot();
     assert_eq!(actor_variant(&replayed, &t1), Some(Rule::TaskResync));
+}
+
+#[test]
+fn the_page_table_names_every_rule_and_its_default_specs_apply_as_sent() {
+    use persist_playground::playground::table::PageTable;
+    let table = serde_json::to_value(PageTable::default()).unwrap();
+    // Rules: every one, in the page's order, keyed as the snapshot's `rules` is.
+    let rules = table["rules"].as_array().unwrap();
+    let ids: Vec<&str> = rules.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, Rule::ALL.map(Rule::id).to_vec());
+    let mut s = Scenario::seeded(46);
+    set_rule(&mut s, Rule::UpsertFeedback, false);
+    let switches = serde_json::to_value(s.snapshot().rules).unwrap();
+    for (r, rule) in rules.iter().zip(Rule::ALL) {
+        let key = r["key"].as_str().unwrap();
+        assert_eq!(
+            switches[key],
+            rule != Rule::UpsertFeedback,
+            "{key} is the snapshot's switch of {}: {switches}",
+            rule.id()
+        );
+        for field in ["name", "badge", "text"] {
+            assert!(r[field].as_str().is_some_and(|t| !t.is_empty()), "{r}");
+        }
+    }
+    let distinct = |field: &str| {
+        let mut v: Vec<&str> = rules.iter().map(|r| r[field].as_str().unwrap()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v.len()
+    };
+    assert_eq!((distinct("name"), distinct("badge")), (4, 4));
+    // Defaults: each kind's spec, sent as JSON the way the Add buttons send it, adds that kind.
+    set_rule(&mut s, Rule::UpsertFeedback, true);
+    for kind in ["writer", "reader", "task", "oracle", "replica"] {
+        let spec = &table["defaults"][kind];
+        assert_eq!(spec["kind"], kind, "{spec}");
+        let c: Command =
+            serde_json::from_value(serde_json::json!({ "type": "addActor", "spec": spec }))
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let id = apply(&mut s, c).actor.unwrap();
+        let snap = serde_json::to_value(s.snapshot()).unwrap();
+        let actor = (snap["actors"].as_array().unwrap().iter())
+            .find(|a| a["id"] == id.as_str())
+            .unwrap();
+        assert_eq!(&actor["spec"], spec, "{kind} runs the spec it was sent");
+    }
+    // The default scenario: two writers racing on one shard, and one actor of every other kind.
+    let kinds: Vec<&str> = (table["defaultActors"].as_array().unwrap().iter())
+        .map(|a| a["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["writer", "writer", "reader", "task", "oracle", "replica", "replica"]
+    );
 }

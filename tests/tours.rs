@@ -14,6 +14,7 @@
 
 use std::path::PathBuf;
 
+use persist_playground::playground::table::default_actors;
 use persist_playground::playground::{Command, Scenario};
 use serde_json::Value;
 
@@ -374,21 +375,14 @@ fn the_path_evaluator_picks_fields_elements_and_lengths() {
     );
 }
 
-/// The page's default scenario (main.js's DEFAULT_ACTORS, with the generator on): busy enough
-/// that several processes compact and GC at once.
+/// The page's default scenario (`table::default_actors`, the page's `defaultActors`, with the
+/// generator on), sent as the page sends it, in JSON: busy enough that several processes
+/// compact and GC at once.
 fn busy_scenario(pull_every_ms: Option<u64>) -> String {
-    let actors = serde_json::json!([
-        { "kind": "writer", "shard": "data", "ratePerS": 4, "keyLo": 0, "keyHi": 16, "mode": "compareAndAppend" },
-        { "kind": "writer", "shard": "data", "ratePerS": 4, "keyLo": 0, "keyHi": 16, "mode": "compareAndAppend" },
-        { "kind": "reader", "shard": "data", "hold": false },
-        { "kind": "task", "shard": "mz_task", "tickIntervalMs": 1000, "readOnly": false },
-        { "kind": "oracle", "timeline": "epoch_ms", "persistIntervalMs": 1000, "ratePerS": 4 },
-        { "kind": "replica", "readBatch": 4 },
-        { "kind": "replica", "readBatch": 2 }
-    ]);
     let mut s = Scenario::seeded(1);
-    for spec in actors.as_array().unwrap() {
-        let c = serde_json::json!({ "type": "addActor", "spec": spec });
+    for spec in default_actors() {
+        let c =
+            serde_json::json!({ "type": "addActor", "spec": serde_json::to_value(spec).unwrap() });
         s.apply(serde_json::from_value(c).unwrap()).unwrap();
     }
     s.apply(Command::SetGenerator { on: true }).unwrap();

@@ -71,8 +71,19 @@ fn one_replica_matches_the_model_at_every_upper() {
     let snap = p.snapshot();
     let r = snap.replicas[0].as_ref().unwrap();
     assert!(!r.operator.as_ref().unwrap().state.is_empty());
-    // The snapshot is plain serde data.
-    serde_json::to_string(&snap).unwrap();
+    // The snapshot is plain serde data: its JSON carries what the struct holds.
+    let json: serde_json::Value = serde_json::to_value(&snap).unwrap();
+    assert_eq!(json["source_messages"], snap.source_messages);
+    assert_eq!(json["source_upper"], snap.source_upper);
+    assert_eq!(
+        json["replicas"].as_array().map(Vec::len),
+        Some(snap.replicas.len())
+    );
+    assert!(
+        json["replicas"][0].is_object(),
+        "the running replica's snapshot: {json}"
+    );
+    assert_eq!(json["keys"].as_array().map(Vec::len), Some(snap.keys.len()));
     // Every step is an event, tagged by kind, stamped with its replica and the runtime's clock.
     let events = p.log().events();
     let json = serde_json::to_string(&events).unwrap();

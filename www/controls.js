@@ -1,6 +1,8 @@
 // Controls: DOM events and keys -> commands for the engine (through `app`). Nothing here draws:
 // the frame loop renders whatever the engine's next snapshot says. A field whose value does not
 // parse is refused here with a message; values that parse are checked again by the engine.
+// Every spec starts from the engine's default for its kind (`app.table().defaults`,
+// src/playground/table.rs); a control sets only the fields it shows.
 
 /** A whole number from a text field, or an Error naming the field. */
 export function wholeNumber(label, text) {
@@ -25,10 +27,10 @@ export function keyRange(text) {
   return { keyLo: Number(m[1]), keyHi: Number(m[2]) + 1 };
 }
 
-export function writerSpec(dom) {
+/** A writer's spec: the engine's default `writer`, with the rate, keys and mode of the fields. */
+export function writerSpec(dom, writer) {
   return {
-    kind: "writer",
-    shard: "data",
+    ...writer,
     ratePerS: wholeNumber("writer rate/s", dom.wRate.value),
     ...keyRange(dom.wKeys.value),
     mode: dom.wMode.value,
@@ -47,9 +49,15 @@ function faultKnobs(f, name) {
 /**
  * Wires the controls. `app` is main.js's thin layer over the engine:
  * `send(command, okText?)`, `report(status)`, `togglePlay()`, `step()`, `faster(dir)`,
- * `setSpeed(value)`, `newRun(seed)`, `switchMode()`, `resetDatabase()`, `latest()`.
+ * `setSpeed(value)`, `newRun(seed)`, `switchMode()`, `resetDatabase()`, `latest()`, `table()`.
  */
 export function wireControls(dom, app) {
+  const defaults = app.table().defaults;
+  // The fields start at the engine's defaults.
+  dom.wRate.value = String(defaults.writer.ratePerS);
+  dom.wKeys.value = `${defaults.writer.keyLo}-${defaults.writer.keyHi - 1}`;
+  dom.wMode.value = defaults.writer.mode;
+  dom.oBurst.value = String(defaults.oracle.burst);
   // Runs `f`; a thrown Error becomes an error status (the running state is left as it was).
   const guarded = (f) => (...args) => {
     try {
@@ -71,14 +79,14 @@ export function wireControls(dom, app) {
   }));
   dom.toLive.addEventListener("click", guarded(() => app.switchMode()));
   dom.toSeed.addEventListener("click", guarded(() => app.switchMode()));
-  dom.addWriter.addEventListener("click", guarded(() => addActor(writerSpec(dom))));
-  dom.addReader.addEventListener("click", guarded(() => addActor({ kind: "reader", shard: "data", hold: false })));
-  dom.addTask.addEventListener("click", guarded(() => addActor({ kind: "task", shard: "mz_task", tickIntervalMs: 1000, readOnly: false })));
+  dom.addWriter.addEventListener("click", guarded(() => addActor(writerSpec(dom, defaults.writer))));
+  dom.addReader.addEventListener("click", guarded(() => addActor({ ...defaults.reader })));
+  dom.addTask.addEventListener("click", guarded(() => addActor({ ...defaults.task })));
   dom.addOracle.addEventListener("click", guarded(() => addActor({
-    kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4, burst: wholeNumber("oracle burst", dom.oBurst.value),
+    ...defaults.oracle, burst: wholeNumber("oracle burst", dom.oBurst.value),
   })));
   dom.presetBusy.addEventListener("click", guarded(() => app.presetBusy()));
-  dom.addReplica.addEventListener("click", guarded(() => addActor({ kind: "replica", readBatch: 4 })));
+  dom.addReplica.addEventListener("click", guarded(() => addActor({ ...defaults.replica })));
   dom.upsertForm.addEventListener("submit", guarded((e) => {
     e.preventDefault();
     const key = wholeNumber("upsert key", dom.upsertKey.value);
@@ -130,7 +138,7 @@ export function wireControls(dom, app) {
       "+": () => app.faster(1),
       "=": () => app.faster(1),
       "-": () => app.faster(-1),
-      w: () => addActor(writerSpec(dom)),
+      w: () => addActor(writerSpec(dom, defaults.writer)),
       r: () => dom.addReader.click(),
       t: () => dom.addTask.click(),
       o: () => dom.addOracle.click(),

@@ -1,36 +1,21 @@
-// Entry point: load the wasm package, create the playground (seed or live mode, from the URL),
-// start the default scenario, wire the controls and run the frame loop. The page holds no
-// protocol state: every frame draws the engine's latest snapshot.
+// Entry point, start-up only: read the URL, load the wasm package, start the page (www/page.js:
+// the playground, its state, its commands and the frame loop), wire the controls, start the
+// guided tours and the frame loop.
 //
 // URL parameters: ?seed=N (seed mode), ?mode=live&db=NAME (live mode over IndexedDB),
-// ?autoplay=0 (start paused), ?empty=1 (start with no actors), ?preset=RULE&rule=off|on (play a
-// broken-rule scenario first: www/rules.js), ?run=... (a share link: a seed-mode run, replayed to
-// its step; see www/time.js), ?tour=ID&step=N (a guided tour, www/tours/; seed mode, paused).
+// ?autoplay=0 (start paused), ?empty=1 (start with no actors), ?run=... (a share link: a
+// seed-mode run, replayed to its step; see www/time.js), ?tour=ID&step=N (a guided tour,
+// www/tours/; seed mode, paused). An old preset link, ?preset=RULE&rule=off|on, opens the rule's
+// tour, rule-RULE, at its broken or its intact step (www/tours/engine.js `tourParams`).
 
 import { wireControls } from "./controls.js";
-import { findDom, renderAll, renderMode, renderRunbar, renderStatus } from "./render/index.js";
-import { makeState } from "./state.js";
-import { runPreset } from "./rules.js";
-import { makeTime } from "./time.js";
-import { loadTours, startTours } from "./tours/controller.js";
-import { tourParams } from "./tours/engine.js";
+import { makePage } from "./page.js";
+import { findDom } from "./render/index.js";
+import { loadTours } from "./tours/controller.js";
 
 const DEFAULT_DB = "persist-playground";
-const SPEEDS = ["0.25", "1", "4", "16", "max"];
-/** Virtual time one Step advances. */
-const STEP_MS = 100;
-/** The most virtual time one frame may cover at a fixed speed (a slow frame does not jump). */
-const MAX_FRAME_VIRTUAL_MS = 250;
-/**
- * At full speed the simulator gets what is left of a frame's script budget once the snapshot and
- * the render are paid for (their cost over the last three frames: panels take turns between frames),
- * between a floor and a ceiling, in slices of a few steps (a slice overshoots by at most one).
- */
-const FRAME_SCRIPT_TARGET_MS = 7;
-const FULL_SPEED_MIN_MS = 1;
-const FULL_SPEED_MAX_MS = 4;
-const FULL_SPEED_SLICE_STEPS = 5;
 
+/** The page's URL parameters (see the top of this file). */
 export function readParams(search) {
   const p = new URLSearchParams(search);
   return {
@@ -39,22 +24,9 @@ export function readParams(search) {
     seed: p.get("seed") || "1",
     autoplay: p.get("autoplay") !== "0",
     empty: p.get("empty") === "1",
-    preset: p.get("preset"),
-    ruleOn: p.get("rule") === "on",
     run: p.get("run"),
   };
 }
-
-/** The scenario a newcomer meets: two writers racing, a reader, a write task, an oracle. */
-export const DEFAULT_ACTORS = [
-  { kind: "writer", shard: "data", ratePerS: 4, keyLo: 0, keyHi: 16, mode: "compareAndAppend" },
-  { kind: "writer", shard: "data", ratePerS: 4, keyLo: 0, keyHi: 16, mode: "compareAndAppend" },
-  { kind: "reader", shard: "data", hold: false },
-  { kind: "task", shard: "mz_task", tickIntervalMs: 1000, readOnly: false },
-  { kind: "oracle", timeline: "epoch_ms", persistIntervalMs: 1000, ratePerS: 4 },
-  { kind: "replica", readBatch: 4 },
-  { kind: "replica", readBatch: 2 },
-];
 
 async function loadWasm() {
   try {
@@ -70,306 +42,29 @@ async function loadWasm() {
   }
 }
 
-const layoutKey = (db) => `persist-playground:layout:${db}`;
-
-/** The actors of a snapshot as a restorable layout: specs, grouped by process. */
-function layoutOf(snap) {
-  return snap.actors.map((a) => ({ spec: a.spec, group: a.process }));
-}
-
+/** Start-up: the page, its wasm and its run, the controls, the tours. */
 function main() {
   const dom = findDom(document);
-  const params = readParams(window.location.search);
-  const state = makeState();
-  const view = { t0: 0, playing: false, speed: "1", digest: null, db: params.db, frameMs: [], parts: [], otherMs: [0, 0, 0], busy: false };
-  dom.seed.value = params.seed;
-  renderMode(dom, params.mode, params.db);
-  let wasm;
-  let pg;
-  let time;
-  let lastFrame = performance.now();
-  // Guided tours: set once the page is ready. A tour's playground replaces the default run.
-  let tours = null;
-  const touring = tourParams(window.location.search) !== null;
-
-  const report = (status) => renderStatus(dom, status);
-  const errorText = (err) => (err instanceof Error ? err.message : String(err));
-
-  function refreshDigest() {
-    // The digest is the present's: hidden while the page shows the past.
-    view.digest = pg.mode === "seed" && !view.playing && !view.past ? pg.digest() : null;
-  }
-
-  function pull() {
-    const snap = pg.snapshot();
-    state.push(snap);
-    state.addEvents(pg.eventsAfter(state.cursor(), 500));
-    time?.record(snap);
-    return snap;
-  }
-
-  /** After a command or a step: draw at once, so the page never shows the state before it. */
-  function redraw() {
-    refreshDigest();
-    renderAll(dom, time ? time.shown(state) : state, view, true);
-    time?.render();
-  }
-
-  /** Time (www/time.js): swaps in a replayed playground (a fork, an import), paused. */
-  function replacePg(next) {
-    tours?.beforeManual(); // a fork or an import leaves a guided tour
-    pg.free();
-    pg = next;
-    state.clear();
-    const snap = pull();
-    state.addEvents(pg.eventsAfter(Math.max(0, snap.lastSeq - 400), 400));
-    view.playing = false;
-    view.t0 = 0;
-    redraw();
-  }
-
-  function saveLayout() {
-    if (pg.mode !== "live") return;
-    const snap = state.latest();
-    if (snap) sessionStorage.setItem(layoutKey(params.db), JSON.stringify(layoutOf(snap)));
-  }
-
-  /** Sends one command; returns what it reported, or throws an Error with the engine's message. */
-  function send(command, okText) {
-    tours?.beforeManual();
-    let applied;
-    try {
-      time?.guard();
-      applied = pg.send(command);
-    } catch (err) {
-      report({ kind: "error", text: errorText(err) });
-      throw err;
-    }
-    pull();
-    saveLayout();
-    redraw();
-    report({ kind: "ok", text: okText ?? applied.message });
-    return applied;
-  }
-
-  /** Adds `layout` (specs grouped by process): the first actor of a group starts its process. */
-  function addLayout(layout) {
-    const processOf = new Map();
-    for (const { spec, group } of layout) {
-      const applied = pg.send({ type: "addActor", spec, process: processOf.get(group) ?? null });
-      if (!processOf.has(group)) processOf.set(group, applied.process);
-    }
-    pull();
-    saveLayout();
-  }
-
-  const defaultLayout = () => (params.empty || touring ? [] : DEFAULT_ACTORS.map((spec, i) => ({ spec, group: `g${i}` })));
-
-  /** Creates the playground and starts `layout` (default: this tab's saved one, or the default). */
-  async function create(layout = null) {
-    if (params.mode === "live") {
-      pg = await wasm.Playground.live(params.db);
-      const saved = sessionStorage.getItem(layoutKey(params.db));
-      addLayout(layout ?? (saved ? JSON.parse(saved) : defaultLayout()));
-    } else if (params.run && !layout) {
-      // A share link: replay its run to its step, paused; a damaged link starts the default run.
-      try {
-        const opened = await time.openLink(params.run);
-        pg = opened.pg;
-        pull();
-        view.t0 = 0;
-        view.linkText = `ready: opened the share link: seed ${pg.seed}, ${opened.doc.commands.length} commands, replayed to step ${opened.doc.at.step}`;
-        return;
-      } catch (err) {
-        view.linkError = err;
-        pg = wasm.Playground.seeded(params.seed);
-        addLayout(defaultLayout());
-      }
-    } else {
-      pg = wasm.Playground.seeded(params.seed);
-      addLayout(layout ?? defaultLayout());
-    }
-    // With replicas, the source starts generating upserts (the newcomer sees the feedback loop).
-    if (state.latest().actors.some((a) => a.spec.kind === "replica")) {
-      pg.send({ type: "setGenerator", on: true });
-      pull();
-    }
-    view.t0 = pg.mode === "live" ? state.latest().nowMs : 0;
-  }
-
-  const app = {
-    send,
-    report,
-    latest: () => state.latest(),
-    togglePlay() {
-      if (pg.mode === "live") throw new Error("live mode runs on real timers: it cannot be paused");
-      time.guard();
-      tours?.beforeManual();
-      view.playing = !view.playing;
-      lastFrame = performance.now();
-      redraw();
-      report({ kind: "ok", text: view.playing ? "playing" : "paused" });
-    },
-    runFor(ms) {
-      if (pg.mode === "live") throw new Error("live mode runs on real timers: a preset needs seed mode");
-      pg.runFor(ms);
-      pull();
-    },
-    step() {
-      if (pg.mode === "live") throw new Error("live mode runs on real timers: there is nothing to step");
-      if (view.playing) throw new Error("pause first (space), then step");
-      time.guard();
-      tours?.beforeManual();
-      pg.runFor(STEP_MS);
-      pull();
-      redraw();
-      report({ kind: "ok", text: `stepped ${STEP_MS} ms` });
-    },
-    setSpeed(value) {
-      if (!SPEEDS.includes(value)) throw new Error(`unknown speed ${value}`);
-      view.speed = value;
-      dom.speed.value = value;
-    },
-    faster(dir) {
-      const i = Math.min(Math.max(SPEEDS.indexOf(view.speed) + dir, 0), SPEEDS.length - 1);
-      app.setSpeed(SPEEDS[i]);
-    },
-    newRun(seedText) {
-      const seed = String(seedText).trim();
-      if (!/^\d{1,20}$/.test(seed)) throw new Error(`the seed must be a whole number, not ${JSON.stringify(seed)}`);
-      const next = new URLSearchParams({ seed });
-      if (!view.playing) next.set("autoplay", "0");
-      window.location.search = next.toString();
-    },
-    switchMode() {
-      window.location.search = pg.mode === "live" ? `seed=${encodeURIComponent(dom.seed.value || "1")}` : `mode=live&db=${encodeURIComponent(params.db)}`;
-    },
-    presetBusy() {
-      tours?.beforeManual();
-      const layout = [];
-      for (let i = 0; i < 8; i++) {
-        layout.push({ spec: { kind: "writer", shard: "data", ratePerS: 50, keyLo: 0, keyHi: 1000, mode: "compareAndAppend" }, group: `busy${i}` });
-      }
-      addLayout(layout);
-      report({ kind: "ok", text: "added eight writers over a thousand keys" });
-    },
-    async resetDatabase() {
-      tours?.beforeManual();
-      const layout = state.latest() ? layoutOf(state.latest()) : [];
-      view.busy = true;
-      try {
-        if (pg.mode === "live") await pg.deleteDatabase();
-        pg.free();
-        state.clear();
-        await create(layout);
-        report({ kind: "ok", text: pg.mode === "live" ? `reset: deleted ${params.db} and started again, empty` : "reset: a fresh in-memory location" });
-      } catch (err) {
-        report({ kind: "error", text: `reset failed: ${errorText(err)}` });
-      } finally {
-        view.busy = false;
-      }
-    },
-  };
-
-  function frame(now) {
-    const start = performance.now();
-    // Time: while the past is shown or a replay runs, nothing is simulated or pulled.
-    const still = time && (time.inPast() || time.busy());
-    if (!view.busy && pg) {
-      try {
-        if (pg.mode === "seed" && view.playing && !still) {
-          if (view.speed === "max") {
-            // Whole simulator steps, a few at a time: the overshoot is at most one slow poll.
-            const other = Math.max(...view.otherMs);
-            const budget = Math.min(Math.max(FRAME_SCRIPT_TARGET_MS - other, FULL_SPEED_MIN_MS), FULL_SPEED_MAX_MS);
-            do pg.step(FULL_SPEED_SLICE_STEPS);
-            while (performance.now() - start < budget);
-          } else {
-            const ms = Math.min(Math.round((now - lastFrame) * Number(view.speed)), MAX_FRAME_VIRTUAL_MS);
-            if (ms > 0) pg.runFor(ms);
-          }
-        }
-        const simmed = performance.now();
-        if (!still) pull();
-        const pulled = performance.now();
-        renderAll(dom, time.shown(state), view);
-        time.render();
-        const drawn = performance.now();
-        view.otherMs.push(drawn - simmed);
-        view.otherMs.shift();
-        view.parts.push([simmed - start, pulled - simmed, drawn - pulled]);
-        if (view.parts.length > 2000) view.parts.splice(0, 1000);
-      } catch (err) {
-        view.playing = false;
-        report({ kind: "error", text: `stopped: ${errorText(err)}` });
-      }
-      const took = performance.now() - start;
-      view.frameMs.push(took);
-      if (view.frameMs.length > 2000) view.frameMs.splice(0, 1000);
-    }
-    lastFrame = now;
-    requestAnimationFrame(frame);
-  }
-
+  const page = makePage(dom, readParams(window.location.search));
   const toursLoaded = loadTours();
   toursLoaded.catch(() => {}); // reported where it is awaited
   (async () => {
     try {
-      wasm = await loadWasm();
-      time = makeTime({ dom, wasm, pg: () => pg, replacePg, state, view, report, redraw });
-      await create();
+      await page.load(await loadWasm());
     } catch (err) {
-      report({ kind: "error", text: errorText(err) });
+      page.report({ kind: "error", text: page.errorText(err) });
       return;
     }
-    wireControls(dom, app);
-    let presetDone = null;
-    let presetError = null;
-    if (params.preset && !view.linkText && !touring) {
-      try {
-        presetDone = runPreset(app, params.preset, params.ruleOn);
-      } catch (err) {
-        presetError = `preset ${params.preset}: ${errorText(err)}`;
-      }
-    }
-    view.playing = pg.mode === "seed" && params.autoplay && !view.linkText && !touring;
+    wireControls(dom, page.app);
     // Every panel is drawn before the page says it is ready (the tours load after, asynchronously).
-    refreshDigest();
-    renderAll(dom, state, view, true);
-    renderRunbar(dom, state.latest(), view);
-    report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : view.linkText ?? `ready: seed ${pg.seed}${presetDone ? ` · ${presetDone}` : ""}` });
-    if (view.linkError) report({ kind: "error", text: `${view.linkError.message}; started seed ${pg.seed} instead` });
-    if (presetError) report({ kind: "error", text: presetError });
-    // For the end-to-end tests and the page benchmark: read-only handles onto the page.
-    window.__playground = { view, state, time, pg: () => pg, readyMs: performance.now(), tours: () => tours?.current() ?? null };
-    // Guided tours (www/tours/, www/render/tour.js): the picker, and the tour the URL opens.
+    page.ready();
+    window.__playground = page.handles();
     try {
-      tours = startTours({
-        Playground: wasm.Playground,
-        dom,
-        pg: () => pg,
-        adopt(next) {
-          time.reset();
-          pg.free();
-          pg = next;
-          state.clear();
-          view.t0 = 0;
-          view.playing = false;
-        },
-        pull,
-        redraw,
-        report,
-        latest: () => state.latest(),
-        mode: () => pg.mode,
-        toPresent: () => time.toPresent(),
-      }, await toursLoaded);
+      page.beginTours(await toursLoaded);
     } catch (err) {
-      report({ kind: "error", text: `the guided tours could not start: ${errorText(err)}` });
+      page.report({ kind: "error", text: `the guided tours could not start: ${page.errorText(err)}` });
     }
-    refreshDigest();
-    renderAll(dom, state, view);
-    renderRunbar(dom, state.latest(), view);
-    requestAnimationFrame(frame);
+    page.run();
   })();
 }
 

@@ -150,7 +150,7 @@ export function lagSeries(history) {
     const t = snap.nowMs;
     for (const sh of snap.shards) {
       // The upsert shard's times are source times, not the clock: its panel shows them.
-      if (sh.name === "upsert_out") continue;
+      if (sh.name === snap.upsert?.shard) continue;
       add(`shard:${sh.name}:upper`, `${sh.name} upper`, "#1d232b", false, t, sh.upper);
       add(`shard:${sh.name}:since`, `${sh.name} since`, "#1d232b", true, t, sh.since);
     }

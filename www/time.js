@@ -11,13 +11,15 @@
 // controls that would change the run are disabled: Fork here starts a new branch at that point
 // (the future is discarded), Present goes back. In live mode nothing is replayable: Export saves
 // the event log instead, and says so.
+//
+// This file is the controller (what is shown, replays, fork, export, import, share link); the
+// kept snapshots are www/history.js, the run as a document www/run-document.js, and the time bar
+// (drawing and wiring) www/timebar.js.
 
-import { renderTimeline } from "./render/timeline.js";
+import { makeHistory } from "./history.js";
+import { decodeRun, download, encodeRun, EVENTS_FORMAT, FORMAT_VERSION, parseRun, runDocument } from "./run-document.js";
+import { renderTimeBar, wireTimeBar } from "./timebar.js";
 
-export const RUN_FORMAT = "persist-playground-run";
-export const EVENTS_FORMAT = "persist-playground-events";
-export const FORMAT_VERSION = 1;
-/** The wall-time budget a replay gets per animation frame, and its slice of simulator steps. */
 const REPLAY_BUDGET_MS = 8;
 const REPLAY_SLICE_STEPS = 200;
 /** While a replay rebuilds a new run (an import, a share link), it keeps a snapshot this often. */
@@ -26,153 +28,6 @@ const KEEP_EVERY_STEPS = 1000;
 const PAST_EVENTS = 60;
 /** The frontiers panel's history in the past view. */
 const PAST_HISTORY = 300;
-
-/**
- * The kept snapshots, oldest first, each `{ steps, nowMs, commands, lastSeq, snap }`. Every push
- * keeps the newest `dense` densely; once over the bound, every other older one goes (the first is
- * always kept), so the whole run stays covered, more coarsely further back. The bound is a count
- * and an estimate of bytes (a snapshot's JSON length, sampled every 64th push).
- */
-export function makeHistory({ maxPoints = 600, dense = 240, maxBytes = 48 << 20 } = {}) {
-  let list = [];
-  let bytesEach = 0;
-  let pushes = 0;
-  const limit = () => Math.max(dense + 8, Math.min(maxPoints, bytesEach ? Math.floor(maxBytes / bytesEach) : maxPoints));
-  function thin() {
-    const keepTo = Math.max(1, list.length - dense);
-    list = list.filter((_, i) => i === 0 || i >= keepTo || i % 2 === 0);
-  }
-  return {
-    push(snap) {
-      const e = { steps: snap.steps, nowMs: snap.nowMs, commands: snap.commands, lastSeq: snap.lastSeq, snap };
-      const last = list.at(-1);
-      if (last && last.steps === e.steps && last.nowMs === e.nowMs && last.commands === e.commands) {
-        list[list.length - 1] = e;
-        return;
-      }
-      if (pushes++ % 64 === 0) bytesEach = JSON.stringify(snap).length;
-      list.push(e);
-      if (list.length > limit()) thin();
-    },
-    /** Inserts a rebuilt entry in step order (a point between kept ones). */
-    insert(e) {
-      const i = list.findIndex((x) => x.steps > e.steps || (x.steps === e.steps && x.commands > e.commands));
-      if (i < 0) list.push(e);
-      else list.splice(i, 0, e);
-    },
-    /** The last entry at or before `step` (the newest of a step's entries). */
-    at(step) {
-      let lo = 0;
-      let hi = list.length - 1;
-      if (hi < 0 || list[0].steps > step) return list[0] ?? null;
-      while (lo < hi) {
-        const mid = (lo + hi + 1) >> 1;
-        if (list[mid].steps <= step) lo = mid;
-        else hi = mid - 1;
-      }
-      return list[lo];
-    },
-    indexOf: (e) => list.indexOf(e),
-    get: (i) => list[i] ?? null,
-    entries: () => list,
-    size: () => list.length,
-    estimatedBytes: () => bytesEach * list.length,
-    /** Drops every entry after `e` (a fork discards the future). */
-    truncateAfter(e) {
-      const i = list.indexOf(e);
-      if (i >= 0) list = list.slice(0, i + 1);
-    },
-    clear() {
-      list = [];
-    },
-  };
-}
-
-// ---- The run as a document: JSON export/import and the share link ----
-
-/**
- * The seed-mode run of `pg` as a document: seed, stamped commands and the point it is at; with
- * `snap` a point of the past, the commands up to it (what the run had applied there).
- */
-export function runDocument(pg, snap) {
-  return {
-    format: RUN_FORMAT,
-    version: FORMAT_VERSION,
-    seed: pg.seed,
-    at: { step: snap.steps, atMs: snap.nowMs },
-    commands: pg.stampedCommands().slice(0, snap.commands),
-  };
-}
-
-const isWhole = (n) => Number.isSafeInteger(n) && n >= 0;
-
-/** Checks a parsed document's shape (the engine checks every command); returns it or throws. */
-export function checkRunDocument(doc) {
-  if (doc === null || typeof doc !== "object" || Array.isArray(doc)) throw new Error("it is not a JSON object");
-  if (doc.format === EVENTS_FORMAT) throw new Error("it is a live-mode event log: live runs are not replayable");
-  if (doc.format !== RUN_FORMAT) throw new Error(`its format is ${JSON.stringify(doc.format)}, not "${RUN_FORMAT}"`);
-  if (doc.version !== FORMAT_VERSION) throw new Error(`format version ${JSON.stringify(doc.version)} is not supported (this page reads version ${FORMAT_VERSION})`);
-  const seed = typeof doc.seed === "number" ? String(doc.seed) : doc.seed;
-  if (typeof seed !== "string" || !/^\d{1,20}$/.test(seed)) throw new Error(`the seed must be a whole number, not ${JSON.stringify(doc.seed)}`);
-  if (!doc.at || !isWhole(doc.at.step) || !isWhole(doc.at.atMs)) throw new Error("`at` must be { step, atMs } with whole numbers");
-  if (!Array.isArray(doc.commands)) throw new Error("`commands` must be a list of stamped commands");
-  return { ...doc, seed };
-}
-
-/** Parses and checks a JSON text; a clear Error if it is not a run. */
-export function parseRun(text) {
-  let doc;
-  try {
-    doc = JSON.parse(text);
-  } catch (err) {
-    throw new Error(`it is not valid JSON (${err.message})`);
-  }
-  return checkRunDocument(doc);
-}
-
-async function streamBytes(bytes, stream) {
-  const out = new Response(new Blob([bytes]).stream().pipeThrough(stream));
-  return new Uint8Array(await out.arrayBuffer());
-}
-
-function toBase64Url(bytes) {
-  let s = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
-}
-
-function fromBase64Url(text) {
-  if (!/^[A-Za-z0-9_-]+$/.test(text)) throw new Error("it is not base64url text");
-  const bin = atob(text.replace(/-/g, "+").replace(/_/g, "/"));
-  return Uint8Array.from(bin, (c) => c.charCodeAt(0));
-}
-
-/** A run document as a URL parameter: JSON, deflate-raw, base64url. */
-export async function encodeRun(doc) {
-  return toBase64Url(await streamBytes(new TextEncoder().encode(JSON.stringify(doc)), new CompressionStream("deflate-raw")));
-}
-
-/** The inverse of `encodeRun`; a clear Error for a damaged link. */
-export async function decodeRun(param) {
-  let bytes;
-  try {
-    bytes = await streamBytes(fromBase64Url(param), new DecompressionStream("deflate-raw"));
-  } catch (err) {
-    throw new Error(`its run= data does not decompress (${err.message || err.name}): was the link cut short?`);
-  }
-  return parseRun(new TextDecoder().decode(bytes));
-}
-
-function download(name, text) {
-  const url = URL.createObjectURL(new Blob([text], { type: "application/json" }));
-  const a = document.createElement("a");
-  a.href = url;
-  a.download = name;
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 10_000);
-}
 
 const nextFrame = () => new Promise((r) => requestAnimationFrame(r));
 
@@ -460,82 +315,10 @@ export function makeTime(ctx) {
   };
 
   function render() {
-    renderTimeline(dom.time, {
-      live: live(),
-      playing: view.playing,
-      entries: hist.entries(),
-      past,
-      present: present(),
-      job: job && { label: job.label, steps: safeSteps(job.replay), target: job.target },
-      link,
-      bytes: hist.estimatedBytes(),
-    });
-    // Touch the DOM only on a change: an attribute set, even to its value, restyles the page.
-    const mode = past ? "past" : job ? "busy" : "present";
-    if (document.body.dataset.time !== mode) {
-      document.body.dataset.time = mode;
-      for (const el of dom.time.changesRun()) el.inert = Boolean(past || job);
-    }
+    renderTimeBar(dom.time, { live: live(), playing: view.playing, hist, past, present: present(), job, link });
   }
 
-  function safeSteps(replay) {
-    try {
-      return replay.steps;
-    } catch {
-      return 0;
-    }
-  }
-
-  wire(dom.time, api, (err) => report({ kind: "error", text: errorText(err) }));
+  wireTimeBar(dom.time, api, (err) => report({ kind: "error", text: errorText(err) }));
   return api;
 }
 
-/** Buttons, the scrub bar, the step field, import, and the keys , . Home End f e k i. */
-function wire(d, api, fail) {
-  const guarded = (f) => async (...args) => {
-    try {
-      await f(...args);
-    } catch (err) {
-      fail(err);
-    }
-  };
-  const click = (el, f) => el.addEventListener("click", guarded(f));
-  click(d.oldest, () => api.oldest());
-  click(d.back, () => api.back());
-  click(d.forward, () => api.forward());
-  click(d.present, () => api.toPresent());
-  click(d.fork, () => api.fork());
-  click(d.exportRun, () => api.exportRun());
-  click(d.share, () => api.shareLink());
-  click(d.cancel, () => api.cancel());
-  d.scrub.addEventListener("input", guarded(() => api.scrubTo(d.scrub.value)));
-  d.gotoForm.addEventListener("submit", guarded((e) => {
-    e.preventDefault();
-    return api.goTo(d.goto.value);
-  }));
-  d.importFile.addEventListener("change", guarded(async () => {
-    const file = d.importFile.files[0];
-    if (!file) return;
-    d.importFile.value = "";
-    await api.importText(await file.text(), file.name);
-  }));
-  document.addEventListener("keydown", guarded((e) => {
-    if (e.ctrlKey || e.metaKey || e.altKey) return;
-    const tag = e.target?.tagName;
-    if (tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA") return;
-    const actions = {
-      ",": () => api.back(),
-      ".": () => api.forward(),
-      Home: () => api.oldest(),
-      End: () => api.toPresent(),
-      f: () => api.fork(),
-      e: () => api.exportRun(),
-      k: () => api.shareLink(),
-      i: () => d.importFile.click(),
-    };
-    const act = actions[e.key];
-    if (!act) return;
-    e.preventDefault();
-    return act();
-  }));
-}

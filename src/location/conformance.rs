@@ -30,7 +30,7 @@ async fn list(blob: &dyn Blob, prefix: &str) -> Result<Vec<BlobMetadata>, Extern
     let mut out = Vec::new();
     blob.list_keys_and_metadata(prefix, &mut |m| out.push(m))
         .await?;
-    out.sort_by(|a, b| a.key.cmp(&b.key));
+    crate::sort::sort_by(&mut out, |a, b| a.key.cmp(&b.key));
     Ok(out)
 }
 
@@ -319,7 +319,7 @@ where
     );
     assert_eq!(consensus.head(key).await?, Some(vd(10, "v10")));
     let mut keys = consensus.list_keys().await?;
-    keys.sort();
+    crate::sort::sort(&mut keys);
     assert_eq!(keys, vec![key.to_string(), key2.to_string()]);
 
     // The full seqno range keeps numeric order (no float or string-order surprises).

@@ -42,7 +42,7 @@ mod tests {
         ];
         let keys: Vec<String> = seqnos.iter().map(|s| seqno_key(SeqNo(*s))).collect();
         let mut sorted = keys.clone();
-        sorted.sort();
+        crate::sort::sort(&mut sorted);
         assert_eq!(keys, sorted, "string order is numeric order");
         for (s, k) in seqnos.iter().zip(&keys) {
             assert_eq!(parse_seqno_key(k), Some(SeqNo(*s)));

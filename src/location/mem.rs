@@ -388,7 +388,7 @@ mod tests {
         sim.block_on(futures::future::join_all(handles)).unwrap();
         let mut wins = wins.borrow().clone();
         let n = wins.len() as u64;
-        wins.sort();
+        crate::sort::sort(&mut wins);
         wins.dedup();
         assert_eq!(wins.len() as u64, n, "no seqno was won twice");
         assert_eq!(wins, (1..=n).collect::<Vec<_>>(), "winners form 1..=n");

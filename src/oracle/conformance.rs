@@ -387,7 +387,7 @@ pub fn check_history(calls: &[Call]) -> Vec<Violation> {
             points.push((r, true, i));
         }
     }
-    points.sort_unstable();
+    crate::sort::sort(&mut points);
     let mut floors = vec![Floor::default(); calls.len()];
     let mut now = Floor::default();
     let mut out = Vec::new();

@@ -9,6 +9,8 @@
 
 use serde::Serialize;
 
+use super::rules::{Rule, Rules};
+
 /// The most writes per second one writer may generate.
 pub const MAX_RATE_PER_S: u32 = 1_000;
 /// The largest key index a writer may use.
@@ -19,6 +21,9 @@ pub const MAX_LATENCY_MS: u64 = 10_000;
 pub const MAX_ACTORS: usize = 32;
 /// The most write timestamps an oracle takes back to back.
 pub const MAX_BURST: u32 = 10_000;
+
+/// The shard every upsert replica writes (the page reads it from the snapshot's specs).
+pub const UPSERT_SHARD: &str = "upsert_out";
 
 /// How a writer writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -169,6 +174,23 @@ impl ActorSpec {
         }
     }
 
+    /// The rule that governs actors of this kind, if any (readers have none).
+    pub fn rule(&self) -> Option<Rule> {
+        match self {
+            ActorSpec::Writer(_) => Some(Rule::IdempotencyToken),
+            ActorSpec::Oracle(_) => Some(Rule::OracleDurableBound),
+            ActorSpec::Replica(_) => Some(Rule::UpsertFeedback),
+            ActorSpec::Task(_) => Some(Rule::TaskResync),
+            ActorSpec::Reader(_) => None,
+        }
+    }
+
+    /// The variant an actor of this spec added now runs: the rule it runs without, if `rules`
+    /// has it off.
+    pub fn variant(&self, rules: Rules) -> Option<Rule> {
+        self.rule().filter(|r| !rules.is_on(*r))
+    }
+
     /// The shard or timeline the actor works on.
     pub fn target(&self) -> &str {
         match self {
@@ -176,7 +198,7 @@ impl ActorSpec {
             ActorSpec::Reader(s) => &s.shard,
             ActorSpec::Task(s) => &s.shard,
             ActorSpec::Oracle(s) => &s.timeline,
-            ActorSpec::Replica(_) => super::upsert::UPSERT_SHARD,
+            ActorSpec::Replica(_) => UPSERT_SHARD,
         }
     }
 }
@@ -334,7 +356,7 @@ pub enum Command {
     #[serde(rename_all = "camelCase")]
     SetRule {
         /// Which rule.
-        rule: super::rules::Rule,
+        rule: Rule,
         /// On (the correct protocol) or off (the variant).
         on: bool,
     },
@@ -517,4 +539,30 @@ pub struct Stamped {
     pub stamp: Stamp,
     /// What.
     pub command: Command,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_start_on_and_only_their_own_kind_takes_a_variant() {
+        let mut rules = Rules::default();
+        assert!(Rule::ALL.iter().all(|r| rules.is_on(*r)));
+        let writer = ActorSpec::Writer(WriterSpec::default());
+        let reader = ActorSpec::Reader(ReaderSpec::default());
+        assert_eq!(writer.variant(rules), None);
+        rules.set(Rule::IdempotencyToken, false);
+        assert_eq!(writer.variant(rules), Some(Rule::IdempotencyToken));
+        assert_eq!(reader.variant(rules), None);
+        rules.set(Rule::TaskResync, false);
+        assert_eq!(writer.variant(rules), Some(Rule::IdempotencyToken));
+        rules.set(Rule::IdempotencyToken, true);
+        assert_eq!(writer.variant(rules), None);
+        for r in Rule::ALL {
+            let json = serde_json::to_string(&r).unwrap();
+            assert_eq!(json, format!("\"{}\"", r.id()));
+            assert_eq!(serde_json::from_str::<Rule>(&json).unwrap(), r);
+        }
+    }
 }

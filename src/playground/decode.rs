@@ -7,6 +7,8 @@
 //! - An actor spec is tagged by `kind`, a task op by `op`. Specs and fault knobs refuse unknown
 //!   fields, and a missing field takes the spec's default.
 //! - A stamped command is `{"stamp":{"step":..,"atMs":..},"command":{..}}`.
+//! - Every error names the field it is in (`... in field `spec.ratePerS``), after serde's words;
+//!   every field a shape knows has its own match arm (no catch-all takes a new one silently).
 
 use serde::{Deserialize, Deserializer};
 
@@ -16,7 +18,7 @@ use super::command::{
 };
 use super::rules::Rule;
 use super::value::{
-    deserialize_via, get, need, tag, unknown_field, unknown_variant, DecodeError, Value,
+    deserialize_via, field, field_opt, tag, unknown_field, unknown_variant, DecodeError, Value,
 };
 use super::{Command, Stamp, Stamped};
 
@@ -41,30 +43,32 @@ const COMMANDS: &[&str] = &[
 /// The command `v` stands for.
 pub fn command(v: &Value) -> Result<Command, DecodeError> {
     let o = v.entries("internally tagged enum Command")?;
-    let actor = || need(o, "actor")?.string();
-    let process = || need(o, "process")?.string();
+    let actor = || field(o, "actor", Value::string);
+    let process = || field(o, "process", Value::string);
     Ok(match tag(o, "type")? {
         "addActor" => Command::AddActor {
-            spec: actor_spec(need(o, "spec")?)?,
-            process: get(o, "process").map_or(Ok(None), Value::opt_string)?,
+            spec: field(o, "spec", actor_spec)?,
+            process: field_opt(o, "process", Value::opt_string)?,
         },
         "removeActor" => Command::RemoveActor { actor: actor()? },
         "setWriter" => Command::SetWriter {
             actor: actor()?,
-            spec: writer_spec(need(o, "spec")?.entries("struct WriterSpec")?, None)?,
+            spec: field(o, "spec", |v| {
+                writer_spec(v.entries("struct WriterSpec")?, None)
+            })?,
         },
         "setReaderHold" => Command::SetReaderHold {
             actor: actor()?,
-            hold: need(o, "hold")?.bool()?,
+            hold: field(o, "hold", Value::bool)?,
         },
         "setTask" => Command::SetTask {
             actor: actor()?,
-            tick_interval_ms: need(o, "tickIntervalMs")?.u64()?,
-            read_only: need(o, "readOnly")?.bool()?,
+            tick_interval_ms: field(o, "tickIntervalMs", Value::u64)?,
+            read_only: field(o, "readOnly", Value::bool)?,
         },
         "taskPush" => Command::TaskPush {
             actor: actor()?,
-            op: task_op(need(o, "op")?)?,
+            op: field(o, "op", task_op)?,
         },
         "crashProcess" => Command::CrashProcess {
             process: process()?,
@@ -73,43 +77,55 @@ pub fn command(v: &Value) -> Result<Command, DecodeError> {
             process: process()?,
         },
         "setFaults" => Command::SetFaults {
-            service: match need(o, "service")?.str_as("variant identifier")? {
-                "blob" => Service::Blob,
-                "consensus" => Service::Consensus,
-                other => return Err(unknown_variant(other, &["blob", "consensus"])),
-            },
-            knobs: fault_knobs(need(o, "knobs")?)?,
+            service: field(o, "service", service)?,
+            knobs: field(o, "knobs", fault_knobs)?,
         },
         "corruptRecord" => Command::CorruptRecord {
-            key: need(o, "key")?.string()?,
+            key: field(o, "key", Value::string)?,
         },
         "verify" => Command::Verify,
         "pushUpsert" => Command::PushUpsert {
-            key: need(o, "key")?.i64()?,
-            value: get(o, "value").map_or(Ok(None), Value::opt_string)?,
+            key: field(o, "key", Value::i64)?,
+            value: field_opt(o, "value", Value::opt_string)?,
         },
         "setGenerator" => Command::SetGenerator {
-            on: need(o, "on")?.bool()?,
+            on: field(o, "on", Value::bool)?,
         },
         "stepReplicas" => Command::StepReplicas,
         "setRule" => Command::SetRule {
-            rule: Rule::from_id(&need(o, "rule")?.string()?)?,
-            on: need(o, "on")?.bool()?,
+            rule: field(o, "rule", rule)?,
+            on: field(o, "on", Value::bool)?,
         },
-        other => return Err(unknown_variant(other, COMMANDS)),
+        other => return Err(unknown_variant(other, COMMANDS).in_field("type")),
     })
+}
+
+/// A protocol rule by its id.
+fn rule(v: &Value) -> Result<Rule, DecodeError> {
+    Rule::from_id(v.str_as("a string")?).map_err(|e| DecodeError::new(e.to_string()))
+}
+
+/// A storage service by its name.
+fn service(v: &Value) -> Result<Service, DecodeError> {
+    match v.str_as("variant identifier")? {
+        "blob" => Ok(Service::Blob),
+        "consensus" => Ok(Service::Consensus),
+        other => Err(unknown_variant(other, &["blob", "consensus"])),
+    }
 }
 
 /// The stamped command `v` stands for.
 pub fn stamped(v: &Value) -> Result<Stamped, DecodeError> {
     let o = v.entries("struct Stamped")?;
-    let s = need(o, "stamp")?.entries("struct Stamp")?;
     Ok(Stamped {
-        stamp: Stamp {
-            step: need(s, "step")?.u64()?,
-            at_ms: need(s, "atMs")?.u64()?,
-        },
-        command: command(need(o, "command")?)?,
+        stamp: field(o, "stamp", |v| {
+            let s = v.entries("struct Stamp")?;
+            Ok(Stamp {
+                step: field(s, "step", Value::u64)?,
+                at_ms: field(s, "atMs", Value::u64)?,
+            })
+        })?,
+        command: field(o, "command", command)?,
     })
 }
 
@@ -118,7 +134,8 @@ pub fn stamped_list(v: &Value) -> Result<Vec<Stamped>, DecodeError> {
     v.items("a sequence")?.iter().map(stamped).collect()
 }
 
-/// Each field of a spec object in turn (`skip`: its tag, if it has one), refusing unknown ones.
+/// Each field of a spec object in turn (`skip`: its tag, if it has one), refusing unknown ones;
+/// an error in a field's value names the field.
 fn fields<'a>(
     o: &'a [(String, Value)],
     skip: Option<&str>,
@@ -132,7 +149,7 @@ fn fields<'a>(
         if !names.contains(&k.as_str()) {
             return Err(unknown_field(k, names));
         }
-        set(k, v)?;
+        set(k, v).map_err(|e| e.in_field(k))?;
     }
     Ok(())
 }
@@ -146,17 +163,21 @@ fn writer_spec(o: &[(String, Value)], skip: Option<&str>) -> Result<WriterSpec, 
             "ratePerS" => s.rate_per_s = v.u32()?,
             "keyLo" => s.key_lo = v.u32()?,
             "keyHi" => s.key_hi = v.u32()?,
-            _ => {
-                s.mode = match v.str_as("variant identifier")? {
-                    "compareAndAppend" => WriteMode::CompareAndAppend,
-                    "append" => WriteMode::Append,
-                    other => return Err(unknown_variant(other, &["compareAndAppend", "append"])),
-                }
-            }
+            "mode" => s.mode = write_mode(v)?,
+            other => return Err(unknown_field(other, names)),
         }
         Ok(())
     })?;
     Ok(s)
+}
+
+/// A writer's mode by its name.
+fn write_mode(v: &Value) -> Result<WriteMode, DecodeError> {
+    match v.str_as("variant identifier")? {
+        "compareAndAppend" => Ok(WriteMode::CompareAndAppend),
+        "append" => Ok(WriteMode::Append),
+        other => Err(unknown_variant(other, &["compareAndAppend", "append"])),
+    }
 }
 
 fn actor_spec(v: &Value) -> Result<ActorSpec, DecodeError> {
@@ -166,10 +187,12 @@ fn actor_spec(v: &Value) -> Result<ActorSpec, DecodeError> {
         "writer" => ActorSpec::Writer(writer_spec(o, skip)?),
         "reader" => {
             let mut s = ReaderSpec::default();
-            fields(o, skip, &["shard", "hold"], |k, v| {
+            let names = &["shard", "hold"];
+            fields(o, skip, names, |k, v| {
                 match k {
                     "shard" => s.shard = v.string()?,
-                    _ => s.hold = v.bool()?,
+                    "hold" => s.hold = v.bool()?,
+                    other => return Err(unknown_field(other, names)),
                 }
                 Ok(())
             })?;
@@ -182,7 +205,8 @@ fn actor_spec(v: &Value) -> Result<ActorSpec, DecodeError> {
                 match k {
                     "shard" => s.shard = v.string()?,
                     "tickIntervalMs" => s.tick_interval_ms = v.u64()?,
-                    _ => s.read_only = v.bool()?,
+                    "readOnly" => s.read_only = v.bool()?,
+                    other => return Err(unknown_field(other, names)),
                 }
                 Ok(())
             })?;
@@ -196,7 +220,8 @@ fn actor_spec(v: &Value) -> Result<ActorSpec, DecodeError> {
                     "timeline" => s.timeline = v.string()?,
                     "persistIntervalMs" => s.persist_interval_ms = v.u64()?,
                     "ratePerS" => s.rate_per_s = v.u32()?,
-                    _ => s.burst = v.u32()?,
+                    "burst" => s.burst = v.u32()?,
+                    other => return Err(unknown_field(other, names)),
                 }
                 Ok(())
             })?;
@@ -204,15 +229,19 @@ fn actor_spec(v: &Value) -> Result<ActorSpec, DecodeError> {
         }
         "replica" => {
             let mut s = ReplicaSpec::default();
-            fields(o, skip, &["readBatch"], |_, v| {
-                s.read_batch = v.u32()?;
+            let names = &["readBatch"];
+            fields(o, skip, names, |k, v| {
+                match k {
+                    "readBatch" => s.read_batch = v.u32()?,
+                    other => return Err(unknown_field(other, names)),
+                }
                 Ok(())
             })?;
             ActorSpec::Replica(s)
         }
         other => {
             let kinds = &["writer", "reader", "task", "oracle", "replica"];
-            return Err(unknown_variant(other, kinds));
+            return Err(unknown_variant(other, kinds).in_field("kind"));
         }
     })
 }
@@ -221,10 +250,10 @@ fn task_op(v: &Value) -> Result<TaskOp, DecodeError> {
     let o = v.entries("internally tagged enum TaskOp")?;
     Ok(match tag(o, "op")? {
         "append" => TaskOp::Append {
-            rows: need(o, "rows")?.u32()?,
+            rows: field(o, "rows", Value::u32)?,
         },
         "deleteOldest" => TaskOp::DeleteOldest,
-        other => return Err(unknown_variant(other, &["append", "deleteOldest"])),
+        other => return Err(unknown_variant(other, &["append", "deleteOldest"]).in_field("op")),
     })
 }
 
@@ -237,7 +266,8 @@ fn fault_knobs(v: &Value) -> Result<FaultKnobs, DecodeError> {
             "failRate" => s.fail_rate = v.f64()?,
             "timeoutRate" => s.timeout_rate = v.f64()?,
             "latencyMs" => s.latency_ms = v.u64()?,
-            _ => s.outage = v.bool()?,
+            "outage" => s.outage = v.bool()?,
+            other => return Err(unknown_field(other, names)),
         }
         Ok(())
     })?;
@@ -267,7 +297,7 @@ mod tests {
     use super::*;
 
     fn decode(json: &str) -> Result<Command, DecodeError> {
-        command(&serde_json::from_str::<Value>(json).map_err(|e| e.to_string())?)
+        command(&serde_json::from_str::<Value>(json).map_err(|e| DecodeError::new(e.to_string()))?)
     }
 
     #[test]
@@ -420,10 +450,88 @@ mod tests {
             (r#"{"type":"removeActor","actor":"W1","actor":"W2"}"#, "duplicate field `actor`"),
         ];
         for (json, want) in cases {
-            let got = decode(json).unwrap_err();
+            let got = decode(json).unwrap_err().to_string();
             assert!(got.starts_with(want), "{json}: {got}");
         }
         let err = serde_json::from_str::<Vec<Stamped>>(r#"[{"stamp":{"step":3}}]"#).unwrap_err();
         assert!(err.to_string().starts_with("missing field `atMs`"), "{err}");
+    }
+
+    #[test]
+    fn every_error_in_a_field_names_the_field() {
+        let cases = [
+            (r#"{"type":"removeActor","actor":7}"#, "actor"),
+            (r#"{"type":"nope"}"#, "type"),
+            (r#"{"type":5}"#, "type"),
+            (
+                r#"{"type":"addActor","spec":{"kind":"ghost"}}"#,
+                "spec.kind",
+            ),
+            (
+                r#"{"type":"addActor","spec":{"kind":"writer","ratePerS":"abc"}}"#,
+                "spec.ratePerS",
+            ),
+            (
+                r#"{"type":"addActor","spec":{"kind":"writer","mode":"nope"}}"#,
+                "spec.mode",
+            ),
+            (
+                r#"{"type":"addActor","spec":{"kind":"reader","hold":1}}"#,
+                "spec.hold",
+            ),
+            (
+                r#"{"type":"addActor","spec":{"kind":"task","readOnly":1}}"#,
+                "spec.readOnly",
+            ),
+            (
+                r#"{"type":"addActor","spec":{"kind":"oracle","burst":-1}}"#,
+                "spec.burst",
+            ),
+            (
+                r#"{"type":"addActor","spec":{"kind":"replica","readBatch":null}}"#,
+                "spec.readBatch",
+            ),
+            (
+                r#"{"type":"addActor","spec":{"kind":"writer"},"process":5}"#,
+                "process",
+            ),
+            (
+                r#"{"type":"setTask","actor":"T1","tickIntervalMs":"x","readOnly":true}"#,
+                "tickIntervalMs",
+            ),
+            (
+                r#"{"type":"taskPush","actor":"T1","op":{"op":"append","rows":-2}}"#,
+                "op.rows",
+            ),
+            (
+                r#"{"type":"taskPush","actor":"T1","op":{"op":"explode"}}"#,
+                "op.op",
+            ),
+            (
+                r#"{"type":"setFaults","service":"disk","knobs":{}}"#,
+                "service",
+            ),
+            (
+                r#"{"type":"setFaults","service":"blob","knobs":{"outage":"x"}}"#,
+                "knobs.outage",
+            ),
+            (r#"{"type":"pushUpsert","key":2.5}"#, "key"),
+            (r#"{"type":"setRule","rule":"nope","on":false}"#, "rule"),
+        ];
+        for (json, path) in cases {
+            let err = decode(json).unwrap_err();
+            assert_eq!(err.field(), path, "{json}: {err}");
+            assert!(
+                err.to_string().ends_with(&format!(" in field `{path}`")),
+                "{json}: {err}"
+            );
+        }
+        let stamped = stamped(
+            &serde_json::from_str::<Value>(
+                r#"{"stamp":{"step":1,"atMs":"x"},"command":{"type":"verify"}}"#,
+            )
+            .unwrap(),
+        );
+        assert_eq!(stamped.unwrap_err().field(), "stamp.atMs");
     }
 }

@@ -10,12 +10,18 @@
 //! arrays, `None` and `()` `null`, enums externally tagged unless their serde attributes say
 //! otherwise. Departures, none of which the page can tell: a whole float is written without
 //! `.0` and never with an exponent (Rust's `Display`), a float that is not finite is `null`, and
-//! bytes are an array of numbers (our types have none). Serializing never panics; the only error is a
-//! custom one a `Serialize` impl raises.
+//! bytes are an array of numbers (our types have none). Serializing never panics in release
+//! builds; the only error is a custom one a `Serialize` impl raises. Debug builds assert that no
+//! integer beyond [`MAX_EXACT`] reaches the text (JavaScript would round it).
 
 use std::fmt::{self, Display, Write as _};
 
 use serde::ser::{self, Serialize};
+
+/// The largest integer a JavaScript number holds exactly, and every smaller one: 2^53. Debug
+/// builds (every test) check that no integer beyond it, positive or negative, is written: such
+/// a value (a seed, a hash) must be serialized as a string, as the snapshot's seeds are.
+pub const MAX_EXACT: u64 = 1 << 53;
 
 /// Why a value did not serialize (a `Serialize` impl refused it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +189,10 @@ impl<'a> ser::Serializer for &'a mut Writer {
         self.serialize_i64(i64::from(v))
     }
     fn serialize_i64(self, v: i64) -> Result<(), JsonError> {
+        debug_assert!(
+            v.unsigned_abs() <= MAX_EXACT,
+            "{v} reaches JSON as a number beyond 2^53, which JavaScript rounds"
+        );
         push_i64(&mut self.0, v);
         Ok(())
     }
@@ -196,6 +206,10 @@ impl<'a> ser::Serializer for &'a mut Writer {
         self.serialize_u64(u64::from(v))
     }
     fn serialize_u64(self, v: u64) -> Result<(), JsonError> {
+        debug_assert!(
+            v <= MAX_EXACT,
+            "{v} reaches JSON as a number beyond 2^53, which JavaScript rounds"
+        );
         push_u64(&mut self.0, v);
         Ok(())
     }
@@ -397,8 +411,8 @@ mod tests {
 
     fn sample() -> Sample {
         Sample {
-            at_ms: u64::MAX,
-            delta: i64::MIN,
+            at_ms: MAX_EXACT,
+            delta: -(MAX_EXACT as i64),
             rate: 0.25,
             text: "a \"q\" \\ \n\u{1}é".into(),
             none: None,
@@ -441,5 +455,34 @@ mod tests {
             }
         }
         assert_eq!(to_json(&vec![No]), Err(JsonError("no".into())));
+    }
+
+    #[test]
+    fn the_digit_writers_reach_the_type_limits() {
+        let mut out = String::new();
+        push_u64(&mut out, u64::MAX);
+        out.push(' ');
+        push_i64(&mut out, i64::MIN);
+        assert_eq!(out, format!("{} {}", u64::MAX, i64::MIN));
+    }
+
+    #[test]
+    fn integers_up_to_two_to_the_53_are_written_exactly() {
+        assert_eq!(to_json(&MAX_EXACT).unwrap(), "9007199254740992");
+        assert_eq!(to_json(&-(MAX_EXACT as i64)).unwrap(), "-9007199254740992");
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "beyond 2^53")]
+    fn a_u64_beyond_two_to_the_53_is_caught_in_debug_builds() {
+        let _ = to_json(&(MAX_EXACT + 1));
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "beyond 2^53")]
+    fn an_i64_beyond_two_to_the_53_is_caught_in_debug_builds() {
+        let _ = to_json(&[i64::MIN]);
     }
 }

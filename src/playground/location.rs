@@ -427,13 +427,13 @@ impl Consensus for ProcessGate {
 pub const GARBAGE: &[u8] = b"\xffthis is not a persist state version\xff";
 
 /// Writes [`GARBAGE`] as the next version of `key` on the raw Consensus. Returns its seqno.
-pub async fn corrupt(consensus: &dyn Consensus, key: &str) -> Result<u64, String> {
+pub async fn corrupt(consensus: &dyn Consensus, key: &str) -> Result<u64, CorruptError> {
     let head = consensus
         .head(key)
         .await
-        .map_err(|e| format!("could not read {key}: {e}"))?;
+        .map_err(|e| CorruptError::Read(key.to_string(), e.to_string()))?;
     let Some(head) = head else {
-        return Err(format!("there is no Consensus key {key:?} to corrupt"));
+        return Err(CorruptError::NoKey(key.to_string()));
     };
     let new = VersionedData {
         seqno: head.seqno.next(),
@@ -441,11 +441,26 @@ pub async fn corrupt(consensus: &dyn Consensus, key: &str) -> Result<u64, String
     };
     match consensus.compare_and_set(key, Some(head.seqno), new).await {
         Ok(CaSResult::Committed) => Ok(head.seqno.next().0),
-        Ok(CaSResult::ExpectationMismatch) => Err(format!(
-            "{key} moved on while it was being corrupted; try again"
-        )),
-        Err(e) => Err(format!("could not corrupt {key}: {e}")),
+        Ok(CaSResult::ExpectationMismatch) => Err(CorruptError::MovedOn(key.to_string())),
+        Err(e) => Err(CorruptError::Write(key.to_string(), e.to_string())),
     }
+}
+
+/// Why [`corrupt`] wrote nothing (each names the key).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CorruptError {
+    /// Reading the key's head failed.
+    #[error("could not read {0}: {1}")]
+    Read(String, String),
+    /// The key has no version.
+    #[error("there is no Consensus key {0:?} to corrupt")]
+    NoKey(String),
+    /// Another writer wrote a version first.
+    #[error("{0} moved on while it was being corrupted; try again")]
+    MovedOn(String),
+    /// The compare_and_set failed.
+    #[error("could not corrupt {0}: {1}")]
+    Write(String, String),
 }
 
 /// A [`Pending`] event helper for the location's own records.

@@ -177,3 +177,17 @@ impl MergedLog {
         self.events.dropped()
     }
 }
+
+/// `1 update`, `2 updates`: a count in an event's line.
+pub fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// Formats an `Option<u64>` frontier for an event's line (`None` is empty, "finished").
+pub fn fmt_frontier(f: Option<u64>) -> String {
+    f.map_or_else(|| "[] (finished)".to_string(), |t| t.to_string())
+}

@@ -7,8 +7,8 @@
 //! - a **location**: in memory (seed mode) or IndexedDB (live mode, given by the caller), behind
 //!   the fault knobs ([`location::Faults`]) and, per process, a gate that a crash closes
 //!   ([`location::ProcessGate`]);
-//! - **actors grouped into processes**: writers and readers ([`actors`]), write tasks and oracle
-//!   instances ([`services`]). Each process has its own [`PersistClient`] (its own state caches and
+//! - **actors grouped into processes**: writers, readers, write tasks, oracle instances and upsert
+//!   replicas ([`actors`], one file per kind; what they share is in [`actor`]). Each process has its own [`PersistClient`] (its own state caches and
 //!   its own id seed, drawn from the scenario's seed), as a separate machine would. Crashing a
 //!   process stops its actors mid-command; restarting it starts them again in a new process with
 //!   a fresh client. Actor ids (`W1`, `R1`, `T1`, `O1`) and colours outlive restarts.
@@ -35,6 +35,7 @@ use std::rc::Rc;
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
+pub mod actor;
 pub mod actors;
 mod apply;
 pub mod check;
@@ -42,14 +43,15 @@ pub mod command;
 pub mod decode;
 pub mod fact;
 pub mod json;
+mod lifecycle;
 pub mod location;
 pub mod log;
 pub mod observe;
+mod persist_log;
 pub mod replay;
 pub mod rules;
-pub mod services;
 pub mod snapshot;
-pub mod upsert;
+pub mod table;
 pub mod upsert_source;
 pub mod value;
 pub mod variants;
@@ -68,7 +70,7 @@ use crate::runtime::sim::Simulator;
 use crate::runtime::{JoinHandle, Runtime};
 use crate::vec_map::VecMap;
 use crate::write_task::WriteTaskLog;
-use actors::{Acked, ActorView};
+use actor::{Acked, ActorView};
 use location::{AliveFlag, CasAttempt, Faults};
 use log::{MergedLog, Outcome, Pending};
 use observe::{Observers, ShardNotes};
@@ -180,7 +182,7 @@ pub(crate) struct Actor {
     pub(crate) ops: Option<futures::channel::mpsc::UnboundedSender<command::TaskOp>>,
     pub(crate) task: Option<JoinHandle<()>>,
     pub(crate) incarnation: u64,
-    pub(crate) replica: upsert::ReplicaSlot,
+    pub(crate) replica: actors::replica::ReplicaSlot,
     /// The rule it runs without, fixed when it was added ([`rules`]).
     pub(crate) variant: Option<rules::Rule>,
 }
@@ -205,7 +207,7 @@ pub struct Scenario {
     stamped: Vec<Stamped>,
     verify: Rc<RefCell<Option<snapshot::VerifyView>>>,
     cfg: PersistConfig,
-    upsert: Option<upsert::UpsertHub>,
+    upsert: Option<actors::replica::UpsertHub>,
     rules: rules::Rules,
 }
 
@@ -435,7 +437,7 @@ impl Scenario {
     }
 
     /// The upsert source, generator and checker, started with the first replica.
-    fn upsert_hub(&mut self) -> &upsert::UpsertHub {
+    fn upsert_hub(&mut self) -> &actors::replica::UpsertHub {
         if self.upsert.is_none() {
             let seed = self.next_seed();
             let client = PersistClient::new(
@@ -445,11 +447,15 @@ impl Scenario {
                 seed,
             )
             .with_events(EventLog::disabled());
-            let hub =
-                upsert::UpsertHub::start(&self.runtime, client, Rc::clone(&self.journal), seed);
+            let hub = actors::replica::UpsertHub::start(
+                &self.runtime,
+                client,
+                Rc::clone(&self.journal),
+                seed,
+            );
             self.upsert = Some(hub);
             self.observe_shard(upsert_source::SOURCE_SHARD);
-            self.observe_shard(upsert::UPSERT_SHARD);
+            self.observe_shard(command::UPSERT_SHARD);
         }
         self.upsert.as_ref().expect("just set")
     }

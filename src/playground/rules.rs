@@ -5,7 +5,7 @@
 //! path without the rule, in [`super::variants`]) when it is added, and keeps it for its life,
 //! through crashes, restarts and changes of its knobs (a restarted process runs the same code).
 //! Actors already running keep what they were started with. The snapshot carries the switches
-//! ([`Rules`]) and every actor's [`ActorView::variant`](super::actors::ActorView::variant), so the
+//! ([`Rules`]) and every actor's [`ActorView::variant`](super::actor::ActorView::variant), so the
 //! page shows which rules are off and marks the actors running without one.
 //!
 //! The components themselves keep only their correct code paths: the variants are built beside
@@ -35,8 +35,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::command::ActorSpec;
-
 /// One protocol rule, in JSON by its id ([`Rule::id`], kebab-case: `idempotency-token`). See the
 /// module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -60,17 +58,6 @@ impl Rule {
         Rule::TaskResync,
     ];
 
-    /// The rule that governs actors of `spec`'s kind, if any (readers have none).
-    pub fn of(spec: &ActorSpec) -> Option<Rule> {
-        match spec {
-            ActorSpec::Writer(_) => Some(Rule::IdempotencyToken),
-            ActorSpec::Oracle(_) => Some(Rule::OracleDurableBound),
-            ActorSpec::Replica(_) => Some(Rule::UpsertFeedback),
-            ActorSpec::Task(_) => Some(Rule::TaskResync),
-            ActorSpec::Reader(_) => None,
-        }
-    }
-
     /// Its id, as in JSON.
     pub fn id(self) -> &'static str {
         match self {
@@ -92,6 +79,91 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// Its field in the snapshot's [`Rules`] (camelCase, as in JSON).
+    pub fn key(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => "idempotencyToken",
+            Rule::OracleDurableBound => "oracleDurableBound",
+            Rule::UpsertFeedback => "upsertFeedback",
+            Rule::TaskResync => "taskResync",
+        }
+    }
+
+    /// Its short name, as the page's Rules control shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => "idempotency token",
+            Rule::OracleDurableBound => "oracle durable bound",
+            Rule::UpsertFeedback => "upsert feedback",
+            Rule::TaskResync => "write task re-sync",
+        }
+    }
+
+    /// The badge on an actor that runs without it.
+    pub fn badge(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => "no token",
+            Rule::OracleDurableBound => "no durable bound",
+            Rule::UpsertFeedback => "own feedback",
+            Rule::TaskResync => "no re-sync",
+        }
+    }
+
+    /// Its one-line explanation: what it guarantees, and how to see it broken.
+    pub fn text(self) -> &'static str {
+        match self {
+            Rule::IdempotencyToken => {
+                "compare_and_append keeps one token across its retries, so a write whose \
+                 acknowledgement was lost is recognised, not written twice. Off: a writer \
+                 re-appends after a timeout (needs Consensus timeouts)."
+            }
+            Rule::OracleDurableBound => {
+                "The oracle hands out no timestamp beyond its durable upper before storing a new \
+                 window, so a restart resumes above them all. Off: it serves past it; crash and \
+                 restart an oracle running ahead of the clock."
+            }
+            Rule::UpsertFeedback => {
+                "A replica learns its state only from its output read back from the shard, so \
+                 racing replicas agree. Off: it learns from what it emitted itself; add a second \
+                 replica after the first has written."
+            }
+            Rule::TaskResync => {
+                "After an UpperMismatch the write task re-derives to_write = desired − snapshot \
+                 at the new upper. Off: it retries its old diff there; push rows to two tasks at \
+                 the same instant."
+            }
+        }
+    }
+}
+
+/// What the page shows of one rule (its row in [`PageTable`](super::table::PageTable)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleInfo {
+    /// [`Rule::id`].
+    pub id: Rule,
+    /// [`Rule::key`].
+    pub key: &'static str,
+    /// [`Rule::name`].
+    pub name: &'static str,
+    /// [`Rule::badge`].
+    pub badge: &'static str,
+    /// [`Rule::text`].
+    pub text: &'static str,
+}
+
+impl From<Rule> for RuleInfo {
+    fn from(rule: Rule) -> Self {
+        RuleInfo {
+            id: rule,
+            key: rule.key(),
+            name: rule.name(),
+            badge: rule.badge(),
+            text: rule.text(),
+        }
+    }
+}
+
 // By hand, through its id: smaller in the page's wasm than the derived visitors.
 impl Serialize for Rule {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -107,15 +179,20 @@ impl<'de> Deserialize<'de> for Rule {
 
 impl Rule {
     /// The rule of id `id` ([`Rule::id`]).
-    pub fn from_id(id: &str) -> Result<Rule, String> {
-        Rule::ALL.into_iter().find(|r| r.id() == id).ok_or_else(|| {
-            format!(
-                "unknown rule {id:?}: one of idempotency-token, oracle-durable-bound, \
-                 upsert-feedback, task-resync"
-            )
-        })
+    pub fn from_id(id: &str) -> Result<Rule, UnknownRule> {
+        Rule::ALL
+            .into_iter()
+            .find(|r| r.id() == id)
+            .ok_or_else(|| UnknownRule(id.to_string()))
     }
 }
+
+/// A rule id that is none of [`Rule::ALL`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown rule {0:?}: one of idempotency-token, oracle-durable-bound, upsert-feedback, task-resync"
+)]
+pub struct UnknownRule(pub String);
 
 /// Which rules are on (all, by default). See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -160,37 +237,5 @@ impl Rules {
     /// Turns `rule` on or off.
     pub fn set(&mut self, rule: Rule, on: bool) {
         *self.slot(rule) = on;
-    }
-
-    /// The variant an actor of `spec` added now runs: the rule it runs without, if that is off.
-    pub fn variant_for(self, spec: &ActorSpec) -> Option<Rule> {
-        Rule::of(spec).filter(|r| !self.is_on(*r))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::playground::command::{ActorSpec, ReaderSpec, WriterSpec};
-
-    #[test]
-    fn rules_start_on_and_only_their_own_kind_takes_a_variant() {
-        let mut rules = Rules::default();
-        assert!(Rule::ALL.iter().all(|r| rules.is_on(*r)));
-        let writer = ActorSpec::Writer(WriterSpec::default());
-        let reader = ActorSpec::Reader(ReaderSpec::default());
-        assert_eq!(rules.variant_for(&writer), None);
-        rules.set(Rule::IdempotencyToken, false);
-        assert_eq!(rules.variant_for(&writer), Some(Rule::IdempotencyToken));
-        assert_eq!(rules.variant_for(&reader), None);
-        rules.set(Rule::TaskResync, false);
-        assert_eq!(rules.variant_for(&writer), Some(Rule::IdempotencyToken));
-        rules.set(Rule::IdempotencyToken, true);
-        assert_eq!(rules.variant_for(&writer), None);
-        for r in Rule::ALL {
-            let json = serde_json::to_string(&r).unwrap();
-            assert_eq!(json, format!("\"{}\"", r.id()));
-            assert_eq!(serde_json::from_str::<Rule>(&json).unwrap(), r);
-        }
     }
 }

@@ -9,13 +9,14 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::actors::{ActorDetail, ActorView};
+use super::actor::{ActorDetail, ActorView};
+use super::actors::task::{apply_task_event, task_record};
 use super::command::{ActorSpec, WriteMode};
 use super::location::{CasAttempt, FaultsView};
-use super::log::{Outcome, Pending};
-use super::observe::{shard_view, MaintenanceView, ShardView, TimelineView, MAINTENANCE_KEPT};
-use super::services::{apply_task_event, task_record};
-use super::{Journal, Scenario};
+use super::log::Pending;
+use super::observe::{shard_view, ShardView, TimelineView};
+use super::persist_log::persist_event;
+use super::Scenario;
 use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
 use timely::progress::Antichain;
@@ -135,7 +136,7 @@ pub struct Snapshot {
     /// Messages, oldest first.
     pub notices: Vec<Notice>,
     /// The upsert source and checker, once there is a replica.
-    pub upsert: Option<super::upsert::UpsertView>,
+    pub upsert: Option<super::actors::replica::UpsertView>,
     /// Which protocol rules are on (actors added while one is off run without it).
     pub rules: super::rules::Rules,
     /// The live check of the history: checks and violations per rule (bounded).
@@ -156,224 +157,6 @@ impl Snapshot {
         }
         format!("{h:016x}")
     }
-}
-
-fn cas_outcome(o: &CasOutcome) -> Outcome {
-    match o {
-        CasOutcome::Committed => Outcome::Committed,
-        CasOutcome::Mismatch => Outcome::Mismatch,
-        CasOutcome::Indeterminate(_) => Outcome::Indeterminate,
-        CasOutcome::Determinate(_) => Outcome::Retrying,
-        CasOutcome::Permanent(_) => Outcome::Error,
-        CasOutcome::Skipped(_) => Outcome::Info,
-    }
-}
-
-fn cas_text(o: &CasOutcome) -> String {
-    match o {
-        CasOutcome::Committed => "committed".into(),
-        CasOutcome::Mismatch => "seqno taken, re-reading".into(),
-        CasOutcome::Indeterminate(e) => format!("may have happened ({e})"),
-        CasOutcome::Determinate(e) => format!("failed, retrying ({e})"),
-        CasOutcome::Permanent(e) => format!("failed for good ({e})"),
-        CasOutcome::Skipped(e) => format!("nothing to commit ({e})"),
-    }
-}
-
-/// Records a merge or GC in the shard's notes. The notes must not depend on when the page pulls
-/// (a pump takes each process's events in turn, so two processes' events arrive in pump order):
-/// they are kept sorted by time (then by every other field), and the bound keeps the newest, so
-/// any order of arrival gives the same notes.
-fn maintenance(journal: &mut Journal, shard: &str, m: MaintenanceView) {
-    let notes = journal
-        .shards
-        .get_or_insert_with(shard.to_string(), Default::default);
-    if m.kind == "truncate" {
-        notes.earliest_seqno = notes.earliest_seqno.max(m.seqno);
-    }
-    let key = |v: &MaintenanceView| (v.at_ms, v.seqno, v.kind.clone(), v.lower, v.upper, v.count);
-    let at = notes.maintenance.partition_point(|x| key(x) <= key(&m));
-    notes.maintenance.insert(at, m);
-    if notes.maintenance.len() > MAINTENANCE_KEPT {
-        notes.maintenance.pop_front();
-    }
-}
-
-/// Turns one persist event into a log entry (and maintenance notes); `None` for events too
-/// frequent to log (state fetches).
-fn persist_event(journal: &mut Journal, process: &str, e: PersistEvent) -> Option<Pending> {
-    let (who, at_ms, kind, outcome, detail) = match e {
-        PersistEvent::Command {
-            who,
-            shard,
-            cmd,
-            expected,
-            reached,
-            outcome,
-            upper,
-            at_ms,
-            ..
-        } => {
-            let mark = cas_outcome(&outcome);
-            let detail = format!(
-                "{shard}: {cmd} expected seqno {expected}, reached {reached}, upper {} → {}: {}",
-                super::actors::fmt_frontier(upper.0),
-                super::actors::fmt_frontier(upper.1),
-                cas_text(&outcome)
-            );
-            (who, at_ms, cmd, mark, detail)
-        }
-        PersistEvent::BlobWritten {
-            who,
-            shard,
-            key,
-            kind,
-            bytes,
-            at_ms,
-        } => {
-            if key.is_none() {
-                return None; // inline parts are not Blob writes
-            }
-            let detail = format!("{shard}: wrote {kind} of {bytes} bytes");
-            (who, at_ms, "blob write".into(), Outcome::Committed, detail)
-        }
-        PersistEvent::StateFetched { .. } | PersistEvent::CompactionRequested { .. } => {
-            return None
-        }
-        PersistEvent::CompactionApplied {
-            who,
-            shard,
-            lower,
-            upper,
-            output_updates,
-            seqno,
-            at_ms,
-            ..
-        } => {
-            let m = MaintenanceView {
-                at_ms,
-                kind: "merge".into(),
-                lower,
-                upper,
-                count: output_updates,
-                seqno: Some(seqno.0),
-            };
-            maintenance(journal, &shard, m);
-            let detail = format!(
-                "{shard}: merged [{}, {}) into {output_updates} updates",
-                super::actors::fmt_frontier(lower),
-                super::actors::fmt_frontier(upper)
-            );
-            (who, at_ms, "compaction".into(), Outcome::Committed, detail)
-        }
-        PersistEvent::CompactionNotApplied {
-            who,
-            shard,
-            reason,
-            at_ms,
-            ..
-        } => (
-            who,
-            at_ms,
-            "compaction".into(),
-            Outcome::Mismatch,
-            format!("{shard}: {reason}"),
-        ),
-        PersistEvent::RollupAdded {
-            who,
-            shard,
-            seqno,
-            added,
-            at_ms,
-            ..
-        } => (
-            who,
-            at_ms,
-            "rollup".into(),
-            if added {
-                Outcome::Committed
-            } else {
-                Outcome::Mismatch
-            },
-            format!("{shard}: rollup at seqno {seqno}"),
-        ),
-        PersistEvent::GcRequested { .. } | PersistEvent::GcSkipped { .. } => return None,
-        PersistEvent::BlobsDeleted {
-            who,
-            shard,
-            kind,
-            keys,
-            at_ms,
-        } => {
-            // Sweeps get their own line: what no write can commit any more (a crashed writer's
-            // parts, stale outputs), found by listing Blob rather than by a collection's walk.
-            let line = if kind.starts_with("sweep") {
-                kind.clone()
-            } else {
-                format!("gc {kind}")
-            };
-            let m = MaintenanceView {
-                at_ms,
-                kind: line,
-                lower: None,
-                upper: None,
-                count: keys.len() as u64,
-                seqno: None,
-            };
-            maintenance(journal, &shard, m);
-            let detail = format!("{shard}: deleted {} {kind} blobs", keys.len());
-            (who, at_ms, "gc".into(), Outcome::Info, detail)
-        }
-        PersistEvent::ConsensusTruncated {
-            who,
-            shard,
-            seqno,
-            deleted,
-            at_ms,
-        } => {
-            let m = MaintenanceView {
-                at_ms,
-                kind: "truncate".into(),
-                lower: None,
-                upper: None,
-                count: deleted as u64,
-                seqno: Some(seqno.0),
-            };
-            maintenance(journal, &shard, m);
-            let detail = format!("{shard}: truncated {deleted} versions below seqno {seqno}");
-            (who, at_ms, "gc".into(), Outcome::Info, detail)
-        }
-        PersistEvent::RollupsUnlisted {
-            who,
-            shard,
-            below,
-            count,
-            at_ms,
-        } => {
-            let detail = format!("{shard}: unlisted {count} rollups below seqno {below}");
-            (who, at_ms, "gc".into(), Outcome::Info, detail)
-        }
-        PersistEvent::ShardBroken {
-            who,
-            shard,
-            error,
-            at_ms,
-        } => {
-            let detail = format!("{shard} is broken for good: {error}");
-            (who, at_ms, "broken".into(), Outcome::Error, detail)
-        }
-    };
-    let actor = journal.ids.get(&who).cloned();
-    Some(Pending {
-        at_ms,
-        actor,
-        process: Some(process.to_string()),
-        component: "persist",
-        kind,
-        outcome,
-        detail,
-        fact: None,
-    })
 }
 
 impl Scenario {
@@ -556,7 +339,7 @@ impl Scenario {
                     error: None,
                 };
                 if let Err(e) = verify(&client, &shard_name, &acked, &known, &mut view).await {
-                    view.error = Some(e);
+                    view.error = Some(e.to_string());
                 }
                 view.at_ms = rt.now_ms();
                 *cell.borrow_mut() = Some(view);
@@ -565,36 +348,47 @@ impl Scenario {
     }
 }
 
+/// Why the acknowledged-writes check could not read the shard.
+#[derive(Debug, Clone, thiserror::Error)]
+enum VerifyError {
+    /// The shard's name is not a shard id.
+    #[error("{0}")]
+    BadShard(String),
+    /// The shard's upper is empty.
+    #[error("the shard is finished")]
+    Finished,
+    /// Nothing to read at `upper - 1`.
+    #[error("nothing is written yet (the upper is 0)")]
+    NothingWritten,
+    /// persist failed.
+    #[error("{0}")]
+    Persist(#[from] crate::persist::error::PersistError),
+    /// Reading the shard's state met a permanent error.
+    #[error("{0}")]
+    Permanent(#[from] crate::persist::error::PermanentError),
+}
+
 async fn verify(
     client: &crate::persist::PersistClient,
     shard: &str,
     acked: &[(String, Vec<String>)],
     known: &[String],
     view: &mut VerifyView,
-) -> Result<(), String> {
-    let shard = ShardId::new(shard)?;
-    let state = client
-        .inspect_state(&shard)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<(), VerifyError> {
+    let shard = ShardId::new(shard).map_err(VerifyError::BadShard)?;
+    let state = client.inspect_state(&shard).await?;
     let Some(upper) = crate::persist::events::frontier(state.upper()) else {
-        return Err("the shard is finished".into());
+        return Err(VerifyError::Finished);
     };
     if upper == 0 {
-        return Err("nothing is written yet (the upper is 0)".into());
+        return Err(VerifyError::NothingWritten);
     }
-    let reader = client
-        .open_leased_reader::<String, String>(&shard)
-        .await
-        .map_err(|e| e.to_string())?;
+    let reader = client.open_leased_reader::<String, String>(&shard).await?;
     let since = crate::persist::events::frontier(reader.since()).unwrap_or(0);
     let as_of = (upper - 1).max(since);
     view.as_of = Some(as_of);
     let mut reader = reader;
-    let contents = reader
-        .snapshot_and_fetch(Antichain::from_elem(as_of))
-        .await
-        .map_err(|e| e.to_string());
+    let contents = reader.snapshot_and_fetch(Antichain::from_elem(as_of)).await;
     reader.expire().await;
     let contents = contents?;
     // Copies of each value: sorted (value, diff) pairs, summed per value (the shard may hold

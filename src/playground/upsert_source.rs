@@ -15,9 +15,11 @@ use std::rc::Rc;
 use timely::progress::Antichain;
 
 use crate::persist::codec::{Datum, Row, Timestamp};
+use crate::persist::error::PersistError;
 use crate::persist::events::frontier;
 use crate::persist::read::ListenEvent;
 use crate::persist::{PersistClient, ShardId};
+use crate::upsert::error::SourceSealed;
 use crate::upsert::source::SourceLog;
 use crate::upsert::types::{UpsertError, UpsertValue};
 
@@ -68,15 +70,30 @@ pub fn decode(row: &Row) -> Option<(Timestamp, i64, Option<UpsertValue>)> {
     Some((ts, *key, value))
 }
 
+/// Why the source's writer or reader stopped.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SourceError {
+    /// The source shard holds a row that does not decode as an upsert (the row, as text).
+    #[error("the source shard holds a row that is not an upsert: {0}")]
+    NotAnUpsert(String),
+    /// The local log refused a message (it is behind the log's upper).
+    #[error(transparent)]
+    Sealed(#[from] SourceSealed),
+    /// The source shard's upper is empty: nothing more can be written.
+    #[error("the source shard is finished")]
+    Finished,
+    /// persist failed.
+    #[error("{0}")]
+    Persist(#[from] PersistError),
+}
+
 /// Appends rows to the local log in `(ts, row)` order, each as often as its diff says.
-fn fold(log: &RefCell<SourceLog>, mut rows: Vec<(Row, i64)>) -> Result<(), String> {
+fn fold(log: &RefCell<SourceLog>, mut rows: Vec<(Row, i64)>) -> Result<(), SourceError> {
     crate::sort::sort(&mut rows);
     let mut decoded: Vec<(Timestamp, Row, i64)> = Vec::new();
     for (row, diff) in rows {
         let Some((ts, _, _)) = decode(&row) else {
-            return Err(format!(
-                "the source shard holds a row that is not an upsert: {row}"
-            ));
+            return Err(SourceError::NotAnUpsert(row.to_string()));
         };
         decoded.push((ts, row, diff));
     }
@@ -94,12 +111,12 @@ fn fold(log: &RefCell<SourceLog>, mut rows: Vec<(Row, i64)>) -> Result<(), Strin
 }
 
 /// Writes whatever is queued to the source shard, one batch at a time, at the writer's upper.
-pub async fn run_source_writer(client: PersistClient, queue: SourceQueue) -> Result<(), String> {
+pub async fn run_source_writer(
+    client: PersistClient,
+    queue: SourceQueue,
+) -> Result<(), SourceError> {
     let shard = ShardId(SOURCE_SHARD.to_string());
-    let mut write = client
-        .open_writer::<Row, ()>(&shard)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut write = client.open_writer::<Row, ()>(&shard).await?;
     let rt = client.runtime().clone();
     loop {
         let batch = queue.borrow().clone();
@@ -108,7 +125,7 @@ pub async fn run_source_writer(client: PersistClient, queue: SourceQueue) -> Res
             continue;
         }
         let Some(lo) = frontier(write.upper()) else {
-            return Err("the source shard is finished".into());
+            return Err(SourceError::Finished);
         };
         let ts = rt.now_ms().max(lo);
         let updates: Vec<((Row, ()), Timestamp, i64)> = batch
@@ -122,7 +139,7 @@ pub async fn run_source_writer(client: PersistClient, queue: SourceQueue) -> Res
             }
             // Another tab wrote first: the handle knows the new upper; go again.
             Ok(Err(_)) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -132,17 +149,11 @@ pub async fn run_source_writer(client: PersistClient, queue: SourceQueue) -> Res
 pub async fn run_source_reader(
     client: PersistClient,
     log: Rc<RefCell<SourceLog>>,
-) -> Result<(), String> {
+) -> Result<(), SourceError> {
     let shard = ShardId(SOURCE_SHARD.to_string());
-    let read = client
-        .open_leased_reader::<Row, ()>(&shard)
-        .await
-        .map_err(|e| e.to_string())?;
+    let read = client.open_leased_reader::<Row, ()>(&shard).await?;
     let as_of = read.since().clone();
-    let (snapshot, mut listen) = read
-        .subscribe(as_of.clone())
-        .await
-        .map_err(|e| e.to_string())?;
+    let (snapshot, mut listen) = read.subscribe(as_of.clone()).await?;
     fold(
         &log,
         snapshot.into_iter().map(|((r, ()), _, d)| (r, d)).collect(),
@@ -151,7 +162,7 @@ pub async fn run_source_reader(
         log.borrow_mut().seal(t + 1);
     }
     loop {
-        for event in listen.next().await.map_err(|e| e.to_string())? {
+        for event in listen.next().await? {
             match event {
                 ListenEvent::Updates(u) => {
                     fold(&log, u.into_iter().map(|((r, ()), _, d)| (r, d)).collect())?

@@ -38,8 +38,48 @@ pub enum Value {
     Object(Vec<(String, Value)>),
 }
 
-/// Why a value is not what was asked for: a message in serde's words.
-pub type DecodeError = String;
+/// Why a value is not what was asked for: a message in serde's words and the field it is in
+/// (outermost first, `spec.ratePerS`; empty for the value itself). It prints as the message,
+/// then ` in field `spec.ratePerS``, so the words serde would use come first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    message: String,
+    field: Vec<String>,
+}
+
+impl DecodeError {
+    /// An error about the value itself.
+    pub fn new(message: impl Into<String>) -> DecodeError {
+        DecodeError {
+            message: message.into(),
+            field: Vec::new(),
+        }
+    }
+
+    /// The same error, inside the field `name` of an object.
+    #[inline(never)]
+    pub fn in_field(mut self, name: &str) -> DecodeError {
+        self.field.insert(0, name.to_string());
+        self
+    }
+
+    /// The path of the field it is in (`spec.ratePerS`), empty for the value itself.
+    pub fn field(&self) -> String {
+        self.field.join(".")
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if !self.field.is_empty() {
+            write!(f, " in field `{}`", self.field())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for DecodeError {}
 
 /// `` `a` ``, `` `a` or `b` ``, or `` one of `a`, `b`, `c` ``, as serde lists what it expected.
 pub fn expected_one_of(names: &[&str]) -> String {
@@ -54,7 +94,7 @@ pub fn expected_one_of(names: &[&str]) -> String {
 
 /// The error for a key given twice.
 pub fn duplicate(key: &str) -> DecodeError {
-    format!("duplicate field `{key}`")
+    DecodeError::new(format!("duplicate field `{key}`"))
 }
 
 impl Value {
@@ -81,7 +121,7 @@ impl Value {
             Value::Array(_) => "sequence".to_string(),
             Value::Object(_) => "map".to_string(),
         };
-        format!("invalid type: {got}, expected {expected}")
+        DecodeError::new(format!("invalid type: {got}, expected {expected}"))
     }
 
     /// The object's entries.
@@ -139,7 +179,9 @@ impl Value {
         if (lo..=hi).contains(&n) {
             Ok(n)
         } else {
-            Err(format!("invalid value: integer `{n}`, expected {ty}"))
+            Err(DecodeError::new(format!(
+                "invalid value: integer `{n}`, expected {ty}"
+            )))
         }
     }
 
@@ -177,28 +219,52 @@ pub fn get<'a>(entries: &'a [(String, Value)], key: &str) -> Option<&'a Value> {
 
 /// The value of `key` in `entries`, which must be present.
 pub fn need<'a>(entries: &'a [(String, Value)], key: &str) -> Result<&'a Value, DecodeError> {
-    get(entries, key).ok_or_else(|| format!("missing field `{key}`"))
+    get(entries, key).ok_or_else(|| DecodeError::new(format!("missing field `{key}`")))
+}
+
+/// `read` of the value of `key` in `entries`, which must be present; its errors name the field.
+pub fn field<T>(
+    entries: &[(String, Value)],
+    key: &str,
+    read: fn(&Value) -> Result<T, DecodeError>,
+) -> Result<T, DecodeError> {
+    // A `fn`, not a closure type: one copy per `T` in the page's wasm, not one per call site.
+    read(need(entries, key)?).map_err(|e| e.in_field(key))
+}
+
+/// `read` of the value of `key` in `entries` if present, `None` if not; its errors name the
+/// field.
+pub fn field_opt<T>(
+    entries: &[(String, Value)],
+    key: &str,
+    read: fn(&Value) -> Result<Option<T>, DecodeError>,
+) -> Result<Option<T>, DecodeError> {
+    get(entries, key)
+        .map_or(Ok(None), read)
+        .map_err(|e| e.in_field(key))
 }
 
 /// An object's tag: the variant name at `key` (`type`, `kind`, `op`).
 pub fn tag<'a>(entries: &'a [(String, Value)], key: &str) -> Result<&'a str, DecodeError> {
-    need(entries, key)?.str_as("variant identifier")
+    let tag = need(entries, key)?;
+    tag.str_as("variant identifier")
+        .map_err(|e| e.in_field(key))
 }
 
 /// `unknown variant `x`, expected ...`.
 pub fn unknown_variant(name: &str, variants: &[&str]) -> DecodeError {
-    format!(
+    DecodeError::new(format!(
         "unknown variant `{name}`, expected {}",
         expected_one_of(variants)
-    )
+    ))
 }
 
 /// `unknown field `x`, expected ...`.
 pub fn unknown_field(name: &str, fields: &[&str]) -> DecodeError {
-    format!(
+    DecodeError::new(format!(
         "unknown field `{name}`, expected {}",
         expected_one_of(fields)
-    )
+    ))
 }
 
 /// `T` from any serde `Deserializer`, through a [`Value`] and `decode`.
@@ -296,7 +362,7 @@ mod tests {
         assert_eq!(Value::number(1.5), Value::Float(1.5));
         assert_eq!(Value::number(1e20), Value::Float(1e20));
         assert_eq!(
-            Value::number(f64::NAN).u32().unwrap_err(),
+            Value::number(f64::NAN).u32().unwrap_err().to_string(),
             "invalid type: floating point `NaN`, expected u32"
         );
     }
@@ -304,35 +370,35 @@ mod tests {
     #[test]
     fn typed_reads_say_what_serde_says() {
         assert_eq!(
-            v(r#""abc""#).u32().unwrap_err(),
+            v(r#""abc""#).u32().unwrap_err().to_string(),
             r#"invalid type: string "abc", expected u32"#
         );
         assert_eq!(
-            v("-1").u32().unwrap_err(),
+            v("-1").u32().unwrap_err().to_string(),
             "invalid value: integer `-1`, expected u32"
         );
         assert_eq!(
-            v("5000000000").u32().unwrap_err(),
+            v("5000000000").u32().unwrap_err().to_string(),
             "invalid value: integer `5000000000`, expected u32"
         );
         assert_eq!(
-            v("1e20").i64().unwrap_err(),
+            v("1e20").i64().unwrap_err().to_string(),
             "invalid type: floating point `1e20`, expected i64"
         );
         assert_eq!(
-            v("null").u64().unwrap_err(),
+            v("null").u64().unwrap_err().to_string(),
             "invalid type: null, expected u64"
         );
         assert_eq!(
-            v("1").bool().unwrap_err(),
+            v("1").bool().unwrap_err().to_string(),
             "invalid type: integer `1`, expected a boolean"
         );
         assert_eq!(
-            v("[]").string().unwrap_err(),
+            v("[]").string().unwrap_err().to_string(),
             "invalid type: sequence, expected a string"
         );
         assert_eq!(
-            v("{}").f64().unwrap_err(),
+            v("{}").f64().unwrap_err().to_string(),
             "invalid type: map, expected f64"
         );
         assert_eq!(v("3").f64(), Ok(3.0));

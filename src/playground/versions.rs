@@ -261,7 +261,7 @@ impl VersionWitness {
             let detail = format!(
                 "{name}: observing from seqno {}, upper {}",
                 state.seqno,
-                super::actors::fmt_frontier(self.upper)
+                super::log::fmt_frontier(self.upper)
             );
             return record(fact, detail);
         };
@@ -299,8 +299,8 @@ impl VersionWitness {
             format!("{name}: versions {first} to {last}")
         } + &format!(
             ", upper {}, since {}",
-            super::actors::fmt_frontier(self.upper),
-            super::actors::fmt_frontier(self.since)
+            super::log::fmt_frontier(self.upper),
+            super::log::fmt_frontier(self.since)
         );
         record(
             Fact::ShardVersions {

@@ -305,7 +305,7 @@ where
                     partial_drain_allowed: partial,
                 });
             }
-            Err(e) => self.halt(e),
+            Err(e) => self.halt(e.to_string()),
         }
         !self.stash.is_empty()
     }

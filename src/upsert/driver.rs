@@ -27,6 +27,7 @@ use std::rc::Rc;
 use futures::channel::{mpsc, oneshot};
 use serde::Serialize;
 
+use super::error::ReplicaStartError;
 use super::observe::UpsertLog;
 use super::operator::ShutdownButton;
 use super::persist_source::run_persist_source;
@@ -99,17 +100,10 @@ pub async fn start_replica(
     cfg: ReplicaConfig,
     generation: u64,
     log: UpsertLog<Timestamp>,
-) -> Result<RunningReplica, String> {
+) -> Result<RunningReplica, ReplicaStartError> {
     let runtime = client.runtime().clone();
-    let mut write = client
-        .open_writer::<SourceData, ()>(&shard)
-        .await
-        .map_err(|e| e.to_string())?;
-    let resume_upper = write
-        .fetch_recent_upper()
-        .await
-        .map_err(|e| e.to_string())?
-        .clone();
+    let mut write = client.open_writer::<SourceData, ()>(&shard).await?;
+    let resume_upper = write.fetch_recent_upper().await?.clone();
     let (tx, rx) = mpsc::unbounded();
     let (button, token) = ShutdownButton::new();
     let (stop_source, stop_source_rx) = oneshot::channel();

@@ -77,6 +77,7 @@ pub mod bench;
 pub mod consolidate;
 pub mod core;
 pub mod driver;
+pub mod error;
 pub mod memory;
 pub mod observe;
 pub mod operator;

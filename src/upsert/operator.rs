@@ -39,6 +39,7 @@ use timely::order::TotalOrder;
 use timely::progress::Antichain;
 
 use super::core::{CoreObserver, UpsertCore};
+use super::error::CellsError;
 use super::observe::{OperatorSnapshot, UpsertCounters};
 use super::state::UpsertStateBackend;
 use super::types::{DataflowError, HealthStatusUpdate, UpsertKey, UpsertValue};
@@ -95,7 +96,7 @@ pub trait InspectCore<T> {
     fn counters(&self) -> UpsertCounters;
     /// Checks that every state cell decodes; the number of cells, or `None` while the persist
     /// input is mid-timestamp (cells may then hold part of a time's updates).
-    fn check_cells(&self) -> Result<Option<usize>, String>;
+    fn check_cells(&self) -> Result<Option<usize>, CellsError>;
     /// Entries in the stash.
     fn stash_len(&self) -> usize;
     /// The error it stopped on, if any.
@@ -118,14 +119,11 @@ where
     fn counters(&self) -> UpsertCounters {
         UpsertCore::counters(self)
     }
-    fn check_cells(&self) -> Result<Option<usize>, String> {
+    fn check_cells(&self) -> Result<Option<usize>, CellsError> {
         if self.mid_timestamp() {
             return Ok(None);
         }
-        self.state()
-            .check_cells()
-            .map(Some)
-            .map_err(|e| e.to_string())
+        Ok(Some(self.state().check_cells()?))
     }
     fn stash_len(&self) -> usize {
         UpsertCore::stash_len(self)

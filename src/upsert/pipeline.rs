@@ -13,6 +13,7 @@ use std::rc::Rc;
 use serde::Serialize;
 
 use super::driver::{start_replica, RunningReplica};
+use super::error::{CellsError, ReplicaStartError};
 use super::observe::{UpsertCounters, UpsertLog};
 use super::reference::{run_checker, CheckerReport};
 use super::replica::{ReplicaConfig, ReplicaSnapshot};
@@ -175,12 +176,12 @@ impl UpsertPipeline {
     }
 
     /// (Re)starts replica `i` from the shard's current upper. A running one is crashed first.
-    pub async fn start(&mut self, i: usize) -> Result<(), String> {
+    pub async fn start(&mut self, i: usize) -> Result<(), ReplicaStartError> {
         let cfg = self
             .configs
             .get(i)
             .cloned()
-            .ok_or_else(|| format!("no replica slot {i}"))?;
+            .ok_or(ReplicaStartError::NoSlot(i))?;
         self.crash(i);
         let generation = self.generations[i];
         let location = self.replica_locations[i]
@@ -224,7 +225,7 @@ impl UpsertPipeline {
     /// Checks that every running replica's state cells decode (a replica whose persist input is
     /// mid-timestamp is skipped: its cells need not decode until the time is complete).
     /// Returns how many replicas were checked.
-    pub fn check_cells(&self) -> Result<u64, String> {
+    pub fn check_cells(&self) -> Result<u64, CellsError> {
         let mut checked = 0;
         for r in self.running.iter().flatten() {
             if r.replica.borrow().check_cells()?.is_some() {

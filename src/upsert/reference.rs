@@ -6,6 +6,7 @@
 
 use crate::vec_map::VecMap;
 
+use super::error::ContentsDiffer;
 use super::source::SourceMessage;
 use super::types::{DataflowError, SourceData};
 use crate::persist::codec::{Row, Timestamp};
@@ -36,7 +37,7 @@ pub fn check_contents(
     contents: &VecMap<SourceData, i64>,
     messages: &[SourceMessage],
     upper: Timestamp,
-) -> Result<(), String> {
+) -> Result<(), ContentsDiffer> {
     let actual: Vec<(SourceData, i64)> = contents
         .iter()
         .filter(|(_, d)| **d != 0)
@@ -54,11 +55,11 @@ pub fn check_contents(
             })
             .collect()
     };
-    Err(format!(
-        "at upper {upper}: the shard holds {:?}, the model {:?}",
-        show(&actual),
-        show(&expected)
-    ))
+    Err(ContentsDiffer {
+        upper,
+        actual: show(&actual),
+        expected: show(&expected),
+    })
 }
 
 /// What a [`run_checker`] found so far.
@@ -102,7 +103,7 @@ pub async fn run_checker(
                 .push(format!("at upper {upper}: {k:?} has diff {d}"));
         }
         if let Err(e) = check_contents(contents, source.borrow().messages(), upper) {
-            r.violations.push(e);
+            r.violations.push(e.to_string());
         }
     };
     let (snapshot, mut listen) = match read.subscribe(Antichain::from_elem(0)).await {

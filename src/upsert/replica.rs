@@ -17,6 +17,7 @@ use serde::Serialize;
 use timely::progress::Antichain;
 
 use super::core::CoreObserver;
+use super::error::CellsError;
 use super::observe::{OperatorSnapshot, UpsertCounters, UpsertEventKind, UpsertLog};
 use super::operator::ShutdownButton;
 use super::persist_source::FeedbackEvent;
@@ -435,7 +436,7 @@ impl Replica {
     }
 
     /// Checks that every state cell decodes (`None`: mid-timestamp, not checkable now).
-    pub fn check_cells(&self) -> Result<Option<usize>, String> {
+    pub fn check_cells(&self) -> Result<Option<usize>, CellsError> {
         self.worker.check_cells()
     }
 

@@ -14,6 +14,7 @@ use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::Serialize;
 
+use super::error::SourceSealed;
 use super::types::{kv_row, UpsertError, UpsertKey, UpsertValue};
 use super::worker::SourceUpdate;
 use crate::persist::codec::{Datum, Row, Timestamp};
@@ -85,13 +86,14 @@ impl SourceLog {
         key: i64,
         value: Option<UpsertValue>,
         ts: Timestamp,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, SourceSealed> {
         let last = self.messages.last().map_or(0, |m| m.ts);
         if ts < self.upper || ts < last {
-            return Err(format!(
-                "cannot append at {ts}: the log is sealed to {} and its last message is at {last}",
-                self.upper
-            ));
+            return Err(SourceSealed {
+                ts,
+                upper: self.upper,
+                last,
+            });
         }
         let offset = self.next_offset;
         self.next_offset += 1;

@@ -32,6 +32,7 @@ use timely::progress::Antichain;
 use timely::PartialOrder;
 
 use super::consolidate::UpsertState;
+use super::error::NonPositiveDiff;
 use super::state::{PutValue, StateError, StateValue, UpsertStateBackend, UpsertValueAndSize};
 use super::types::{UpsertKey, UpsertValue};
 use crate::persist::codec::Diff;
@@ -157,7 +158,7 @@ pub fn stage_input<T, F>(
     data: &mut SourceBatch<T, F>,
     input_upper: &Antichain<T>,
     resume_upper: &Antichain<T>,
-) -> Result<u64, String>
+) -> Result<u64, NonPositiveDiff>
 where
     T: timely::progress::Timestamp,
 {
@@ -167,9 +168,10 @@ where
     }
     let dropped = (before - data.len()) as u64;
     if let Some((_, ts, diff)) = data.iter().find(|(_, _, d)| *d <= 0) {
-        return Err(format!(
-            "invalid upsert input: diff {diff} at {ts:?} (source updates must have positive diffs)"
-        ));
+        return Err(NonPositiveDiff {
+            diff: *diff,
+            time: format!("{ts:?}"),
+        });
     }
     for ((key, value, order), time, _) in data.drain(..) {
         stash.push((time, key, Reverse(order), value));
@@ -272,24 +274,39 @@ where
     }
 
     if at_time {
-        let mut puts = Vec::with_capacity(keys.len());
-        for (key, slot) in keys.iter().zip(slots.drain(..)) {
-            let value = match slot.value {
-                Some(StateValue::Value(v)) => Some(v),
-                Some(StateValue::Consolidating(_)) => {
-                    return Err(StateError::NotDecoded { key: key.short() })
-                }
-                None => None,
-            };
-            puts.push((
-                *key,
-                PutValue {
-                    value,
-                    previous_value_metadata: slot.metadata,
-                },
-            ));
-        }
-        state.multi_put(puts)?;
+        put_drained(state, keys, slots)?;
     }
     Ok(stats)
+}
+
+/// Writes the provisional cells of a drain at a time back to the state: every cell of `keys`
+/// (decoded by then: a consolidating one is an error), each with the metadata it was read with.
+fn put_drained<T, F, S>(
+    state: &mut UpsertState<S, T, Option<F>>,
+    keys: &[UpsertKey],
+    slots: &mut Vec<UpsertValueAndSize<T, Option<F>>>,
+) -> Result<(), StateError>
+where
+    T: timely::progress::Timestamp + TotalOrder,
+    F: Ord + Clone,
+    S: UpsertStateBackend<T, Option<F>>,
+{
+    let mut puts = Vec::with_capacity(keys.len());
+    for (key, slot) in keys.iter().zip(slots.drain(..)) {
+        let value = match slot.value {
+            Some(StateValue::Value(v)) => Some(v),
+            Some(StateValue::Consolidating(_)) => {
+                return Err(StateError::NotDecoded { key: key.short() })
+            }
+            None => None,
+        };
+        puts.push((
+            *key,
+            PutValue {
+                value,
+                previous_value_metadata: slot.metadata,
+            },
+        ));
+    }
+    state.multi_put(puts)
 }

@@ -15,6 +15,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::KeyColumnMissing;
 use crate::persist::codec::{Codec, CodecError, Datum, Row};
 
 /// A stable hash of the key columns of a row. See the module docs.
@@ -61,7 +62,7 @@ impl UpsertKey {
     pub fn from_value(
         value: Result<&Row, &UpsertError>,
         key_indices: &[usize],
-    ) -> Result<UpsertKey, String> {
+    ) -> Result<UpsertKey, KeyColumnMissing> {
         match value {
             Ok(row) => {
                 let key = key_of_row(row, key_indices)?;
@@ -91,16 +92,17 @@ impl fmt::Debug for UpsertKey {
 }
 
 /// The key columns of `row` at `key_indices`, in that order.
-pub fn key_of_row(row: &Row, key_indices: &[usize]) -> Result<Row, String> {
+pub fn key_of_row(row: &Row, key_indices: &[usize]) -> Result<Row, KeyColumnMissing> {
     let mut datums = Vec::with_capacity(key_indices.len());
     for &i in key_indices {
         match row.0.get(i) {
             Some(d) => datums.push(d.clone()),
             None => {
-                return Err(format!(
-                    "row {row} has no key column {i} (it has {} columns)",
-                    row.0.len()
-                ))
+                return Err(KeyColumnMissing {
+                    row: row.to_string(),
+                    index: i,
+                    columns: row.0.len(),
+                })
             }
         }
     }

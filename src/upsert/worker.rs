@@ -30,6 +30,7 @@ use timely::WorkerConfig;
 use differential_dataflow::AsCollection;
 
 use super::core::CoreObserver;
+use super::error::{BeforeInputTime, CellsError};
 use super::memory::InMemoryHashMap;
 use super::observe::{OperatorSnapshot, UpsertCounters};
 use super::operator::{upsert_inner, ShutdownButton, SourceConfig, UpsertConfig, UpsertMetrics};
@@ -180,12 +181,14 @@ impl UpsertWorker {
     }
 
     /// Sends source updates under the input's current time. An update before it is an error.
-    pub fn send_source(&mut self, updates: Vec<SourceUpdate>) -> Result<(), String> {
+    pub fn send_source(&mut self, updates: Vec<SourceUpdate>) -> Result<(), BeforeInputTime> {
         let now = self.source_time();
         if let Some((_, t, _)) = updates.iter().find(|(_, t, _)| *t < now) {
-            return Err(format!(
-                "source update at {t} is before the input's time {now}"
-            ));
+            return Err(BeforeInputTime {
+                input: "source",
+                time: *t,
+                now,
+            });
         }
         let mut batch = updates;
         self.source.send_batch(&mut batch);
@@ -201,12 +204,14 @@ impl UpsertWorker {
     }
 
     /// Sends feedback updates under the persist input's current time.
-    pub fn send_persist(&mut self, updates: Vec<OutputUpdate>) -> Result<(), String> {
+    pub fn send_persist(&mut self, updates: Vec<OutputUpdate>) -> Result<(), BeforeInputTime> {
         let now = self.persist_time();
         if let Some((_, t, _)) = updates.iter().find(|(_, t, _)| *t < now) {
-            return Err(format!(
-                "feedback update at {t} is before the input's time {now}"
-            ));
+            return Err(BeforeInputTime {
+                input: "feedback",
+                time: *t,
+                now,
+            });
         }
         let mut batch = updates;
         self.persist.send_batch(&mut batch);
@@ -314,10 +319,10 @@ impl UpsertWorker {
 
     /// Checks every state cell decodes; the number of cells (`None` while the persist input is
     /// mid-timestamp, when cells need not decode).
-    pub fn check_cells(&self) -> Result<Option<usize>, String> {
+    pub fn check_cells(&self) -> Result<Option<usize>, CellsError> {
         self.metrics
             .inspect(|c| c.check_cells())
-            .unwrap_or_else(|| Err("the operator is gone".into()))
+            .unwrap_or(Err(CellsError::OperatorGone))
     }
 
     /// The error the operator stopped on, if any.

@@ -232,6 +232,22 @@ where
     /// Responders of the write in flight. Whoever finishes the write answers them; if the task is
     /// aborted mid-write, `Drop` does.
     in_flight: Vec<Responder>,
+    /// What a mismatch does besides adopting the shard's upper (see [`Resync`]).
+    resync: Resync,
+}
+
+/// What the task does after an UpperMismatch, besides adopting the shard's upper. The task
+/// itself always re-syncs ([`DifferentialWriteTask::spawn`]); the other choice exists only for
+/// the playground's variant without the rule (`src/playground/variants/task.rs`), so that the
+/// variant is this task with one step replaced, not a copy of its loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resync {
+    /// `sync_to_persist`: re-derive `to_write = desired - snapshot(upper - 1)`.
+    Snapshot,
+    /// Keep `to_write` as it was and write it again at the new upper: the broken rule. The
+    /// shard then holds what the other writer wrote plus the old diff, and the task's next
+    /// `Committed` claims the shard equals `desired` when it does not.
+    KeepToWrite,
 }
 
 impl<R> DifferentialWriteTask<R>
@@ -254,6 +270,25 @@ where
         now: NowFn,
         introspection_config: DifferentialIntrospectionConfig,
         cfg: WriteTaskConfig,
+    ) -> Result<(CommandSender, JoinHandle<()>, oneshot::Sender<()>), WriteTaskError> {
+        let task = (id, write_handle, read_handle_fn, read_only, now);
+        Self::spawn_with_resync(task, introspection_config, cfg, Resync::Snapshot)
+    }
+
+    /// [`DifferentialWriteTask::spawn`] with the step after a mismatch chosen by `resync`
+    /// (`task`: the id, the write handle, the reader opener, read-only, the clock).
+    #[allow(clippy::type_complexity)]
+    pub fn spawn_with_resync(
+        (id, write_handle, read_handle_fn, read_only, now): (
+            impl Into<String>,
+            WriteHandle<Row, ()>,
+            R,
+            bool,
+            NowFn,
+        ),
+        introspection_config: DifferentialIntrospectionConfig,
+        cfg: WriteTaskConfig,
+        resync: Resync,
     ) -> Result<(CommandSender, JoinHandle<()>, oneshot::Sender<()>), WriteTaskError> {
         let id = id.into();
         if id.is_empty() {
@@ -283,6 +318,7 @@ where
             to_write: Vec::new(),
             current_upper: Antichain::from_elem(Timestamp::MIN),
             in_flight: Vec::new(),
+            resync,
         };
         let handle = cfg.runtime.spawn(&format!("write task {id}"), async move {
             task.run(introspection_config).await;

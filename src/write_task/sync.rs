@@ -8,8 +8,8 @@ use timely::progress::Antichain;
 
 use super::{
     derive_to_write, fingerprint, ops, opt, Attempt, DifferentialIntrospectionConfig,
-    DifferentialWriteTask, EndReason, InitialDesired, ReadHandleFuture, WriteCause, WriteTaskError,
-    WriteTaskEventKind,
+    DifferentialWriteTask, EndReason, InitialDesired, ReadHandleFuture, Resync, WriteCause,
+    WriteTaskError, WriteTaskEventKind,
 };
 use crate::persist::codec::{Diff, Row, Timestamp};
 use crate::persist::error::{InvalidUsage, PersistError};
@@ -202,6 +202,13 @@ where
         let Some(&upper_ts) = upper.as_option() else {
             return Break(EndReason::ShardFinished);
         };
+        if self.resync == Resync::KeepToWrite {
+            // The variant without the rule: adopt the upper, keep the old diff.
+            if timely::PartialOrder::less_than(&self.current_upper, &upper) {
+                self.current_upper = upper;
+            }
+            return Continue(());
+        }
         let read = self.runtime.timeout(
             self.attempt_timeout_ms,
             read_snapshot(&mut self.read_handle_fn, upper_ts),

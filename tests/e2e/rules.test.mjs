@@ -1,7 +1,8 @@
 // End-to-end tests of "break a rule on purpose": the Rules control (a switch per protocol rule,
 // with its explanation; actors added while a rule is off carry a badge, actors added before keep
-// their code), and, for each rule, its preset scenario built on a fresh seed-mode run from the
-// page's URL (www/rules.js), once with the rule off, where the page shows the anomaly and the
+// their code), and, for each rule, its preset link (`?preset=RULE&rule=off|on`, www/render/rules.js),
+// which opens the rule's tour (www/tours/rule-RULE.json) at its broken step or at its intact
+// step, once with the rule off, where the page shows the anomaly and the
 // history check flags it (the snapshot's `check` and the check panel, branch check), and once
 // with it on, where the page shows none and the check panel shows no break. No console error anywhere; screenshots go to
 // target/e2e-artifacts/rules-*.png.
@@ -23,11 +24,25 @@ after(() => stopServer(server));
 
 const RULES = ["idempotency-token", "oracle-durable-bound", "upsert-feedback", "task-resync"];
 
-/** Opens a preset (www/rules.js `presetQuery`) by clicking its link in the Rules control. */
+/**
+ * Opens a preset by clicking its link in the Rules control (www/render/rules.js `presetQuery`): the
+ * rule's tour at its broken step (the last before the tour starts over: 2 of 4) or at its
+ * intact step (the last, 4), settled; the URL becomes the step's own.
+ */
 async function openPreset(ctx, rule, on) {
   const page = await openPage(ctx, server.url("?seed=1&empty=1&autoplay=0"));
   await page.locator(`[data-testid=preset-${rule}-${on ? "on" : "off"}]`).click();
-  await waitFor(page, () => /^ready.*preset/.test(document.getElementById("status")?.textContent ?? ""), `the ${rule} preset to run`);
+  const step = on ? 4 : 2;
+  await waitFor(
+    page,
+    ([id, s]) => {
+      const c = document.querySelector("[data-testid=tour-card]");
+      return c?.dataset.tour === id && c.dataset.step === String(s) && c.dataset.state === "settled" && window.__playground?.tours?.()?.settled === true;
+    },
+    `the ${rule} tour's ${on ? "intact" : "broken"} step`,
+    [`rule-${rule}`, step],
+  );
+  assert.equal(new URL(page.url()).search, `?tour=rule-${rule}&step=${step}&autoplay=0`);
   return page;
 }
 
@@ -199,13 +214,28 @@ test("step replicas: each click is one timely step() of each replica's worker", 
   noErrors(page);
 });
 
+test("an old preset link keeps working: it opens the rule's tour at the step it names", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await ctx.newPage();
+  page.errors = [];
+  page.on("console", (msg) => {
+    if (msg.type() === "error") page.errors.push(`console: ${msg.text()}`);
+  });
+  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  await page.goto(server.url("?seed=41&empty=1&autoplay=0&preset=idempotency-token&rule=off&animate=0"));
+  await waitForStatus(page, "ok", /tour "broken rule: no idempotency token": step 2 of 4$/);
+  assert.equal(new URL(page.url()).search, "?tour=rule-idempotency-token&step=2&autoplay=0");
+  assert.equal((await latest(page)).rules.idempotencyToken, false);
+  noErrors(page);
+});
+
 test("an unknown preset in the URL is a clear message, and the page runs on", { timeout: 60_000 }, async (t) => {
   const ctx = await launch(t);
   const page = await ctx.newPage();
   page.errors = [];
   page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
   await page.goto(server.url("?seed=1&empty=1&autoplay=0&preset=nope&rule=off"));
-  await waitForStatus(page, "error", /preset nope: unknown preset "nope": one of idempotency-token/);
+  await waitForStatus(page, "error", /there is no tour "rule-nope"; the tours are .*rule-idempotency-token/);
   await page.locator("[data-testid=add-task]").click();
   await waitForStatus(page, "ok", /added T1/);
   assert.deepEqual(page.errors, []);

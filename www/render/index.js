@@ -117,8 +117,8 @@ export function renderAll(dom, state, view, force = false) {
   if (visible(dom.writers)) draw("writers", () => renderWriters(dom.writers, snap, t0));
   renderVerify(dom.verifyView, snap, t0);
   renderNotices(dom.notices, snap, t0);
-  draw("processes", () => renderProcesses(dom.processes, snap));
-  draw("rules", () => renderRules(dom.rules, snap));
+  draw("processes", () => renderProcesses(dom.processes, snap, view.table.rules));
+  draw("rules", () => renderRules(dom.rules, snap, view.table.rules));
   if (visible(dom.consensus)) draw("consensus", () => renderConsensus(dom.consensus, snap, t0));
   if (visible(dom.oracle)) draw("oracle", () => renderOracle(dom.oracle, snap, t0));
   if (visible(dom.frontiers)) draw("frontiers", () => renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth));

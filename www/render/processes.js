@@ -30,16 +30,16 @@ function actorControls(a) {
   return remove;
 }
 
-function describe(a) {
+function describe(a, snap) {
   const s = a.spec;
   if (s.kind === "writer") return `writer on ${s.shard}, keys ${s.keyLo}–${s.keyHi - 1}, ${s.mode === "append" ? "append" : "compare_and_append"}`;
   if (s.kind === "reader") return `reader on ${s.shard}${s.hold ? ", holding its since" : ""}`;
   if (s.kind === "task") return `write task on ${s.shard}${s.readOnly ? ", read-only" : ""}`;
-  if (s.kind === "replica") return `upsert replica on upsert_out, ${s.readBatch} messages per step`;
+  if (s.kind === "replica") return `upsert replica on ${snap.upsert?.shard ?? "the upsert shard"}, ${s.readBatch} messages per step`;
   return `oracle instance on ${s.timeline}, window ${s.persistIntervalMs} ms${s.burst > 1 ? `, ${s.burst} timestamps a tick` : ""}`;
 }
 
-export function renderProcesses(el, snap) {
+export function renderProcesses(el, snap, rules) {
   if (!snap.processes.length) {
     setHtml(el, `<p class="empty">No processes yet: add an actor.</p>`);
     return;
@@ -59,7 +59,7 @@ export function renderProcesses(el, snap) {
       .filter(Boolean)
       .map((a) => {
         const state = a.state === "running" ? "" : ` <span class="state s-${a.state}">${esc(a.state)}</span>`;
-        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a))}</span>${variantBadge(a)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
+        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a, snap))}</span>${variantBadge(a, rules)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
       })
       .join("");
     return `<div class="proc ${p.alive ? "alive" : "crashed"}" data-process="${pid}"><div class="proc-head"><b>${pid}</b> <span class="pstate">${p.alive ? "running" : "crashed"}</span>${origin} <span class="muted mono" title="id seed">seed ${esc(p.seed.slice(0, 8))}…</span> ${button}</div><ul>${actors || `<li class="empty">no actors</li>`}</ul></div>`;

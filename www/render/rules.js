@@ -1,12 +1,16 @@
 // The rules control: one switch per protocol rule with its one-line explanation and links to
-// its preset scenario, broken and intact; and the badge on actors that run without a rule.
+// its tour (www/tours/rule-RULE.json), at the broken step and at the intact one; and the badge on actors that run without a rule.
 // Switches carry data-action="rule"; controls.js sends the command (this module only draws).
+// The rules, their names, texts and badges are the engine's (`pageTable().rules`,
+// src/playground/rules.rs): `rules` below is that list.
 
-import { RULES, presetQuery, ruleById } from "../rules.js";
 import { esc, setHtml } from "./dom.js";
 
-export function renderRules(el, snap) {
-  const rows = RULES.map((r) => {
+/** The link to rule `id`'s tour: `on` false at its broken step, true at its intact step. */
+export const presetQuery = (id, on) => `?preset=${encodeURIComponent(id)}&rule=${on ? "on" : "off"}`;
+
+export function renderRules(el, snap, rules) {
+  const rows = rules.map((r) => {
     const on = snap.rules?.[r.key] !== false;
     const without = snap.actors.filter((a) => a.variant === r.id).map((a) => a.id);
     const who = without.length ? ` <span class="variant-list">without it: ${esc(without.join(", "))}</span>` : "";
@@ -20,8 +24,8 @@ export function renderRules(el, snap) {
 }
 
 /** The badge of an actor that runs without a rule ("" for one that keeps them all). */
-export function variantBadge(actor) {
-  const r = actor.variant ? ruleById(actor.variant) : null;
+export function variantBadge(actor, rules) {
+  const r = actor.variant ? rules.find((x) => x.id === actor.variant) : null;
   if (!r) return "";
   return ` <span class="variant" data-testid="variant" data-rule="${esc(r.id)}" title="runs without the rule: ${esc(r.name)}">⚠ ${esc(r.badge)}</span>`;
 }

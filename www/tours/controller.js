@@ -5,7 +5,7 @@
 // closes and the page is free play again. Drawing is render/tour.js's; this file holds no
 // protocol state, only where the learner is.
 
-import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, tourParams, tourSearch } from "./engine.js";
+import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, stepOf, tourParams, tourSearch } from "./engine.js";
 import { PICKER_KEY, renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
 
 /** Animation pace: a step's run is spread over at most this many frames. */
@@ -272,10 +272,18 @@ export function startTours(host, tours) {
   if (wanted) {
     const tour = byId(wanted.id);
     if (!tour) host.report({ kind: "error", text: `there is no tour ${JSON.stringify(wanted.id)}; the tours are ${tours.map((t) => t.id).join(", ")}` });
-    else if (wanted.free) {
-      open(tour, wanted.step, { animate: false });
-      leave();
-    } else open(tour, wanted.step);
+    else {
+      let step = null;
+      try {
+        step = stepOf(tour, wanted.step);
+      } catch (err) {
+        fail(err);
+      }
+      if (step !== null && wanted.free) {
+        open(tour, step, { animate: false });
+        leave();
+      } else if (step !== null) open(tour, step);
+    }
   }
   draw();
 

@@ -34,14 +34,36 @@ export const CHUNK_MS = 50;
 /**
  * `?tour=ID&step=N[&free=1][&animate=0]`: which tour and step the URL opens (or null); `free`:
  * with the tour closed; `animate=0`: each step's run shows at once instead of over a second.
+ *
+ * An old broken-rule preset link, `?preset=RULE&rule=off|on`, opens the rule's tour
+ * (`rule-RULE`): its broken step (`step: "broken"`, the last before the tour starts over) with
+ * `rule=off`, its intact step (`step: "intact"`, the last) with `rule=on`. `stepOf` resolves
+ * those names once the tour is loaded.
  */
 export function tourParams(search) {
   const p = new URLSearchParams(search);
-  const id = p.get("tour");
+  const preset = p.get("preset");
+  const id = p.get("tour") ?? (preset ? `rule-${preset}` : null);
   if (!id) return null;
+  const animate = p.get("animate") !== "0";
+  if (!p.get("tour")) return { id, step: p.get("rule") === "on" ? "intact" : "broken", free: false, animate };
   const raw = p.get("step") ?? "1";
   const step = /^\d{1,3}$/.test(raw) ? Number(raw) : NaN;
-  return { id, step, free: p.get("free") === "1", animate: p.get("animate") !== "0" };
+  return { id, step, free: p.get("free") === "1", animate };
+}
+
+/**
+ * The 1-based step `step` names in `tour`: a number as it is; "broken", the last step before the
+ * first `reset` (a broken-rule tour's run without the rule); "intact", the last step (the same
+ * run with it). Throws on a name the tour cannot resolve (a tour that never starts over).
+ */
+export function stepOf(tour, step) {
+  if (typeof step === "number") return step;
+  const reset = tour.steps.findIndex((s, i) => i > 0 && s.reset);
+  if (reset < 0) throw new Error(`tour ${JSON.stringify(tour.id)} has no ${step} step: it never starts over with the rule on`);
+  if (step === "broken") return reset;
+  if (step === "intact") return tour.steps.length;
+  throw new Error(`tour ${JSON.stringify(tour.id)} has no step ${JSON.stringify(step)}`);
 }
 
 /** The URL search of a tour step. */

@@ -3,7 +3,7 @@
 //! any break of what the components promise. It reads only the events' [`Fact`]s: it is pure, has
 //! no runtime and no storage, and is tested on hand-made histories.
 //!
-//! The rules (stable ids, see [`RULES`]):
+//! The rules (stable ids, see [`CheckRule`]):
 //! - `append-chain`: every shard version read from Consensus follows the previous one (seqno + 1)
 //!   and its batches tile time without a gap or an overlap, ending at the shard's upper;
 //! - `frontier-regress`: no upper or since goes back: a shard's, a writer's or reader's handle's, a
@@ -43,36 +43,86 @@ mod oracle;
 mod shard;
 mod upsert;
 
-/// Every rule, by its stable id, with the line the page shows for it.
-pub const RULES: [(&str, &str); 9] = [
-    (
-        "append-chain",
-        "each shard version follows the last, its batches tile time",
-    ),
-    ("frontier-regress", "no upper or since goes back"),
-    ("ack-lost", "an acknowledged write is in the shard"),
-    (
-        "ack-duplicate",
-        "an acknowledged write is in the shard once",
-    ),
-    (
-        "task-desired",
-        "a write task's shard equals its desired state at each commit",
-    ),
-    (
-        "oracle-regress",
-        "oracle timestamps only go up, across restarts",
-    ),
-    (
-        "oracle-duplicate",
-        "no oracle timestamp is handed out twice",
-    ),
-    (
-        "oracle-bound",
-        "an oracle serves only below its durable bound",
-    ),
-    ("upsert-model", "upsert output equals the reference model"),
-];
+/// One rule of the check (see the module docs), in JSON and on the page by its stable id
+/// ([`CheckRule::id`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CheckRule {
+    /// `append-chain`.
+    AppendChain,
+    /// `frontier-regress`.
+    FrontierRegress,
+    /// `ack-lost`.
+    AckLost,
+    /// `ack-duplicate`.
+    AckDuplicate,
+    /// `task-desired`.
+    TaskDesired,
+    /// `oracle-regress`.
+    OracleRegress,
+    /// `oracle-duplicate`.
+    OracleDuplicate,
+    /// `oracle-bound`.
+    OracleBound,
+    /// `upsert-model`.
+    UpsertModel,
+}
+
+impl CheckRule {
+    /// Every rule, in the report's order.
+    pub const ALL: [CheckRule; 9] = [
+        CheckRule::AppendChain,
+        CheckRule::FrontierRegress,
+        CheckRule::AckLost,
+        CheckRule::AckDuplicate,
+        CheckRule::TaskDesired,
+        CheckRule::OracleRegress,
+        CheckRule::OracleDuplicate,
+        CheckRule::OracleBound,
+        CheckRule::UpsertModel,
+    ];
+
+    /// Its stable id.
+    pub fn id(self) -> &'static str {
+        match self {
+            CheckRule::AppendChain => "append-chain",
+            CheckRule::FrontierRegress => "frontier-regress",
+            CheckRule::AckLost => "ack-lost",
+            CheckRule::AckDuplicate => "ack-duplicate",
+            CheckRule::TaskDesired => "task-desired",
+            CheckRule::OracleRegress => "oracle-regress",
+            CheckRule::OracleDuplicate => "oracle-duplicate",
+            CheckRule::OracleBound => "oracle-bound",
+            CheckRule::UpsertModel => "upsert-model",
+        }
+    }
+
+    /// The line the page shows for it: what it promises.
+    pub fn title(self) -> &'static str {
+        match self {
+            CheckRule::AppendChain => "each shard version follows the last, its batches tile time",
+            CheckRule::FrontierRegress => "no upper or since goes back",
+            CheckRule::AckLost => "an acknowledged write is in the shard",
+            CheckRule::AckDuplicate => "an acknowledged write is in the shard once",
+            CheckRule::TaskDesired => {
+                "a write task's shard equals its desired state at each commit"
+            }
+            CheckRule::OracleRegress => "oracle timestamps only go up, across restarts",
+            CheckRule::OracleDuplicate => "no oracle timestamp is handed out twice",
+            CheckRule::OracleBound => "an oracle serves only below its durable bound",
+            CheckRule::UpsertModel => "upsert output equals the reference model",
+        }
+    }
+
+    /// The rule of id `id`, if there is one.
+    pub fn from_id(id: &str) -> Option<CheckRule> {
+        CheckRule::ALL.into_iter().find(|r| r.id() == id)
+    }
+
+    /// Its place in [`CheckRule::ALL`] (the report's order).
+    fn index(self) -> usize {
+        self as usize
+    }
+}
 
 /// How many violations the report keeps (the newest).
 pub const VIOLATIONS_KEPT: usize = 50;
@@ -125,7 +175,7 @@ impl At {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Violation {
-    /// The rule's id (see [`RULES`]).
+    /// The rule's id (see [`CheckRule`]).
     pub rule: String,
     /// What broke, in words.
     pub message: String,
@@ -162,7 +212,7 @@ pub struct CheckReport {
     pub events: u64,
     /// Events that carried a fact.
     pub facts: u64,
-    /// Per rule, in [`RULES`] order.
+    /// Per rule, in [`CheckRule::ALL`] order.
     pub rules: Vec<RuleReport>,
     /// Violations found in all.
     pub violations_total: u64,
@@ -180,34 +230,27 @@ struct Counts {
 /// Counters and found violations, shared by the parts of the check.
 #[derive(Debug, Default)]
 pub(crate) struct Findings {
-    counts: [Counts; RULES.len()],
+    counts: [Counts; CheckRule::ALL.len()],
     violations: VecDeque<Violation>,
     total: u64,
     faults: VecDeque<At>,
 }
 
-fn rule_index(rule: &str) -> usize {
-    RULES
-        .iter()
-        .position(|(id, _)| *id == rule)
-        .unwrap_or_else(|| unreachable!("rule ids are the constants above: {rule}"))
-}
-
 impl Findings {
     /// Counts one check of `rule`.
-    pub(crate) fn checked(&mut self, rule: &str) {
-        self.counts[rule_index(rule)].checks += 1;
+    pub(crate) fn checked(&mut self, rule: CheckRule) {
+        self.counts[rule.index()].checks += 1;
     }
 
     /// Counts one check of `rule` that could not be made.
-    pub(crate) fn unverified(&mut self, rule: &str) {
-        self.counts[rule_index(rule)].unverified += 1;
+    pub(crate) fn unverified(&mut self, rule: CheckRule) {
+        self.counts[rule.index()].unverified += 1;
     }
 
     /// Checks `ok`; if it fails, records a violation of `rule` citing `events`.
     pub(crate) fn expect(
         &mut self,
-        rule: &str,
+        rule: CheckRule,
         ok: bool,
         events: &[At],
         message: impl FnOnce() -> String,
@@ -219,8 +262,8 @@ impl Findings {
     }
 
     /// Records a violation of `rule` (counted as a check too if not counted yet by the caller).
-    pub(crate) fn violate(&mut self, rule: &str, events: &[At], message: String) {
-        self.counts[rule_index(rule)].violations += 1;
+    pub(crate) fn violate(&mut self, rule: CheckRule, events: &[At], message: String) {
+        self.counts[rule.index()].violations += 1;
         self.total += 1;
         let mut seqs: Vec<u64> = events.iter().map(|a| a.seq).collect();
         crate::sort::sort(&mut seqs);
@@ -239,7 +282,7 @@ impl Findings {
             self.violations.pop_front();
         }
         self.violations.push_back(Violation {
-            rule: rule.to_string(),
+            rule: rule.id().to_string(),
             message,
             at_ms: to,
             seqs,
@@ -297,7 +340,7 @@ impl HistoryCheck {
                 if let Some(t) = track(&mut self.shards, shard) {
                     t.baseline(fact, at, f);
                 }
-                if shard == super::upsert::UPSERT_SHARD {
+                if shard == super::command::UPSERT_SHARD {
                     self.upsert.baseline(fact);
                 }
             }
@@ -307,7 +350,7 @@ impl HistoryCheck {
                         t.version(v, at, f);
                     }
                 }
-                if shard == super::upsert::UPSERT_SHARD {
+                if shard == super::command::UPSERT_SHARD {
                     for v in versions {
                         self.upsert.version(v, at, f);
                     }
@@ -340,12 +383,12 @@ impl HistoryCheck {
 
     /// What the check found so far.
     pub fn report(&self) -> CheckReport {
-        let rules = RULES
+        let rules = CheckRule::ALL
             .iter()
             .zip(self.findings.counts.iter())
-            .map(|((id, title), c)| RuleReport {
-                rule: (*id).to_string(),
-                title: (*title).to_string(),
+            .map(|(r, c)| RuleReport {
+                rule: r.id().to_string(),
+                title: r.title().to_string(),
                 checks: c.checks,
                 violations: c.violations,
                 unverified: c.unverified,
@@ -363,7 +406,7 @@ impl HistoryCheck {
 
 /// `5`, or `[] (finished)` for the empty frontier.
 pub(crate) fn show(f: Option<u64>) -> String {
-    super::actors::fmt_frontier(f)
+    super::log::fmt_frontier(f)
 }
 
 /// Whether frontier `a` is at or beyond `b` (`None`, the empty frontier, is beyond everything).
@@ -372,5 +415,23 @@ pub(crate) fn at_or_beyond(a: Option<u64>, b: Option<u64>) -> bool {
         (None, _) => true,
         (Some(_), None) => false,
         (Some(a), Some(b)) => a >= b,
+    }
+}
+
+#[cfg(test)]
+mod rule_tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_is_found_by_its_id_at_its_place_and_an_unknown_id_is_none() {
+        for (i, r) in CheckRule::ALL.into_iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?} is not at its place in ALL");
+            assert_eq!(CheckRule::from_id(r.id()), Some(r));
+            assert!(!r.title().is_empty());
+        }
+        assert_eq!(CheckRule::from_id("no-such-rule"), None);
+        let report = HistoryCheck::default().report();
+        let ids: Vec<&str> = report.rules.iter().map(|r| r.rule.as_str()).collect();
+        assert_eq!(ids, CheckRule::ALL.map(CheckRule::id));
     }
 }

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use super::{At, Findings, VecMap};
+use super::{At, CheckRule, Findings, VecMap};
 use crate::playground::fact::Fact;
 
 /// Write timestamps kept exactly, per timeline.
@@ -53,7 +53,7 @@ impl TimelineTrack {
                 durable_upper,
             } => {
                 if let Some((e, d, prev)) = self.stored {
-                    f.expect("oracle-regress", *epoch >= e && *durable_upper >= d, &[prev, at], || {
+                    f.expect(CheckRule::OracleRegress, *epoch >= e && *durable_upper >= d, &[prev, at], || {
                         format!("oracle {timeline}: the stored record went back from epoch {e}, durable upper {d} to epoch {epoch}, durable upper {durable_upper} (version {seqno})")
                     });
                 }
@@ -72,7 +72,7 @@ impl TimelineTrack {
                     .filter_map(|(e, r)| r.max_ts.map(|m| (*e, m, r.max_at)))
                     .max_by_key(|(_, m, _)| *m);
                 if let Some((e, m, m_at)) = earlier {
-                    f.expect("oracle-regress", *start_ts > m, &[m_at, at], || {
+                    f.expect(CheckRule::OracleRegress, *start_ts > m, &[m_at, at], || {
                         format!("oracle {timeline}: {actor}'s epoch {epoch} starts at {start_ts}, not above {m}, which epoch {e} handed out")
                     });
                 }
@@ -89,7 +89,7 @@ impl TimelineTrack {
                 let prev = ep.durable_upper;
                 ep.durable_upper = Some(prev.unwrap_or(0).max(*durable_upper));
                 f.expect(
-                    "oracle-regress",
+                    CheckRule::OracleRegress,
                     prev.is_none_or(|p| *durable_upper >= p),
                     &[at],
                     || format!("oracle {timeline}: epoch {epoch}'s durable upper went back from {} to {durable_upper}", prev.unwrap_or(0)),
@@ -122,7 +122,7 @@ impl TimelineTrack {
             .iter()
             .find(|(t, ..)| *t == w)
             .map(|&(_, e, at)| (e, at));
-        f.expect("oracle-duplicate", twice.is_none(), &[twice.map_or(at, |t| t.1), at], || {
+        f.expect(CheckRule::OracleDuplicate, twice.is_none(), &[twice.map_or(at, |t| t.1), at], || {
             let (e, _) = twice.unwrap_or_default();
             format!("oracle {timeline}: write timestamp {w} was handed out twice (epoch {e}, then {actor}'s epoch {epoch})")
         });
@@ -142,28 +142,33 @@ impl TimelineTrack {
             .min_by_key(|(_, m)| *m)
             .filter(|(_, m)| w >= *m);
         let cited = [below.map_or(at, |b| b.2), at];
-        f.expect("oracle-regress", below.is_none() && above.is_none(), &cited, || match (below, above) {
+        f.expect(CheckRule::OracleRegress, below.is_none() && above.is_none(), &cited, || match (below, above) {
             (Some((e, m, _)), _) => format!("oracle {timeline}: {actor} (epoch {epoch}) handed out {w}, not above {m}, which epoch {e} had already handed out"),
             (_, Some((e, m))) => format!("oracle {timeline}: {actor} (epoch {epoch}) handed out {w} after epoch {e} had started at {m}"),
             _ => String::new(),
         });
         let ep = self.epoch(epoch);
         let (last_read, bound) = (ep.read_ts, ep.durable_upper);
-        f.expect("oracle-regress", r >= w && r >= last_read, &[at], || {
-            format!(
-                "oracle {timeline}: {actor}'s read timestamp {r} is below {}",
-                if r < w {
-                    format!("the write {w} it applied")
-                } else {
-                    format!("its earlier read timestamp {last_read}")
-                }
-            )
-        });
+        f.expect(
+            CheckRule::OracleRegress,
+            r >= w && r >= last_read,
+            &[at],
+            || {
+                format!(
+                    "oracle {timeline}: {actor}'s read timestamp {r} is below {}",
+                    if r < w {
+                        format!("the write {w} it applied")
+                    } else {
+                        format!("its earlier read timestamp {last_read}")
+                    }
+                )
+            },
+        );
         match bound {
-            Some(b) => f.expect("oracle-bound", w < b, &[at], || {
+            Some(b) => f.expect(CheckRule::OracleBound, w < b, &[at], || {
                 format!("oracle {timeline}: {actor} (epoch {epoch}) handed out {w}, not below its durable upper {b}: a restart could hand it out again")
             }),
-            None => f.unverified("oracle-bound"),
+            None => f.unverified(CheckRule::OracleBound),
         }
         ep.read_ts = ep.read_ts.max(r);
         ep.min_ts = Some(ep.min_ts.map_or(w, |m| m.min(w)));

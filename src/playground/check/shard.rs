@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{at_or_beyond, show, At, Findings, Tally as Value, VecMap};
+use super::{at_or_beyond, show, At, CheckRule, Findings, Tally as Value, VecMap};
 use crate::playground::fact::{AttemptOutcome, BatchFact, Fact, HandleFact, VersionFact};
 
 /// The most values a shard's table keeps.
@@ -93,7 +93,7 @@ impl ShardTrack {
         let again = self.known;
         if again {
             let prev = [self.last, at];
-            f.expect("append-chain", *seqno >= self.seqno, &prev, || {
+            f.expect(CheckRule::AppendChain, *seqno >= self.seqno, &prev, || {
                 format!(
                     "{shard}: the observer restarted at seqno {seqno}, below version {} it had read",
                     self.seqno
@@ -157,12 +157,19 @@ impl ShardTrack {
             }
             v.net = net;
             if let Some(acked) = v.acked {
-                f.expect("ack-lost", net >= 1, &[acked, at], || {
+                f.expect(CheckRule::AckLost, net >= 1, &[acked, at], || {
                     format!("{name}: an acknowledged value has multiplicity {net} in the shard")
                 });
-                f.expect("ack-duplicate", net <= 1, &[v.first, acked, at], || {
-                    format!("{name}: an acknowledged value is in the shard with multiplicity {net}")
-                });
+                f.expect(
+                    CheckRule::AckDuplicate,
+                    net <= 1,
+                    &[v.first, acked, at],
+                    || {
+                        format!(
+                            "{name}: an acknowledged value is in the shard with multiplicity {net}"
+                        )
+                    },
+                );
             }
         }
         for &(digest, net) in &now {
@@ -182,7 +189,7 @@ impl ShardTrack {
         let cited = [self.last, at];
         let name = &self.name;
         f.expect(
-            "frontier-regress",
+            CheckRule::FrontierRegress,
             at_or_beyond(upper, self.upper),
             &cited,
             || {
@@ -194,7 +201,7 @@ impl ShardTrack {
             },
         );
         f.expect(
-            "frontier-regress",
+            CheckRule::FrontierRegress,
             at_or_beyond(since, self.since),
             &cited,
             || {
@@ -210,7 +217,7 @@ impl ShardTrack {
     /// Checks that the batches tile time from 0 to the upper.
     fn tile(&mut self, at: At, f: &mut Findings) {
         if !self.tiling || self.batches.len() > MAX_TILED {
-            f.unverified("append-chain");
+            f.unverified(CheckRule::AppendChain);
             return;
         }
         let name = &self.name;
@@ -239,7 +246,7 @@ impl ShardTrack {
             ));
         }
         let cited = [self.last, at];
-        f.expect("append-chain", broken.is_none(), &cited, || {
+        f.expect(CheckRule::AppendChain, broken.is_none(), &cited, || {
             broken.unwrap_or_default()
         });
     }
@@ -247,14 +254,14 @@ impl ShardTrack {
     /// One version read from Consensus.
     pub(crate) fn version(&mut self, v: &VersionFact, at: At, f: &mut Findings) {
         if !self.known {
-            f.unverified("append-chain");
+            f.unverified(CheckRule::AppendChain);
             return;
         }
         let name = self.name.clone();
         let cited = [self.last, at];
         let next = self.seqno + 1;
         f.expect(
-            "append-chain",
+            CheckRule::AppendChain,
             v.seqno_from == self.seqno && v.seqno == next,
             &cited,
             || {
@@ -308,7 +315,7 @@ impl ShardTrack {
             let old = *old;
             let name = &self.name;
             f.expect(
-                "frontier-regress",
+                CheckRule::FrontierRegress,
                 at_or_beyond(h.frontier, old),
                 &[self.last, at],
                 || {
@@ -352,13 +359,13 @@ impl ShardTrack {
                 let (net, appends, first) = (v.net, v.appends, v.first);
                 if diff > 0 {
                     f.expect(
-                        "ack-duplicate",
+                        CheckRule::AckDuplicate,
                         net <= 1 && appends <= 1,
                         &[first, acked, at],
                         || format!("{name}: an acknowledged value was written again (now {appends} times, multiplicity {net})"),
                     );
                 } else {
-                    f.expect("ack-lost", net >= 1, &[acked, at], || {
+                    f.expect(CheckRule::AckLost, net >= 1, &[acked, at], || {
                         format!("{name}: an acknowledged value was retracted (multiplicity {net})")
                     });
                 }
@@ -381,7 +388,7 @@ impl ShardTrack {
             } => {
                 self.name.clone_from(shard);
                 if let Some((prev, prev_at)) = self.writers.get(writer).copied() {
-                    f.expect("frontier-regress", *lower >= prev, &[prev_at, at], || {
+                    f.expect(CheckRule::FrontierRegress, *lower >= prev, &[prev_at, at], || {
                         format!("{shard}: {actor}'s writer {writer} wrote at {lower}, below its earlier upper {prev}")
                     });
                 }
@@ -405,7 +412,7 @@ impl ShardTrack {
                 if what == "committed" || what == "resynced" {
                     if let Some((prev, prev_at)) = self.tasks.get(actor).copied() {
                         f.expect(
-                            "frontier-regress",
+                            CheckRule::FrontierRegress,
                             at_or_beyond(*upper, prev),
                             &[prev_at, at],
                             || {
@@ -424,7 +431,7 @@ impl ShardTrack {
                 if let (true, Some(desired)) = (what == "committed", desired) {
                     if self.commits.len() == CONTENTS_KEPT {
                         self.commits.pop_front();
-                        f.unverified("task-desired");
+                        f.unverified(CheckRule::TaskDesired);
                     }
                     self.commits.push_back(TaskCommit {
                         actor: actor.to_string(),
@@ -444,7 +451,7 @@ impl ShardTrack {
             return self.check_ack(digest, upper, actor, at, f);
         }
         if self.pending.len() == MAX_PENDING {
-            f.unverified("ack-lost");
+            f.unverified(CheckRule::AckLost);
             return;
         }
         self.pending.push_back(PendingAck {
@@ -461,22 +468,22 @@ impl ShardTrack {
         let name = &self.name;
         let Some(v) = self.values.get_mut(&digest) else {
             if self.forgotten(upper) {
-                f.unverified("ack-lost");
+                f.unverified(CheckRule::AckLost);
                 return;
             }
             let cited = [at, self.last];
             let shard_upper = show(self.upper);
-            f.expect("ack-lost", false, &cited, || {
+            f.expect(CheckRule::AckLost, false, &cited, || {
                 format!("{name}: {actor}'s acknowledged write at [.., {upper}) is not in the shard, whose upper is {shard_upper}")
             });
             return;
         };
         v.acked = Some(at);
         let (net, appends, first) = (v.net, v.appends, v.first);
-        f.expect("ack-lost", net >= 1, &[first, at], || {
+        f.expect(CheckRule::AckLost, net >= 1, &[first, at], || {
             format!("{name}: {actor}'s acknowledged write has multiplicity {net} in the shard")
         });
-        f.expect("ack-duplicate", net <= 1 && appends <= 1, &[first, at], || {
+        f.expect(CheckRule::AckDuplicate, net <= 1 && appends <= 1, &[first, at], || {
             format!("{name}: {actor}'s acknowledged write is in the shard {appends} times (multiplicity {net}): written twice")
         });
     }
@@ -501,12 +508,12 @@ impl ShardTrack {
         while let Some(c) = self.commits.pop_front() {
             match self.contents.iter().find(|(u, ..)| *u == c.upper) {
                 Some(&(_, fp, seen)) => {
-                    f.expect("task-desired", fp == c.desired, &[c.at, seen], || {
+                    f.expect(CheckRule::TaskDesired, fp == c.desired, &[c.at, seen], || {
                         format!("{name}: after {}'s commit at upper {}, the shard does not hold the task's desired collection", c.actor, show(c.upper))
                     });
                 }
                 None if newest.is_some_and(|n| at_or_beyond(n, c.upper)) => {
-                    f.unverified("task-desired");
+                    f.unverified(CheckRule::TaskDesired);
                 }
                 None => keep.push_back(c),
             }

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{at_or_beyond, At, Findings, Tally, VecMap};
+use super::{at_or_beyond, At, CheckRule, Findings, Tally, VecMap};
 use crate::playground::fact::{Fact, MessageFact, VersionFact};
 
 /// The most source messages waiting to be folded into the model.
@@ -87,11 +87,11 @@ impl UpsertTrack {
             return;
         };
         if !self.known || self.model_broken {
-            return f.unverified("upsert-model");
+            return f.unverified(CheckRule::UpsertModel);
         }
         if self.deferred.len() == DEFERRED_KEPT {
             self.deferred.pop_front();
-            f.unverified("upsert-model");
+            f.unverified(CheckRule::UpsertModel);
         }
         self.deferred.push_back((u, self.actual.clone(), at));
         self.run_deferred(f);
@@ -147,7 +147,7 @@ impl UpsertTrack {
             }
         }
         let ok = same(&expected, actual);
-        f.expect("upsert-model", ok, &[at], || {
+        f.expect(CheckRule::UpsertModel, ok, &[at], || {
             let extra = actual
                 .iter()
                 .filter(|(d, n)| expected.get(d).map(|e| e.net) != Some(n.net))

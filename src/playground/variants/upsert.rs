@@ -22,6 +22,7 @@ use crate::persist::codec::Timestamp;
 use crate::persist::write::WriteHandle;
 use crate::persist::{PersistClient, ShardId};
 use crate::runtime::{JoinHandle, Runtime};
+use crate::upsert::error::ReplicaStartError;
 use crate::upsert::observe::UpsertLog;
 use crate::upsert::persist_source::FeedbackEvent;
 use crate::upsert::replica::{Replica, ReplicaConfig};
@@ -45,17 +46,10 @@ pub async fn start_own_feedback(
     cfg: ReplicaConfig,
     generation: u64,
     log: UpsertLog<Timestamp>,
-) -> Result<OwnFeedbackReplica, String> {
+) -> Result<OwnFeedbackReplica, ReplicaStartError> {
     let runtime = client.runtime().clone();
-    let mut write = client
-        .open_writer::<SourceData, ()>(&shard)
-        .await
-        .map_err(|e| e.to_string())?;
-    let resume_upper = write
-        .fetch_recent_upper()
-        .await
-        .map_err(|e| e.to_string())?
-        .clone();
+    let mut write = client.open_writer::<SourceData, ()>(&shard).await?;
+    let resume_upper = write.fetch_recent_upper().await?.clone();
     let (tx, rx) = mpsc::unbounded();
     // The broken rule: no snapshot of the shard, just "nothing before the resume upper".
     let _ = tx.unbounded_send(FeedbackEvent::Progress(resume_upper.clone()));

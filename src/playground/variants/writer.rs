@@ -59,17 +59,22 @@ impl Tripwire {
     }
 }
 
+/// An attempt abandoned at an indeterminate compare_and_set: the error, as text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Tripped(pub String);
+
 /// Runs `attempt` unless `tripped` fires first: `Err(the indeterminate error)` then, and
 /// `attempt` is dropped, its token with it.
 pub async fn unless_tripped<F: std::future::Future>(
     attempt: F,
     tripped: oneshot::Receiver<String>,
-) -> Result<F::Output, String> {
+) -> Result<F::Output, Tripped> {
     use futures::future::{select, Either};
     futures::pin_mut!(attempt);
     match select(attempt, tripped).await {
         Either::Left((out, _)) => Ok(out),
-        Either::Right((Ok(why), _)) => Err(why),
+        Either::Right((Ok(why), _)) => Err(Tripped(why)),
         Either::Right((Err(_cancelled), attempt)) => Ok(attempt.await),
     }
 }

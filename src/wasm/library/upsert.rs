@@ -387,7 +387,7 @@ impl JsUpsertPipeline {
                 async move |p| {
                     p.start(i)
                         .await
-                        .map_err(|e| LibError::new("InvalidUsage", e))
+                        .map_err(|e| LibError::new("InvalidUsage", e.to_string()))
                 },
                 |()| Ok(JsValue::UNDEFINED),
             ),

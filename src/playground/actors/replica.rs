@@ -2,7 +2,7 @@
 //! seeded generator) and replica actors that race to write the output shard, each learning its
 //! state only from what the shard holds (the feedback edge).
 //!
-//! The source is durable (the `upsert_src` shard, see [`super::upsert_source`]), so it survives a
+//! The source is durable (the `upsert_src` shard, see [`crate::playground::upsert_source`]), so it survives a
 //! reload and tabs share it.
 //!
 //! Each replica runs in its own process like any actor: its client and storage gate are the
@@ -15,17 +15,21 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::actors::{ActorCtx, ActorState};
-use super::fact::{digest, Fact, MessageFact};
-use super::log::{Outcome, Pending};
-use super::upsert_source::{run_source_reader, run_source_writer, SourceQueue};
-use super::variants::upsert::start_own_feedback;
-use super::Journal;
 use crate::persist::codec::Codec;
 use crate::persist::codec::Timestamp;
 use crate::persist::{PersistClient, ShardId};
+use crate::playground::actor::{ActorCtx, ActorState};
+use crate::playground::command::UPSERT_SHARD;
+use crate::playground::fact::{digest, Fact, MessageFact};
+use crate::playground::log::{Outcome, Pending};
+use crate::playground::upsert_source::{
+    run_source_reader, run_source_writer, SourceError, SourceQueue,
+};
+use crate::playground::variants::upsert::start_own_feedback;
+use crate::playground::Journal;
 use crate::runtime::{JoinHandle, Runtime};
 use crate::upsert::driver::start_replica;
+use crate::upsert::error::ReplicaStartError;
 use crate::upsert::observe::UpsertEventKind;
 use crate::upsert::observe::UpsertLog;
 use crate::upsert::reference::{check_contents, CheckerReport};
@@ -34,8 +38,6 @@ use crate::upsert::source::{GeneratorConfig, SourceGenerator, SourceLog, SourceM
 use crate::upsert::types::kv_row;
 use crate::upsert::types::{DataflowError, SourceData};
 
-/// The shard every replica writes.
-pub const UPSERT_SHARD: &str = "upsert_out";
 /// How often the generator adds a burst while it is on.
 pub const GENERATOR_PERIOD_MS: u64 = 250;
 /// How many recent source messages a snapshot shows.
@@ -62,6 +64,8 @@ pub struct MessageView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UpsertView {
+    /// The shard every replica writes ([`UPSERT_SHARD`]): the page names it from here.
+    pub shard: &'static str,
     /// The source log's upper (its frontier).
     pub source_upper: Timestamp,
     /// Messages in the source log.
@@ -87,7 +91,7 @@ pub struct UpsertHub {
 }
 
 impl UpsertHub {
-    /// Starts the source's writer and reader (see [`super::upsert_source`]), the generator
+    /// Starts the source's writer and reader (see [`crate::playground::upsert_source`]), the generator
     /// (off until switched on) and the checker. `client` works on the raw location.
     pub fn start(
         runtime: &Runtime,
@@ -115,7 +119,7 @@ impl UpsertHub {
             }
         });
         let failed = |what: &'static str, journal: Rc<RefCell<Journal>>, rt: Runtime| {
-            move |result: Result<(), String>| {
+            move |result: Result<(), SourceError>| {
                 if let Err(e) = result {
                     journal.borrow_mut().notice(
                         rt.now_ms(),
@@ -182,6 +186,7 @@ impl UpsertHub {
             })
             .collect();
         UpsertView {
+            shard: UPSERT_SHARD,
             source_upper: source.upper(),
             source_messages: messages.len() as u64,
             generating: self.generating.get(),
@@ -192,7 +197,7 @@ impl UpsertHub {
     }
 
     /// Moves the replicas' events into the merged log.
-    pub fn pump_into(&self, log: &mut super::log::MergedLog) {
+    pub fn pump_into(&self, log: &mut crate::playground::log::MergedLog) {
         for e in self.log.take() {
             let actor = e.who.split('#').next().map(str::to_string);
             log.record(Pending {
@@ -263,7 +268,7 @@ async fn source_facts(rt: Runtime, source: Rc<RefCell<SourceLog>>, journal: Rc<R
 
 /// A replica actor: starts a replica (its writer, persist source and driver) in its process and
 /// keeps it until dropped (a crash or a removal aborts it). With `own_feedback` it runs without
-/// the feedback edge ([`super::variants::upsert`]).
+/// the feedback edge ([`crate::playground::variants::upsert`]).
 pub async fn run_replica(
     ctx: Rc<ActorCtx>,
     read_batch: u32,
@@ -279,7 +284,7 @@ pub async fn run_replica(
     let client = ctx.client.clone();
     // Either way the replica's tasks live as long as `_running`.
     type Started = (Rc<RefCell<Replica>>, Box<dyn std::any::Any>);
-    let started: Result<Started, String> = if own_feedback {
+    let started: Result<Started, ReplicaStartError> = if own_feedback {
         start_own_feedback(client, shard, source, cfg, generation, log)
             .await
             .map(|r| (Rc::clone(&r.replica), Box::new(r) as Box<dyn std::any::Any>))
@@ -357,7 +362,7 @@ pub async fn run_output_checker(
             r.checks += 1;
             r.upper = Some(upper);
             if let Err(e) = result {
-                r.violations.push(e);
+                r.violations.push(e.to_string());
             }
         }
         let events = match listen.next().await {
@@ -383,7 +388,7 @@ pub async fn run_output_checker(
 /// A line for the log view of one replica event.
 fn upsert_text(k: &UpsertEventKind<Timestamp>) -> String {
     use UpsertEventKind as K;
-    let f = |t: &Option<Timestamp>| super::actors::fmt_frontier(*t);
+    let f = |t: &Option<Timestamp>| crate::playground::log::fmt_frontier(*t);
     match k {
         K::PersistIngested {
             updates,
