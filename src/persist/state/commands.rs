@@ -152,8 +152,14 @@ impl StateCollections {
             // SUBTLE: a retry of a write that did commit (its acknowledgement was lost). Its
             // upper is the one committed with the token (validate: at most the shard's upper).
             if writer.most_recent_write_upper != desc.upper {
+                // Tokens are fresh per write and a retry keeps its upper: the same token with
+                // another upper means a second process holds this writer id (and draws the
+                // same tokens), which is the user's to fix, not something a retry heals.
                 return Break(CompareAndAppendBreak::Inconsistent(format!(
-                    "writer {writer_id} committed token {token} with upper {:?}, not {:?}",
+                    "another process uses writer {writer_id}: its write with token {token} \
+                     committed with upper {:?}, this one asks for upper {:?}; open a new writer \
+                     (writer ids must not be shared: give each client on one in-memory location \
+                     its own seed; over a durable location ids come from the platform's CSPRNG)",
                     writer.most_recent_write_upper, desc.upper
                 )));
             }

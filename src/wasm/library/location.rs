@@ -26,6 +26,7 @@ use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, Options};
+use super::custom::{JsBlob, JsConsensus};
 use super::errors::{LibError, LibResult};
 use crate::location::idb::IdbLocation;
 use crate::location::mem::{MemBlob, MemConsensus};
@@ -125,6 +126,11 @@ impl LocationShared {
     /// The services.
     pub fn location(&self) -> &Location {
         &self.location
+    }
+
+    /// `"memory"`, `"indexeddb"` or `"custom"`.
+    pub fn kind(&self) -> &'static str {
+        self.kind
     }
 
     /// An error if the location is closed.
@@ -277,6 +283,28 @@ impl JsPersistLocation {
         })
     }
 
+    /// A location JavaScript supplies: `options.blob` and `options.consensus` are objects of
+    /// (async) functions (see `CustomBlob`, `CustomConsensus` and the `custom` module). Ids of
+    /// clients on it come from the platform's CSPRNG, whatever their seed.
+    pub fn custom(
+        #[wasm_bindgen(unchecked_param_type = "CustomLocationOptions")] options: JsValue,
+    ) -> Result<JsPersistLocation, JsValue> {
+        let options = Options::required(
+            &options,
+            "options",
+            &["blob", "consensus", "name", "faults"],
+        )?;
+        let name = options.parse_or("name", "custom".to_string(), convert::string)?;
+        let blob = options.parse_required("blob", |v, _| JsBlob::new(v, &name))?;
+        let consensus = options.parse_required("consensus", |v, _| JsConsensus::new(v, &name))?;
+        let faults = fault_handle(&options)?;
+        let location = Location {
+            blob: Rc::new(blob),
+            consensus: Rc::new(consensus),
+        };
+        Ok(Self::build("custom", name, location, faults, None))
+    }
+
     fn build(
         kind: &'static str,
         name: String,
@@ -298,8 +326,8 @@ impl JsPersistLocation {
         }
     }
 
-    /// `"memory"` or `"indexeddb"`.
-    #[wasm_bindgen(getter, unchecked_return_type = "\"memory\" | \"indexeddb\"")]
+    /// `"memory"`, `"indexeddb"` or `"custom"`.
+    #[wasm_bindgen(getter, unchecked_return_type = "\"memory\" | \"indexeddb\" | \"custom\"")]
     pub fn kind(&self) -> String {
         self.shared.kind.to_string()
     }
@@ -365,4 +393,71 @@ impl JsPersistLocation {
     pub fn close(&self) {
         self.shared.close();
     }
+}
+
+/// What `runLocationConformance` found for one service.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+#[tsify(missing_as_null)]
+pub struct SuiteReport {
+    /// Whether every case of the suite held.
+    pub passed: bool,
+    /// The first case that broke (with what the store returned), or the unexpected storage
+    /// error; `null` if it passed.
+    pub failure: Option<String>,
+}
+
+/// What `runLocationConformance` found.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+#[tsify(missing_as_null)]
+pub struct ConformanceReport {
+    /// Both suites passed.
+    pub passed: bool,
+    /// The Blob suite.
+    pub blob: SuiteReport,
+    /// The Consensus suite.
+    pub consensus: SuiteReport,
+}
+
+fn suite(r: Result<(), crate::location::conformance::ConformanceError>) -> SuiteReport {
+    SuiteReport {
+        passed: r.is_ok(),
+        failure: r.err().map(|e| e.to_string()),
+    }
+}
+
+/// Runs the crate's Blob and Consensus conformance suites (`src/location/conformance.rs`, the
+/// ones every built-in backend passes) against `location`, and reports what held. Run it on an
+/// **empty** store: the suites expect to start from nothing, and write and delete keys
+/// (`shard/part0`, `s00000000-…`, `s-max`, …). A broken case or a storage error is reported,
+/// not thrown; the promise rejects only if the location is closed.
+#[wasm_bindgen(js_name = runLocationConformance, unchecked_return_type = "Promise<ConformanceReport>")]
+pub fn run_location_conformance(location: &JsPersistLocation) -> Promise {
+    let shared = Rc::clone(&location.shared);
+    convert::promise(async move {
+        let loc = shared.location().clone();
+        let (blob, consensus) = (loc.blob.clone(), loc.consensus.clone());
+        let report = shared
+            .run("runLocationConformance", None, async move {
+                let b = crate::location::conformance::blob_conformance(|| {
+                    let blob = Rc::clone(&blob);
+                    async move { Ok(blob) }
+                })
+                .await;
+                let c = crate::location::conformance::consensus_conformance(|| {
+                    let consensus = Rc::clone(&consensus);
+                    async move { Ok(consensus) }
+                })
+                .await;
+                Ok((suite(b), suite(c)))
+            })
+            .await?;
+        let (blob, consensus) = report;
+        Ok(convert::to_js(&ConformanceReport {
+            passed: blob.passed && consensus.passed,
+            blob,
+            consensus,
+        })?)
+    })
 }
