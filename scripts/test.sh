@@ -8,7 +8,9 @@
 #               index.html in Chromium with playwright-core (tests/e2e/)
 #   +  package: scripts/package.sh packs the npm package; examples/node installs the tarball and
 #               runs its tests under Node with no Rust toolchain on PATH (examples/node/run.sh);
-#               examples/web/ loads the web build in Chromium
+#               examples/web/ loads the web build in Chromium (and runs the README's library
+#               snippets there; examples/node runs them under Node); examples/vite-app is
+#               built by Vite from the tarball and run in Chromium
 #
 # A browser test file without wasm_bindgen_test_configure!(run_in_browser) is silently skipped by
 # the runner, and a layer can "pass" having run nothing; so each layer's count is checked against
@@ -79,12 +81,22 @@ pkg=${pkg:-0}
   || fail "package layer passed $pkg tests; the test files declare $pkg_expected"
 # The example page imports the web build of the same package (IndexedDB, in Chromium).
 web_expected=$(cat examples/web/*.test.mjs | grep -cE '^test\(' || true)
+# readme.test.mjs declares its IndexedDB visit test once per variant (seed 7, no seed) in a loop.
+web_expected=$((web_expected + 1))
 node --test --test-reporter=tap examples/web/ 2>&1 | tee "$logs/web.log"
 web=$(grep -aoE '^# pass [0-9]+' "$logs/web.log" | awk '{print $3}' | tail -n1)
 web=${web:-0}
 [ "$web" -ge "$web_expected" ] && [ "$web" -gt 0 ] \
   || fail "example page passed $web tests; the test files declare $web_expected"
 pkg=$((pkg + web)); pkg_expected=$((pkg_expected + web_expected))
+# A fresh Vite app built from the tarball with no configuration, run in Chromium.
+vite_expected=$(grep -cE '^test\(' examples/vite-app/vite.test.mjs || true)
+bash examples/vite-app/run.sh 2>&1 | tee "$logs/vite.log"
+vite=$(grep -aoE '^# pass [0-9]+' "$logs/vite.log" | awk '{print $3}' | tail -n1)
+vite=${vite:-0}
+[ "$vite" -ge "$vite_expected" ] && [ "$vite" -gt 0 ] \
+  || fail "vite app passed $vite tests; the test file declares $vite_expected"
+pkg=$((pkg + vite)); pkg_expected=$((pkg_expected + vite_expected))
 
 total=$((native + browser + e2e + pkg))
 echo "[test] native $native, browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared), package $pkg (of $pkg_expected declared)"

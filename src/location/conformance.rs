@@ -457,3 +457,99 @@ where
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::location::mem::{MemBlob, MemConsensus};
+    use crate::runtime::sim::Simulator;
+
+    /// A Consensus that writes whatever the head: it breaks compare_and_set's contract.
+    struct IgnoresExpected(MemConsensus);
+
+    #[async_trait(?Send)]
+    impl Consensus for IgnoresExpected {
+        async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
+            self.0.head(key).await
+        }
+        async fn compare_and_set(
+            &self,
+            key: &str,
+            _expected: Option<SeqNo>,
+            new: VersionedData,
+        ) -> Result<CaSResult, ExternalError> {
+            let head = self.0.head(key).await?.map(|v| v.seqno);
+            self.0.compare_and_set(key, head, new).await
+        }
+        async fn scan(
+            &self,
+            key: &str,
+            from: SeqNo,
+            limit: usize,
+        ) -> Result<Vec<VersionedData>, ExternalError> {
+            self.0.scan(key, from, limit).await
+        }
+        async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
+            self.0.truncate(key, seqno).await
+        }
+        async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
+            self.0.list_keys().await
+        }
+    }
+
+    #[test]
+    fn a_broken_contract_is_returned_with_its_case() {
+        let sim = Simulator::new(0);
+        let consensus = MemConsensus::new();
+        let out = sim
+            .block_on(consensus_conformance(move || {
+                let c = IgnoresExpected(consensus.clone());
+                async move { Ok(Rc::new(c) as Rc<dyn Consensus>) }
+            }))
+            .unwrap();
+        match out {
+            Err(ConformanceError::Broken(case)) => {
+                assert!(case.starts_with("expecting a version of an absent key"), "{case}");
+                assert!(case.contains("got Committed, expected ExpectationMismatch"), "{case}");
+            }
+            other => panic!("expected a broken case, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_built_in_backends_pass_the_returning_suites() {
+        let sim = Simulator::new(0);
+        let (blob, consensus) = (MemBlob::new(), MemConsensus::new());
+        let out = sim
+            .block_on(async move {
+                let b = blob_conformance(|| {
+                    let blob = blob.clone();
+                    async move { Ok(Rc::new(blob) as Rc<dyn Blob>) }
+                })
+                .await;
+                let c = consensus_conformance(|| {
+                    let consensus = consensus.clone();
+                    async move { Ok(Rc::new(consensus) as Rc<dyn Consensus>) }
+                })
+                .await;
+                (b, c)
+            })
+            .unwrap();
+        assert_eq!(out, (Ok(()), Ok(())));
+    }
+
+    #[test]
+    #[should_panic(expected = "expecting a version of an absent key")]
+    fn the_panicking_suite_still_panics_with_the_case() {
+        let sim = Simulator::new(0);
+        let consensus = MemConsensus::new();
+        let _ = sim.block_on(consensus_impl_test(move || {
+            let c = IgnoresExpected(consensus.clone());
+            async move { Ok(Rc::new(c) as Rc<dyn Consensus>) }
+        }));
+    }
+}

@@ -11,6 +11,13 @@
 //!   Persist retries such errors for as long as a call runs, so pair faults with the client's
 //!   `callTimeoutMs`.
 //!
+//! - `PersistLocation.custom({ blob, consensus })`: both services are JS objects of async
+//!   functions (see [`super::custom`]); `runLocationConformance(location)` runs the crate's
+//!   conformance suites against any location and reports what held.
+//!
+//! Clients over IndexedDB or a custom location draw their ids from the platform's CSPRNG
+//! whatever their seed; only in memory does a seed fix them (see [`super::ids`]).
+//!
 //! `close()` is final: every call in flight on any object over this location rejects with code
 //! `"Closed"`, every later call too, and write tasks over it stop.
 
@@ -229,7 +236,8 @@ pub struct JsPersistLocation {
 #[wasm_bindgen(js_class = PersistLocation)]
 impl JsPersistLocation {
     /// A location in memory: works in Node and in browsers. `options.faults` puts it behind the
-    /// fault decorator.
+    /// fault decorator. Clients on it given a `seed` draw their ids from it (a run replays);
+    /// without one, from the platform's CSPRNG.
     #[wasm_bindgen(js_name = inMemory)]
     pub fn in_memory(
         #[wasm_bindgen(unchecked_optional_param_type = "LocationOptions")] options: JsValue,
@@ -250,7 +258,9 @@ impl JsPersistLocation {
     }
 
     /// A location in the IndexedDB database `name` (created if needed). Browsers and workers
-    /// only: elsewhere it rejects with code `"Unavailable"`.
+    /// only: elsewhere it rejects with code `"Unavailable"`. The data outlives the page and is
+    /// shared by its tabs, so clients on it draw their ids (writers, readers, idempotency
+    /// tokens) from the platform's CSPRNG (`crypto.getRandomValues`) whatever their `seed`.
     #[wasm_bindgen(js_name = indexedDb, unchecked_return_type = "Promise<PersistLocation>")]
     pub fn indexed_db(
         #[wasm_bindgen(unchecked_param_type = "string")] name: JsValue,
