@@ -80,9 +80,15 @@ test("compareAndSet is linearizable across connections: of two jumps from one he
 test("writers on two connections race compareAndAppend: every write lands exactly once", async (t) => {
   const { location } = await fresh(t);
   const perWriter = 10;
+  // A barrier: neither writes before both have read the upper (0), so their first writes race at
+  // one upper and exactly one of them loses.
+  let arrive;
+  const both = new Promise((resolve) => { let n = 0; arrive = () => { if (++n === 2) resolve(); }; });
   const run = async (name) => {
     const writer = await new PersistClient(location(name), { seed: 7 }).openWriter("race");
     let at = await writer.fetchRecentUpper();
+    arrive();
+    await both;
     let lost = 0;
     for (let i = 0; i < perWriter; i++) {
       for (;;) {
@@ -104,5 +110,6 @@ test("writers on two connections race compareAndAppend: every write lands exactl
   const rows = await (await client.openReader("race")).snapshot(upper - 1);
   const expected = ["a", "b"].flatMap((p) => Array.from({ length: perWriter }, (_, i) => `${p}${i}`)).sort();
   assert.deepEqual(rows.map((r) => r.key).sort(), expected);
+  assert.ok(a.lost + b.lost >= 1, "the first writes raced at upper 0: one lost");
   t.diagnostic(`lost races: a ${a.lost}, b ${b.lost}`);
 });

@@ -140,13 +140,18 @@ test("PersistLocation.custom checks its arguments", () => {
 
 test("two Node processes race compareAndAppend on one fs directory: every write lands exactly once", async (t) => {
   const dir = tempDir(t);
-  const perProcess = 8;
+  const perProcess = 10;
   const script = `
     import { PersistClient } from "persist-playground";
     import { fsLocation } from "persist-playground/fs";
     const location = fsLocation(process.argv[1]);
+    import { existsSync, writeFileSync } from "node:fs";
     const writer = await new PersistClient(location, { seed: 7 }).openWriter("race");
     let at = await writer.fetchRecentUpper(), lost = 0;
+    // A barrier: neither writes before both have read the upper (0), so their first writes race
+    // at one upper and exactly one of them loses.
+    writeFileSync(process.argv[1] + "/ready-" + process.argv[2], "");
+    while (!["a", "b"].every((p) => existsSync(process.argv[1] + "/ready-" + p))) await new Promise((r) => setTimeout(r, 5));
     for (let i = 0; i < ${perProcess}; i++) {
       for (;;) {
         const r = await writer.compareAndAppend([{ key: process.argv[2] + i, value: "x", time: at }], at, at + 1);
@@ -177,5 +182,6 @@ test("two Node processes race compareAndAppend on one fs directory: every write 
   const keys = rows.map((r) => r.key).sort();
   const expected = ["a", "b"].flatMap((p) => Array.from({ length: perProcess }, (_, i) => p + i)).sort();
   assert.deepEqual(keys, expected);
+  assert.ok(a.lost + b.lost >= 1, "the first writes raced at upper 0: one lost");
   t.diagnostic(`lost races: a ${a.lost}, b ${b.lost}`);
 });
