@@ -13,4 +13,4 @@ tgz="$(cd "$(dirname "$tgz")" && pwd)/$(basename "$tgz")"
 cd "$here"
 npm ci --no-audit --no-fund --loglevel=error
 npm install --no-save --no-audit --no-fund --loglevel=error "$tgz"
-node --test --test-reporter=tap test/
+timeout 600 node --test --test-reporter=tap test/

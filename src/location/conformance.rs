@@ -513,8 +513,14 @@ mod tests {
             .unwrap();
         match out {
             Err(ConformanceError::Broken(case)) => {
-                assert!(case.starts_with("expecting a version of an absent key"), "{case}");
-                assert!(case.contains("got Committed, expected ExpectationMismatch"), "{case}");
+                assert!(
+                    case.starts_with("expecting a version of an absent key"),
+                    "{case}"
+                );
+                assert!(
+                    case.contains("got Committed, expected ExpectationMismatch"),
+                    "{case}"
+                );
             }
             other => panic!("expected a broken case, got {other:?}"),
         }

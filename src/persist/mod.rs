@@ -184,6 +184,10 @@ pub struct PersistClient {
 /// Fills a buffer with bytes from a cryptographically secure generator: the platform's CSPRNG
 /// (`crypto.getRandomValues` in browsers, workers and Node). The core reads no OS randomness
 /// itself; the caller injects this, as it injects the runtime (see [`PersistClient::with_entropy`]).
+///
+/// Compiled natively and into the library's build, not into the page's (which never draws from
+/// a CSPRNG: its runs replay by seed).
+#[cfg(any(feature = "library", not(target_arch = "wasm32")))]
 pub type Entropy = Rc<dyn Fn(&mut [u8])>;
 
 /// Where a client draws its ids (writers, leased readers, idempotency tokens, part keys,
@@ -199,6 +203,7 @@ enum Ids {
     /// A seeded PRNG with a stable algorithm: the same seed gives the same ids.
     Seeded(Rc<RefCell<Xoshiro256PlusPlus>>),
     /// Bytes from a CSPRNG: unique per process whatever the seed.
+    #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
     Entropy(Entropy),
 }
 
@@ -220,7 +225,9 @@ impl PersistClient {
             runtime,
             cfg,
             events: EventLog::new(),
-            ids: Ids::Seeded(Rc::new(RefCell::new(Xoshiro256PlusPlus::seed_from_u64(seed)))),
+            ids: Ids::Seeded(Rc::new(RefCell::new(Xoshiro256PlusPlus::seed_from_u64(
+                seed,
+            )))),
             caches: Rc::default(),
         }
     }
@@ -228,6 +235,7 @@ impl PersistClient {
     /// Draws every later id from `fill` (a CSPRNG) instead of the seed: what a client over a
     /// durable or shared location does, so that processes never share a writer id or an
     /// idempotency token (see [`Entropy`]). Ids keep their shape: a prefix and 24 hex digits.
+    #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
     pub fn with_entropy(mut self, fill: Entropy) -> Self {
         self.ids = Ids::Entropy(fill);
         self
@@ -269,6 +277,7 @@ impl PersistClient {
                     rng.next_u64() as u32
                 )
             }
+            #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
             Ids::Entropy(fill) => {
                 let mut bytes = [0u8; 12];
                 fill(&mut bytes);
@@ -522,7 +531,12 @@ mod id_tests {
             blob: Rc::new(MemBlob::new()),
             consensus: Rc::new(MemConsensus::new()),
         };
-        PersistClient::new(location, Simulator::new(1).runtime(), PersistConfig::default(), seed)
+        PersistClient::new(
+            location,
+            Simulator::new(1).runtime(),
+            PersistConfig::default(),
+            seed,
+        )
     }
 
     #[test]
@@ -532,7 +546,10 @@ mod id_tests {
         let (ia, ib, ic) = (ids(&a), ids(&b), ids(&c));
         assert_eq!(ia, ib);
         assert_ne!(ia, ic);
-        assert!(ia.iter().all(|id| id.len() == 25 && id.starts_with('w')), "{ia:?}");
+        assert!(
+            ia.iter().all(|id| id.len() == 25 && id.starts_with('w')),
+            "{ia:?}"
+        );
     }
 
     #[test]

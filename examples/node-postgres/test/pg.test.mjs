@@ -30,13 +30,21 @@ async function fresh(t) {
   };
   await createConsensusTable(pool());
   const dir = mkdtempSync(join(tmpdir(), "persist-pg-blob-"));
+  const locations = [];
   t.after(async () => {
+    // Close the locations first: background work (compaction, GC) still running on them then
+    // stops, instead of retrying against pools that are gone (which would keep Node alive).
+    for (const l of locations) l.close();
     await Promise.all(opened.map((p) => p.end()));
     await admin.query(`DROP SCHEMA ${schema} CASCADE`);
     await admin.end();
     rmSync(dir, { recursive: true, force: true });
   });
-  const location = (name) => PersistLocation.custom({ blob: fsBlob(dir), consensus: pgConsensus(pool()), name });
+  const location = (name) => {
+    const l = PersistLocation.custom({ blob: fsBlob(dir), consensus: pgConsensus(pool()), name });
+    locations.push(l);
+    return l;
+  };
   return { pool, location };
 }
 

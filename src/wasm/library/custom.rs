@@ -26,10 +26,17 @@
 //!   a value of the wrong shape, is a permanent error naming the function (a broken
 //!   implementation does not heal by retrying).
 //!
+//! After the location's `close()`, no function is called again: every call (background
+//! compaction and GC included) ends in a permanent `Closed` error, so nothing retries against a
+//! store the user shut down.
+//!
 //! Errors: a function that throws (or rejects) with an object whose `indeterminate` property is
 //! `true` maps to [`ExternalError::Indeterminate`] (the operation may have happened: a timeout,
 //! a connection lost mid-write); any other thrown value to [`ExternalError::Determinate`] (it did
 //! not happen). Both are retried by persist with back-off.
+
+use std::cell::Cell;
+use std::rc::Rc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -110,6 +117,8 @@ export interface LocationError extends Error {
 /// An object and the functions named `names` on it (checked to be functions).
 struct Methods {
     what: &'static str,
+    store: String,
+    closed: Rc<Cell<bool>>,
     this: JsValue,
     fns: Vec<(&'static str, Option<Function>)>,
 }
@@ -118,6 +127,7 @@ impl Methods {
     fn new(
         v: &JsValue,
         what: &'static str,
+        (store, closed): (&str, &Rc<Cell<bool>>),
         required: &[&'static str],
         optional: &[&'static str],
     ) -> LibResult<Methods> {
@@ -149,6 +159,8 @@ impl Methods {
         }
         Ok(Methods {
             what,
+            store: store.to_string(),
+            closed: Rc::clone(closed),
             this: v.clone(),
             fns,
         })
@@ -160,12 +172,25 @@ impl Methods {
 
     /// Calls `name(args...)` and awaits what it returns.
     async fn call(&self, name: &str, args: &[JsValue]) -> Result<JsValue, ExternalError> {
+        // After close(), nothing reaches the user's functions: background work (compaction,
+        // GC) that still runs meets a permanent error and stops, instead of retrying against a
+        // store the user has shut down.
+        if self.closed.get() {
+            return Err(ExternalError::permanent(
+                &self.store,
+                BrokenAt::Store,
+                PermanentKind::Closed,
+                format!("custom {}.{name}: the location is closed", self.what),
+            ));
+        }
         let f = self
             .fns
             .iter()
             .find(|(n, _)| *n == name)
             .and_then(|(_, f)| f.clone())
-            .ok_or_else(|| ExternalError::determinate(format!("{}.{name} is missing", self.what)))?;
+            .ok_or_else(|| {
+                ExternalError::determinate(format!("{}.{name} is missing", self.what))
+            })?;
         let args: Array = args.iter().collect();
         let returned = f
             .apply(&self.this, &args)
@@ -234,7 +259,8 @@ fn versioned(v: &JsValue) -> Result<VersionedData, String> {
         ));
     }
     let seqno = Reflect::get(v, &"seqno".into()).unwrap_or(JsValue::UNDEFINED);
-    let seqno = convert::uint64(&seqno, "seqno").map_err(|e| format!("returned a bad value: {}", e.message))?;
+    let seqno = convert::uint64(&seqno, "seqno")
+        .map_err(|e| format!("returned a bad value: {}", e.message))?;
     if SeqNo(seqno) > SeqNo::maximum() {
         return Err(format!("returned seqno {seqno}, beyond i64::MAX"));
     }
@@ -259,10 +285,16 @@ pub struct JsBlob {
 
 impl JsBlob {
     /// Checks `v` has the functions of a `CustomBlob`.
-    pub fn new(v: &JsValue, store: &str) -> LibResult<JsBlob> {
+    pub fn new(v: &JsValue, store: &str, closed: &Rc<Cell<bool>>) -> LibResult<JsBlob> {
         Ok(JsBlob {
             store: store.to_string(),
-            m: Methods::new(v, "blob", &["get", "set", "delete", "list"], &["restore"])?,
+            m: Methods::new(
+                v,
+                "blob",
+                (store, closed),
+                &["get", "set", "delete", "list"],
+                &["restore"],
+            )?,
         })
     }
 }
@@ -306,8 +338,12 @@ impl Blob for JsBlob {
                 .and_then(|k| k.as_string())
                 .ok_or_else(|| bad(format!("returned an entry [{i}] without a string key")))?;
             let size = Reflect::get(&e, &"sizeInBytes".into()).unwrap_or(JsValue::UNDEFINED);
-            let size = convert::uint64(&size, "sizeInBytes")
-                .map_err(|err| bad(format!("returned entry {key:?} with a bad size: {}", err.message)))?;
+            let size = convert::uint64(&size, "sizeInBytes").map_err(|err| {
+                bad(format!(
+                    "returned entry {key:?} with a bad size: {}",
+                    err.message
+                ))
+            })?;
             if !key.starts_with(key_prefix) {
                 return Err(bad(format!(
                     "returned key {key:?}, which does not start with the prefix {key_prefix:?}"
@@ -340,7 +376,10 @@ impl Blob for JsBlob {
             self.m.broken(
                 &self.store,
                 "delete",
-                format!("returned a bad value: {} (expected the size deleted, or null)", e.message),
+                format!(
+                    "returned a bad value: {} (expected the size deleted, or null)",
+                    e.message
+                ),
             )
         })?;
         Ok(Some(usize::try_from(size).unwrap_or(usize::MAX)))
@@ -368,12 +407,13 @@ pub struct JsConsensus {
 
 impl JsConsensus {
     /// Checks `v` has the functions of a `CustomConsensus`.
-    pub fn new(v: &JsValue, store: &str) -> LibResult<JsConsensus> {
+    pub fn new(v: &JsValue, store: &str, closed: &Rc<Cell<bool>>) -> LibResult<JsConsensus> {
         Ok(JsConsensus {
             store: store.to_string(),
             m: Methods::new(
                 v,
                 "consensus",
+                (store, closed),
                 &["head", "compareAndSet", "scan", "truncate", "listKeys"],
                 &[],
             )?,
@@ -485,7 +525,10 @@ impl Consensus for JsConsensus {
             self.m.broken(
                 &self.store,
                 "truncate",
-                format!("returned a bad value: {} (expected how many versions it deleted)", e.message),
+                format!(
+                    "returned a bad value: {} (expected how many versions it deleted)",
+                    e.message
+                ),
             )
         })?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
@@ -505,7 +548,10 @@ impl Consensus for JsConsensus {
             .enumerate()
             .map(|(i, k)| {
                 k.as_string().ok_or_else(|| {
-                    bad(format!("returned {} at [{i}], not a string", convert::describe(&k)))
+                    bad(format!(
+                        "returned {} at [{i}], not a string",
+                        convert::describe(&k)
+                    ))
                 })
             })
             .collect()

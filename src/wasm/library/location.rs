@@ -305,14 +305,18 @@ impl JsPersistLocation {
             &["blob", "consensus", "name", "faults"],
         )?;
         let name = options.parse_or("name", "custom".to_string(), convert::string)?;
-        let blob = options.parse_required("blob", |v, _| JsBlob::new(v, &name))?;
-        let consensus = options.parse_required("consensus", |v, _| JsConsensus::new(v, &name))?;
+        let closed = Rc::new(Cell::new(false));
+        let blob = options.parse_required("blob", |v, _| JsBlob::new(v, &name, &closed))?;
+        let consensus =
+            options.parse_required("consensus", |v, _| JsConsensus::new(v, &name, &closed))?;
         let faults = fault_handle(&options)?;
         let location = Location {
             blob: Rc::new(blob),
             consensus: Rc::new(consensus),
         };
-        Ok(Self::build("custom", name, location, faults, None))
+        let built = Self::build("custom", name, location, faults, None);
+        built.shared.on_close(move || closed.set(true));
+        Ok(built)
     }
 
     fn build(
@@ -337,7 +341,10 @@ impl JsPersistLocation {
     }
 
     /// `"memory"`, `"indexeddb"` or `"custom"`.
-    #[wasm_bindgen(getter, unchecked_return_type = "\"memory\" | \"indexeddb\" | \"custom\"")]
+    #[wasm_bindgen(
+        getter,
+        unchecked_return_type = "\"memory\" | \"indexeddb\" | \"custom\""
+    )]
     pub fn kind(&self) -> String {
         self.shared.kind.to_string()
     }
