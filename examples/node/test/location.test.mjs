@@ -14,10 +14,21 @@ import { fsBlob, fsConsensus, fsLocation } from "persist-playground/fs";
 await init();
 
 const here = fileURLToPath(new URL("..", import.meta.url));
+// A directory for one test, and the locations opened on it: at the test's end they are closed
+// (background compaction and GC on them stop) before the directory goes, or that work would
+// keep retrying against missing files and keep Node alive.
+const opened = new Map();
 const tempDir = (t) => {
   const dir = mkdtempSync(join(tmpdir(), "persist-fs-"));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  t.after(() => {
+    for (const l of opened.get(t) ?? []) l.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
   return dir;
+};
+const keep = (t, location) => {
+  opened.set(t, [...(opened.get(t) ?? []), location]);
+  return location;
 };
 
 /** A Consensus in a Map (correct), with hooks to break it. */
@@ -44,7 +55,7 @@ function mapConsensus(hooks = {}) {
 }
 
 test("the node:fs location passes the Blob and Consensus conformance suites", async (t) => {
-  const location = fsLocation(tempDir(t));
+  const location = keep(t, fsLocation(tempDir(t)));
   assert.equal(location.kind, "custom");
   const report = await runLocationConformance(location);
   assert.deepEqual(report, {
@@ -55,7 +66,7 @@ test("the node:fs location passes the Blob and Consensus conformance suites", as
 });
 
 test("runLocationConformance names the case a broken Consensus breaks", async (t) => {
-  const broken = PersistLocation.custom({ blob: fsBlob(tempDir(t)), consensus: mapConsensus({ ignoreExpected: true }) });
+  const broken = keep(t, PersistLocation.custom({ blob: fsBlob(tempDir(t)), consensus: mapConsensus({ ignoreExpected: true }) }));
   const report = await runLocationConformance(broken);
   assert.equal(report.passed, false);
   assert.equal(report.blob.passed, true);
@@ -89,7 +100,7 @@ test("a throw marked indeterminate after the write happened: persist resolves it
       }
     },
   });
-  const location = PersistLocation.custom({ blob: fsBlob(tempDir(t)), consensus });
+  const location = keep(t, PersistLocation.custom({ blob: fsBlob(tempDir(t)), consensus }));
   const client = new PersistClient(location);
   const writer = await client.openWriter("s");
   fail = true; // the write's own compareAndSet happens, then reports a timeout
@@ -112,7 +123,7 @@ test("a plain throw is determinate: retried until it works", async (t) => {
       return inner.compareAndSet(...args);
     },
   };
-  const client = new PersistClient(PersistLocation.custom({ blob: fsBlob(tempDir(t)), consensus }));
+  const client = new PersistClient(keep(t, PersistLocation.custom({ blob: fsBlob(tempDir(t)), consensus })));
   const writer = await client.openWriter("s");
   assert.deepEqual(await writer.compareAndAppend([{ key: "k", value: "v", time: 0 }], 0, 1), { committed: true, upper: 1 });
   assert.equal(failures, 0);
@@ -120,7 +131,7 @@ test("a plain throw is determinate: retried until it works", async (t) => {
 
 test("a function returning the wrong shape is a permanent error naming it", async (t) => {
   const consensus = { ...mapConsensus(), head: async () => ({ seqno: "one", data: null }) };
-  const client = new PersistClient(PersistLocation.custom({ blob: fsBlob(tempDir(t)), consensus, name: "mine" }), { callTimeoutMs: 5_000 });
+  const client = new PersistClient(keep(t, PersistLocation.custom({ blob: fsBlob(tempDir(t)), consensus, name: "mine" })), { callTimeoutMs: 5_000 });
   await assert.rejects(client.openWriter("s"), (e) => {
     assert.equal(e.code, "Permanent");
     assert.match(e.message, /custom consensus\.head returned a bad value: seqno must be a number or a bigint/);
@@ -173,7 +184,7 @@ test("two Node processes race compareAndAppend on one fs directory: every write 
     });
   const [a, b] = await Promise.all([run("a"), run("b")]);
   assert.notEqual(a.id, b.id, "the same seed, yet each process draws its own writer id");
-  const location = fsLocation(dir);
+  const location = keep(t, fsLocation(dir));
   const client = new PersistClient(location);
   const writer = await client.openWriter("race");
   const upper = await writer.fetchRecentUpper();
