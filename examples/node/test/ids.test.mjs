@@ -70,7 +70,7 @@ test("two clients forcing one writer id (the same seed on one memory location) g
   assert.deepEqual(await a.compareAndAppend(row(0), 0, 1), { committed: true, upper: 1 });
   await assert.rejects(b.compareAndAppend(row(1), 1, 2), (e) => {
     assert.equal(e.code, "Permanent");
-    assert.match(e.message, new RegExp(`another process uses writer ${a.writerId}: .*open a new writer`));
+    assert.match(e.message, new RegExp(`another process uses writer ${a.writerId} \\(token i[0-9a-f]+ committed with upper .*\\): open a new writer`));
     return true;
   });
 });

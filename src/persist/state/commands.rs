@@ -156,10 +156,8 @@ impl StateCollections {
                 // another upper means a second process holds this writer id (and draws the
                 // same tokens), which is the user's to fix, not something a retry heals.
                 return Break(CompareAndAppendBreak::Inconsistent(format!(
-                    "another process uses writer {writer_id}: its write with token {token} \
-                     committed with upper {:?}, this one asks for upper {:?}; open a new writer \
-                     (writer ids must not be shared: give each client on one in-memory location \
-                     its own seed; over a durable location ids come from the platform's CSPRNG)",
+                    "another process uses writer {writer_id} (token {token} committed with \
+                     upper {:?}, not {:?}): open a new writer",
                     writer.most_recent_write_upper, desc.upper
                 )));
             }
