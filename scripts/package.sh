@@ -9,6 +9,7 @@
 #   web/      wasm-pack --target web: ES module; call `await init()` once before use
 #   bundler/  wasm-pack --target bundler: for bundlers that import .wasm as a module; it holds
 #             the one .wasm file, which the web and node glue load from there
+#   fs/       persist-playground/fs: a node:fs location (plain JS over PersistLocation.custom)
 #   node/     wasm-pack --target nodejs (CommonJS, loads the .wasm synchronously), with an ES
 #             module wrapper (index.mjs) whose default export `init()` is a no-op, so code that
 #             calls `await init()` runs unchanged in Node and in browsers
@@ -78,6 +79,13 @@ for f in "$out"/*/"$crate.d.ts"; do
 done
 cp scripts/npm/listen-iterator.js "$out/listen-iterator.js"
 cp scripts/npm/listen-iterator.cjs "$out/node/listen-iterator.cjs"
+# persist-playground/fs: a file-system location for Node (node:fs; plain JS over
+# PersistLocation.custom).
+mkdir -p "$out/fs"
+echo '{ "type": "commonjs" }' >"$out/fs/package.json"
+cp scripts/npm/fs-location.cjs "$out/fs/index.cjs"
+cp scripts/npm/fs-location.mjs "$out/fs/index.mjs"
+cp scripts/npm/fs-location.d.ts "$out/fs/index.d.ts"
 
 # ES module entry points of the web and bundler builds: the module plus the iterator.
 for dir in web bundler; do
@@ -149,7 +157,7 @@ cat >"$out/package.json" <<EOF
   "keywords": ["materialize", "persist", "wasm", "indexeddb", "timestamp-oracle", "differential"],
   "type": "module",
   "sideEffects": ["./web/index.js", "./bundler/index.js", "./bundler/${crate}.js", "./node/index.cjs", "./node/index.mjs"],
-  "files": ["web/", "bundler/", "node/", "listen-iterator.js", "README.md"],
+  "files": ["web/", "bundler/", "node/", "fs/", "listen-iterator.js", "README.md"],
   "main": "./node/index.cjs",
   "module": "./bundler/index.js",
   "browser": "./web/index.js",
@@ -169,6 +177,11 @@ cat >"$out/package.json" <<EOF
     "./node": {
       "import": { "types": "./node/index.d.mts", "default": "./node/index.mjs" },
       "require": { "types": "./node/index.d.cts", "default": "./node/index.cjs" }
+    },
+    "./fs": {
+      "types": "./fs/index.d.ts",
+      "import": "./fs/index.mjs",
+      "require": "./fs/index.cjs"
     },
     "./package.json": "./package.json"
   },

@@ -8,11 +8,19 @@
 #               index.html in Chromium with playwright-core (tests/e2e/)
 #   +  package: scripts/package.sh packs the npm package; examples/node installs the tarball and
 #               runs its tests under Node with no Rust toolchain on PATH (examples/node/run.sh);
-#               examples/web/ loads the web build in Chromium
-#   +  native backends: scripts/services.sh starts a throwaway PostgreSQL cluster and the S3
-#               emulator; cargo test --features native-services runs tests/native_*.rs (the
-#               conformance suites on PostgreSQL, file:// and S3, seeded fault runs, races of
-#               OS processes with SIGKILL and pg_ctl restart)
+#               examples/web/ loads the web build in Chromium (and runs the README's library
+#               snippets there; examples/node runs them under Node); examples/vite-app is
+#               built by Vite from the tarball and run in Chromium; examples/node-postgres
+#               proves a node-postgres Consensus with runLocationConformance
+#   4. native backends: tests/native_*.rs with --features native-services (the conformance suites
+#               on PostgreSQL, file:// and S3, seeded fault runs under tokio, races of OS
+#               processes with SIGKILL and pg_ctl restart, bad input)
+#
+# PostgreSQL (a throwaway cluster, Debian's package) and the S3 emulator (moto's server mode, from
+# PyPI: an emulator for tests, not a store) are installed if missing and started once by
+# scripts/services.sh, before the layers, and stopped at exit.
+#
+# Each layer prints its time; the summary lists them.
 #
 # A browser test file without wasm_bindgen_test_configure!(run_in_browser) is silently skipped by
 # the runner, and a layer can "pass" having run nothing; so each layer's count is checked against
@@ -22,22 +30,37 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 export PATH="$HOME/.cargo/bin:$PATH"
 
+t_start=$SECONDS
 bash scripts/setup.sh
 
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
+times=""
+t_layer=$SECONDS
+layer_done() { # name
+  local took=$((SECONDS - t_layer))
+  echo "[test] $1 took ${took}s"
+  times="$times $1 ${took}s,"
+  t_layer=$SECONDS
+}
+
+# shellcheck source=scripts/services.sh
+source scripts/services.sh
+services_start
+layer_done "set-up"
 fail() { echo "[test] FAILED: $*" >&2; exit 1; }
 sum_passed() { # cargo/libtest summaries: "test result: ok. N passed; ..."
   grep -aoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$1" | awk '{s += $4} END {print s + 0}'
 }
 
-echo "[test] 1/3 native: cargo test"
+echo "[test] 1/4 native: cargo test"
 cargo test --all-targets 2>&1 | tee "$logs/native.log"
 cargo test --doc 2>&1 | tee -a "$logs/native.log"
 native=$(sum_passed "$logs/native.log")
 [ "$native" -gt 0 ] || fail "native layer ran no test"
+layer_done "native"
 
-echo "[test] 2/3 browser: wasm-pack test --headless --chrome"
+echo "[test] 2/4 browser: wasm-pack test --headless --chrome"
 for f in tests/*.rs; do
   if grep -q 'wasm_bindgen_test\]' "$f" && ! grep -q 'run_in_browser' "$f"; then
     fail "$f has browser tests but no wasm_bindgen_test_configure!(run_in_browser): they would be skipped"
@@ -53,8 +76,9 @@ browser=$(grep -av 'measured' "$logs/browser.log" > "$logs/browser-only.log" || 
 [ "$browser" -ge "$browser_expected" ] \
   || fail "browser layer ran $browser tests; the test files declare $browser_expected"
 [ "$browser" -gt 0 ] || fail "browser layer ran no test"
+layer_done "browser"
 
-echo "[test] 3/3 page: build pkg/ and run tests/e2e/ in Chromium"
+echo "[test] 3/4 page: build pkg/ and run tests/e2e/ in Chromium"
 bash scripts/build.sh
 # The size budget of issue 10: the page's whole .wasm under 400 KB gzipped (gzip -9).
 budget=409600
@@ -70,6 +94,7 @@ e2e=$(grep -aoE '^# pass [0-9]+' "$logs/e2e.log" | awk '{print $3}' | tail -n1)
 e2e=${e2e:-0}
 [ "$e2e" -ge "$e2e_expected" ] && [ "$e2e" -gt 0 ] \
   || fail "page layer passed $e2e tests; the test files declare $e2e_expected"
+layer_done "page"
 
 echo "[test] package: npm pack the library, install it in examples/node, run it with no Rust on PATH"
 bash scripts/package.sh --release
@@ -83,17 +108,33 @@ pkg=${pkg:-0}
   || fail "package layer passed $pkg tests; the test files declare $pkg_expected"
 # The example page imports the web build of the same package (IndexedDB, in Chromium).
 web_expected=$(cat examples/web/*.test.mjs | grep -cE '^test\(' || true)
+# readme.test.mjs declares its IndexedDB visit test once per variant (seed 7, no seed) in a loop.
+web_expected=$((web_expected + 1))
 node --test --test-reporter=tap examples/web/ 2>&1 | tee "$logs/web.log"
 web=$(grep -aoE '^# pass [0-9]+' "$logs/web.log" | awk '{print $3}' | tail -n1)
 web=${web:-0}
 [ "$web" -ge "$web_expected" ] && [ "$web" -gt 0 ] \
   || fail "example page passed $web tests; the test files declare $web_expected"
 pkg=$((pkg + web)); pkg_expected=$((pkg_expected + web_expected))
+# A fresh Vite app built from the tarball with no configuration, run in Chromium.
+vite_expected=$(grep -cE '^test\(' examples/vite-app/vite.test.mjs || true)
+bash examples/vite-app/run.sh 2>&1 | tee "$logs/vite.log"
+vite=$(grep -aoE '^# pass [0-9]+' "$logs/vite.log" | awk '{print $3}' | tail -n1)
+vite=${vite:-0}
+[ "$vite" -ge "$vite_expected" ] && [ "$vite" -gt 0 ] \
+  || fail "vite app passed $vite tests; the test file declares $vite_expected"
+pkg=$((pkg + vite)); pkg_expected=$((pkg_expected + vite_expected))
+# A Consensus on PostgreSQL through node-postgres, given as PersistLocation.custom.
+pgjs_expected=$(cat examples/node-postgres/test/*.test.mjs | grep -cE '^test\(' || true)
+bash examples/node-postgres/run.sh 2>&1 | tee "$logs/node-postgres.log"
+pgjs=$(grep -aoE '^# pass [0-9]+' "$logs/node-postgres.log" | awk '{print $3}' | tail -n1)
+pgjs=${pgjs:-0}
+[ "$pgjs" -ge "$pgjs_expected" ] && [ "$pgjs" -gt 0 ] \
+  || fail "node-postgres example passed $pgjs tests; the test files declare $pgjs_expected"
+pkg=$((pkg + pgjs)); pkg_expected=$((pkg_expected + pgjs_expected))
+layer_done "package"
 
-echo "[test] native backends: PostgreSQL + S3 emulator, tests/native_*.rs"
-# shellcheck source=scripts/services.sh
-source scripts/services.sh
-services_start
+echo "[test] 4/4 native backends: PostgreSQL + S3 emulator, tests/native_*.rs"
 backends_expected=$(cat tests/native_*.rs | grep -cE '^\s*#\[test\]' || true)
 backend_targets=()
 for f in tests/native_*.rs; do backend_targets+=(--test "$(basename "$f" .rs)"); done
@@ -101,8 +142,10 @@ cargo test --features native-services "${backend_targets[@]}" 2>&1 | tee "$logs/
 backends=$(sum_passed "$logs/backends.log")
 [ "$backends" -ge "$backends_expected" ] && [ "$backends" -gt 0 ] \
   || fail "native-backends layer passed $backends tests; the test files declare $backends_expected"
+layer_done "native backends"
 services_stop
 
 total=$((native + browser + e2e + pkg + backends))
 echo "[test] native $native, browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared), package $pkg (of $pkg_expected declared), native backends $backends (of $backends_expected declared)"
+echo "[test] times:${times%,}; total $((SECONDS - t_start))s"
 echo "test: $total passed, 0 failed"

@@ -12,9 +12,11 @@ async function main() {
     history.replaceState(null, "", location.pathname);
   }
   const storage = await PersistLocation.indexedDb(DB);
-  // Ids (writers, readers) come from the seed: a fresh one per visit.
+  // Over IndexedDB, ids (writers, readers, idempotency tokens) come from the platform's CSPRNG,
+  // whatever the seed: every visit and tab has its own. This seed only names this visit's upsert
+  // shard and seeds its bursts.
   const seed = crypto.getRandomValues(new Uint32Array(1))[0];
-  const client = new PersistClient(storage, { seed });
+  const client = new PersistClient(storage);
 
   // A shard: append at the current upper, read back.
   const writer = await client.openWriter("visits");

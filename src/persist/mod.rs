@@ -178,8 +178,34 @@ pub struct PersistClient {
     runtime: Runtime,
     cfg: PersistConfig,
     events: EventLog,
-    rng: Rc<RefCell<Xoshiro256PlusPlus>>,
+    ids: Ids,
     caches: Rc<RefCell<VecMap<ShardId, ShardCache>>>,
+}
+
+/// Fills a buffer with bytes from a cryptographically secure generator: the platform's CSPRNG
+/// (`crypto.getRandomValues` in browsers, workers and Node). The core reads no OS randomness
+/// itself; the caller injects this, as it injects the runtime (see [`PersistClient::with_entropy`]).
+///
+/// Compiled natively and into the library's build, not into the page's (which never draws from
+/// a CSPRNG: its runs replay by seed).
+#[cfg(any(feature = "library", not(target_arch = "wasm32")))]
+pub type Entropy = Rc<dyn Fn(&mut [u8])>;
+
+/// Where a client draws its ids (writers, leased readers, idempotency tokens, part keys,
+/// maintenance work) from.
+///
+/// Invariant: two processes over one shared or durable location never draw the same id. A
+/// seeded generator keeps that only while every process has its own seed (the simulator and
+/// in-memory runs, where the seed makes the run replay); over a location that outlives the
+/// process (IndexedDB, a database, files), or that processes share without agreeing on seeds,
+/// the ids come from [`Entropy`] instead.
+#[derive(Clone)]
+enum Ids {
+    /// A seeded PRNG with a stable algorithm: the same seed gives the same ids.
+    Seeded(Rc<RefCell<Xoshiro256PlusPlus>>),
+    /// Bytes from a CSPRNG: unique per process whatever the seed.
+    #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
+    Entropy(Entropy),
 }
 
 /// What one process shares between all its handles on one shard.
@@ -193,16 +219,27 @@ struct ShardCache {
 
 impl PersistClient {
     /// A client over `location`, on `runtime`. Ids (writers, readers, tokens, part keys) are drawn
-    /// from `seed`, so runs replay.
+    /// from `seed`, so runs replay; [`PersistClient::with_entropy`] draws them from a CSPRNG.
     pub fn new(location: Location, runtime: Runtime, cfg: PersistConfig, seed: u64) -> Self {
         PersistClient {
             location,
             runtime,
             cfg,
             events: EventLog::new(),
-            rng: Rc::new(RefCell::new(Xoshiro256PlusPlus::seed_from_u64(seed))),
+            ids: Ids::Seeded(Rc::new(RefCell::new(Xoshiro256PlusPlus::seed_from_u64(
+                seed,
+            )))),
             caches: Rc::default(),
         }
+    }
+
+    /// Draws every later id from `fill` (a CSPRNG) instead of the seed: what a client over a
+    /// durable or shared location does, so that processes never share a writer id or an
+    /// idempotency token (see [`Entropy`]). Ids keep their shape: a prefix and 24 hex digits.
+    #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
+    pub fn with_entropy(mut self, fill: Entropy) -> Self {
+        self.ids = Ids::Entropy(fill);
+        self
     }
 
     /// Replaces the event log (for example with [`EventLog::disabled`] in benchmarks).
@@ -232,12 +269,27 @@ impl PersistClient {
     }
 
     pub(crate) fn new_id(&self, prefix: &str) -> String {
-        let mut rng = self.rng.borrow_mut();
-        format!(
-            "{prefix}{:016x}{:08x}",
-            rng.next_u64(),
-            rng.next_u64() as u32
-        )
+        match &self.ids {
+            Ids::Seeded(rng) => {
+                let mut rng = rng.borrow_mut();
+                format!(
+                    "{prefix}{:016x}{:08x}",
+                    rng.next_u64(),
+                    rng.next_u64() as u32
+                )
+            }
+            #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
+            Ids::Entropy(fill) => {
+                let mut bytes = [0u8; 12];
+                fill(&mut bytes);
+                let mut id = String::with_capacity(prefix.len() + 24);
+                id.push_str(prefix);
+                for b in bytes {
+                    id.push_str(&format!("{b:02x}"));
+                }
+                id
+            }
+        }
     }
 
     pub(crate) fn machine(&self, shard_id: &ShardId, who: String) -> Machine {
@@ -471,5 +523,59 @@ impl PersistClient {
             .await?
             .collections
             .is_tombstone())
+    }
+}
+
+#[cfg(test)]
+mod id_tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::location::mem::{MemBlob, MemConsensus};
+    use crate::runtime::sim::Simulator;
+
+    fn client(seed: u64) -> PersistClient {
+        let location = Location {
+            blob: Rc::new(MemBlob::new()),
+            consensus: Rc::new(MemConsensus::new()),
+        };
+        PersistClient::new(
+            location,
+            Simulator::new(1).runtime(),
+            PersistConfig::default(),
+            seed,
+        )
+    }
+
+    #[test]
+    fn seeded_ids_replay_and_differ_by_seed() {
+        let (a, b, c) = (client(7), client(7), client(8));
+        let ids = |c: &PersistClient| (0..3).map(|_| c.new_id("w")).collect::<Vec<_>>();
+        let (ia, ib, ic) = (ids(&a), ids(&b), ids(&c));
+        assert_eq!(ia, ib);
+        assert_ne!(ia, ic);
+        assert!(
+            ia.iter().all(|id| id.len() == 25 && id.starts_with('w')),
+            "{ia:?}"
+        );
+    }
+
+    #[test]
+    fn with_entropy_ids_come_from_the_entropy_whatever_the_seed() {
+        let next = Rc::new(Cell::new(0u8));
+        let counter = Rc::clone(&next);
+        let fill: Entropy = Rc::new(move |buf: &mut [u8]| {
+            for b in buf.iter_mut() {
+                *b = counter.get();
+                counter.set(counter.get().wrapping_add(1));
+            }
+        });
+        let c = client(7).with_entropy(fill);
+        assert_eq!(c.new_id("w"), "w000102030405060708090a0b");
+        assert_eq!(c.new_id("i"), "i0c0d0e0f1011121314151617");
+        // Clones share the source: a handle's ids and its client's never repeat.
+        assert_eq!(c.clone().new_id(""), "18191a1b1c1d1e1f20212223");
+        assert_eq!(next.get(), 36);
     }
 }

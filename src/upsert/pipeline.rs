@@ -56,6 +56,8 @@ pub struct UpsertPipeline {
     checker: Option<JoinHandle<()>>,
     retired: UpsertCounters,
     persist_events: Option<crate::persist::events::EventLog>,
+    #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
+    entropy: Option<crate::persist::Entropy>,
 }
 
 impl UpsertPipeline {
@@ -86,7 +88,18 @@ impl UpsertPipeline {
             checker: None,
             retired: UpsertCounters::default(),
             persist_events: None,
+            #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
+            entropy: None,
         }
+    }
+
+    /// Every replica's and the checker's client draws its ids from `fill` (a CSPRNG) instead
+    /// of the seed: for a durable or shared location (see [`crate::persist::Entropy`]). The
+    /// seed still drives the shuffles.
+    #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
+    pub fn with_entropy(mut self, fill: crate::persist::Entropy) -> Self {
+        self.entropy = Some(fill);
+        self
     }
 
     /// Replaces the event log (for example with a disabled one).
@@ -144,6 +157,11 @@ impl UpsertPipeline {
             self.persist_cfg.clone(),
             self.seed ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15),
         );
+        #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
+        let client = match &self.entropy {
+            Some(fill) => client.with_entropy(Rc::clone(fill)),
+            None => client,
+        };
         match &self.persist_events {
             Some(events) => client.with_events(events.clone()),
             None => client,

@@ -4,7 +4,7 @@
 //!
 //! | JS class | what it is | module |
 //! | --- | --- | --- |
-//! | `PersistLocation` | Blob + Consensus: in memory, IndexedDB, optionally behind seeded faults | [`location`] |
+//! | `PersistLocation` | Blob + Consensus: in memory, IndexedDB, or JS functions (`custom`), optionally behind seeded faults; `runLocationConformance` | [`location`], [`custom`] |
 //! | `PersistClient`, `WriteHandle` | opening shards; append, compareAndAppend | [`shard`] |
 //! | `ReadHandle`, `Listen` | snapshot, listen, subscribe | [`read`] |
 //! | `WriteTask` | the differential write task | [`write_task`] |
@@ -22,8 +22,10 @@
 //! queue are all available there. IndexedDB is not, and says so.
 
 pub mod convert;
+pub mod custom;
 pub mod errors;
 pub mod events;
+pub mod ids;
 pub mod location;
 pub mod oracle;
 pub mod read;

@@ -120,3 +120,28 @@ export async function main(): Promise<number> {
   void [upper, total, snapshot, seqno, firstDiff, advance, read, oracleEvents, epoch, failed];
   return rows.length;
 }
+
+// A location JavaScript supplies, the conformance report, and the node:fs location.
+import { runLocationConformance, type ConformanceReport, type CustomBlob, type CustomConsensus } from "persist-playground";
+import { fsLocation } from "persist-playground/fs";
+
+export async function customLocation(): Promise<boolean> {
+  const blob: CustomBlob = {
+    get: async (_key: string) => null,
+    set: async (_key: string, _value: Uint8Array) => {},
+    delete: async (_key: string) => null,
+    list: async (_prefix: string) => [{ key: "k", sizeInBytes: 0 }],
+  };
+  const consensus: CustomConsensus = {
+    head: () => ({ seqno: 1n, data: new Uint8Array() }),
+    compareAndSet: async (_key, expected, next) => expected === null && next.seqno > 0n,
+    scan: async (_key, from, limit) => (limit > 0 ? [{ seqno: from, data: new Uint8Array() }] : []),
+    truncate: async () => 0,
+    listKeys: async () => ["k"],
+  };
+  const mine: PersistLocation = PersistLocation.custom({ blob, consensus, name: "mine" });
+  const kind: "memory" | "indexeddb" | "custom" = mine.kind;
+  const report: ConformanceReport = await runLocationConformance(mine);
+  const onDisk = await runLocationConformance(fsLocation("/tmp/persist-types", { name: "disk" }));
+  return kind === "custom" && report.passed && onDisk.blob.failure === null;
+}

@@ -162,8 +162,12 @@ impl StateCollections {
             // SUBTLE: a retry of a write that did commit (its acknowledgement was lost). Its
             // upper is the one committed with the token (validate: at most the shard's upper).
             if writer.most_recent_write_upper != desc.upper {
+                // Tokens are fresh per write and a retry keeps its upper: the same token with
+                // another upper means a second process holds this writer id (and draws the
+                // same tokens), which is the user's to fix, not something a retry heals.
                 return Break(CompareAndAppendBreak::Inconsistent(format!(
-                    "writer {writer_id} committed token {token} with upper {:?}, not {:?}",
+                    "another process uses writer {writer_id} (token {token} committed with \
+                     upper {:?}, not {:?}): open a new writer",
                     writer.most_recent_write_upper, desc.upper
                 )));
             }

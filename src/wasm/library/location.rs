@@ -11,6 +11,13 @@
 //!   Persist retries such errors for as long as a call runs, so pair faults with the client's
 //!   `callTimeoutMs`.
 //!
+//! - `PersistLocation.custom({ blob, consensus })`: both services are JS objects of async
+//!   functions (see [`super::custom`]); `runLocationConformance(location)` runs the crate's
+//!   conformance suites against any location and reports what held.
+//!
+//! Clients over IndexedDB or a custom location draw their ids from the platform's CSPRNG
+//! whatever their seed; only in memory does a seed fix them (see [`super::ids`]).
+//!
 //! `close()` is final: every call in flight on any object over this location rejects with code
 //! `"Closed"`, every later call too, and write tasks over it stop.
 
@@ -26,6 +33,7 @@ use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, Options};
+use super::custom::{JsBlob, JsConsensus};
 use super::errors::{LibError, LibResult};
 use crate::location::idb::IdbLocation;
 use crate::location::mem::{MemBlob, MemConsensus};
@@ -127,6 +135,11 @@ impl LocationShared {
         &self.location
     }
 
+    /// `"memory"`, `"indexeddb"` or `"custom"`.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
     /// An error if the location is closed.
     pub fn check_open(&self, what: &str) -> LibResult<()> {
         if self.closed.get() || self.idb.as_ref().is_some_and(|i| i.is_closed()) {
@@ -223,7 +236,8 @@ pub struct JsPersistLocation {
 #[wasm_bindgen(js_class = PersistLocation)]
 impl JsPersistLocation {
     /// A location in memory: works in Node and in browsers. `options.faults` puts it behind the
-    /// fault decorator.
+    /// fault decorator. Clients on it given a `seed` draw their ids from it (a run replays);
+    /// without one, from the platform's CSPRNG.
     #[wasm_bindgen(js_name = inMemory)]
     pub fn in_memory(
         #[wasm_bindgen(unchecked_optional_param_type = "LocationOptions")] options: JsValue,
@@ -244,7 +258,9 @@ impl JsPersistLocation {
     }
 
     /// A location in the IndexedDB database `name` (created if needed). Browsers and workers
-    /// only: elsewhere it rejects with code `"Unavailable"`.
+    /// only: elsewhere it rejects with code `"Unavailable"`. The data outlives the page and is
+    /// shared by its tabs, so clients on it draw their ids (writers, readers, idempotency
+    /// tokens) from the platform's CSPRNG (`crypto.getRandomValues`) whatever their `seed`.
     #[wasm_bindgen(js_name = indexedDb, unchecked_return_type = "Promise<PersistLocation>")]
     pub fn indexed_db(
         #[wasm_bindgen(unchecked_param_type = "string")] name: JsValue,
@@ -277,6 +293,32 @@ impl JsPersistLocation {
         })
     }
 
+    /// A location JavaScript supplies: `options.blob` and `options.consensus` are objects of
+    /// (async) functions (see `CustomBlob`, `CustomConsensus` and the `custom` module). Ids of
+    /// clients on it come from the platform's CSPRNG, whatever their seed.
+    pub fn custom(
+        #[wasm_bindgen(unchecked_param_type = "CustomLocationOptions")] options: JsValue,
+    ) -> Result<JsPersistLocation, JsValue> {
+        let options = Options::required(
+            &options,
+            "options",
+            &["blob", "consensus", "name", "faults"],
+        )?;
+        let name = options.parse_or("name", "custom".to_string(), convert::string)?;
+        let closed = Rc::new(Cell::new(false));
+        let blob = options.parse_required("blob", |v, _| JsBlob::new(v, &name, &closed))?;
+        let consensus =
+            options.parse_required("consensus", |v, _| JsConsensus::new(v, &name, &closed))?;
+        let faults = fault_handle(&options)?;
+        let location = Location {
+            blob: Rc::new(blob),
+            consensus: Rc::new(consensus),
+        };
+        let built = Self::build("custom", name, location, faults, None);
+        built.shared.on_close(move || closed.set(true));
+        Ok(built)
+    }
+
     fn build(
         kind: &'static str,
         name: String,
@@ -298,8 +340,11 @@ impl JsPersistLocation {
         }
     }
 
-    /// `"memory"` or `"indexeddb"`.
-    #[wasm_bindgen(getter, unchecked_return_type = "\"memory\" | \"indexeddb\"")]
+    /// `"memory"`, `"indexeddb"` or `"custom"`.
+    #[wasm_bindgen(
+        getter,
+        unchecked_return_type = "\"memory\" | \"indexeddb\" | \"custom\""
+    )]
     pub fn kind(&self) -> String {
         self.shared.kind.to_string()
     }
@@ -365,4 +410,71 @@ impl JsPersistLocation {
     pub fn close(&self) {
         self.shared.close();
     }
+}
+
+/// What `runLocationConformance` found for one service.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+#[tsify(missing_as_null)]
+pub struct SuiteReport {
+    /// Whether every case of the suite held.
+    pub passed: bool,
+    /// The first case that broke (with what the store returned), or the unexpected storage
+    /// error; `null` if it passed.
+    pub failure: Option<String>,
+}
+
+/// What `runLocationConformance` found.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+#[tsify(missing_as_null)]
+pub struct ConformanceReport {
+    /// Both suites passed.
+    pub passed: bool,
+    /// The Blob suite.
+    pub blob: SuiteReport,
+    /// The Consensus suite.
+    pub consensus: SuiteReport,
+}
+
+fn suite(r: Result<(), crate::location::conformance::ConformanceError>) -> SuiteReport {
+    SuiteReport {
+        passed: r.is_ok(),
+        failure: r.err().map(|e| e.to_string()),
+    }
+}
+
+/// Runs the crate's Blob and Consensus conformance suites (`src/location/conformance.rs`, the
+/// ones every built-in backend passes) against `location`, and reports what held. Run it on an
+/// **empty** store: the suites expect to start from nothing, and write and delete keys
+/// (`shard/part0`, `s00000000-…`, `s-max`, …). A broken case or a storage error is reported,
+/// not thrown; the promise rejects only if the location is closed.
+#[wasm_bindgen(js_name = runLocationConformance, unchecked_return_type = "Promise<ConformanceReport>")]
+pub fn run_location_conformance(location: &JsPersistLocation) -> Promise {
+    let shared = Rc::clone(&location.shared);
+    convert::promise(async move {
+        let loc = shared.location().clone();
+        let (blob, consensus) = (loc.blob.clone(), loc.consensus.clone());
+        let report = shared
+            .run("runLocationConformance", None, async move {
+                let b = crate::location::conformance::blob_conformance(|| {
+                    let blob = Rc::clone(&blob);
+                    async move { Ok(blob) }
+                })
+                .await;
+                let c = crate::location::conformance::consensus_conformance(|| {
+                    let consensus = Rc::clone(&consensus);
+                    async move { Ok(consensus) }
+                })
+                .await;
+                Ok((suite(b), suite(c)))
+            })
+            .await?;
+        let (blob, consensus) = report;
+        Ok(convert::to_js(&ConformanceReport {
+            passed: blob.passed && consensus.passed,
+            blob,
+            consensus,
+        })?)
+    })
 }

@@ -48,7 +48,14 @@ export interface UpdateInput {
 }
 /** Options of `new PersistClient(location, options)`. */
 export interface PersistClientOptions {
-    /** Seeds the ids the client draws (writers, readers, parts). Default 0. */
+    /**
+     * Seeds the ids the client draws (writer and reader ids, idempotency tokens, part keys)
+     * over an **in-memory** location, so that a run gives the same ids and events every time.
+     * Over IndexedDB and every location JavaScript supplies (and in memory without a seed), ids
+     * come from the platform's CSPRNG (`crypto.getRandomValues`) whatever the seed: two tabs,
+     * two visits or two processes never share a writer id or a token. Two clients on one
+     * in-memory location need different seeds (or none).
+     */
     seed?: number | bigint;
     /** Bound every call of this client's handles, in ms (rejects with code "Timeout"). */
     callTimeoutMs?: number;
@@ -240,6 +247,7 @@ impl JsPersistClient {
             ..d
         };
         let seed = o.parse_or("seed", 0, convert::uint64)?;
+        let entropy = super::ids::for_location(location.shared.kind(), o.get("seed").is_some())?;
         let call_timeout_ms = o
             .get("callTimeoutMs")
             .map(|v| positive(&v, &o.name("callTimeoutMs")))
@@ -253,6 +261,9 @@ impl JsPersistClient {
             cfg,
             seed,
         );
+        if let Some(fill) = entropy {
+            client = client.with_entropy(fill);
+        }
         if !events {
             client = client.with_events(crate::persist::events::EventLog::disabled());
         }

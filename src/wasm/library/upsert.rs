@@ -64,7 +64,11 @@ export interface UpsertPipelineOptions {
     shardId: string;
     /** One entry per replica slot (at least one). */
     replicas: ReplicaOptions[];
-    /** Seeds ids and shuffles. Default 0. */
+    /**
+     * Seeds the shuffles, and the ids (writers, readers, tokens) over an in-memory location.
+     * Over IndexedDB and locations JavaScript supplies (and in memory without a seed), ids come
+     * from the platform's CSPRNG (`crypto.getRandomValues`) whatever the seed. Default 0.
+     */
     seed?: number | bigint;
     /** Background compaction of the shard. Default true. */
     compaction?: boolean;
@@ -328,6 +332,7 @@ impl JsUpsertPipeline {
                 .get("callTimeoutMs")
                 .map(|v| convert::time(&v, &o.name("callTimeoutMs")))
                 .transpose()?;
+            let entropy = super::ids::for_location(shared.kind(), o.get("seed").is_some())?;
             let runtime = BrowserRuntime::runtime();
             let mut pipeline = UpsertPipeline::new(
                 shared.location().clone(),
@@ -337,6 +342,9 @@ impl JsUpsertPipeline {
                 configs,
                 seed,
             );
+            if let Some(fill) = &entropy {
+                pipeline = pipeline.with_entropy(Rc::clone(fill));
+            }
             shared
                 .run(
                     "UpsertPipeline.create",
@@ -347,12 +355,15 @@ impl JsUpsertPipeline {
                     },
                 )
                 .await?;
-            let client = PersistClient::new(
+            let mut client = PersistClient::new(
                 shared.location().clone(),
                 runtime.clone(),
                 cfg,
                 seed ^ 0x5eed,
             );
+            if let Some(fill) = entropy {
+                client = client.with_entropy(fill);
+            }
             let (source, log) = (pipeline.source(), pipeline.log().clone());
             let pipeline = Rc::new(Mutex::new(Some(pipeline)));
             // Closing the location stops the replicas and the checker (once a running call,
