@@ -751,7 +751,8 @@ mod cli {
             0,
             UpsertLog::disabled(),
         )
-        .await?;
+        .await
+        .map_err(|e| e.to_string())?;
         eprintln!(
             "[upsert-replica {}] started on {shard} at upper {upper} ({generated} bursts already in the source)",
             o.name
@@ -794,7 +795,7 @@ mod cli {
                                 let mut s = source.borrow_mut();
                                 let ts = s.upper().max(1);
                                 let value = value.map(|v| Ok(kv_row(key, &v)));
-                                s.push(key, value, ts)?;
+                                s.push(key, value, ts).map_err(|e| e.to_string())?;
                                 s.seal(ts + 1);
                             }
                             Err(e) => eprintln!("[upsert-replica {}] skipped: {e}", o.name),
