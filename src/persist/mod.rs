@@ -528,6 +528,7 @@ impl PersistClient {
 
 #[cfg(test)]
 mod id_tests {
+    #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
     use std::cell::Cell;
     use std::rc::Rc;
 
@@ -562,6 +563,7 @@ mod id_tests {
     }
 
     #[test]
+    #[cfg(any(feature = "library", not(target_arch = "wasm32")))]
     fn with_entropy_ids_come_from_the_entropy_whatever_the_seed() {
         let next = Rc::new(Cell::new(0u8));
         let counter = Rc::clone(&next);
