@@ -70,6 +70,12 @@ mod cli {
         /// Consensus, so `check` can read a shard's history from its first version).
         #[arg(long, global = true, default_value_t = true, action = clap::ArgAction::Set)]
         gc: bool,
+        /// Compact the shard in the background after appends (off: the write path alone).
+        #[arg(long, global = true, default_value_t = true, action = clap::ArgAction::Set)]
+        compaction: bool,
+        /// Write a rollup of the whole state every this many seqnos (0: only those GC needs).
+        #[arg(long, global = true, default_value_t = PersistConfig::default().rollup_threshold)]
+        rollup_threshold: u64,
         /// Print progress every this many operations.
         #[arg(long, global = true, default_value_t = 100)]
         progress_every: u64,
@@ -319,6 +325,8 @@ mod cli {
         let every = args.progress_every.max(1);
         let cfg = PersistConfig {
             gc_enabled: args.gc,
+            compaction_enabled: args.compaction,
+            rollup_threshold: args.rollup_threshold,
             ..PersistConfig::default()
         };
         match args.command {
