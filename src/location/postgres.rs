@@ -29,6 +29,8 @@
 //!   are [`ExternalError::Permanent`]: retrying cannot help. Each names the URL without its
 //!   password.
 //!
+//! Every statement is prepared once per connection and then sent by name, so a call is one round
+//! trip (Bind/Execute/Sync) rather than two (a Parse/Describe of an unnamed statement first).
 //! A lost connection (the server restarted) is replaced on the next call: the handle keeps one
 //! connection (tokio-postgres pipelines concurrent statements over it), so one process needs no
 //! pool. CockroachDB speaks the same wire protocol and runs every transaction `SERIALIZABLE`; the
@@ -42,7 +44,7 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use bytes::Bytes;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use super::url::{redact_url, LocationError};
 use super::{
@@ -106,6 +108,10 @@ struct Inner {
     url: String,
     runtime: Runtime,
     client: RefCell<Option<Rc<Client>>>,
+    // The statements prepared on the current connection (a connection's own: a new connection
+    // starts empty), so that each call after the first is one round trip (Bind/Execute/Sync)
+    // instead of two (an unnamed Parse/Describe first).
+    prepared: RefCell<Prepared>,
     // One reconnect at a time.
     connecting: futures::lock::Mutex<()>,
 }
@@ -116,6 +122,14 @@ impl std::fmt::Debug for PostgresConsensus {
             .field("url", &self.inner.url)
             .finish_non_exhaustive()
     }
+}
+
+/// Statements prepared on one connection, by their SQL.
+#[derive(Default)]
+struct Prepared {
+    // The connection they belong to (held, so no later connection can share its address).
+    on: Option<Rc<Client>>,
+    statements: Vec<(&'static str, Statement)>,
 }
 
 /// What failed while talking to the server, before it is mapped for a caller.
@@ -150,6 +164,7 @@ impl PostgresConsensus {
             url: redacted.clone(),
             runtime,
             client: RefCell::new(None),
+            prepared: RefCell::new(Prepared::default()),
             connecting: futures::lock::Mutex::new(()),
         });
         let this = PostgresConsensus { inner };
@@ -289,17 +304,56 @@ impl PostgresConsensus {
         Ok(client)
     }
 
+    /// `sql` prepared on `client` (prepared now if it is not yet). Preparing sends nothing
+    /// that changes data, so a failure here means the statement did not run.
+    async fn statement(
+        &self,
+        client: &Rc<Client>,
+        sql: &'static str,
+    ) -> Result<Statement, CallError> {
+        let mine = |p: &Prepared| p.on.as_ref().is_some_and(|c| Rc::ptr_eq(c, client));
+        {
+            let p = self.inner.prepared.borrow();
+            if mine(&p) {
+                if let Some((_, st)) = p.statements.iter().find(|(q, _)| *q == sql) {
+                    return Ok(st.clone());
+                }
+            }
+        }
+        let st = match self
+            .inner
+            .runtime
+            .timeout(CALL_TIMEOUT_MS, client.prepare(sql))
+            .await
+        {
+            Err(_) => return Err(CallError::Timeout),
+            Ok(r) => r.map_err(CallError::Pg)?,
+        };
+        let mut p = self.inner.prepared.borrow_mut();
+        if !mine(&p) {
+            *p = Prepared {
+                on: Some(Rc::clone(client)),
+                statements: Vec::new(),
+            };
+        }
+        if !p.statements.iter().any(|(q, _)| *q == sql) {
+            p.statements.push((sql, st.clone()));
+        }
+        Ok(st)
+    }
+
     /// Runs one query with a timeout on a live connection.
     async fn query(
         &self,
-        sql: &str,
+        sql: &'static str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, CallError> {
         let client = self.client().await?;
+        let st = self.statement(&client, sql).await?;
         match self
             .inner
             .runtime
-            .timeout(CALL_TIMEOUT_MS, client.query(sql, params))
+            .timeout(CALL_TIMEOUT_MS, client.query(&st, params))
             .await
         {
             Err(_) => Err(CallError::Timeout),
@@ -309,14 +363,15 @@ impl PostgresConsensus {
 
     async fn execute(
         &self,
-        sql: &str,
+        sql: &'static str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<u64, CallError> {
         let client = self.client().await?;
+        let st = self.statement(&client, sql).await?;
         match self
             .inner
             .runtime
-            .timeout(CALL_TIMEOUT_MS, client.execute(sql, params))
+            .timeout(CALL_TIMEOUT_MS, client.execute(&st, params))
             .await
         {
             Err(_) => Err(CallError::Timeout),
