@@ -77,20 +77,37 @@ impl Machine {
         keys: &[String],
         kind: &str,
     ) -> Result<(), PermanentError> {
+        self.delete_blobs_found(keys, kind, false).await.map(|_| ())
+    }
+
+    /// Deletes `keys` like [`Machine::delete_blobs_retrying`] and returns those that were still
+    /// there; with `only_found`, the event names only those (and there is none if none was).
+    pub(crate) async fn delete_blobs_found(
+        &self,
+        keys: &[String],
+        kind: &str,
+        only_found: bool,
+    ) -> Result<Vec<String>, PermanentError> {
         if keys.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let blob = &self.location.blob;
+        let mut found = Vec::new();
         for key in keys {
-            self.retrying(|| blob.delete(key)).await?;
+            if self.retrying(|| blob.delete(key)).await?.is_some() {
+                found.push(key.clone());
+            }
         }
-        self.events.record(|| PersistEvent::BlobsDeleted {
-            who: self.who.clone(),
-            shard: self.shard_id.0.clone(),
-            kind: kind.to_string(),
-            keys: keys.to_vec(),
-            at_ms: self.runtime.now_ms(),
-        });
-        Ok(())
+        let recorded = if only_found { &found[..] } else { keys };
+        if !recorded.is_empty() {
+            self.events.record(|| PersistEvent::BlobsDeleted {
+                who: self.who.clone(),
+                shard: self.shard_id.0.clone(),
+                kind: kind.to_string(),
+                keys: recorded.to_vec(),
+                at_ms: self.runtime.now_ms(),
+            });
+        }
+        Ok(found)
     }
 }

@@ -322,6 +322,16 @@ pub(crate) async fn compact_and_apply(
     req: FueledMergeReq,
     ids: &MaintenanceIds,
 ) -> Result<CompactionOutcome, PermanentError> {
+    // One copy of the compactor in the `.wasm`, however many callers await it.
+    let compactor: futures::future::LocalBoxFuture<'_, _> = Box::pin(compact(machine, req, ids));
+    compactor.await
+}
+
+async fn compact(
+    machine: &Machine,
+    req: FueledMergeReq,
+    ids: &MaintenanceIds,
+) -> Result<CompactionOutcome, PermanentError> {
     let desc = req.desc.clone();
     let (lower, upper) = (frontier(&desc.lower), frontier(&desc.upper));
     machine.events.record(|| PersistEvent::CompactionRequested {

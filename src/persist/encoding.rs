@@ -59,10 +59,15 @@ fn encode_framed<T: Serialize>(magic: [u8; 4], value: &T) -> Vec<u8> {
     let payload = options()
         .serialize(value)
         .expect("bincode serialization of plain data into a Vec");
+    frame(magic, &payload)
+}
+
+/// The magic, the payload's checksum, the payload.
+fn frame(magic: [u8; 4], payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     out.extend_from_slice(&magic);
-    out.extend_from_slice(&checksum::crc32(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
+    out.extend_from_slice(&checksum::crc32(payload).to_le_bytes());
+    out.extend_from_slice(payload);
     out
 }
 
@@ -92,6 +97,22 @@ fn decode_framed_unchecked<T: DeserializeOwned>(
     magic: [u8; 4],
     bytes: &[u8],
 ) -> Result<T, DecodeError> {
+    let payload = unframe(what, magic, bytes)?;
+    options()
+        .with_limit(payload.len() as u64)
+        .deserialize(payload)
+        .map_err(|e| DecodeError {
+            what,
+            message: format!("bad payload: {e}"),
+        })
+}
+
+/// Checks the header (length, magic, checksum) and returns the payload.
+fn unframe<'a>(
+    what: &'static str,
+    magic: [u8; 4],
+    bytes: &'a [u8],
+) -> Result<&'a [u8], DecodeError> {
     let err = |message: String| DecodeError { what, message };
     if bytes.len() < HEADER_BYTES {
         return Err(err(format!(
@@ -107,70 +128,125 @@ fn decode_framed_unchecked<T: DeserializeOwned>(
             String::from_utf8_lossy(&magic)
         )));
     }
-    let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
     if crc != checksum::crc32(payload) {
         return Err(err("checksum mismatch (corrupted)".into()));
     }
-    let value: T = options()
-        .with_limit(payload.len() as u64)
-        .deserialize(payload)
-        .map_err(|e| err(format!("bad payload: {e}")))?;
-    Ok(value)
+    Ok(payload)
 }
 
 /// One update with its key and value encoded by their codecs.
 pub type EncodedUpdate = ((Vec<u8>, Vec<u8>), Timestamp, Diff);
 
-/// One update as a part stores it: keys and values as byte strings. bincode writes a byte string
-/// exactly as it writes a sequence of `u8` (a `u64` length, then the bytes), so these are the
-/// bytes `EncodedUpdate` itself would give, but copied in bulk rather than one `u8` at a time.
-type WireUpdate<'a> = (
-    (&'a serde_bytes::Bytes, &'a serde_bytes::Bytes),
-    Timestamp,
-    Diff,
-);
-type WireUpdateOwned = (
-    (serde_bytes::ByteBuf, serde_bytes::ByteBuf),
-    Timestamp,
-    Diff,
-);
-
-/// Encodes a batch part.
+/// Encodes a batch part: the bincode layout of `Vec<EncodedUpdate>` (a `u64` count, then per
+/// update the key and the value each as a `u64` length and its bytes, the time as a `u64` and
+/// the diff as an `i64`, all little-endian), written by hand: parts are most of the bytes
+/// persist moves, and bincode's generic code goes one `u8` at a time (and would be compiled
+/// once more into the page's `.wasm`). A test checks it against bincode's.
 pub fn encode_part(updates: &[EncodedUpdate]) -> Vec<u8> {
-    let wire: Vec<WireUpdate<'_>> = updates
+    let size: usize = updates
         .iter()
-        .map(|((k, v), t, d)| {
-            (
-                (serde_bytes::Bytes::new(k), serde_bytes::Bytes::new(v)),
-                *t,
-                *d,
-            )
-        })
-        .collect();
-    encode_framed(MAGIC_PART, &wire)
+        .map(|((k, v), _, _)| 32 + k.len() + v.len())
+        .sum();
+    let mut payload = Vec::with_capacity(8 + size);
+    payload.extend_from_slice(&(updates.len() as u64).to_le_bytes());
+    for ((k, v), t, d) in updates {
+        payload.extend_from_slice(&(k.len() as u64).to_le_bytes());
+        payload.extend_from_slice(k);
+        payload.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        payload.extend_from_slice(v);
+        payload.extend_from_slice(&t.to_le_bytes());
+        payload.extend_from_slice(&d.to_le_bytes());
+    }
+    frame(MAGIC_PART, &payload)
 }
 
-/// Decodes a batch part. SUBTLE: it skips the re-encoding check of [`decode_framed`]: with
-/// fixed-width integers, no trailing bytes and nothing but lengths, bytes and integers in the
-/// payload, every payload that decodes is the canonical encoding of what it decodes to (a test
-/// checks it), and parts are most of the bytes persist reads.
+/// Decodes a batch part (see [`encode_part`]). Every payload that decodes is the canonical
+/// encoding of what it decodes to (lengths, bytes and fixed-width integers, nothing trailing), so
+/// no re-encoding check is needed.
 pub fn decode_part(bytes: &[u8]) -> Result<Vec<EncodedUpdate>, DecodeError> {
-    let wire: Vec<WireUpdateOwned> = decode_framed_unchecked("batch part", MAGIC_PART, bytes)?;
-    Ok(wire
-        .into_iter()
-        .map(|((k, v), t, d)| ((k.into_vec(), v.into_vec()), t, d))
-        .collect())
+    let what = "batch part";
+    let mut payload = unframe(what, MAGIC_PART, bytes)?;
+    let err = |m: &str| DecodeError {
+        what,
+        message: format!("bad payload: {m}"),
+    };
+    let u64_of = |p: &mut &[u8]| -> Result<u64, DecodeError> {
+        let (head, rest) = p.split_first_chunk::<8>().ok_or_else(|| err("truncated"))?;
+        *p = rest;
+        Ok(u64::from_le_bytes(*head))
+    };
+    let count = u64_of(&mut payload)?;
+    // Each update takes at least 32 bytes: a count beyond that is not a part.
+    if count > (payload.len() / 32) as u64 {
+        return Err(err("more updates than bytes"));
+    }
+    let mut updates = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let bytes_of = |p: &mut &[u8]| -> Result<Vec<u8>, DecodeError> {
+            let len = u64_of(p)?;
+            if len > p.len() as u64 {
+                return Err(err("a length beyond the payload"));
+            }
+            let (b, rest) = p.split_at(len as usize);
+            *p = rest;
+            Ok(b.to_vec())
+        };
+        let k = bytes_of(&mut payload)?;
+        let v = bytes_of(&mut payload)?;
+        let t = u64_of(&mut payload)?;
+        let d = u64_of(&mut payload)? as i64;
+        updates.push(((k, v), t, d));
+    }
+    if !payload.is_empty() {
+        return Err(err("trailing bytes"));
+    }
+    Ok(updates)
 }
 
 /// Encodes a GC ticket: the Blob keys a collection will delete once its truncate is done (see
-/// `gc.rs`).
+/// `gc.rs`), as a `u64` count and each key as a `u64` length and its bytes, little-endian.
 pub fn encode_gc_ticket(keys: &[String]) -> Vec<u8> {
-    encode_framed(MAGIC_GC_TICKET, &keys)
+    let mut payload = Vec::new();
+    payload.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+    for key in keys {
+        payload.extend_from_slice(&(key.len() as u64).to_le_bytes());
+        payload.extend_from_slice(key.as_bytes());
+    }
+    frame(MAGIC_GC_TICKET, &payload)
 }
 
 /// Decodes a GC ticket.
 pub fn decode_gc_ticket(bytes: &[u8]) -> Result<Vec<String>, DecodeError> {
-    decode_framed("gc ticket", MAGIC_GC_TICKET, bytes)
+    let what = "gc ticket";
+    let mut payload = unframe(what, MAGIC_GC_TICKET, bytes)?;
+    let bad = || DecodeError {
+        what,
+        message: "bad payload".into(),
+    };
+    let next = |p: &mut &[u8]| -> Result<u64, DecodeError> {
+        let (head, rest) = p.split_first_chunk::<8>().ok_or_else(bad)?;
+        *p = rest;
+        Ok(u64::from_le_bytes(*head))
+    };
+    let count = next(&mut payload)?;
+    if count > (payload.len() / 8) as u64 {
+        return Err(bad());
+    }
+    let mut keys = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let len = next(&mut payload)?;
+        if len > payload.len() as u64 {
+            return Err(bad());
+        }
+        let (key, rest) = payload.split_at(len as usize);
+        payload = rest;
+        keys.push(String::from_utf8(key.to_vec()).map_err(|_| bad())?);
+    }
+    if !payload.is_empty() {
+        return Err(bad());
+    }
+    Ok(keys)
 }
 
 /// Encodes a rollup (a whole state).

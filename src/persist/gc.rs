@@ -34,9 +34,9 @@
 //! 5. `consensus.truncate(shard, new)`: `new` becomes the earliest live version;
 //! 6. only now delete the deletable blobs (no live version refers to them any more), then the
 //!    ticket;
-//! 7. every [`SWEEP_INTERVAL_SEQNOS`] seqnos (and always by hand): finish every ticket at or
-//!    below the earliest version (its collection truncated, or a later one did: what it lists is
-//!    garbage for good), then **sweep**.
+//! 7. every [`SWEEP_INTERVAL_SEQNOS`] seqnos (and always by hand): **sweep**, which also finishes
+//!    every ticket at or below the earliest version (its collection truncated, or a later one
+//!    did: what it lists is garbage for good).
 //!
 //! **The sweep** deletes what no live version refers to and no write in flight can still commit,
 //! whatever crashed: it lists the shard's blobs, *then* reads the state and the live versions
@@ -57,8 +57,7 @@
 //! to the newest *listed rollup* at or below the request's target instead of the target itself:
 //! that rollup is already in Blob and listed, so step 4 writes nothing, and routine rollups set
 //! the pace. They also start from the state at their process's previous target, when that is
-//! still the earliest live version, rather than reading its rollup back, and their sweeps start
-//! from the state at their target. A collection by hand ([`gc_now`]) goes to exactly its target.
+//! still the earliest live version, rather than reading its rollup back. A collection by hand ([`gc_now`]) goes to exactly its target.
 //!
 //! **Invariants**: no live version refers to a deleted blob (deletes come after the truncate
 //! that made every referring version dead, and sweeps delete only what no live version refers
@@ -167,16 +166,7 @@ pub async fn leaked_blobs(
 ) -> Result<Vec<BlobMetadata>, PermanentError> {
     let machine = client.machine(shard_id, "leak-check".into());
     let referenced = live_references(&machine).await?;
-    let blob = &machine.location.blob;
-    let prefix = format!("{}/", shard_id.0);
-    let listed = machine
-        .retrying(|| async {
-            let mut listed = Vec::new();
-            blob.list_keys_and_metadata(&prefix, &mut |m| listed.push(m))
-                .await
-                .map(|()| listed)
-        })
-        .await?;
+    let listed = list_retrying(&machine, "").await?;
     Ok(listed
         .into_iter()
         .filter(|m| !referenced.contains(&m.key))
@@ -220,48 +210,6 @@ pub async fn live_references(machine: &Machine) -> Result<BTreeSet<String>, Perm
         PermanentKind::Inconsistent,
         format!("the live versions kept moving after {MAX_RESCANS} scans: {last}"),
     ))
-}
-
-/// Every Blob key a version from `from.seqno` to at least `head` refers to: `from`'s references
-/// and what each later version inserts (from this process's memo, or decoded). A superset of
-/// what the live versions refer to when `from` is at or below the earliest live version.
-async fn references_from(
-    machine: &Machine,
-    from: &State,
-    head: SeqNo,
-) -> Result<BTreeSet<String>, PermanentError> {
-    let mut referenced: BTreeSet<String> = references(from).collect();
-    let Some(next) = from.seqno.checked_next() else {
-        return Ok(referenced);
-    };
-    if head < next {
-        return Ok(referenced);
-    }
-    let consensus = &machine.location.consensus;
-    let versions = machine
-        .retrying(|| consensus.scan(&machine.shard_id.0, next, SCAN_ALL))
-        .await?;
-    if versions.first().map(|v| v.seqno) != Some(next)
-        || versions.last().map_or(true, |v| v.seqno < head)
-    {
-        // Truncated past `from` meanwhile, or not all there: replay from the earliest instead.
-        return live_references(machine).await;
-    }
-    for version in &versions {
-        if let Some(inserted) = machine.seen.borrow().get(&version.seqno) {
-            referenced.extend(inserted.iter().cloned());
-            continue;
-        }
-        let diff = decode_diff(&version.data).map_err(|e| {
-            machine.mark_broken(machine.permanent(
-                BrokenAt::Version(version.seqno),
-                PermanentKind::Undecodable,
-                e.to_string(),
-            ))
-        })?;
-        referenced.extend(diff.inserted_blobs());
-    }
-    Ok(referenced)
 }
 
 /// What scanning and replaying the live versions found.
@@ -469,6 +417,19 @@ pub(crate) async fn gc_and_truncate_with(
     ids: &MaintenanceIds,
     hints: GcHints<'_>,
 ) -> Result<(GcReport, Option<State>), PermanentError> {
+    // One copy of the collector in the `.wasm`, however many callers await it (a boxed future
+    // is not inlined into each).
+    let collector: futures::future::LocalBoxFuture<'_, _> =
+        Box::pin(collect(machine, req, ids, hints));
+    collector.await
+}
+
+async fn collect(
+    machine: &Machine,
+    req: GcReq,
+    ids: &MaintenanceIds,
+    hints: GcHints<'_>,
+) -> Result<(GcReport, Option<State>), PermanentError> {
     let by_hand = !hints.at_latest_rollup;
     let mut new = req.new_seqno_since;
     if hints.at_latest_rollup && machine.cfg.rollup_threshold > 0 {
@@ -514,9 +475,8 @@ pub(crate) async fn gc_and_truncate_with(
                 // Already collected this far (or nothing to collect): finish what collectors
                 // that stopped after their truncate left, and, by hand, the bookkeeping.
                 if let (Some(earliest), true) = (versions.first().map(|v| v.seqno), by_hand) {
-                    finish_tickets(machine, earliest, None, &mut report).await?;
                     unlist_rollups(machine, None, earliest, &mut report).await?;
-                    sweep(machine, None, &mut report).await?;
+                    sweep(machine, earliest, &mut report).await?;
                 }
                 return skip(report, reason);
             }
@@ -616,8 +576,7 @@ pub(crate) async fn gc_and_truncate_with(
     // 7: now and then (always by hand), finish the tickets of collectors that stopped after
     // their truncate, and sweep.
     if by_hand || earliest.0 / SWEEP_INTERVAL_SEQNOS != new.0 / SWEEP_INTERVAL_SEQNOS {
-        finish_tickets(machine, new, Some(&ticket), &mut report).await?;
-        sweep(machine, Some(&state_at_new), &mut report).await?;
+        sweep(machine, new, &mut report).await?;
     }
     Ok((report, Some(*state_at_new)))
 }
@@ -684,53 +643,7 @@ async fn delete_counted(
     keys: &[String],
     kind: &str,
 ) -> Result<usize, PermanentError> {
-    if keys.is_empty() {
-        return Ok(0);
-    }
-    let blob = &machine.location.blob;
-    let mut found = Vec::new();
-    for key in keys {
-        if machine.retrying(|| blob.delete(key)).await?.is_some() {
-            found.push(key.clone());
-        }
-    }
-    if !found.is_empty() {
-        machine.events.record(|| PersistEvent::BlobsDeleted {
-            who: machine.who.clone(),
-            shard: machine.shard_id.0.clone(),
-            kind: kind.to_string(),
-            keys: found.clone(),
-            at_ms: machine.runtime.now_ms(),
-        });
-    }
-    Ok(found.len())
-}
-
-/// Finishes every ticket at or below `earliest` but `own`: its collection truncated (someone
-/// did, since the earliest live version is past it), so no live version refers to what it
-/// lists, and no later version ever will (keys are written once). Deletes them, then the ticket.
-async fn finish_tickets(
-    machine: &Machine,
-    earliest: SeqNo,
-    own: Option<&str>,
-    report: &mut GcReport,
-) -> Result<(), PermanentError> {
-    for ticket in list_retrying(machine, "gc/").await? {
-        let key = ticket.key;
-        if Some(key.as_str()) == own || ticket_seqno(&key).is_none_or(|s| s > earliest) {
-            continue;
-        }
-        let blob = &machine.location.blob;
-        let Some(bytes) = machine.retrying(|| blob.get(&key)).await? else {
-            continue;
-        };
-        // A ticket that does not decode lists nothing we can trust: only it goes.
-        let keys = decode_gc_ticket(&bytes).unwrap_or_default();
-        let found = delete_counted(machine, &keys, FINISHED_FOR_DEAD_COLLECTOR).await?;
-        report.unfinished_deleted += found;
-        delete_counted(machine, std::slice::from_ref(&key), "gc ticket").await?;
-    }
-    Ok(())
+    Ok(machine.delete_blobs_found(keys, kind, true).await?.len())
 }
 
 /// The collection's one command: lists `add` (its rollup at its target, if it wrote one) and
@@ -781,12 +694,13 @@ async fn unlist_rollups(
 /// flight can still commit (see the module docs): parts of writers that are no longer
 /// registered, and rollups older than the oldest listed one.
 ///
-/// `at_new`: the state at a version at or below the earliest live one (the collector's target,
-/// just truncated to), from which the live references are that state's plus what the versions
-/// after it insert, without reading a rollup back; `None`: replay from the earliest's rollup.
+/// It also finishes every ticket at or below `earliest` (a live version's seqno at or below the
+/// earliest): its collection truncated, or a later one did, so no live version refers to what
+/// it lists, and no later version ever will (keys are written once). It deletes them, then the
+/// ticket.
 async fn sweep(
     machine: &Machine,
-    at_new: Option<&State>,
+    earliest: SeqNo,
     report: &mut GcReport,
 ) -> Result<(), PermanentError> {
     // SUBTLE: list first, then read the state and the live versions: every blob listed was
@@ -795,13 +709,21 @@ async fn sweep(
     let listed = list_retrying(machine, "").await?;
     machine.fetch_and_update_state_retrying().await?;
     let head = machine.state();
-    let referenced = match at_new {
-        Some(at_new) => references_from(machine, at_new, head.seqno).await?,
-        None => live_references(machine).await?,
-    };
+    let referenced = live_references(machine).await?;
     let oldest_rollup = head.collections.oldest_rollup();
     let (mut parts, mut outputs, mut rollups) = (Vec::new(), Vec::new(), Vec::new());
+    let blob = &machine.location.blob;
     for m in listed {
+        if ticket_seqno(&m.key).is_some_and(|s| s <= earliest) {
+            if let Some(bytes) = machine.retrying(|| blob.get(&m.key)).await? {
+                // A ticket that does not decode lists nothing we can trust: only it goes.
+                let keys = decode_gc_ticket(&bytes).unwrap_or_default();
+                report.unfinished_deleted +=
+                    delete_counted(machine, &keys, FINISHED_FOR_DEAD_COLLECTOR).await?;
+                delete_counted(machine, std::slice::from_ref(&m.key), "gc ticket").await?;
+            }
+            continue;
+        }
         if referenced.contains(&m.key) {
             continue;
         }

@@ -357,19 +357,18 @@ impl Machine {
         };
         if start_compaction && machine_is_usable(self) {
             let machine = self.clone();
-            self.runtime
-                .spawn("persist: compaction", async move {
-                    compaction_worker(&machine).await;
-                })
-                .detach();
+            // Boxed, as the other worker is: one spawned task type for both in the `.wasm`.
+            let worker: futures::future::LocalBoxFuture<'static, ()> = Box::pin(async move {
+                compaction_worker(&machine).await;
+            });
+            self.runtime.spawn("persist: compaction", worker).detach();
         }
         if start_worker && machine_is_usable(self) {
             let machine = self.clone();
-            self.runtime
-                .spawn("persist: maintenance", async move {
-                    maintenance_worker(&machine).await;
-                })
-                .detach();
+            let worker: futures::future::LocalBoxFuture<'static, ()> = Box::pin(async move {
+                maintenance_worker(&machine).await;
+            });
+            self.runtime.spawn("persist: maintenance", worker).detach();
         }
     }
 }
