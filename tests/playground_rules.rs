@@ -429,8 +429,15 @@ fn set_rule_is_a_logged_command_in_the_snapshot_and_replays() {
             on: false
         }
     );
+    let err = serde_json::from_str::<Command>(r#"{"type":"setRule","rule":"nope","on":false}"#)
+        .unwrap_err()
+        .to_string();
     assert!(
-        serde_json::from_str::<Command>(r#"{"type":"setRule","rule":"nope","on":false}"#).is_err()
+        err.contains(
+            "unknown rule \"nope\": one of idempotency-token, oracle-durable-bound, \
+             upsert-feedback, task-resync"
+        ),
+        "{err}"
     );
     let replayed = Scenario::replay(45, s.stamped()).unwrap().snapshot();
     assert_eq!(actor_variant(&replayed, &t1), Some(Rule::TaskResync));

@@ -187,12 +187,20 @@ impl Rule {
     }
 }
 
-/// A rule id that is none of [`Rule::ALL`]'s.
+/// A rule id that is none of [`Rule::ALL`]'s. Its message lists them (from [`Rule::id`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown rule {0:?}: one of idempotency-token, oracle-durable-bound, upsert-feedback, task-resync"
-)]
 pub struct UnknownRule(pub String);
+
+impl std::fmt::Display for UnknownRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unknown rule {:?}: one of ", self.0)?;
+        for (i, rule) in Rule::ALL.into_iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{}", rule.id())?;
+        }
+        Ok(())
+    }
+}
 
 /// Which rules are on (all, by default). See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
