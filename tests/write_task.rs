@@ -1064,6 +1064,90 @@ fn prepare_seeds_desired_from_the_shard() {
 }
 
 #[test]
+fn a_resync_reads_at_the_since_once_it_has_passed_upper_minus_one() {
+    // Goal: the re-sync reads "the contents at the upper" through persist's one reader
+    // (`ReadHandle::contents_at_upper`), clamped to the since. A reader holds the shard's since
+    // at U + 20 while another writer has moved the upper to U + 10: the task's write mismatches,
+    // and its re-sync cannot read at upper - 1 = U + 9 (below the since; read as written, that
+    // was a since violation that ended the task). It reads at the since once the upper passes
+    // it, and its next write makes the shard equal `desired`, the foreign row retracted.
+    let w = World::new(6);
+    let log = WriteTaskLog::new();
+    let checker = w.checker(61);
+    let mut holder = w.open_reader(&checker);
+    let (tx, _task, _shutdown, _) = w.spawn_task(
+        "task",
+        &w.client(62),
+        false,
+        DifferentialIntrospectionConfig::default(),
+        w.task_cfg(&log),
+    );
+    w.sim.run_for(1_500).unwrap();
+    let other = Rc::new(RefCell::new(Some(w.open_writer(&w.client(63)))));
+    let o = Rc::clone(&other);
+    let u = w
+        .sim
+        .block_on(async move {
+            let mut other = o.borrow_mut().take().unwrap();
+            let u = *other
+                .fetch_recent_upper()
+                .await
+                .unwrap()
+                .as_option()
+                .unwrap();
+            let foreign = vec![((row(99, 0), ()), u, 1)];
+            let to = Antichain::from_elem(u + 10);
+            other
+                .compare_and_append(&foreign, Antichain::from_elem(u), to)
+                .await
+                .unwrap()
+                .unwrap();
+            holder
+                .downgrade_since(&Antichain::from_elem(u + 20))
+                .await
+                .unwrap();
+            *o.borrow_mut() = Some(other);
+            (u, holder)
+        })
+        .unwrap();
+    let (u, holder) = u;
+    let answers: Rc<RefCell<Vec<Answer>>> = Rc::default();
+    send(&tx, &one_row_cmd(7), &answers);
+    // While the re-sync waits for the upper to pass the since, the other writer moves it.
+    let o = Rc::clone(&other);
+    w.rt.spawn("other", {
+        let rt = w.rt.clone();
+        async move {
+            rt.sleep(300).await;
+            let mut other = o.borrow_mut().take().unwrap();
+            let none: Vec<((Row, ()), u64, i64)> = Vec::new();
+            let (from, to) = (Antichain::from_elem(u + 10), Antichain::from_elem(u + 30));
+            other
+                .compare_and_append(&none, from, to)
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    })
+    .detach();
+    w.sim.run_for(3 * TICK_MS).unwrap();
+    assert!(matches!(collect_answers(&answers)[0], Ok(())));
+    let events = events_of(&log, "task");
+    check_event_order(&events, false).unwrap();
+    assert!(
+        events.iter().any(|e| matches!(
+            e.kind,
+            WriteTaskEventKind::Resynced { upper: Some(up), as_of: Some(a), .. }
+                if up == u + 10 && a == u + 20
+        )),
+        "a re-sync read at the since, past upper - 1: {events:#?}"
+    );
+    let reader = Rc::new(RefCell::new(Some(holder)));
+    let (_, have) = w.contents(&checker, &reader);
+    assert_eq!(have, vec![(row(7, 0), 1)], "the foreign row is retracted");
+}
+
+#[test]
 fn bad_configuration_is_an_error() {
     let w = World::new(6);
     let client = w.client(61);

@@ -62,6 +62,7 @@ pub mod checksum;
 pub mod codec;
 pub mod compact;
 pub mod consolidate;
+pub mod contents;
 pub mod critical;
 pub mod encoding;
 pub mod error;

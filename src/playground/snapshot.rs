@@ -383,18 +383,16 @@ async fn verify(
     if upper == 0 {
         return Err(VerifyError::NothingWritten);
     }
-    let reader = client.open_leased_reader::<String, String>(&shard).await?;
-    let since = crate::persist::events::frontier(reader.since()).unwrap_or(0);
-    let as_of = (upper - 1).max(since);
-    view.as_of = Some(as_of);
-    let mut reader = reader;
-    let contents = reader.snapshot_and_fetch(Antichain::from_elem(as_of)).await;
+    let mut reader = client.open_leased_reader::<String, String>(&shard).await?;
+    let contents = reader.contents_at_upper(&Antichain::from_elem(upper)).await;
     reader.expire().await;
     let contents = contents?;
+    view.as_of = contents.as_of;
+    let contents = contents.updates;
     // Copies of each value: sorted (value, diff) pairs, summed per value (the shard may hold
     // thousands of values; one sort, no map).
     let mut held: Vec<(&str, i64)> = Vec::with_capacity(contents.len());
-    for ((_, v), _, d) in &contents {
+    for ((_, v), d) in &contents {
         held.push((v.as_str(), *d));
         view.rows += (*d).max(0) as u64;
         // Values are "actor:writer_id#n": a writer id this page never registered is a foreign one.

@@ -126,7 +126,8 @@ pub enum WriteTaskEventKind {
     Resynced {
         /// The adopted upper.
         upper: Option<Timestamp>,
-        /// The snapshot's time (`upper - 1`; `None` when the upper is 0 and nothing can be there).
+        /// The snapshot's time: `upper - 1`, or the shard's since once that has passed it (see
+        /// `persist::contents`); `None` when the upper is 0 and nothing can be there.
         as_of: Option<Timestamp>,
         /// Rows in the snapshot.
         snapshot_rows: u64,
@@ -262,8 +263,10 @@ pub fn check_event_order(events: &[WriteTaskEvent], ended: bool) -> Result<(), S
                 {
                     return fail(i, "a re-sync adopts the upper its mismatch reported");
                 }
-                if *as_of != upper.and_then(|u| u.checked_sub(1)) {
-                    return fail(i, "a re-sync reads at upper - 1");
+                // At upper - 1, or at a since that has passed it.
+                let below = upper.and_then(|u| u.checked_sub(1));
+                if below.is_some() != as_of.is_some() || *as_of < below {
+                    return fail(i, "a re-sync reads at upper - 1 (or the since past it)");
                 }
             }
             K::Ticked { .. } if !matches!(next, Some(K::WriteAttempted { .. })) => {

@@ -36,7 +36,7 @@ where
                 let Some(upper_ts) = opt(&upper) else {
                     return Ok(None);
                 };
-                let snapshot = read_snapshot(read_handle_fn, upper_ts).await?;
+                let (_, snapshot) = read_snapshot(read_handle_fn, upper_ts).await?;
                 Ok::<_, PersistError>(Some((upper, snapshot)))
             });
             match read.await {
@@ -213,8 +213,8 @@ where
             self.attempt_timeout_ms,
             read_snapshot(&mut self.read_handle_fn, upper_ts),
         );
-        let snapshot = match read.await {
-            Ok(Ok(snapshot)) => snapshot,
+        let (as_of, snapshot) = match read.await {
+            Ok(Ok(read)) => read,
             Ok(Err(e)) => {
                 // The original panics here (a since violation, say); we end the task and say why.
                 return Break(EndReason::persist_failed("re-sync", e));
@@ -239,7 +239,7 @@ where
         let snapshot_rows = snapshot.len() as u64;
         self.record(|t| WriteTaskEventKind::Resynced {
             upper: Some(upper_ts),
-            as_of: upper_ts.checked_sub(1),
+            as_of,
             snapshot_rows,
             desired_rows: t.desired.len() as u64,
             to_write_rows: t.to_write.len() as u64,
@@ -248,27 +248,32 @@ where
     }
 }
 
-/// The shard's contents at `upper - 1`, consolidated, through a fresh reader (which expires in
-/// the background when dropped, as the original's does). Nothing can be there below time 0.
+/// The shard's contents at `upper` ([`ReadHandle::contents_at_upper`]: at `upper - 1`, or at
+/// the reader's since once it has passed that), consolidated, with the time read (`None` at
+/// upper 0, where nothing can be), through a fresh reader (which expires in the background when
+/// dropped, as the original's does).
+///
+/// [`ReadHandle::contents_at_upper`]: crate::persist::read::ReadHandle::contents_at_upper
 async fn read_snapshot<R>(
     read_handle_fn: &mut R,
     upper: Timestamp,
-) -> Result<Vec<(Row, Diff)>, PersistError>
+) -> Result<(Option<Timestamp>, Vec<(Row, Diff)>), PersistError>
 where
     R: FnMut() -> ReadHandleFuture,
 {
-    let Some(as_of) = upper.checked_sub(1) else {
-        return Ok(Vec::new());
-    };
+    if upper == 0 {
+        return Ok((None, Vec::new()));
+    }
     let mut read = read_handle_fn().await?;
-    let fetched = read.snapshot_and_fetch(Antichain::from_elem(as_of)).await?;
+    let contents = read.contents_at_upper(&Antichain::from_elem(upper)).await?;
     drop(read);
-    let mut snapshot: Vec<(Row, Diff)> = fetched
+    let mut snapshot: Vec<(Row, Diff)> = contents
+        .updates
         .into_iter()
-        .map(|((row, ()), _, diff)| (row, diff))
+        .map(|((row, ()), diff)| (row, diff))
         .collect();
     // Persist consolidates already; this is cheap on sorted input and guards the invariant.
     ops::consolidate(&mut snapshot)
         .map_err(|e| PersistError::from(InvalidUsage::Corrupted(format!("snapshot: {e}"))))?;
-    Ok(snapshot)
+    Ok((contents.as_of, snapshot))
 }

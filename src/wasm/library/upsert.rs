@@ -623,7 +623,8 @@ impl JsUpsertPipeline {
         )
     }
 
-    /// Reads what the output shard holds now (at its upper minus one).
+    /// Reads what the output shard holds now (at its upper minus one, or at the since once that
+    /// has passed it: `persist::contents`).
     #[wasm_bindgen(unchecked_return_type = "Promise<UpsertContentsView>")]
     pub fn contents(&self) -> Promise {
         let (client, shard, location) = (
@@ -635,22 +636,17 @@ impl JsUpsertPipeline {
         convert::promise(async move {
             let (upper, as_of, rows) = location
                 .run("contents", timeout.map(|ms| (&runtime, ms)), async move {
-                    let state = client.inspect_state(&shard).await?;
-                    let upper = state.upper().elements().first().copied();
-                    let Some(u) = upper.filter(|u| *u > 0) else {
-                        return Ok((upper, None, Vec::new()));
-                    };
+                    let upper = client.inspect_state(&shard).await?.upper().clone();
                     let mut reader = client.open_leased_reader::<SourceData, ()>(&shard).await?;
-                    let rows = reader
-                        .snapshot_and_fetch(timely::progress::Antichain::from_elem(u - 1))
-                        .await;
+                    let contents = reader.contents_at_upper(&upper).await;
                     reader.expire().await;
-                    Ok((upper, Some(u - 1), rows?))
+                    let contents = contents?;
+                    Ok((upper.as_option().copied(), contents.as_of, contents.updates))
                 })
                 .await?;
             let rows = rows
                 .into_iter()
-                .map(|((SourceData(data), ()), _, diff)| match data {
+                .map(|((SourceData(data), ()), diff)| match data {
                     Ok(row) => UpsertRowView {
                         row: Some(datum_views(row)),
                         error: None,

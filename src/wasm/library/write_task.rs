@@ -320,7 +320,8 @@ impl JsWriteTask {
         self.send("deleteWhere", cmd)
     }
 
-    /// Reads what the shard holds now: a fresh reader at the shard's upper minus one.
+    /// Reads what the shard holds now: a fresh reader at the shard's upper minus one (or at the
+    /// since, once that has passed it: `persist::contents`).
     #[wasm_bindgen(unchecked_return_type = "Promise<WriteTaskSnapshot>")]
     pub fn snapshot(&self) -> Promise {
         let (ctx, shard) = (self.ctx.clone(), self.shard.clone());
@@ -328,20 +329,12 @@ impl JsWriteTask {
             let client = ctx.client.clone();
             let (upper, as_of, rows) = ctx
                 .call("snapshot", async move {
-                    let state = client.inspect_state(&shard).await?;
-                    let upper = state.upper().clone();
-                    let Some(&u) = upper.elements().first() else {
-                        return Ok((upper, None, Vec::new()));
-                    };
-                    if u == 0 {
-                        return Ok((upper, None, Vec::new()));
-                    }
+                    let upper = client.inspect_state(&shard).await?.upper().clone();
                     let mut reader = client.open_leased_reader::<Row, ()>(&shard).await?;
-                    let rows = reader
-                        .snapshot_and_fetch(timely::progress::Antichain::from_elem(u - 1))
-                        .await;
+                    let contents = reader.contents_at_upper(&upper).await;
                     reader.expire().await;
-                    Ok((upper, Some(u - 1), rows?))
+                    let contents = contents?;
+                    Ok((upper, contents.as_of, contents.updates))
                 })
                 .await?;
             let view = WriteTaskSnapshot {
@@ -349,7 +342,7 @@ impl JsWriteTask {
                 as_of: convert::opt_ms(as_of, "the as-of")?,
                 rows: rows
                     .into_iter()
-                    .map(|((row, ()), _, diff)| RowUpdateView::new(row, diff))
+                    .map(|((row, ()), diff)| RowUpdateView::new(row, diff))
                     .collect(),
             };
             Ok(convert::to_js(&view)?)
