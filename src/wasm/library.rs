@@ -5,7 +5,7 @@
 //! | JS class | what it is | module |
 //! | --- | --- | --- |
 //! | `PersistLocation` | Blob + Consensus: in memory, IndexedDB, or JS functions (`custom`), optionally behind seeded faults; `runLocationConformance` | [`location`], [`custom`] |
-//! | `PersistClient`, `WriteHandle` | opening shards; append, compareAndAppend | [`shard`] |
+//! | `PersistClient`, `WriteHandle` | opening shards; append, compareAndAppend | [`shard`] (what handles share: [`ctx`]) |
 //! | `ReadHandle`, `Listen` | snapshot, listen, subscribe | [`read`] |
 //! | `WriteTask` | the differential write task | [`write_task`] |
 //! | `TimestampOracle` | the timestamp oracle, in memory or durable | [`oracle`] |
@@ -22,6 +22,7 @@
 //! queue are all available there. IndexedDB is not, and says so.
 
 pub mod convert;
+pub mod ctx;
 pub mod custom;
 pub mod errors;
 pub mod events;

@@ -22,8 +22,8 @@ use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert;
+use super::ctx::{ClientCtx, Slot};
 use super::errors::LibResult;
-use super::shard::{ClientCtx, Slot};
 use crate::persist::codec::Timestamp;
 use crate::persist::error::InvalidUsage;
 use crate::persist::read::{Listen, ListenEvent, ReadHandle, Update};

@@ -11,7 +11,6 @@
 //! handle now knows it. Misuse (bad bounds, an expired handle) rejects with an Error.
 
 use std::cell::RefCell;
-use std::future::Future;
 use std::rc::Rc;
 
 use js_sys::Promise;
@@ -21,9 +20,10 @@ use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, Options};
+use super::ctx::{ClientCtx, Slot};
 use super::errors::{LibError, LibResult};
 use super::events::{PersistEventView, ShardStateView};
-use super::location::{CallSet, JsPersistLocation, LocationShared};
+use super::location::JsPersistLocation;
 use super::read::JsReadHandle;
 use crate::persist::codec::Timestamp;
 use crate::persist::error::UpperMismatch;
@@ -31,7 +31,6 @@ use crate::persist::read::Update;
 use crate::persist::write::WriteHandle;
 use crate::persist::{PersistClient, PersistConfig, ShardId};
 use crate::runtime::browser::BrowserRuntime;
-use crate::runtime::Runtime;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_SHARD: &'static str = r#"
@@ -81,98 +80,6 @@ pub struct AppendOutcome {
     pub committed: bool,
     /// The shard's upper as the handle now knows it (`null`: finished).
     pub upper: Option<f64>,
-}
-
-/// What the handles of one client share: the core client, its location and its call bound.
-#[derive(Clone)]
-pub(crate) struct ClientCtx {
-    pub client: PersistClient,
-    pub location: Rc<LocationShared>,
-    pub runtime: Runtime,
-    pub call_timeout_ms: Option<u64>,
-}
-
-impl ClientCtx {
-    /// Runs `fut` as a call on the location (see [`LocationShared::run`]).
-    pub async fn call<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = LibResult<T>>,
-    ) -> LibResult<T> {
-        let timeout = self.call_timeout_ms.map(|ms| (&self.runtime, ms));
-        self.location.run(what, timeout, fut).await
-    }
-}
-
-/// A handle that is taken by the calls that consume it (expire, listen) and queued otherwise.
-/// Taking it cancels the calls still running or queued on it (they reject with code
-/// `"Expired"`), so that `expire()` never waits behind a `next()` that waits for data.
-pub(crate) struct Slot<H> {
-    what: &'static str,
-    id: String,
-    handle: futures::lock::Mutex<Option<H>>,
-    gone: RefCell<&'static str>,
-    calls: CallSet,
-}
-
-impl<H> Slot<H> {
-    pub fn new(what: &'static str, id: String, handle: H) -> Rc<Self> {
-        Rc::new(Slot {
-            what,
-            id,
-            handle: futures::lock::Mutex::new(Some(handle)),
-            gone: RefCell::new(""),
-            calls: CallSet::default(),
-        })
-    }
-
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn gone_error(&self, op: &str) -> LibError {
-        LibError::expired(format!(
-            "{op}: {} {} {}; open a new one",
-            self.what,
-            self.id,
-            self.gone.borrow()
-        ))
-    }
-
-    /// Whether the handle was taken.
-    pub fn is_gone(&self) -> bool {
-        !self.gone.borrow().is_empty()
-    }
-
-    /// Runs `f` on the handle once earlier calls are done.
-    pub async fn with<T>(
-        &self,
-        op: &str,
-        f: impl AsyncFnOnce(&mut H) -> LibResult<T>,
-    ) -> LibResult<T> {
-        let call = self
-            .calls
-            .run(Box::pin(async {
-                let mut guard = self.handle.lock().await;
-                match guard.as_mut() {
-                    Some(h) => f(h).await,
-                    None => Err(self.gone_error(op)),
-                }
-            }))
-            .await;
-        call.unwrap_or_else(|_aborted| Err(self.gone_error(op)))
-    }
-
-    /// Takes the handle, cancelling the calls on it; later calls fail saying `why`.
-    pub async fn take(&self, op: &str, why: &'static str) -> LibResult<H> {
-        // Set before cancelling, so that the cancelled calls say why.
-        if self.gone.borrow().is_empty() {
-            *self.gone.borrow_mut() = why;
-        }
-        self.calls.cancel_all();
-        let mut guard = self.handle.lock().await;
-        guard.take().ok_or_else(|| self.gone_error(op))
-    }
 }
 
 pub(crate) fn shard_id(v: &JsValue) -> LibResult<ShardId> {

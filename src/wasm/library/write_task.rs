@@ -21,8 +21,9 @@ use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, Options};
+use super::ctx::ClientCtx;
 use super::errors::{LibError, LibResult};
-use super::shard::{shard_id, ClientCtx, JsPersistClient};
+use super::shard::{shard_id, JsPersistClient};
 use super::write_task_events::event_view;
 use crate::persist::codec::{Datum, Diff, Row};
 use crate::persist::ShardId;
