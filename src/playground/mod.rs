@@ -479,14 +479,18 @@ impl Scenario {
             .collect();
         let shard = ShardId::new(shard).map_err(CommandError)?;
         let client = self.observer_client.clone();
-        type Cell = Rc<RefCell<Option<Result<crate::write_task::audit::AuditReport, String>>>>;
+        use crate::write_task::audit::{AuditError, AuditReport};
+        type Cell = Rc<RefCell<Option<Result<AuditReport, AuditError>>>>;
         let cell: Cell = Rc::default();
         let out = Rc::clone(&cell);
         let task = self.runtime.spawn("audit tasks", async move {
             let reader = client.open_leased_reader::<crate::persist::codec::Row, ()>(&shard);
             let result = match reader.await {
                 Ok(r) => crate::write_task::audit::audit_commits(r, &events).await,
-                Err(e) => Err(e.to_string()),
+                Err(source) => Err(AuditError::Persist {
+                    step: "open reader",
+                    source,
+                }),
             };
             *out.borrow_mut() = Some(result);
         });
@@ -497,7 +501,7 @@ impl Scenario {
         drop(task);
         let result = cell.borrow_mut().take();
         let result = result.ok_or_else(|| CommandError("the audit did not finish".into()))?;
-        result.map_err(CommandError)
+        result.map_err(|e| CommandError(format!("the audit failed: {e}")))
     }
 
     fn next_seed(&mut self) -> u64 {

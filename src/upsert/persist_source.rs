@@ -18,6 +18,7 @@ use super::operator::ShutdownToken;
 use super::types::SourceData;
 use super::worker::OutputUpdate;
 use crate::persist::codec::Timestamp;
+use crate::persist::error::PersistError;
 use crate::persist::read::ListenEvent;
 use crate::persist::{PersistClient, ShardId};
 
@@ -29,7 +30,7 @@ pub enum FeedbackEvent {
     /// Every update before this upper has been sent.
     Progress(Antichain<Timestamp>),
     /// Reading failed; nothing more will come.
-    Error(String),
+    Error(PersistError),
 }
 
 fn unwrap_update(((data, ()), t, d): ((SourceData, ()), Timestamp, i64)) -> OutputUpdate {
@@ -45,20 +46,14 @@ pub async fn run_persist_source(
     token: ShutdownToken,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let result = async {
-        let read = client
-            .open_leased_reader::<SourceData, ()>(&shard)
-            .await
-            .map_err(|e| e.to_string())?;
+    let result: Result<(), PersistError> = async {
+        let read = client.open_leased_reader::<SourceData, ()>(&shard).await?;
         let Some(&resume) = resume_upper.elements().first() else {
             // A finished shard: nothing will ever come after it.
             return Ok(());
         };
         let as_of = resume.saturating_sub(1);
-        let (snapshot, mut listen) = read
-            .subscribe(Antichain::from_elem(as_of))
-            .await
-            .map_err(|e| e.to_string())?;
+        let (snapshot, mut listen) = read.subscribe(Antichain::from_elem(as_of)).await?;
         let snapshot = snapshot.into_iter().map(unwrap_update).collect();
         if tx.unbounded_send(FeedbackEvent::Updates(snapshot)).is_err()
             || tx
@@ -83,7 +78,7 @@ pub async fn run_persist_source(
                 };
                 futures::pin_mut!(next, requested);
                 match futures::future::select(next, requested).await {
-                    futures::future::Either::Left((r, _)) => Some(r.map_err(|e| e.to_string())?),
+                    futures::future::Either::Left((r, _)) => Some(r?),
                     futures::future::Either::Right(_) => None,
                 }
             };

@@ -16,7 +16,50 @@ use timely::progress::Antichain;
 use super::events::{WriteTaskEvent, WriteTaskEventKind};
 use super::ops::fingerprint;
 use crate::persist::codec::{Diff, Row, Timestamp};
+use crate::persist::error::PersistError;
 use crate::persist::read::{ListenEvent, ReadHandle};
+
+/// Why [`audit_commits`] could not check the commits (a commit that does not match is no error:
+/// it is a line of [`AuditReport::failures`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The reader's since is the empty frontier: nothing can be read.
+    #[error("the reader's since is empty: nothing can be read")]
+    EmptySince,
+    /// The reader's since is not below the first commit's new upper: the history before it is
+    /// compacted, so the contents after that commit cannot be told.
+    #[error("the reader's since {since} is not below the commit at {commit} (task {task})")]
+    SinceNotBelowCommit {
+        /// The reader's since.
+        since: Timestamp,
+        /// The first commit's new upper.
+        commit: Timestamp,
+        /// Its task.
+        task: String,
+    },
+    /// Persist failed while the audit read the shard.
+    #[error("{step}: {source}")]
+    Persist {
+        /// The read: "open reader", "subscribe" or "listen".
+        step: &'static str,
+        /// What persist said.
+        source: PersistError,
+    },
+    /// The listen took [`AUDIT_MAX_LISTEN_STEPS`] steps and had not reached the last commit.
+    #[error("the listen did not reach the last commit (new upper {last_upper})")]
+    ListenStalled {
+        /// The last commit's new upper.
+        last_upper: Timestamp,
+    },
+    /// A row's diffs sum beyond 64 bits.
+    #[error("row {row} sums to {sum}, beyond 64 bits")]
+    DiffOverflow {
+        /// The row.
+        row: String,
+        /// Its sum.
+        sum: i128,
+    },
+}
 
 /// What [`audit_commits`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -38,7 +81,7 @@ pub const AUDIT_MAX_LISTEN_STEPS: u64 = 10_000_000;
 pub async fn audit_commits(
     reader: ReadHandle<Row, ()>,
     events: &[WriteTaskEvent],
-) -> Result<AuditReport, String> {
+) -> Result<AuditReport, AuditError> {
     let mut commits: Vec<(Timestamp, &WriteTaskEvent, u64, u64)> = events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -58,20 +101,25 @@ pub async fn audit_commits(
     };
     let as_of = reader.since().clone();
     let Some(&as_of_ts) = as_of.as_option() else {
-        return Err("the reader's since is empty: nothing can be read".into());
+        return Err(AuditError::EmptySince);
     };
     if let Some((first, e, ..)) = commits.first() {
         if *first <= as_of_ts {
-            return Err(format!(
-                "the reader's since {as_of_ts} is not below the commit at {first} ({e:?})"
-            ));
+            return Err(AuditError::SinceNotBelowCommit {
+                since: as_of_ts,
+                commit: *first,
+                task: e.task.clone(),
+            });
         }
     }
     // The whole history: the snapshot at the since, then every later update at its exact time.
     let (snapshot, mut listen) = reader
         .subscribe(Antichain::from_elem(as_of_ts))
         .await
-        .map_err(|e| format!("subscribe: {e}"))?;
+        .map_err(|source| AuditError::Persist {
+            step: "subscribe",
+            source,
+        })?;
     let mut updates: Vec<(Timestamp, Row, Diff)> = snapshot
         .into_iter()
         .map(|((row, ()), t, d)| (t, row, d))
@@ -84,9 +132,12 @@ pub async fn audit_commits(
     {
         steps += 1;
         if steps > AUDIT_MAX_LISTEN_STEPS {
-            return Err("the listen did not reach the last commit".into());
+            return Err(AuditError::ListenStalled { last_upper });
         }
-        for event in listen.next().await.map_err(|e| format!("listen: {e}"))? {
+        for event in listen.next().await.map_err(|source| AuditError::Persist {
+            step: "listen",
+            source,
+        })? {
             if let ListenEvent::Updates(batch) = event {
                 updates.extend(batch.into_iter().map(|((row, ()), t, d)| (t, row, d)));
             }
@@ -106,8 +157,10 @@ pub async fn audit_commits(
         let mut consolidated = Vec::with_capacity(contents.len());
         for (row, sum) in &contents {
             if *sum != 0 {
-                let diff = Diff::try_from(*sum)
-                    .map_err(|_| format!("row {row} sums to {sum}, beyond 64 bits"))?;
+                let diff = Diff::try_from(*sum).map_err(|_| AuditError::DiffOverflow {
+                    row: row.to_string(),
+                    sum: *sum,
+                })?;
                 consolidated.push((row.clone(), diff));
             }
         }

@@ -192,12 +192,30 @@ pub fn events_of(log: &WriteTaskLog, task: &str) -> Vec<WriteTaskEvent> {
     log.events_where(|e| e.task == task)
 }
 
+/// An event that breaks the grammar in the module docs (see [`check_event_order`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("event {index} ({event}): {rule}")]
+pub struct EventOrderError {
+    /// Its index in the events checked.
+    pub index: usize,
+    /// The event, as `Debug` shows it (`None` past the end).
+    pub event: String,
+    /// The rule it breaks.
+    pub rule: &'static str,
+}
+
 /// Checks that one task's events follow the grammar in the module docs, and that commits advance
 /// the upper. A task still running (`ended == false`) may stop anywhere. For tests and the
 /// playground's consistency checks.
-pub fn check_event_order(events: &[WriteTaskEvent], ended: bool) -> Result<(), String> {
+pub fn check_event_order(events: &[WriteTaskEvent], ended: bool) -> Result<(), EventOrderError> {
     use WriteTaskEventKind as K;
-    let fail = |i: usize, why: &str| Err(format!("event {i} ({:?}): {why}", events.get(i)));
+    let fail = |index: usize, rule: &'static str| {
+        Err(EventOrderError {
+            index,
+            event: format!("{:?}", events.get(index)),
+            rule,
+        })
+    };
     if !matches!(events.first().map(|e| &e.kind), Some(K::Spawned { .. })) {
         return fail(0, "a task starts with Spawned");
     }
