@@ -44,6 +44,7 @@
 
 pub mod event_log;
 pub mod location;
+pub mod numbers;
 pub mod oracle;
 pub mod persist;
 pub mod playground;

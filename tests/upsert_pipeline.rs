@@ -84,23 +84,42 @@ fn one_replica_matches_the_model_at_every_upper() {
         "the running replica's snapshot: {json}"
     );
     assert_eq!(json["keys"].as_array().map(Vec::len), Some(snap.keys.len()));
-    // Every step is an event, tagged by kind, stamped with its replica and the runtime's clock.
+    // Every step is an event, tagged by its type, stamped with its replica and the runtime's
+    // clock: `{ who, atMs, event: { type, ... } }`, the data the library hands to JavaScript.
     let events = p.log().events();
-    let json = serde_json::to_string(&events).unwrap();
+    let json: serde_json::Value = serde_json::to_value(&events).unwrap();
+    let json = json.as_array().unwrap();
+    assert_eq!(json.len(), events.len());
+    for (v, e) in json.iter().zip(&events) {
+        assert_eq!(v["who"], e.who.as_str());
+        assert_eq!(v["atMs"], e.at_ms);
+    }
     for kind in [
-        "Started",
-        "PersistIngested",
-        "SourceStaged",
-        "SourceProgress",
-        "Drained",
-        "FedBack",
-        "SinkAppended",
+        "started",
+        "persistIngested",
+        "sourceStaged",
+        "sourceProgress",
+        "drained",
+        "fedBack",
+        "sinkAppended",
     ] {
         assert!(
-            json.contains(&format!("\"kind\":\"{kind}\"")),
+            json.iter().any(|v| v["event"]["type"] == kind),
             "no {kind} event"
         );
     }
+    let staged = json
+        .iter()
+        .find(|v| v["event"]["type"] == "sourceStaged")
+        .unwrap();
+    assert!(
+        staged["event"]["time"].is_u64(),
+        "a time is a number: {staged}"
+    );
+    assert!(
+        staged["event"]["partialDrainAllowed"].is_boolean(),
+        "{staged}"
+    );
     assert!(events.iter().all(|e| e.who == "r0#0"));
     assert!(
         events.windows(2).all(|w| w[0].at_ms <= w[1].at_ms),

@@ -4,69 +4,128 @@
 
 use serde::Serialize;
 
-/// One thing a [`DurableTimestampOracle`](super::DurableTimestampOracle) did.
+/// One thing a [`DurableTimestampOracle`](super::DurableTimestampOracle) did. As data:
+/// `{ atMs, timeline, epoch, event }`, the event's `type` and fields in camelCase, timestamps
+/// numbers and seqnos `bigint`s (see [`crate::numbers`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null),
+    serde(rename = "OracleEventView")
+)]
 pub struct OracleEvent {
     /// The runtime's clock when it happened.
+    #[serde(serialize_with = "crate::numbers::time")]
     pub at_ms: u64,
     /// The timeline.
     pub timeline: String,
     /// The instance's epoch (0 while it is still opening).
     pub epoch: u64,
     /// What happened.
+    #[serde(rename = "event")]
+    #[cfg_attr(
+        all(feature = "library", target_arch = "wasm32"),
+        tsify(type = "OracleEventKindView")
+    )]
     pub kind: OracleEventKind,
 }
 
 /// What a [`OracleEvent`] records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "type")]
+#[serde(tag = "type", rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null),
+    serde(rename = "OracleEventKindView")
+)]
 pub enum OracleEventKind {
     /// The instance started: it took its epoch and its first window.
+    #[serde(rename_all = "camelCase")]
     Opened {
         /// The stored upper it resumed at, if the timeline existed.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         resumed_from: Option<u64>,
         /// Its first read and write timestamp.
+        #[serde(serialize_with = "crate::numbers::time")]
         start_ts: u64,
         /// Its first durable upper.
+        #[serde(serialize_with = "crate::numbers::time")]
         durable_upper: u64,
         /// The seqno it wrote.
+        #[serde(serialize_with = "crate::numbers::bigint")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "bigint")
+        )]
         seqno: u64,
     },
     /// Another instance wrote between this one's read and its compare_and_set at start.
+    #[serde(rename_all = "camelCase")]
     OpenConflict {
         /// The seqno this instance expected.
+        #[serde(serialize_with = "crate::numbers::opt_bigint")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "bigint | null")
+        )]
         expected_seqno: Option<u64>,
     },
     /// A new window was made durable.
+    #[serde(rename_all = "camelCase")]
     Allocated {
         /// The timestamp the window was needed for.
+        #[serde(serialize_with = "crate::numbers::time")]
         for_ts: u64,
         /// The new durable upper.
+        #[serde(serialize_with = "crate::numbers::time")]
         durable_upper: u64,
         /// The seqno written.
+        #[serde(serialize_with = "crate::numbers::bigint")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "bigint")
+        )]
         seqno: u64,
     },
     /// A write of this instance that it had not heard about (a timed-out or cancelled
     /// compare_and_set that landed) was found in the store and adopted.
+    #[serde(rename_all = "camelCase")]
     AdoptedOwnWrite {
         /// Its seqno.
+        #[serde(serialize_with = "crate::numbers::bigint")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "bigint")
+        )]
         seqno: u64,
         /// Its durable upper.
+        #[serde(serialize_with = "crate::numbers::time")]
         durable_upper: u64,
     },
     /// Old versions of the key were deleted.
+    #[serde(rename_all = "camelCase")]
     Truncated {
         /// Every version below this seqno is gone.
+        #[serde(serialize_with = "crate::numbers::bigint")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "bigint")
+        )]
         below_seqno: u64,
         /// How many were deleted.
         deleted: u64,
     },
     /// A truncation failed; the next allocation tries again.
+    #[serde(rename_all = "camelCase")]
     TruncateFailed {
         /// The error.
         error: String,
     },
     /// A storage call failed and will be retried after a back-off.
+    #[serde(rename_all = "camelCase")]
     StorageRetry {
         /// The call (`head`, `compare_and_set`).
         op: String,
@@ -75,29 +134,39 @@ pub enum OracleEventKind {
         /// Whether the call may have happened.
         indeterminate: bool,
         /// The back-off before the retry.
+        #[serde(serialize_with = "crate::numbers::time")]
         backoff_ms: u64,
     },
     /// Another instance took over: this one hands out nothing more.
+    #[serde(rename_all = "camelCase")]
     Fenced {
         /// The epoch found in the store.
         current_epoch: u64,
     },
     /// The stored upper is more than two intervals ahead of the clock: waiting.
+    #[serde(rename_all = "camelCase")]
     ClockGuardWait {
         /// The stored upper.
+        #[serde(serialize_with = "crate::numbers::time")]
         stored_upper: u64,
         /// The oracle's clock.
+        #[serde(serialize_with = "crate::numbers::time")]
         now_ms: u64,
         /// This wait.
+        #[serde(serialize_with = "crate::numbers::time")]
         wait_ms: u64,
     },
     /// The clock guard reached its bound with the clock still far behind; starting anyway.
+    #[serde(rename_all = "camelCase")]
     ClockGuardGaveUp {
         /// The stored upper.
+        #[serde(serialize_with = "crate::numbers::time")]
         stored_upper: u64,
         /// The oracle's clock.
+        #[serde(serialize_with = "crate::numbers::time")]
         now_ms: u64,
         /// The total wait.
+        #[serde(serialize_with = "crate::numbers::time")]
         waited_ms: u64,
     },
 }

@@ -102,8 +102,15 @@ impl UpsertCounters {
     }
 }
 
-/// Which drain ran.
+/// Which drain ran (as data: its name in camelCase).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null),
+    serde(rename = "DrainKindView")
+)]
 pub enum DrainKind {
     /// Entries of complete times at the persist upper.
     ToUpper,
@@ -111,22 +118,46 @@ pub enum DrainKind {
     AtTime,
 }
 
-/// One internal step of an operator or replica.
+/// One internal step of an operator or replica. As data: `type` names the variant in
+/// camelCase, fields are camelCase, times and frontiers numbers (`null`: the empty frontier;
+/// see [`crate::numbers`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind")]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    bound(serialize = "T: Copy + Into<u64>")
+)]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null),
+    serde(rename = "UpsertEventKindView")
+)]
 pub enum UpsertEventKind<T> {
     /// Feedback updates were folded into the state, and the persist upper was noted.
+    #[serde(rename_all = "camelCase")]
     PersistIngested {
         /// Updates folded in.
         updates: u64,
         /// The persist upper after this event.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number | null")
+        )]
         persist_upper: Option<T>,
         /// Whether this was the last chunk of rehydration.
         last_rehydration_chunk: bool,
     },
     /// Source updates arrived at `time` and were stashed.
+    #[serde(rename_all = "camelCase")]
     SourceStaged {
         /// The time of the message.
+        #[serde(serialize_with = "crate::numbers::time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number")
+        )]
         time: T,
         /// Updates stashed.
         staged: u64,
@@ -136,24 +167,51 @@ pub enum UpsertEventKind<T> {
         partial_drain_allowed: bool,
     },
     /// The source frontier moved.
+    #[serde(rename_all = "camelCase")]
     SourceProgress {
         /// The new input upper.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number | null")
+        )]
         input_upper: Option<T>,
         /// Whether it was ignored (before the resume upper).
         ignored: bool,
     },
     /// The drain was skipped: the persist input is mid-timestamp.
+    #[serde(rename_all = "camelCase")]
     DrainSkipped {
         /// The persist upper.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number | null")
+        )]
         persist_upper: Option<T>,
         /// The largest time seen on the persist input.
+        #[serde(serialize_with = "crate::numbers::time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number")
+        )]
         largest_seen_persist_ts: T,
     },
     /// A drain ran.
+    #[serde(rename_all = "camelCase")]
     Drained {
         /// Which.
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "DrainKindView")
+        )]
         drain: DrainKind,
         /// For `AtTime`, the time drained.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number | null")
+        )]
         time: Option<T>,
         /// Stash entries eligible.
         eligible: u64,
@@ -171,43 +229,79 @@ pub enum UpsertEventKind<T> {
         remaining: u64,
     },
     /// The operator reported an error on its health stream and stopped.
+    #[serde(rename_all = "camelCase")]
     HealthError {
         /// The error.
         error: String,
     },
     /// A replica (re)started from the shard's upper.
+    #[serde(rename_all = "camelCase")]
     Started {
         /// The resume upper.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number | null")
+        )]
         resume_upper: Option<T>,
         /// Which start of this replica (0 first).
         generation: u64,
     },
     /// A replica moved feedback into its operator.
+    #[serde(rename_all = "camelCase")]
     FedBack {
         /// Updates moved.
         updates: u64,
         /// The persist input's new upper, if it moved.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number | null")
+        )]
         upper: Option<T>,
     },
     /// A replica's sink appended `[lower, upper)`.
+    #[serde(rename_all = "camelCase")]
     SinkAppended {
         /// Lower.
+        #[serde(serialize_with = "crate::numbers::time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number")
+        )]
         lower: T,
         /// Upper.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number | null")
+        )]
         upper: Option<T>,
         /// Updates written.
         updates: u64,
     },
     /// A replica's sink lost the range to a peer.
+    #[serde(rename_all = "camelCase")]
     SinkMismatch {
         /// The upper it expected.
+        #[serde(serialize_with = "crate::numbers::time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number")
+        )]
         expected: T,
         /// The shard's upper.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "number | null")
+        )]
         current: Option<T>,
         /// Updates it dropped as below the new upper.
         dropped: u64,
     },
     /// A replica crashed (or was stopped by its host); it may be restarted.
+    #[serde(rename_all = "camelCase")]
     Crashed {
         /// Why.
         reason: String,
@@ -216,13 +310,25 @@ pub enum UpsertEventKind<T> {
 
 /// One event, stamped with its replica and the runtime's clock (0 for a bare operator).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", bound(serialize = "T: Copy + Into<u64>"))]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null),
+    serde(rename = "UpsertEventView")
+)]
 pub struct UpsertEvent<T> {
     /// The replica (or operator) name.
     pub who: String,
     /// When (runtime clock, ms).
+    #[serde(serialize_with = "crate::numbers::time")]
     pub at_ms: u64,
     /// What happened.
-    #[serde(flatten)]
+    #[serde(rename = "event")]
+    #[cfg_attr(
+        all(feature = "library", target_arch = "wasm32"),
+        tsify(type = "UpsertEventKindView")
+    )]
     pub kind: UpsertEventKind<T>,
 }
 

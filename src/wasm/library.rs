@@ -34,4 +34,3 @@ pub mod shard;
 pub mod upsert;
 pub mod upsert_events;
 pub mod write_task;
-pub mod write_task_events;

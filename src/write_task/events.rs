@@ -25,8 +25,15 @@ use crate::event_log::EventLog;
 
 use crate::persist::codec::Timestamp;
 
-/// Why a write was attempted.
+/// Why a write was attempted (as data: its name in camelCase).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null),
+    serde(rename = "WriteCauseView")
+)]
 pub enum WriteCause {
     /// Commands changed `desired`.
     Commands,
@@ -37,20 +44,32 @@ pub enum WriteCause {
     TickPending,
 }
 
-/// One thing a write task did.
+/// One thing a write task did. As data: `type` names the variant in camelCase, fields are
+/// camelCase, times and frontiers numbers (`null`: the empty frontier), the fingerprint a
+/// `bigint` (see [`crate::numbers`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind")]
+#[serde(tag = "type", rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null),
+    serde(rename = "WriteTaskEventKindView")
+)]
 pub enum WriteTaskEventKind {
     /// The task started.
+    #[serde(rename_all = "camelCase")]
     Spawned {
         /// Whether it is read-only.
         read_only: bool,
         /// The upper tick's period.
+        #[serde(serialize_with = "crate::numbers::time")]
         upper_tick_interval_ms: u64,
     },
     /// `prepare` seeded `desired` from what the shard holds.
+    #[serde(rename_all = "camelCase")]
     Prepared {
         /// The shard's upper when it was read.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         upper: Option<Timestamp>,
         /// Rows in the shard's snapshot (consolidated).
         shard_rows: u64,
@@ -60,6 +79,7 @@ pub enum WriteTaskEventKind {
         to_write_rows: u64,
     },
     /// A command arrived and was applied to `desired` (or refused, with `error`).
+    #[serde(rename_all = "camelCase")]
     CommandReceived {
         /// "append" or "delete".
         op: String,
@@ -70,28 +90,39 @@ pub enum WriteTaskEventKind {
     },
     /// Read-only: the commands changed `desired` but nothing is written; their responders got a
     /// read-only error.
+    #[serde(rename_all = "camelCase")]
     ReadOnlyRejected {
         /// How many responders were answered.
         responders: u64,
     },
     /// The upper tick fired with work to do.
+    #[serde(rename_all = "camelCase")]
     Ticked {
         /// The upper the task believes the shard has.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         current_upper: Option<Timestamp>,
         /// The clock.
+        #[serde(serialize_with = "crate::numbers::time")]
         now_ms: u64,
         /// Updates pending in `to_write`.
         pending: u64,
     },
     /// One `compare_and_append` of `to_write` at `[expected_upper, new_upper)`.
+    #[serde(rename_all = "camelCase")]
     WriteAttempted {
         /// Why.
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "WriteCauseView")
+        )]
         cause: WriteCause,
         /// 1 for the first attempt of this write.
         attempt: u32,
         /// The upper the task expects (its `current_upper`); every update is written at this time.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         expected_upper: Option<Timestamp>,
         /// `max(now, current_upper + 1)`.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         new_upper: Option<Timestamp>,
         /// Updates carried.
         updates: u64,
@@ -99,12 +130,19 @@ pub enum WriteTaskEventKind {
         responders: u64,
     },
     /// The attempt committed: the shard at `new_upper - 1` equals `desired`.
+    #[serde(rename_all = "camelCase")]
     Committed {
         /// Why the write was made.
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "WriteCauseView")
+        )]
         cause: WriteCause,
         /// Its lower.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         expected_upper: Option<Timestamp>,
         /// Its upper, now the shard's.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         new_upper: Option<Timestamp>,
         /// Updates carried.
         updates: u64,
@@ -113,21 +151,32 @@ pub enum WriteTaskEventKind {
         /// Rows in `desired`.
         desired_rows: u64,
         /// [`super::ops::fingerprint`] of `desired`, which the shard now equals.
+        #[serde(serialize_with = "crate::numbers::bigint")]
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "bigint")
+        )]
         desired_fingerprint: u64,
     },
     /// Someone else moved the shard's upper: the attempt wrote nothing.
+    #[serde(rename_all = "camelCase")]
     Mismatch {
         /// The upper the task expected.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         expected_upper: Option<Timestamp>,
         /// The shard's upper.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         current_upper: Option<Timestamp>,
     },
     /// `sync_to_persist`: the task adopted `upper` and set `to_write = desired - snapshot`.
+    #[serde(rename_all = "camelCase")]
     Resynced {
         /// The adopted upper.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         upper: Option<Timestamp>,
         /// The snapshot's time: `upper - 1`, or the shard's since once that has passed it (see
         /// `persist::contents`); `None` when the upper is 0 and nothing can be there.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         as_of: Option<Timestamp>,
         /// Rows in the snapshot.
         snapshot_rows: u64,
@@ -138,20 +187,25 @@ pub enum WriteTaskEventKind {
     },
     /// A re-sync could not read the shard in time; the task keeps its old upper (so the next
     /// attempt mismatches again and re-syncs again).
+    #[serde(rename_all = "camelCase")]
     ResyncFailed {
         /// Why.
         reason: String,
     },
     /// An attempt did not finish within the attempt timeout and was cancelled (it may or may
     /// not have committed; the next attempt finds out through the upper).
+    #[serde(rename_all = "camelCase")]
     AttemptTimedOut {
         /// The attempt's lower.
+        #[serde(serialize_with = "crate::numbers::opt_time")]
         expected_upper: Option<Timestamp>,
         /// The timeout.
+        #[serde(serialize_with = "crate::numbers::time")]
         after_ms: u64,
     },
     /// The write's retries are spent: its responders got an error, and `to_write` stays pending
     /// for a later write (a command or the tick).
+    #[serde(rename_all = "camelCase")]
     GaveUp {
         /// Attempts made.
         attempts: u32,
@@ -159,26 +213,40 @@ pub enum WriteTaskEventKind {
         responders: u64,
     },
     /// The shutdown signal arrived; every queued command was answered with an error.
+    #[serde(rename_all = "camelCase")]
     ShutDown {
         /// Queued commands answered.
         answered: u64,
     },
     /// The task ended.
+    #[serde(rename_all = "camelCase")]
     Ended {
         /// Why.
         reason: String,
     },
 }
 
-/// An event with its task and time.
+/// An event with its task and time (as data: `{ task, atMs, event }`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null),
+    serde(rename = "WriteTaskEventView")
+)]
 pub struct WriteTaskEvent {
     /// The collection the task writes.
     pub task: String,
     /// When it happened, on the runtime's clock.
+    #[serde(serialize_with = "crate::numbers::time")]
     pub at_ms: u64,
     /// What happened.
-    #[serde(flatten)]
+    #[serde(rename = "event")]
+    #[cfg_attr(
+        all(feature = "library", target_arch = "wasm32"),
+        tsify(type = "WriteTaskEventKindView")
+    )]
     pub kind: WriteTaskEventKind,
 }
 

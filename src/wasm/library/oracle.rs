@@ -17,12 +17,12 @@ use serde::Serialize;
 use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
-use super::convert::{self, ms, opt_ms, Options};
+use super::convert::{self, ms, Options};
 use super::errors::{LibError, LibResult};
 use super::location::{JsPersistLocation, LocationShared};
 use crate::oracle::{
-    DurableOracleConfig, DurableTimestampOracle, InMemoryTimestampOracle, NowFn, OracleEvent,
-    OracleEventKind, OracleSnapshot, OracleStats, TimestampOracle,
+    DurableOracleConfig, DurableTimestampOracle, InMemoryTimestampOracle, NowFn, OracleSnapshot,
+    OracleStats, TimestampOracle,
 };
 use crate::runtime::browser::BrowserRuntime;
 use crate::runtime::Runtime;
@@ -103,158 +103,6 @@ pub struct OracleSnapshotView {
     pub allocating: bool,
     /// The counters.
     pub stats: OracleStatsView,
-}
-
-/// What a durable instance did (`type` names the kind; the other fields depend on it).
-#[derive(Serialize, Tsify)]
-#[serde(tag = "type", rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-#[allow(missing_docs)]
-pub enum OracleEventKindView {
-    #[serde(rename_all = "camelCase")]
-    Opened {
-        resumed_from: Option<f64>,
-        start_ts: f64,
-        durable_upper: f64,
-        seqno: u64,
-    },
-    #[serde(rename_all = "camelCase")]
-    OpenConflict { expected_seqno: Option<u64> },
-    #[serde(rename_all = "camelCase")]
-    Allocated {
-        for_ts: f64,
-        durable_upper: f64,
-        seqno: u64,
-    },
-    #[serde(rename_all = "camelCase")]
-    AdoptedOwnWrite { seqno: u64, durable_upper: f64 },
-    #[serde(rename_all = "camelCase")]
-    Truncated { below_seqno: u64, deleted: f64 },
-    #[serde(rename_all = "camelCase")]
-    TruncateFailed { error: String },
-    #[serde(rename_all = "camelCase")]
-    StorageRetry {
-        op: String,
-        error: String,
-        indeterminate: bool,
-        backoff_ms: f64,
-    },
-    #[serde(rename_all = "camelCase")]
-    Fenced { current_epoch: f64 },
-    #[serde(rename_all = "camelCase")]
-    ClockGuardWait {
-        stored_upper: f64,
-        now_ms: f64,
-        wait_ms: f64,
-    },
-    #[serde(rename_all = "camelCase")]
-    ClockGuardGaveUp {
-        stored_upper: f64,
-        now_ms: f64,
-        waited_ms: f64,
-    },
-}
-
-/// One thing a durable instance did.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-pub struct OracleEventView {
-    /// When (the runtime's clock).
-    pub at_ms: f64,
-    /// The timeline.
-    pub timeline: String,
-    /// The instance's epoch (0 while opening).
-    pub epoch: f64,
-    /// What happened.
-    pub event: OracleEventKindView,
-}
-
-fn event_view(e: OracleEvent) -> LibResult<OracleEventView> {
-    use OracleEventKindView as V;
-    let OracleEvent {
-        at_ms,
-        timeline,
-        epoch,
-        kind,
-    } = e;
-    let t = |t: u64| ms(t, "a timestamp in an oracle event");
-    let event = match kind {
-        OracleEventKind::Opened {
-            resumed_from,
-            start_ts,
-            durable_upper,
-            seqno,
-        } => V::Opened {
-            resumed_from: opt_ms(resumed_from, "a timestamp in an oracle event")?,
-            start_ts: t(start_ts)?,
-            durable_upper: t(durable_upper)?,
-            seqno,
-        },
-        OracleEventKind::OpenConflict { expected_seqno } => V::OpenConflict { expected_seqno },
-        OracleEventKind::Allocated {
-            for_ts,
-            durable_upper,
-            seqno,
-        } => V::Allocated {
-            for_ts: t(for_ts)?,
-            durable_upper: t(durable_upper)?,
-            seqno,
-        },
-        OracleEventKind::AdoptedOwnWrite {
-            seqno,
-            durable_upper,
-        } => V::AdoptedOwnWrite {
-            seqno,
-            durable_upper: t(durable_upper)?,
-        },
-        OracleEventKind::Truncated {
-            below_seqno,
-            deleted,
-        } => V::Truncated {
-            below_seqno,
-            deleted: deleted as f64,
-        },
-        OracleEventKind::TruncateFailed { error } => V::TruncateFailed { error },
-        OracleEventKind::StorageRetry {
-            op,
-            error,
-            indeterminate,
-            backoff_ms,
-        } => V::StorageRetry {
-            op,
-            error,
-            indeterminate,
-            backoff_ms: t(backoff_ms)?,
-        },
-        OracleEventKind::Fenced { current_epoch } => V::Fenced {
-            current_epoch: current_epoch as f64,
-        },
-        OracleEventKind::ClockGuardWait {
-            stored_upper,
-            now_ms,
-            wait_ms,
-        } => V::ClockGuardWait {
-            stored_upper: t(stored_upper)?,
-            now_ms: t(now_ms)?,
-            wait_ms: t(wait_ms)?,
-        },
-        OracleEventKind::ClockGuardGaveUp {
-            stored_upper,
-            now_ms,
-            waited_ms,
-        } => V::ClockGuardGaveUp {
-            stored_upper: t(stored_upper)?,
-            now_ms: t(now_ms)?,
-            waited_ms: t(waited_ms)?,
-        },
-    };
-    Ok(OracleEventView {
-        at_ms: t(at_ms)?,
-        timeline,
-        epoch: epoch as f64,
-        event,
-    })
 }
 
 fn snapshot_view(s: OracleSnapshot) -> LibResult<OracleSnapshotView> {
@@ -525,7 +373,7 @@ impl JsTimestampOracle {
         let out = js_sys::Array::new();
         if let Some(d) = &self.durable {
             for e in d.take_events() {
-                out.push(&convert::to_js(&event_view(e)?)?);
+                out.push(&convert::to_js(&e)?);
             }
         }
         Ok(out.into())

@@ -22,7 +22,7 @@ use wasm_bindgen::prelude::*;
 use super::convert::{self, Options};
 use super::ctx::{ClientCtx, Slot};
 use super::errors::{LibError, LibResult};
-use super::events::{PersistEventView, ShardStateView};
+use super::events::ShardStateView;
 use super::location::JsPersistLocation;
 use super::read::JsReadHandle;
 use crate::persist::codec::Timestamp;
@@ -248,7 +248,7 @@ impl JsPersistClient {
         let events = self.ctx.client.events().take();
         let out = js_sys::Array::new();
         for e in &events {
-            out.push(&convert::to_js(&PersistEventView::new(e)?)?);
+            out.push(&convert::to_js(e)?);
         }
         Ok(out.into())
     }

@@ -25,7 +25,7 @@ use super::convert::{self, Options};
 use super::errors::{LibError, LibResult};
 use super::location::{JsPersistLocation, LocationShared};
 use super::shard::shard_id;
-use super::upsert_events::{event_view, CheckerReportView, UpsertCountersView};
+use super::upsert_events::{CheckerReportView, UpsertCountersView};
 use super::write_task::{datum_views, DatumView};
 use crate::persist::codec::{Datum, Row, Timestamp};
 use crate::persist::{PersistClient, PersistConfig, ShardId};
@@ -672,7 +672,7 @@ impl JsUpsertPipeline {
     pub fn take_events(&self) -> Result<JsValue, JsValue> {
         let out = js_sys::Array::new();
         for e in self.log.take() {
-            out.push(&convert::to_js(&event_view(e)?)?);
+            out.push(&convert::to_js(&e)?);
         }
         Ok(out.into())
     }

@@ -24,7 +24,6 @@ use super::convert::{self, Options};
 use super::ctx::ClientCtx;
 use super::errors::{LibError, LibResult};
 use super::shard::{shard_id, JsPersistClient};
-use super::write_task_events::event_view;
 use crate::persist::codec::{Datum, Diff, Row};
 use crate::persist::ShardId;
 use crate::runtime::JoinHandle;
@@ -370,7 +369,7 @@ impl JsWriteTask {
     pub fn take_events(&self) -> Result<JsValue, JsValue> {
         let out = js_sys::Array::new();
         for e in self.log.take() {
-            out.push(&convert::to_js(&event_view(e)?)?);
+            out.push(&convert::to_js(&e)?);
         }
         Ok(out.into())
     }
