@@ -12,8 +12,7 @@ use serde::Serialize;
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "OracleEventView")
+    tsify(missing_as_null, rename = "OracleEventView")
 )]
 pub struct OracleEvent {
     /// The runtime's clock when it happened.
@@ -38,8 +37,7 @@ pub struct OracleEvent {
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "OracleEventKindView")
+    tsify(missing_as_null, rename = "OracleEventKindView")
 )]
 pub enum OracleEventKind {
     /// The instance started: it took its epoch and its first window.

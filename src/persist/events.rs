@@ -20,8 +20,7 @@ pub fn frontier(f: &Antichain<Timestamp>) -> Option<Timestamp> {
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "CasOutcomeView")
+    tsify(missing_as_null, rename = "CasOutcomeView")
 )]
 pub enum CasOutcome {
     /// The new version is the head.
@@ -47,8 +46,7 @@ pub enum CasOutcome {
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "PersistEventView")
+    tsify(missing_as_null, rename = "PersistEventView")
 )]
 pub enum PersistEvent {
     /// One attempt at a command.

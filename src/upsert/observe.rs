@@ -108,8 +108,7 @@ impl UpsertCounters {
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "DrainKindView")
+    tsify(missing_as_null, rename = "DrainKindView")
 )]
 pub enum DrainKind {
     /// Entries of complete times at the persist upper.
@@ -130,8 +129,7 @@ pub enum DrainKind {
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "UpsertEventKindView")
+    tsify(missing_as_null)
 )]
 pub enum UpsertEventKind<T> {
     /// Feedback updates were folded into the state, and the persist upper was noted.
@@ -141,10 +139,6 @@ pub enum UpsertEventKind<T> {
         updates: u64,
         /// The persist upper after this event.
         #[serde(serialize_with = "crate::numbers::opt_time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number | null")
-        )]
         persist_upper: Option<T>,
         /// Whether this was the last chunk of rehydration.
         last_rehydration_chunk: bool,
@@ -154,10 +148,6 @@ pub enum UpsertEventKind<T> {
     SourceStaged {
         /// The time of the message.
         #[serde(serialize_with = "crate::numbers::time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number")
-        )]
         time: T,
         /// Updates stashed.
         staged: u64,
@@ -171,10 +161,6 @@ pub enum UpsertEventKind<T> {
     SourceProgress {
         /// The new input upper.
         #[serde(serialize_with = "crate::numbers::opt_time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number | null")
-        )]
         input_upper: Option<T>,
         /// Whether it was ignored (before the resume upper).
         ignored: bool,
@@ -184,17 +170,9 @@ pub enum UpsertEventKind<T> {
     DrainSkipped {
         /// The persist upper.
         #[serde(serialize_with = "crate::numbers::opt_time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number | null")
-        )]
         persist_upper: Option<T>,
         /// The largest time seen on the persist input.
         #[serde(serialize_with = "crate::numbers::time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number")
-        )]
         largest_seen_persist_ts: T,
     },
     /// A drain ran.
@@ -208,10 +186,6 @@ pub enum UpsertEventKind<T> {
         drain: DrainKind,
         /// For `AtTime`, the time drained.
         #[serde(serialize_with = "crate::numbers::opt_time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number | null")
-        )]
         time: Option<T>,
         /// Stash entries eligible.
         eligible: u64,
@@ -239,10 +213,6 @@ pub enum UpsertEventKind<T> {
     Started {
         /// The resume upper.
         #[serde(serialize_with = "crate::numbers::opt_time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number | null")
-        )]
         resume_upper: Option<T>,
         /// Which start of this replica (0 first).
         generation: u64,
@@ -254,10 +224,6 @@ pub enum UpsertEventKind<T> {
         updates: u64,
         /// The persist input's new upper, if it moved.
         #[serde(serialize_with = "crate::numbers::opt_time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number | null")
-        )]
         upper: Option<T>,
     },
     /// A replica's sink appended `[lower, upper)`.
@@ -265,17 +231,9 @@ pub enum UpsertEventKind<T> {
     SinkAppended {
         /// Lower.
         #[serde(serialize_with = "crate::numbers::time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number")
-        )]
         lower: T,
         /// Upper.
         #[serde(serialize_with = "crate::numbers::opt_time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number | null")
-        )]
         upper: Option<T>,
         /// Updates written.
         updates: u64,
@@ -285,17 +243,9 @@ pub enum UpsertEventKind<T> {
     SinkMismatch {
         /// The upper it expected.
         #[serde(serialize_with = "crate::numbers::time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number")
-        )]
         expected: T,
         /// The shard's upper.
         #[serde(serialize_with = "crate::numbers::opt_time")]
-        #[cfg_attr(
-            all(feature = "library", target_arch = "wasm32"),
-            tsify(type = "number | null")
-        )]
         current: Option<T>,
         /// Updates it dropped as below the new upper.
         dropped: u64,
@@ -314,8 +264,7 @@ pub enum UpsertEventKind<T> {
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "UpsertEventView")
+    tsify(missing_as_null)
 )]
 pub struct UpsertEvent<T> {
     /// The replica (or operator) name.
@@ -325,10 +274,6 @@ pub struct UpsertEvent<T> {
     pub at_ms: u64,
     /// What happened.
     #[serde(rename = "event")]
-    #[cfg_attr(
-        all(feature = "library", target_arch = "wasm32"),
-        tsify(type = "UpsertEventKindView")
-    )]
     pub kind: UpsertEventKind<T>,
 }
 

@@ -31,8 +31,7 @@ use crate::persist::codec::Timestamp;
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "WriteCauseView")
+    tsify(missing_as_null, rename = "WriteCauseView")
 )]
 pub enum WriteCause {
     /// Commands changed `desired`.
@@ -52,8 +51,7 @@ pub enum WriteCause {
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "WriteTaskEventKindView")
+    tsify(missing_as_null, rename = "WriteTaskEventKindView")
 )]
 pub enum WriteTaskEventKind {
     /// The task started.
@@ -232,8 +230,7 @@ pub enum WriteTaskEventKind {
 #[cfg_attr(
     all(feature = "library", target_arch = "wasm32"),
     derive(tsify::Tsify),
-    tsify(missing_as_null),
-    serde(rename = "WriteTaskEventView")
+    tsify(missing_as_null, rename = "WriteTaskEventView")
 )]
 pub struct WriteTaskEvent {
     /// The collection the task writes.

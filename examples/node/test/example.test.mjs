@@ -285,3 +285,61 @@ test("upsert: two replicas race to write one shard and it always matches the mod
   await assert.rejects(pipeline.report(), (e) => e.code === "Expired" && /shut down/.test(e.message));
   location.close();
 });
+
+test("the contents at the upper are read at the since once it has passed upper - 1", async () => {
+  // WriteTask.snapshot() and UpsertPipeline.contents() read what the shard holds through
+  // persist's one reader of the contents at the upper: at upper - 1, or at the since once a
+  // reader has held it past that (read at upper - 1 as written, that was a since violation).
+  // The read waits until the upper passes the since, then answers at the since.
+  const location = PersistLocation.inMemory();
+  const client = new PersistClient(location, { seed: 11 });
+  const task = await WriteTask.spawn(client, "mz_held", {
+    upperTickIntervalMs: 20,
+    batchDurationMs: 0,
+    initialBackoffMs: 5,
+  });
+  await task.append([{ row: ["alice", 1] }]);
+  const before = await task.snapshot();
+  const holder = await client.openReader("mz_held");
+  // The task's upper follows the clock: a since 1 s ahead of it is past upper - 1 until the
+  // upper tick passes it.
+  const taskSince = before.upper + 1000;
+  await holder.downgradeSince(taskSince);
+  const held = await task.snapshot();
+  assert.equal(held.asOf, taskSince, "read at the since, not at upper - 1");
+  assert.ok(held.upper <= taskSince, `the since had passed upper - 1 (upper ${held.upper})`);
+  assert.deepEqual(held.rows, [{ row: ["alice", 1n], diff: 1n }]);
+  task.shutdown();
+  await holder.expire();
+
+  const pipeline = await UpsertPipeline.create(location, {
+    shardId: "upserts-held",
+    seed: 4,
+    replicas: [{ readBatch: 2, tickMs: 2 }],
+    callTimeoutMs: 60_000,
+  });
+  await pipeline.start(0);
+  pipeline.push(1, "a", 1);
+  pipeline.push(2, "b", 2);
+  pipeline.seal(4);
+  assert.deepEqual((await pipeline.waitForChecker(4)).violations, []);
+  const first = await pipeline.contents();
+  const upsertHolder = await client.openReader("upserts-held");
+  const upsertSince = first.upper + 5;
+  await upsertHolder.downgradeSince(upsertSince);
+  // Nothing moves the output's upper until the source does: the read waits for the seal.
+  const pending = pipeline.contents();
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  pipeline.seal(upsertSince + 5);
+  const later = await pending;
+  assert.equal(later.asOf, upsertSince, "read at the since, not at upper - 1");
+  assert.ok(later.upper <= upsertSince, `the since had passed upper - 1 (upper ${later.upper})`);
+  assert.deepEqual(later.rows, first.rows);
+  assert.deepEqual(first.rows, [
+    { row: [1n, "a"], error: null, diff: 1n },
+    { row: [2n, "b"], error: null, diff: 1n },
+  ]);
+  await upsertHolder.expire();
+  await pipeline.shutdown();
+  location.close();
+});

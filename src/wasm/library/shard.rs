@@ -36,6 +36,8 @@ use crate::runtime::browser::BrowserRuntime;
 const TS_SHARD: &'static str = r#"
 /** A time in milliseconds (an integer in [0, Number.MAX_SAFE_INTEGER]). */
 export type Time = number;
+/** The core's time type (`u64` milliseconds) as the events declare it: a `Time`. */
+export type Timestamp = Time;
 /** A frontier of times: every time before it is complete; `null` is the empty frontier. */
 export type Frontier = Time | null;
 /** One update to write: `diff` defaults to 1 (a safe-integer number or a bigint). */

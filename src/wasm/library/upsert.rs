@@ -39,6 +39,8 @@ use crate::upsert::types::{kv_row, SourceData, UpsertError};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_UPSERT: &'static str = r#"
+/** One event of the pipeline (the core's `UpsertEvent` at the library's time type). */
+export type UpsertEventView = UpsertEvent<Timestamp>;
 /** One replica of an upsert pipeline: how fast it reads and how it writes. */
 export interface ReplicaOptions {
     /** Its name in events. Default "r<i>". */
@@ -150,7 +152,8 @@ pub struct UpsertRowView {
 pub struct UpsertContentsView {
     /// The shard's upper when it was read.
     pub upper: Option<f64>,
-    /// The time read at (`null`: nothing written yet).
+    /// The time read at: `upper - 1`, or the since once a reader has held it past that (the
+    /// read then waited for the upper to pass it); `null`: nothing written yet.
     pub as_of: Option<f64>,
     /// The rows and errors, consolidated.
     pub rows: Vec<UpsertRowView>,

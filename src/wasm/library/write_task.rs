@@ -112,7 +112,8 @@ pub fn datum_views(row: Row) -> Vec<DatumView> {
 pub struct WriteTaskSnapshot {
     /// The shard's upper when it was read (`null`: finished).
     pub upper: Option<f64>,
-    /// The time read at (`upper - 1`; `null` when nothing can be there yet).
+    /// The time read at: `upper - 1`, or the since once a reader has held it past that (the
+    /// read then waited for the upper to pass it); `null` when nothing can be there yet.
     pub as_of: Option<f64>,
     /// The rows, consolidated, with their diffs.
     pub rows: Vec<RowUpdateView>,
