@@ -36,9 +36,10 @@ use timely::dataflow::operators::generic::OutputBuilder;
 use timely::dataflow::operators::{Capability, CapabilitySet};
 use timely::dataflow::StreamVec;
 use timely::order::TotalOrder;
+use timely::progress::frontier::MutableAntichain;
 use timely::progress::Antichain;
 
-use super::core::{CoreObserver, UpsertCore};
+use super::core::{CoreObserver, StashFrontier, UpsertCore};
 use super::error::CellsError;
 use super::observe::{OperatorSnapshot, UpsertCounters};
 use super::state::UpsertStateBackend;
@@ -238,174 +239,57 @@ where
         persist_input.inner,
         Exchange::new(
             move |(value, _, _): &(Result<Row, DataflowError>, T, Diff)| {
-                // Route a key's feedback where its source updates go (rows without their key
-                // columns go anywhere: the core reports them).
-                let value = match value {
-                    Ok(row) => Ok(row),
-                    Err(DataflowError::EnvelopeError(super::types::EnvelopeError::Upsert(e))) => {
-                        Err(e)
-                    }
-                    Err(_) => return 0,
-                };
-                UpsertKey::from_value(value, &route_indices).map_or(0, |k| k.hashed())
+                feedback_route(value, &route_indices)
             },
         ),
-        std::iter::empty::<(
-            usize,
-            Antichain<<T as timely::progress::Timestamp>::Summary>,
-        )>(),
+        no_connection::<T>(),
     );
 
-    let mut observer = upsert_metrics.observer.clone();
-    if observer.who.is_empty() {
-        observer.who = format!("{}/{}", source_config.id, source_config.worker_id);
-    }
-    let core = Rc::new(RefCell::new(UpsertCore::<T, FromTime, US>::new(
+    let core = new_core(
+        &upsert_metrics,
+        &source_config,
         state_fn(),
         key_indices,
         resume_upper,
         prevent_snapshot_buffering,
-        observer,
-    )));
-    let inspect: Rc<RefCell<dyn InspectCore<T>>> = core.clone();
-    *upsert_metrics.core.borrow_mut() = Some(inspect);
+    );
 
     let (button, token) = ShutdownButton::new();
 
     builder.build(move |caps| {
-        let mut caps = caps.into_iter();
-        // The initial data capability is dropped: capabilities come from stashed input.
-        drop(caps.next());
-        let mut snapshot_cap = CapabilitySet::from_elem(caps.next().expect("three outputs"));
-        let mut health_cap = caps.next();
-        let mut persist_token = persist_token;
-        let mut stash_cap: Option<Capability<T>> = None;
-        let mut pending: VecDeque<(Option<Capability<T>>, SourceMessage<T, FromTime>)> =
-            VecDeque::new();
-        let mut seen_input = Antichain::from_elem(T::minimum());
-        let mut seen_persist = Antichain::from_elem(T::minimum());
-        let mut started = false;
-        let mut out: Vec<(UpsertValue, T, Diff)> = Vec::new();
+        let mut st = OperatorState::<T, FromTime>::new(caps, persist_token);
 
         move |frontiers| {
             core.borrow_mut().note_activation();
             if token.is_pressed() {
                 // Shut down: release everything, swallow whatever arrives.
-                stash_cap = None;
-                pending.clear();
-                snapshot_cap.downgrade(&[] as &[T]);
-                health_cap = None;
-                drop(persist_token.take());
+                st.shut_down();
                 source.for_each(|_, _| {});
                 persist.for_each(|_, _| {});
                 return;
             }
             let mut core = core.borrow_mut();
-
-            // The persist input: data, then its frontier.
             let mut persist_data = Vec::new();
             persist.for_each(|_, data| persist_data.append(data));
-            let pf = frontiers[1].frontier().to_owned();
-            let progress = (pf != seen_persist).then(|| {
-                seen_persist = pf.clone();
-                pf
-            });
-            if !started || !persist_data.is_empty() || progress.is_some() {
-                core.on_persist(persist_data, progress);
-                if core.halted().is_some() {
-                    // Let the persist source shut down.
-                    drop(persist_token.take());
-                    snapshot_cap.downgrade(&[] as &[T]);
-                } else if core.hydrating() {
-                    let _ = snapshot_cap.try_downgrade(core.persist_upper().iter());
-                } else {
-                    snapshot_cap.downgrade(&[] as &[T]);
-                }
-            }
-            started = true;
-
-            // The source input: data (at most `snapshot_buffering_max` messages), then progress.
             source.for_each(|cap, data| {
-                pending.push_back((cap.retain_least(0), std::mem::take(data)))
+                st.pending
+                    .push_back((cap.retain_least(0), std::mem::take(data)))
             });
-            let mut processed = 0usize;
-            let mut deferred = false;
-            while let Some((cap, mut data)) = pending.pop_front() {
-                if snapshot_buffering_max.is_some_and(|max| processed >= max) {
-                    pending.push_front((cap, data));
-                    deferred = true;
-                    break;
-                }
-                processed += 1;
-                // A message under no capability carries no updates.
-                let Some(cap) = cap else { continue };
-                let time = cap.time().clone();
-                if core.on_source_data(&time, &mut data) {
-                    stash_cap = match stash_cap.take() {
-                        Some(held) if held.time() <= cap.time() => Some(held),
-                        _ => Some(cap),
-                    };
-                }
-            }
-            if deferred {
+            let again = st.step(
+                &mut core,
+                persist_data,
+                frontiers,
+                (snapshot_buffering_max, upsert_config),
+                |cap, out| {
+                    let out = out
+                        .drain(..)
+                        .map(|(v, t, d)| (v.map_err(DataflowError::from), t, d));
+                    output.activate().session(cap).give_iterator(out)
+                },
+                |cap, error| health_output.activate().session(cap).give(stalled(error)),
+            );
+            if again {
                 activator.activate();
-            } else {
-                let f = frontiers[0].frontier().to_owned();
-                if f != seen_input {
-                    seen_input = f.clone();
-                    core.on_source_progress(f);
-                }
-            }
-
-            // Drain, emit under the stash cap, then downgrade or drop it.
-            out.clear();
-            let remaining = core.drain(&mut out);
-            if !out.is_empty() {
-                match stash_cap.as_ref() {
-                    Some(cap) => {
-                        let mut handle = output.activate();
-                        let mut session = handle.session(cap);
-                        for (value, ts, diff) in out.drain(..) {
-                            session.give((value.map_err(DataflowError::from), ts, diff));
-                        }
-                    }
-                    // Drains only emit what the stash held, under its capability.
-                    None => core.fail("output without a stash capability".into()),
-                }
-            }
-            if core.halted().is_none() {
-                match remaining.min_time {
-                    Some(t) => {
-                        if let Some(cap) = stash_cap.as_mut() {
-                            cap.downgrade(&t);
-                        }
-                    }
-                    None => stash_cap = None,
-                }
-                if core.finished() {
-                    stash_cap = None;
-                    pending.clear();
-                }
-            }
-            core.set_stash_cap(stash_cap.as_ref().map(|c| c.time().clone()));
-            if let Some(error) = core.take_health_error() {
-                if let Some(cap) = health_cap.as_ref() {
-                    let mut handle = health_output.activate();
-                    handle.session(cap).give((
-                        0usize,
-                        HealthStatusUpdate::Stalled {
-                            error,
-                            hint: None,
-                            should_halt: true,
-                        },
-                    ));
-                }
-            }
-            if upsert_config.shrink_upsert_unused_buffers_by_ratio > 0 {
-                let ratio = upsert_config.shrink_upsert_unused_buffers_by_ratio;
-                if out.capacity() > ratio * out.len().max(1) {
-                    out.shrink_to(out.len());
-                }
             }
         }
     });
@@ -416,4 +300,251 @@ where
         snapshot_stream,
         button,
     )
+}
+
+/// The operator's core, named for its events, reachable through `upsert_metrics`.
+fn new_core<T, F, US>(
+    upsert_metrics: &UpsertMetrics<T>,
+    source_config: &SourceConfig,
+    state: US,
+    key_indices: Vec<usize>,
+    resume_upper: Antichain<T>,
+    prevent_snapshot_buffering: bool,
+) -> Rc<RefCell<UpsertCore<T, F, US>>>
+where
+    T: timely::progress::Timestamp + TotalOrder + Serialize,
+    F: Ord + Clone + Debug + 'static,
+    US: UpsertStateBackend<T, Option<F>> + 'static,
+{
+    let mut observer = upsert_metrics.observer.clone();
+    if observer.who.is_empty() {
+        observer.who = format!("{}/{}", source_config.id, source_config.worker_id);
+    }
+    let core = Rc::new(RefCell::new(UpsertCore::<T, F, US>::new(
+        state,
+        key_indices,
+        resume_upper,
+        prevent_snapshot_buffering,
+        observer,
+    )));
+    let inspect: Rc<RefCell<dyn InspectCore<T>>> = core.clone();
+    *upsert_metrics.core.borrow_mut() = Some(inspect);
+    core
+}
+
+/// The connection of an input to no output (the persist input: the loop closes through the
+/// shard, not through a timely cycle).
+fn no_connection<T: timely::progress::Timestamp>() -> std::iter::Empty<(
+    usize,
+    Antichain<<T as timely::progress::Timestamp>::Summary>,
+)> {
+    std::iter::empty()
+}
+
+/// The health update of an operator that stopped on `error`.
+fn stalled(error: String) -> (usize, HealthStatusUpdate) {
+    let update = HealthStatusUpdate::Stalled {
+        error,
+        hint: None,
+        should_halt: true,
+    };
+    (0, update)
+}
+
+/// Where a key's feedback goes: the worker its source updates go to (rows without their key
+/// columns go anywhere: the core reports them).
+fn feedback_route(value: &Result<Row, DataflowError>, route_indices: &[usize]) -> u64 {
+    let value = match value {
+        Ok(row) => Ok(row),
+        Err(DataflowError::EnvelopeError(super::types::EnvelopeError::Upsert(e))) => Err(e),
+        Err(_) => return 0,
+    };
+    UpsertKey::from_value(value, route_indices).map_or(0, |k| k.hashed())
+}
+
+/// What the operator keeps between activations besides its core: its capabilities (snapshot
+/// progress, health, and the stash cap at the stash's least time), the source messages it has
+/// not processed yet, and the input frontiers it has seen.
+struct OperatorState<T: timely::progress::Timestamp, F> {
+    snapshot_cap: CapabilitySet<T>,
+    health_cap: Option<Capability<T>>,
+    persist_token: Option<Vec<ShutdownButton>>,
+    stash_cap: Option<Capability<T>>,
+    pending: VecDeque<(Option<Capability<T>>, SourceMessage<T, F>)>,
+    seen_input: Antichain<T>,
+    seen_persist: Antichain<T>,
+    started: bool,
+    out: Vec<(UpsertValue, T, Diff)>,
+}
+
+impl<T, F> OperatorState<T, F>
+where
+    T: timely::progress::Timestamp + TotalOrder,
+    F: Ord + Clone + Debug,
+{
+    /// The state at the first activation, from the operator's initial capabilities (data,
+    /// snapshot progress, health). The data capability is dropped: capabilities come from
+    /// stashed input.
+    fn new(caps: Vec<Capability<T>>, persist_token: Option<Vec<ShutdownButton>>) -> Self {
+        let mut caps = caps.into_iter();
+        drop(caps.next());
+        OperatorState {
+            snapshot_cap: CapabilitySet::from_elem(caps.next().expect("three outputs")),
+            health_cap: caps.next(),
+            persist_token,
+            stash_cap: None,
+            pending: VecDeque::new(),
+            seen_input: Antichain::from_elem(T::minimum()),
+            seen_persist: Antichain::from_elem(T::minimum()),
+            started: false,
+            out: Vec::new(),
+        }
+    }
+
+    /// One activation after the inputs were read (`persist_data`, and the source's messages
+    /// into `pending`): feedback into the core, then the source (its progress only once every
+    /// pending message is in), a drain emitted under the stash cap (`emit`), a health update on
+    /// an error (`health`). `frontiers` are the source's and the persist input's. Whether the
+    /// operator must activate again (messages were deferred).
+    fn step<US: UpsertStateBackend<T, Option<F>>>(
+        &mut self,
+        core: &mut UpsertCore<T, F, US>,
+        persist_data: Vec<(Result<Row, DataflowError>, T, Diff)>,
+        frontiers: &[MutableAntichain<T>],
+        (max, config): (Option<usize>, UpsertConfig),
+        emit: impl FnOnce(&Capability<T>, &mut Vec<(UpsertValue, T, Diff)>),
+        health: impl FnOnce(&Capability<T>, String),
+    ) -> bool {
+        // Inputs in the order they were added: the source, then the persist input.
+        let source_frontier = frontiers[0].frontier().to_owned();
+        let persist_frontier = frontiers[1].frontier().to_owned();
+        self.feed_persist(core, persist_data, persist_frontier);
+        let deferred = self.feed_source(core, max);
+        if !deferred {
+            self.source_progress(core, source_frontier);
+        }
+        self.out.clear();
+        let remaining = core.drain(&mut self.out);
+        if !self.out.is_empty() {
+            match self.stash_cap.as_ref() {
+                Some(cap) => emit(cap, &mut self.out),
+                // Drains only emit what the stash held, under its capability.
+                None => core.fail("output without a stash capability".into()),
+            }
+        }
+        self.after_drain(core, remaining);
+        if let Some(error) = core.take_health_error() {
+            if let Some(cap) = self.health_cap.as_ref() {
+                health(cap, error);
+            }
+        }
+        self.shrink(config.shrink_upsert_unused_buffers_by_ratio);
+        deferred
+    }
+
+    /// Releases every capability and the persist source, and forgets pending messages.
+    fn shut_down(&mut self) {
+        self.stash_cap = None;
+        self.pending.clear();
+        self.snapshot_cap.downgrade(&[] as &[T]);
+        self.health_cap = None;
+        drop(self.persist_token.take());
+    }
+
+    /// The persist input's data and (if it moved) frontier into the core. The snapshot progress
+    /// follows the persist upper while the core rehydrates, and is empty after (or on a halt,
+    /// which also lets the persist source shut down).
+    fn feed_persist<US: UpsertStateBackend<T, Option<F>>>(
+        &mut self,
+        core: &mut UpsertCore<T, F, US>,
+        data: Vec<(Result<Row, DataflowError>, T, Diff)>,
+        frontier: Antichain<T>,
+    ) {
+        let progress = (frontier != self.seen_persist).then(|| {
+            self.seen_persist = frontier.clone();
+            frontier
+        });
+        if !self.started || !data.is_empty() || progress.is_some() {
+            core.on_persist(data, progress);
+            if core.halted().is_some() {
+                drop(self.persist_token.take());
+                self.snapshot_cap.downgrade(&[] as &[T]);
+            } else if core.hydrating() {
+                let _ = self.snapshot_cap.try_downgrade(core.persist_upper().iter());
+            } else {
+                self.snapshot_cap.downgrade(&[] as &[T]);
+            }
+        }
+        self.started = true;
+    }
+
+    /// Pending source messages into the core, at most `max` of them; the stash cap becomes the
+    /// least capability of a message the core stashed. Whether some were deferred.
+    fn feed_source<US: UpsertStateBackend<T, Option<F>>>(
+        &mut self,
+        core: &mut UpsertCore<T, F, US>,
+        max: Option<usize>,
+    ) -> bool {
+        let mut processed = 0usize;
+        while let Some((cap, mut data)) = self.pending.pop_front() {
+            if max.is_some_and(|max| processed >= max) {
+                self.pending.push_front((cap, data));
+                return true;
+            }
+            processed += 1;
+            // A message under no capability carries no updates.
+            let Some(cap) = cap else { continue };
+            let time = cap.time().clone();
+            if core.on_source_data(&time, &mut data) {
+                self.stash_cap = match self.stash_cap.take() {
+                    Some(held) if held.time() <= cap.time() => Some(held),
+                    _ => Some(cap),
+                };
+            }
+        }
+        false
+    }
+
+    /// The source frontier, if it moved, into the core.
+    fn source_progress<US: UpsertStateBackend<T, Option<F>>>(
+        &mut self,
+        core: &mut UpsertCore<T, F, US>,
+        frontier: Antichain<T>,
+    ) {
+        if frontier != self.seen_input {
+            self.seen_input = frontier.clone();
+            core.on_source_progress(frontier);
+        }
+    }
+
+    /// Shrinks the output buffer when its capacity exceeds `ratio` times its use (0: never).
+    fn shrink(&mut self, ratio: usize) {
+        if ratio > 0 && self.out.capacity() > ratio * self.out.len().max(1) {
+            self.out.shrink_to(self.out.len());
+        }
+    }
+
+    /// After a drain: the stash cap goes down to the stash's least time, or away with the
+    /// stash (and everything goes once the core is finished).
+    fn after_drain<US: UpsertStateBackend<T, Option<F>>>(
+        &mut self,
+        core: &mut UpsertCore<T, F, US>,
+        remaining: StashFrontier<T>,
+    ) {
+        if core.halted().is_none() {
+            match remaining.min_time {
+                Some(t) => {
+                    if let Some(cap) = self.stash_cap.as_mut() {
+                        cap.downgrade(&t);
+                    }
+                }
+                None => self.stash_cap = None,
+            }
+            if core.finished() {
+                self.stash_cap = None;
+                self.pending.clear();
+            }
+        }
+        core.set_stash_cap(self.stash_cap.as_ref().map(|c| c.time().clone()));
+    }
 }

@@ -32,5 +32,5 @@ pub mod oracle;
 pub mod read;
 pub mod shard;
 pub mod upsert;
-pub mod upsert_events;
+pub mod upsert_views;
 pub mod write_task;

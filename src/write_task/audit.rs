@@ -95,9 +95,8 @@ pub async fn audit_commits(
         })
         .collect();
     crate::sort::sort_by_key(&mut commits, |(upper, ..)| *upper);
-    let mut report = AuditReport::default();
     let Some(&(last_upper, ..)) = commits.last() else {
-        return Ok(report);
+        return Ok(AuditReport::default());
     };
     let as_of = reader.since().clone();
     let Some(&as_of_ts) = as_of.as_option() else {
@@ -145,6 +144,16 @@ pub async fn audit_commits(
     }
     listen.expire().await;
     crate::sort::sort_by_key(&mut updates, |u| u.0);
+    replay(commits, &updates)
+}
+
+/// Replays `updates` (in time order) against `commits` (by new upper): at each commit, the
+/// contents are every update before its new upper, and their fingerprint must be the event's.
+fn replay(
+    commits: Vec<(Timestamp, &WriteTaskEvent, u64, u64)>,
+    updates: &[(Timestamp, Row, Diff)],
+) -> Result<AuditReport, AuditError> {
+    let mut report = AuditReport::default();
     // Replay in time order; at each commit, the contents are every update before its new upper.
     let mut contents: BTreeMap<Row, i128> = BTreeMap::new();
     let mut next = 0;

@@ -25,7 +25,7 @@ use super::convert::{self, Options};
 use super::errors::{LibError, LibResult};
 use super::location::{JsPersistLocation, LocationShared};
 use super::shard::shard_id;
-use super::upsert_events::{CheckerReportView, UpsertCountersView};
+use super::upsert_views::{PipelineSnapshotView, UpsertContentsView, UpsertRowView};
 use super::write_task::{datum_views, DatumView};
 use crate::persist::codec::{Datum, Row, Timestamp};
 use crate::persist::{PersistClient, PersistConfig, ShardId};
@@ -89,75 +89,6 @@ export interface GenerateOptions {
     tsStepMax?: number;
 }
 "#;
-
-/// One replica slot of a pipeline snapshot.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-pub struct ReplicaView {
-    /// Its name.
-    pub name: String,
-    /// Which start this is (0 first).
-    pub generation: f64,
-    /// The shard's upper it started from.
-    pub resume_upper: Option<f64>,
-    /// How far its source input has advanced.
-    pub source_frontier: f64,
-    /// Source messages it has not read yet.
-    pub source_unread: f64,
-    /// The operator's output frontier.
-    pub output_frontier: Option<f64>,
-    /// The shard's upper as its sink knows it.
-    pub sink_upper: Option<f64>,
-    /// Updates its sink holds back.
-    pub sink_buffered: f64,
-    /// Its counters.
-    pub counters: UpsertCountersView,
-    /// Why it stopped, if it did.
-    pub halted: Option<String>,
-}
-
-/// A pipeline as plain data.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-pub struct PipelineSnapshotView {
-    /// Every source message before this time is in the log.
-    pub source_upper: f64,
-    /// Messages in the source log.
-    pub source_messages: f64,
-    /// Each slot: its replica, or `null` while it is down.
-    pub replicas: Vec<Option<ReplicaView>>,
-    /// What the checker found.
-    pub checker: CheckerReportView,
-}
-
-/// One row of the output shard, or an error that took its key's place.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-pub struct UpsertRowView {
-    /// The row `[key, value]`, or `null` for an error.
-    pub row: Option<Vec<DatumView>>,
-    /// The error, or `null` for a row.
-    pub error: Option<String>,
-    /// Its multiplicity (1 in a correct upsert collection).
-    pub diff: i64,
-}
-
-/// What the output shard holds at its upper minus one.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-pub struct UpsertContentsView {
-    /// The shard's upper when it was read.
-    pub upper: Option<f64>,
-    /// The time read at: `upper - 1`, or the since once a reader has held it past that (the
-    /// read then waited for the upper to pass it); `null`: nothing written yet.
-    pub as_of: Option<f64>,
-    /// The rows and errors, consolidated.
-    pub rows: Vec<UpsertRowView>,
-}
 
 fn replica_config(v: &JsValue, i: usize, pipeline_seed: u64) -> LibResult<ReplicaConfig> {
     let what = format!("options.replicas[{i}]");
@@ -591,38 +522,7 @@ impl JsUpsertPipeline {
         self.call(
             "snapshot",
             async |p| Ok(p.snapshot()),
-            |s| {
-                let replicas = s
-                    .replicas
-                    .into_iter()
-                    .map(|r| {
-                        r.map(|r| {
-                            Ok(ReplicaView {
-                                name: r.name,
-                                generation: r.generation as f64,
-                                resume_upper: convert::opt_ms(r.resume_upper, "a resume upper")?,
-                                source_frontier: convert::ms(
-                                    r.source_frontier,
-                                    "a source frontier",
-                                )?,
-                                source_unread: r.source_unread as f64,
-                                output_frontier: convert::opt_ms(r.output_frontier, "a frontier")?,
-                                sink_upper: convert::opt_ms(r.sink.upper, "a sink's upper")?,
-                                sink_buffered: r.sink.buffered as f64,
-                                counters: r.counters.into(),
-                                halted: r.halted,
-                            })
-                        })
-                        .transpose()
-                    })
-                    .collect::<LibResult<Vec<_>>>()?;
-                convert::to_js(&PipelineSnapshotView {
-                    source_upper: convert::ms(s.source_upper, "the source's upper")?,
-                    source_messages: s.source_messages as f64,
-                    replicas,
-                    checker: CheckerReportView::new(s.checker)?,
-                })
-            },
+            |s| convert::to_js(&PipelineSnapshotView::new(s)?),
         )
     }
 
@@ -649,18 +549,7 @@ impl JsUpsertPipeline {
                 .await?;
             let rows = rows
                 .into_iter()
-                .map(|((SourceData(data), ()), diff)| match data {
-                    Ok(row) => UpsertRowView {
-                        row: Some(datum_views(row)),
-                        error: None,
-                        diff,
-                    },
-                    Err(e) => UpsertRowView {
-                        row: None,
-                        error: Some(e.to_string()),
-                        diff,
-                    },
-                })
+                .map(|((SourceData(data), ()), diff)| UpsertRowView::new(data, diff))
                 .collect();
             Ok(convert::to_js(&UpsertContentsView {
                 upper: convert::opt_ms(upper, "the upper")?,
