@@ -487,10 +487,7 @@ impl Scenario {
             let reader = client.open_leased_reader::<crate::persist::codec::Row, ()>(&shard);
             let result = match reader.await {
                 Ok(r) => crate::write_task::audit::audit_commits(r, &events).await,
-                Err(source) => Err(AuditError::Persist {
-                    step: "open reader",
-                    source,
-                }),
+                Err(e) => Err(AuditError::persist("open reader", e)),
             };
             *out.borrow_mut() = Some(result);
         });

@@ -189,6 +189,9 @@ pub struct UpsertConfig {
 
 type SourceMessage<T, F> = Vec<((UpsertKey, Option<UpsertValue>, F), T, Diff)>;
 
+/// A source message not processed yet, with its capability.
+type Pending<T, F> = (Option<Capability<T>>, SourceMessage<T, F>);
+
 /// Renders the operator. See the module docs and [`super::core`] for what it does.
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn upsert_inner<'scope, T, FromTime, SF, US>(
@@ -370,7 +373,7 @@ struct OperatorState<T: timely::progress::Timestamp, F> {
     health_cap: Option<Capability<T>>,
     persist_token: Option<Vec<ShutdownButton>>,
     stash_cap: Option<Capability<T>>,
-    pending: VecDeque<(Option<Capability<T>>, SourceMessage<T, F>)>,
+    pending: VecDeque<Pending<T, F>>,
     seen_input: Antichain<T>,
     seen_persist: Antichain<T>,
     started: bool,

@@ -43,7 +43,7 @@ pub enum AuditError {
         /// The read: "open reader", "subscribe" or "listen".
         step: &'static str,
         /// What persist said.
-        source: PersistError,
+        source: Box<PersistError>,
     },
     /// The listen took [`AUDIT_MAX_LISTEN_STEPS`] steps and had not reached the last commit.
     #[error("the listen did not reach the last commit (new upper {last_upper})")]
@@ -59,6 +59,16 @@ pub enum AuditError {
         /// Its sum.
         sum: i128,
     },
+}
+
+impl AuditError {
+    /// Persist failed at `step`.
+    pub fn persist(step: &'static str, e: PersistError) -> Self {
+        AuditError::Persist {
+            step,
+            source: Box::new(e),
+        }
+    }
 }
 
 /// What [`audit_commits`] found.
@@ -115,10 +125,7 @@ pub async fn audit_commits(
     let (snapshot, mut listen) = reader
         .subscribe(Antichain::from_elem(as_of_ts))
         .await
-        .map_err(|source| AuditError::Persist {
-            step: "subscribe",
-            source,
-        })?;
+        .map_err(|e| AuditError::persist("subscribe", e))?;
     let mut updates: Vec<(Timestamp, Row, Diff)> = snapshot
         .into_iter()
         .map(|((row, ()), t, d)| (t, row, d))
@@ -133,10 +140,11 @@ pub async fn audit_commits(
         if steps > AUDIT_MAX_LISTEN_STEPS {
             return Err(AuditError::ListenStalled { last_upper });
         }
-        for event in listen.next().await.map_err(|source| AuditError::Persist {
-            step: "listen",
-            source,
-        })? {
+        for event in listen
+            .next()
+            .await
+            .map_err(|e| AuditError::persist("listen", e))?
+        {
             if let ListenEvent::Updates(batch) = event {
                 updates.extend(batch.into_iter().map(|((row, ()), t, d)| (t, row, d)));
             }

@@ -17,16 +17,15 @@ use std::rc::Rc;
 
 use futures::lock::Mutex;
 use js_sys::Promise;
-use serde::Serialize;
-use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, Options};
 use super::errors::{LibError, LibResult};
 use super::location::{JsPersistLocation, LocationShared};
 use super::shard::shard_id;
-use super::upsert_views::{PipelineSnapshotView, UpsertContentsView, UpsertRowView};
-use super::write_task::{datum_views, DatumView};
+use super::upsert_views::{
+    CheckerReportView, PipelineSnapshotView, UpsertContentsView, UpsertCountersView, UpsertRowView,
+};
 use crate::persist::codec::{Datum, Row, Timestamp};
 use crate::persist::{PersistClient, PersistConfig, ShardId};
 use crate::runtime::browser::BrowserRuntime;
