@@ -14,17 +14,18 @@
 
 use timely::progress::Antichain;
 
-use super::codec::{Codec, Diff, Timestamp};
+use super::codec::{Codec, Timestamp};
 use super::error::PersistError;
-use super::read::ReadHandle;
+use super::read::{ReadHandle, Update};
 
-/// A shard's contents at an upper: consolidated updates (each at time `as_of`).
+/// A shard's contents at an upper: consolidated updates, each at time `as_of`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContentsAtUpper<K, V> {
     /// The time read: `max(upper - 1, since)`; `None` when the upper is 0 or empty (no read).
     pub as_of: Option<Timestamp>,
-    /// Every `(key, value)` with its accumulated diff, none zero.
-    pub updates: Vec<((K, V), Diff)>,
+    /// Every `(key, value)` with its time (`as_of`) and accumulated diff, none zero (what
+    /// [`ReadHandle::snapshot_and_fetch`] returns, as it returns it).
+    pub updates: Vec<Update<K, V>>,
 }
 
 /// The time [`ReadHandle::contents_at_upper`] reads at, for `upper` and a reader's `since`.
@@ -49,10 +50,10 @@ impl<K: Codec, V: Codec> ReadHandle<K, V> {
                 updates: Vec::new(),
             });
         };
-        let fetched = self.snapshot_and_fetch(Antichain::from_elem(as_of)).await?;
+        let updates = self.snapshot_and_fetch(Antichain::from_elem(as_of)).await?;
         Ok(ContentsAtUpper {
             as_of: Some(as_of),
-            updates: fetched.into_iter().map(|(kv, _, d)| (kv, d)).collect(),
+            updates,
         })
     }
 }

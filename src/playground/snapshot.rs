@@ -392,7 +392,7 @@ async fn verify(
     // Copies of each value: sorted (value, diff) pairs, summed per value (the shard may hold
     // thousands of values; one sort, no map).
     let mut held: Vec<(&str, i64)> = Vec::with_capacity(contents.len());
-    for ((_, v), d) in &contents {
+    for ((_, v), _, d) in &contents {
         held.push((v.as_str(), *d));
         view.rows += (*d).max(0) as u64;
         // Values are "actor:writer_id#n": a writer id this page never registered is a foreign one.

@@ -270,7 +270,7 @@ where
     let mut snapshot: Vec<(Row, Diff)> = contents
         .updates
         .into_iter()
-        .map(|((row, ()), diff)| (row, diff))
+        .map(|((row, ()), _, diff)| (row, diff))
         .collect();
     // Persist consolidates already; this is cheap on sorted input and guards the invariant.
     ops::consolidate(&mut snapshot)

@@ -548,7 +548,7 @@ impl JsUpsertPipeline {
                 .await?;
             let rows = rows
                 .into_iter()
-                .map(|((SourceData(data), ()), diff)| UpsertRowView::new(data, diff))
+                .map(|((SourceData(data), ()), _, diff)| UpsertRowView::new(data, diff))
                 .collect();
             Ok(convert::to_js(&UpsertContentsView {
                 upper: convert::opt_ms(upper, "the upper")?,

@@ -343,7 +343,7 @@ impl JsWriteTask {
                 as_of: convert::opt_ms(as_of, "the as-of")?,
                 rows: rows
                     .into_iter()
-                    .map(|((row, ()), diff)| RowUpdateView::new(row, diff))
+                    .map(|((row, ()), _, diff)| RowUpdateView::new(row, diff))
                     .collect(),
             };
             Ok(convert::to_js(&view)?)
