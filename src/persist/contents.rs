@@ -10,7 +10,9 @@
 //! as [`ReadHandle::snapshot_and_fetch`] does, until the upper passes the since.
 //!
 //! There is no `upper - 1` at upper 0 (nothing can be written below time 0) nor at the empty
-//! upper (a finished shard): both give no `as_of` and no updates, without a read.
+//! upper (a finished shard): both give `None`, and no read.
+
+use std::future::Future;
 
 use timely::progress::Antichain;
 
@@ -18,17 +20,8 @@ use super::codec::{Codec, Timestamp};
 use super::error::PersistError;
 use super::read::{ReadHandle, Update};
 
-/// A shard's contents at an upper: consolidated updates, each at time `as_of`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContentsAtUpper<K, V> {
-    /// The time read: `max(upper - 1, since)`; `None` when the upper is 0 or empty (no read).
-    pub as_of: Option<Timestamp>,
-    /// Every `(key, value)` with its time (`as_of`) and accumulated diff, none zero (what
-    /// [`ReadHandle::snapshot_and_fetch`] returns, as it returns it).
-    pub updates: Vec<Update<K, V>>,
-}
-
-/// The time [`ReadHandle::contents_at_upper`] reads at, for `upper` and a reader's `since`.
+/// The time [`ReadHandle::contents_at_upper`] reads at, for `upper` and a reader's `since`:
+/// `max(upper - 1, since)`, or `None` at upper 0 or the empty upper.
 pub fn contents_as_of(
     upper: &Antichain<Timestamp>,
     since: &Antichain<Timestamp>,
@@ -39,22 +32,22 @@ pub fn contents_as_of(
 
 impl<K: Codec, V: Codec> ReadHandle<K, V> {
     /// The shard's contents at `upper` (a known upper of the shard, usually its current one):
-    /// see the module docs.
-    pub async fn contents_at_upper(
+    /// the time read and the read itself (consolidated updates, each at that time, as
+    /// [`ReadHandle::snapshot_and_fetch`] returns them), or `None` when nothing can be there
+    /// (see the module docs).
+    ///
+    /// It hands back the snapshot's own future rather than being an `async fn`: no second
+    /// state machine per key and value type (the page's .wasm counts them).
+    #[allow(clippy::type_complexity)]
+    pub fn contents_at_upper(
         &mut self,
         upper: &Antichain<Timestamp>,
-    ) -> Result<ContentsAtUpper<K, V>, PersistError> {
-        let Some(as_of) = contents_as_of(upper, self.since()) else {
-            return Ok(ContentsAtUpper {
-                as_of: None,
-                updates: Vec::new(),
-            });
-        };
-        let updates = self.snapshot_and_fetch(Antichain::from_elem(as_of)).await?;
-        Ok(ContentsAtUpper {
-            as_of: Some(as_of),
-            updates,
-        })
+    ) -> Option<(
+        Timestamp,
+        impl Future<Output = Result<Vec<Update<K, V>>, PersistError>> + '_,
+    )> {
+        let as_of = contents_as_of(upper, self.since())?;
+        Some((as_of, self.snapshot_and_fetch(Antichain::from_elem(as_of))))
     }
 }
 

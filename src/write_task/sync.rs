@@ -265,15 +265,17 @@ where
         return Ok((None, Vec::new()));
     }
     let mut read = read_handle_fn().await?;
-    let contents = read.contents_at_upper(&Antichain::from_elem(upper)).await?;
+    let Some((as_of, contents)) = read.contents_at_upper(&Antichain::from_elem(upper)) else {
+        return Ok((None, Vec::new()));
+    };
+    let fetched = contents.await?;
     drop(read);
-    let mut snapshot: Vec<(Row, Diff)> = contents
-        .updates
+    let mut snapshot: Vec<(Row, Diff)> = fetched
         .into_iter()
         .map(|((row, ()), _, diff)| (row, diff))
         .collect();
     // Persist consolidates already; this is cheap on sorted input and guards the invariant.
     ops::consolidate(&mut snapshot)
         .map_err(|e| PersistError::from(InvalidUsage::Corrupted(format!("snapshot: {e}"))))?;
-    Ok((contents.as_of, snapshot))
+    Ok((Some(as_of), snapshot))
 }

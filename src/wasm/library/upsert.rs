@@ -540,10 +540,12 @@ impl JsUpsertPipeline {
                 .run("contents", timeout.map(|ms| (&runtime, ms)), async move {
                     let upper = client.inspect_state(&shard).await?.upper().clone();
                     let mut reader = client.open_leased_reader::<SourceData, ()>(&shard).await?;
-                    let contents = reader.contents_at_upper(&upper).await;
+                    let (as_of, rows) = match reader.contents_at_upper(&upper) {
+                        Some((as_of, read)) => (Some(as_of), read.await),
+                        None => (None, Ok(Vec::new())),
+                    };
                     reader.expire().await;
-                    let contents = contents?;
-                    Ok((upper.as_option().copied(), contents.as_of, contents.updates))
+                    Ok((upper.as_option().copied(), as_of, rows?))
                 })
                 .await?;
             let rows = rows

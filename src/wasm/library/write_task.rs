@@ -332,10 +332,12 @@ impl JsWriteTask {
                 .call("snapshot", async move {
                     let upper = client.inspect_state(&shard).await?.upper().clone();
                     let mut reader = client.open_leased_reader::<Row, ()>(&shard).await?;
-                    let contents = reader.contents_at_upper(&upper).await;
+                    let (as_of, rows) = match reader.contents_at_upper(&upper) {
+                        Some((as_of, read)) => (Some(as_of), read.await),
+                        None => (None, Ok(Vec::new())),
+                    };
                     reader.expire().await;
-                    let contents = contents?;
-                    Ok((upper, contents.as_of, contents.updates))
+                    Ok((upper, as_of, rows?))
                 })
                 .await?;
             let view = WriteTaskSnapshot {
