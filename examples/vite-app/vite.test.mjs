@@ -1,47 +1,22 @@
 // The Vite app's production build (dist/, made by run.sh with no configuration) in headless
 // Chromium: the web build is the export Vite picks, its .wasm is emitted as an asset, and the
 // app writes to IndexedDB on two visits in a row.
-import { test, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer } from "node:http";
 import { readFile, readdir } from "node:fs/promises";
-import { dirname, extname, join, normalize } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
+
+import { chromiumContext, load, serve, watchedPage } from "../browser-harness.mjs";
 
 const DIST = join(dirname(fileURLToPath(import.meta.url)), "dist");
-const TYPES = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm", ".css": "text/css" };
 const requested = [];
-const server = createServer(async (req, res) => {
-  const path = normalize(decodeURIComponent(new URL(req.url, "http://x").pathname));
-  requested.push(path);
-  const file = join(DIST, path === "/" ? "index.html" : path);
-  if (!file.startsWith(DIST)) return res.writeHead(403).end();
-  try {
-    res.writeHead(200, { "content-type": TYPES[extname(file)] ?? "application/octet-stream" }).end(await readFile(file));
-  } catch {
-    res.writeHead(404).end();
-  }
-});
-await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-const url = `http://127.0.0.1:${server.address().port}/`;
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
-});
-const page = await browser.newPage();
+const url = `${await serve(DIST, { index: "index.html", onRequest: (p) => requested.push(p) })}/`;
 const problems = [];
-page.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`));
-page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
-after(async () => {
-  await browser.close();
-  server.close();
-});
+const page = await watchedPage(await chromiumContext(), problems);
 
 async function visit() {
-  await page.goto(url);
-  await page.waitForFunction(() => document.body.dataset.status !== "loading", null, { timeout: 60_000 });
+  await load(page, url);
   return page.evaluate(() => ({ ...document.body.dataset, log: document.getElementById("log").textContent }));
 }
 

@@ -5,18 +5,15 @@
 // for good, because each visit drew the same writer id and idempotency tokens).
 //
 // Run: node --test examples/web/   (needs dist/npm/: bash scripts/package.sh)
-import { test, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer } from "node:http";
-import { readFile } from "node:fs/promises";
-import { dirname, extname, join, normalize } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
 
+import { chromiumContext, load, serve, watchedPage } from "../browser-harness.mjs";
 import { compose, librarySnippets } from "../readme-snippets.mjs";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const TYPES = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json" };
 
 const blocks = librarySnippets();
 const idb = blocks.filter((b) => b.tags.has("browser"));
@@ -57,46 +54,22 @@ import(${JSON.stringify(module)}).then(
   (e) => { document.body.dataset.status = "error: " + (e.code ? e.code + ": " : "") + e.message; });
 </script></body></html>`;
 
-const server = createServer(async (req, res) => {
-  const path = normalize(decodeURIComponent(new URL(req.url, "http://x").pathname));
-  if (modules[path]) return res.writeHead(200, { "content-type": "text/javascript" }).end(modules[path]);
-  if (path === "/readme/page.html") {
-    const module = new URL(req.url, "http://x").searchParams.get("module");
-    return res.writeHead(200, { "content-type": "text/html" }).end(page(module));
-  }
-  const file = join(ROOT, path);
-  if (!file.startsWith(ROOT)) return res.writeHead(403).end();
-  try {
-    const body = await readFile(file);
-    res.writeHead(200, { "content-type": TYPES[extname(file)] ?? "application/octet-stream" }).end(body);
-  } catch {
-    res.writeHead(404).end();
-  }
-});
-await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-const origin = `http://127.0.0.1:${server.address().port}`;
-
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
+const origin = await serve(ROOT, {
+  route: (path, url) => {
+    if (modules[path]) return { type: "text/javascript", body: modules[path] };
+    if (path === "/readme/page.html") return { type: "text/html", body: page(url.searchParams.get("module")) };
+    return null;
+  },
 });
 // One context: one origin's IndexedDB, shared by its pages as by a user's tabs.
-const context = await browser.newContext();
+const context = await chromiumContext();
 const problems = [];
-after(async () => {
-  await browser.close();
-  server.close();
-});
 
 /** Opens a page that runs `module`; resolves to its status and window.result. */
 async function visit(module) {
-  const tab = await context.newPage();
-  tab.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`));
-  tab.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
+  const tab = await watchedPage(context, problems);
   try {
-    await tab.goto(`${origin}/readme/page.html?module=${encodeURIComponent(module)}`);
-    await tab.waitForFunction(() => document.body.dataset.status !== "loading", null, { timeout: 60_000 });
+    await load(tab, `${origin}/readme/page.html?module=${encodeURIComponent(module)}`);
     return await tab.evaluate(() => ({ status: document.body.dataset.status, result: window.result ?? null }));
   } finally {
     await tab.close();

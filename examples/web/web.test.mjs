@@ -3,55 +3,20 @@
 // import map, runs every component over IndexedDB, and its shard outlives a reload.
 //
 // Run: node --test examples/web/   (needs dist/npm/: bash scripts/package.sh)
-import { test, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer } from "node:http";
-import { readFile } from "node:fs/promises";
-import { dirname, extname, join, normalize } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
+
+import { chromiumContext, load, serve, watchedPage } from "../browser-harness.mjs";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const TYPES = {
-  ".html": "text/html",
-  ".js": "text/javascript",
-  ".mjs": "text/javascript",
-  ".wasm": "application/wasm",
-  ".json": "application/json",
-};
-
-// A static server of the repository on a free loopback port.
-const server = createServer(async (req, res) => {
-  const path = normalize(decodeURIComponent(new URL(req.url, "http://x").pathname));
-  const file = join(ROOT, path);
-  if (!file.startsWith(ROOT)) return res.writeHead(403).end();
-  try {
-    const body = await readFile(file);
-    res.writeHead(200, { "content-type": TYPES[extname(file)] ?? "application/octet-stream" }).end(body);
-  } catch {
-    res.writeHead(404).end();
-  }
-});
-await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-const url = `http://127.0.0.1:${server.address().port}/examples/web/index.html`;
-
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"],
-});
-const page = await browser.newPage();
+const url = `${await serve(ROOT)}/examples/web/index.html`;
 const problems = [];
-page.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`));
-page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
-after(async () => {
-  await browser.close();
-  server.close();
-});
+const page = await watchedPage(await chromiumContext(), problems);
 
 async function visit(href) {
-  await page.goto(href);
-  await page.waitForFunction(() => document.body.dataset.status !== "loading", null, { timeout: 30_000 });
+  await load(page, href, 30_000);
   const data = await page.evaluate(() => ({ ...document.body.dataset, log: document.getElementById("log").textContent }));
   assert.equal(data.status, "ok", data.log);
   return data;
