@@ -3,7 +3,8 @@
 //! end to end on both, and seeded fault runs over the unreliable decorator.
 //!
 //! Needs the services of `scripts/services.sh` (each test fails naming the missing variable) and
-//! the `native-services` feature; `scripts/test.sh`'s native-backends layer runs it.
+//! are `#[ignore]`d, so a plain `cargo test` needs no database: `scripts/test.sh`'s native-backends
+//! layer runs them with `-- --ignored`.
 #![cfg(not(target_arch = "wasm32"))]
 
 #[path = "support/native.rs"]
@@ -32,6 +33,7 @@ fn f(t: u64) -> Antichain<u64> {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn consensus_conformance_on_postgres() {
     let url = fresh_database("conformance");
     block_on(|rt| async move {
@@ -51,6 +53,7 @@ fn consensus_conformance_on_postgres() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn blob_conformance_on_file() {
     let dir = TempDir::new("blob");
     let url = dir.url();
@@ -65,6 +68,7 @@ fn blob_conformance_on_file() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn blob_conformance_on_s3_emulator() {
     let url = fresh_s3_url("blob");
     block_on(|_rt| async move {
@@ -78,6 +82,7 @@ fn blob_conformance_on_s3_emulator() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn oracle_conformance_over_postgres() {
     let url = fresh_database("oracle");
     block_on(|rt| async move {
@@ -159,12 +164,14 @@ fn persist_end_to_end(consensus_url: String, blob_url: String) {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn persist_on_postgres_and_file() {
     let dir = TempDir::new("e2e");
     persist_end_to_end(fresh_database("e2e_file"), dir.url());
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn persist_on_postgres_and_s3_emulator() {
     persist_end_to_end(fresh_database("e2e_s3"), fresh_s3_url("e2e"));
 }
@@ -363,6 +370,7 @@ fn seeds() -> u64 {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn seeded_faults_on_postgres_and_file() {
     let dir = TempDir::new("faults");
     let base = dir.url();
@@ -374,6 +382,7 @@ fn seeded_faults_on_postgres_and_file() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn seeded_faults_on_postgres_and_s3_emulator() {
     let base = fresh_s3_url("faults");
     // The S3 half runs fewer seeds: the emulator answers slowly, and the file run covers 100+.
@@ -479,6 +488,7 @@ async fn race_setup(
 /// commits, the other finds the key taken and reports a mismatch; then the same with the first
 /// rolled back, where the second commits.
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn racing_successors_on_one_head_the_primary_key_picks_one() {
     use persist_playground::location::CaSResult;
     let url = fresh_database("race_pk");
@@ -586,6 +596,7 @@ fn racing_successors_on_one_head_the_primary_key_picks_one() {
 /// and its insert then sees v2 and does nothing. Without the lock, both would commit and fork
 /// the chain at v1.
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn a_jump_racing_a_successor_waits_for_it_and_loses() {
     use persist_playground::location::{CaSResult, SeqNo};
     let url = fresh_database("race_jump");
@@ -624,6 +635,7 @@ fn a_jump_racing_a_successor_waits_for_it_and_loses() {
 /// of v2 through (an acknowledged write off the chain). The truncate's table lock waits for
 /// the held insert, which then finds v2 taken.
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn a_truncate_waits_for_an_insert_that_read_an_old_head() {
     use persist_playground::location::{CaSResult, SeqNo};
     let url = fresh_database("race_truncate");

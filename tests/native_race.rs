@@ -5,7 +5,8 @@
 //! a version chain without a gap; the oracles' logs must never repeat or go back.
 //!
 //! Needs the services of `scripts/services.sh` (PERSIST_TEST_POSTGRES_URL, PERSIST_TEST_PG_CTL)
-//! and the `native-services` feature; `scripts/test.sh`'s native-backends layer runs it.
+//! and are `#[ignore]`d, so a plain `cargo test` needs no database: `scripts/test.sh`'s
+//! native-backends layer runs them with `-- --ignored`.
 //! Faults are forced by construction (a kill after a given number of acknowledgements, a restart
 //! after another), never by timing assertions.
 #![cfg(not(target_arch = "wasm32"))]
@@ -134,6 +135,7 @@ fn wait_success(mut child: Child, name: &str, err: &Path) {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn four_writer_processes_one_killed_and_postgres_restarted() {
     let (db, blob, logs) = scene("race");
     let dir = logs.0.clone();
@@ -282,6 +284,7 @@ fn read_ts(path: &Path) -> Vec<u64> {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
     let db = fresh_database("oracles");
     let logs = TempDir::new("oracle-logs");
@@ -348,6 +351,7 @@ fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn ctrl_c_stops_a_writer_and_a_reader_cleanly() {
     let (db, blob, logs) = scene("ctrlc");
     let dir = logs.0.clone();
@@ -392,6 +396,7 @@ fn ctrl_c_stops_a_writer_and_a_reader_cleanly() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn two_write_task_processes_share_a_shard() {
     // Two differential write tasks in two processes keep one shard equal to their own desired
     // tables: each loses races to the other and re-syncs; both finish, and every command of
@@ -507,6 +512,7 @@ fn upsert_contents(
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn two_upsert_replica_processes_one_killed_match_the_model() {
     // Two upsert replicas in two processes write one output shard from one seeded source (each
     // generates it identically). Replica A is SIGKILLed mid-run and restarted; it rehydrates
@@ -600,6 +606,7 @@ fn two_upsert_replica_processes_one_killed_match_the_model() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn ctrl_c_stops_an_idle_upsert_replica_cleanly() {
     // A replica fed from stdin writes three upserts, then waits (stdin stays open, so its
     // persist source sits in a listen step no write will end). Ctrl-C must still end it, with
