@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Assembles the npm package `persist-playground` into dist/npm/ from wasm-pack's outputs for the
-# three targets, and packs it with `npm pack` into dist/persist-playground-<version>.tgz.
+# Assembles the npm package `persist-playground` into dist/npm/ from wasm-bindgen's outputs for
+# the three targets (one cargo build of the .wasm), and packs it with `npm pack` into dist/persist-playground-<version>.tgz.
 #
 #   bash scripts/package.sh            # release build (opt-level "z", lto: slow on 2 cores)
 #   bash scripts/package.sh --dev      # dev build, for iterating
 #
 # Layout of the package (one import path picks the build through conditional exports):
-#   web/      wasm-pack --target web: ES module; call `await init()` once before use
-#   bundler/  wasm-pack --target bundler: for bundlers that import .wasm as a module; it holds
+#   web/      wasm-bindgen --target web: ES module; call `await init()` once before use
+#   bundler/  wasm-bindgen --target bundler: for bundlers that import .wasm as a module; it holds
 #             the one .wasm file, which the web and node glue load from there
 #   fs/       persist-playground/fs: a node:fs location (plain JS over PersistLocation.custom)
-#   node/     wasm-pack --target nodejs (CommonJS, loads the .wasm synchronously), with an ES
+#   node/     wasm-bindgen --target nodejs (CommonJS, loads the .wasm synchronously), with an ES
 #             module wrapper (index.mjs) whose default export `init()` is a no-op, so code that
 #             calls `await init()` runs unchanged in Node and in browsers
 # Every entry point adds `Listen.prototype[Symbol.asyncIterator]` (scripts/npm/listen-iterator.js).
@@ -33,17 +33,30 @@ rm -rf "$out" "$build"
 mkdir -p "$out" "$build"
 
 # The library's API is Cargo feature `library` (the playground page's build leaves it out).
+# The three targets differ only in their JS glue, so the crate is built for wasm32 once and
+# wasm-bindgen (the one on PATH, which scripts/setup.sh pins) runs once per target, with the
+# flags wasm-pack would pass for this profile (Cargo.toml's [package.metadata.wasm-pack]: no
+# --debug glue in release, demangled names, no DWARF).
+case "$profile" in
+  --release) cargo_profile=(--release); cargo_dir=release; bindgen_profile=() ;;
+  --dev) cargo_profile=(); cargo_dir=debug; bindgen_profile=(--debug) ;;
+  *) echo "[package] unknown profile $profile (--release or --dev)" >&2; exit 1 ;;
+esac
+echo "[package] cargo build --lib --target wasm32-unknown-unknown ${cargo_profile[*]} --features library"
+cargo build --lib --target wasm32-unknown-unknown "${cargo_profile[@]}" --features library \
+  >"$build/cargo.log" 2>&1 || { cat "$build/cargo.log" >&2; exit 1; }
+built="$root/target/wasm32-unknown-unknown/$cargo_dir/$crate.wasm"
 for target in web bundler nodejs; do
-  echo "[package] wasm-pack build --target $target $profile"
-  wasm-pack build --mode no-install --no-pack --weak-refs --target "$target" "$profile" \
-    --out-dir "$root/$build/$target" --out-name "$crate" -- --features library \
+  echo "[package] wasm-bindgen --target $target"
+  wasm-bindgen "$built" --out-dir "$root/$build/$target" --typescript --weak-refs \
+    --target "$target" --out-name "$crate" "${bindgen_profile[@]}" \
     >"$build/$target.log" 2>&1 \
     || { cat "$build/$target.log" >&2; exit 1; }
 done
 
-# The three targets differ only in their JS glue: their .wasm files are the same bytes, so the
-# package ships one. It stays in bundler/, because a bundler resolves the module's own import
-# ("./persist_playground_bg.js") next to it; the web and node glue are pointed at it.
+# Their .wasm files are the same bytes, so the package ships one. It stays in bundler/, because
+# a bundler resolves the module's own import ("./persist_playground_bg.js") next to it; the web
+# and node glue are pointed at it.
 wasm="${crate}_bg.wasm"
 for target in bundler nodejs; do
   cmp -s "$build/web/$wasm" "$build/$target/$wasm" \

@@ -2,7 +2,8 @@
 //! a missing database, table or bucket, and a table of another schema each end in a clear, typed
 //! error that names the URL without its password; nothing panics and nothing is written.
 //!
-//! Needs the services of `scripts/services.sh` and the `native-services` feature.
+//! Needs the services of `scripts/services.sh`; `#[ignore]`d, so a plain `cargo test` needs no
+//! database (`scripts/test.sh`'s native-backends layer runs them with `-- --ignored`).
 #![cfg(not(target_arch = "wasm32"))]
 
 #[path = "support/native.rs"]
@@ -55,6 +56,7 @@ fn assert_redacted(e: &LocationError, secret: &str) {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn bad_urls_are_typed_errors_without_the_password() {
     for url in [
         "postgres://alice:s3cr3t-pw@[not-a-host/db",
@@ -79,6 +81,7 @@ fn bad_urls_are_typed_errors_without_the_password() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn a_refused_connection_is_a_connect_error() {
     // A loopback port nobody listens on (bound, then released).
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -97,6 +100,7 @@ fn a_refused_connection_is_a_connect_error() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn wrong_credentials_and_a_missing_database() {
     let good = postgres_url();
     let real = password_of(&good);
@@ -113,6 +117,7 @@ fn wrong_credentials_and_a_missing_database() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn a_table_of_another_schema_is_refused_and_left_alone() {
     let url = fresh_database("schema");
     sql(
@@ -139,6 +144,7 @@ fn a_table_of_another_schema_is_refused_and_left_alone() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn a_table_dropped_under_a_running_consensus_is_a_permanent_error() {
     let url = fresh_database("dropped");
     let url2 = url.clone();
@@ -159,6 +165,7 @@ fn a_table_dropped_under_a_running_consensus_is_a_permanent_error() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn a_missing_bucket_is_a_missing_error() {
     let endpoint = service_env("PERSIST_TEST_S3_ENDPOINT");
     let e = blob_err(&format!("s3://no-such-bucket-here/p?endpoint={endpoint}"));
@@ -167,6 +174,7 @@ fn a_missing_bucket_is_a_missing_error() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn the_command_line_tool_reports_wrong_credentials_without_a_panic() {
     let good = postgres_url();
     let real = password_of(&good);

@@ -5,7 +5,8 @@
 //! a version chain without a gap; the oracles' logs must never repeat or go back.
 //!
 //! Needs the services of `scripts/services.sh` (PERSIST_TEST_POSTGRES_URL, PERSIST_TEST_PG_CTL)
-//! and the `native-services` feature; `scripts/test.sh`'s native-backends layer runs it.
+//! and are `#[ignore]`d, so a plain `cargo test` needs no database: `scripts/test.sh`'s
+//! native-backends layer runs them with `-- --ignored`.
 //! Faults are forced by construction (a kill after a given number of acknowledgements, a restart
 //! after another), never by timing assertions.
 #![cfg(not(target_arch = "wasm32"))]
@@ -28,13 +29,67 @@ fn count_lines(path: &Path, prefix: &str) -> usize {
 }
 
 fn spawn(args: &[String], log_to: &Path) -> Child {
+    spawn_to(args, Stdio::null(), log_to)
+}
+
+/// `persistcli ARGS` with its stdout to `stdout` and its stderr to the file `log_to`.
+fn spawn_to(args: &[String], stdout: Stdio, log_to: &Path) -> Child {
     let err = std::fs::File::create(log_to).unwrap();
     Command::new(BIN)
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(err)
         .spawn()
         .expect("spawn persistcli")
+}
+
+/// Sends SIGINT (what Ctrl-C sends) to `child`.
+fn interrupt(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "SIGINT sent");
+}
+
+/// A test's fresh database, Blob directory and directory for the processes' logs.
+fn scene(tag: &str) -> (String, TempDir, TempDir) {
+    (
+        fresh_database(tag),
+        TempDir::new(&format!("{tag}-blob")),
+        TempDir::new(&format!("{tag}-logs")),
+    )
+}
+
+/// `persistcli`'s arguments: the location, this process's seed, then `rest`.
+fn cli(db: &str, blob: &str, seed: impl ToString, rest: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["--consensus", db, "--blob", blob, "--seed"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(seed.to_string());
+    args.extend(rest.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Runs `persistcli inspect SHARD` and asserts that the shard's state lists no writer and no
+/// reader: every process that wrote or read it expired its lease.
+fn assert_leases_expired(db: &str, blob: &str, shard: &str, seed: u64) {
+    let out = Command::new(BIN)
+        .args(cli(db, blob, seed, &["inspect", shard]))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("writers    0"),
+        "the writer expired itself:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("readers    0"),
+        "the reader expired itself:\n{stdout}"
+    );
 }
 
 /// Polls (the test's own pacing, not an assertion) until `cond` holds; panics after `limit`
@@ -80,26 +135,19 @@ fn wait_success(mut child: Child, name: &str, err: &Path) {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn four_writer_processes_one_killed_and_postgres_restarted() {
-    let db = fresh_database("race");
-    let blob = TempDir::new("race-blob");
-    let logs = TempDir::new("race-logs");
+    let (db, blob, logs) = scene("race");
     let dir = logs.0.clone();
     let per_writer = 1000u64;
+    // Keep every version, so the check reads the shard's history from v1.
     let common = |seed: u64| {
-        vec![
-            "--consensus".to_string(),
-            db.clone(),
-            "--blob".into(),
-            blob.url(),
-            "--seed".into(),
-            seed.to_string(),
-            "--progress-every".into(),
-            "250".into(),
-            // Keep every version, so the check reads the shard's history from v1.
-            "--gc".into(),
-            "false".into(),
-        ]
+        cli(
+            &db,
+            &blob.url(),
+            seed,
+            &["--progress-every", "250", "--gc", "false"],
+        )
     };
     let log_of = |i: usize| -> PathBuf { dir.join(format!("w{i}.log")) };
     let err_of = |name: &str| -> PathBuf { dir.join(format!("{name}.err")) };
@@ -236,18 +284,13 @@ fn read_ts(path: &Path) -> Vec<u64> {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
     let db = fresh_database("oracles");
     let logs = TempDir::new("oracle-logs");
     let dir = logs.0.clone();
     let args = |seed: u64, log: &Path| -> Vec<String> {
-        [
-            "--consensus",
-            &db,
-            "--blob",
-            "mem://",
-            "--seed",
-            &seed.to_string(),
+        let rest = [
             "--progress-every",
             "500",
             "oracle",
@@ -260,10 +303,8 @@ fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
             "--confirm-leadership",
             "--log",
             &log.display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+        ];
+        cli(&db, "mem://", seed, &rest)
     };
     let (a_log, b_log, b2_log) = (dir.join("a.log"), dir.join("b.log"), dir.join("b2.log"));
     let a = spawn(&args(1, &a_log), &dir.join("a.err"));
@@ -310,42 +351,38 @@ fn two_oracle_processes_one_killed_never_repeat_or_go_back() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn ctrl_c_stops_a_writer_and_a_reader_cleanly() {
-    let db = fresh_database("ctrlc");
-    let blob = TempDir::new("ctrlc-blob");
-    let logs = TempDir::new("ctrlc-logs");
+    let (db, blob, logs) = scene("ctrlc");
     let dir = logs.0.clone();
-    let base = |seed: &str| -> Vec<String> {
-        ["--consensus", &db, "--blob", &blob.url(), "--seed", seed]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    };
     let log = dir.join("w.log");
-    let mut w = base("1");
-    w.extend(
-        [
-            "writer", "--shard", "s-int", "--name", "w", "--count", "0", "--rate", "200", "--log",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
+    let w = cli(
+        &db,
+        &blob.url(),
+        1,
+        &[
+            "writer",
+            "--shard",
+            "s-int",
+            "--name",
+            "w",
+            "--count",
+            "0",
+            "--rate",
+            "200",
+            "--log",
+            &log.display().to_string(),
+        ],
     );
-    w.push(log.display().to_string());
     let writer = spawn(&w, &dir.join("w.err"));
     wait_for("50 acks", &dir, 3_000, || count_lines(&log, "ack ") >= 50);
-    let mut r = base("2");
-    r.extend(["reader", "--shard", "s-int"].iter().map(|s| s.to_string()));
+    let r = cli(&db, &blob.url(), 2, &["reader", "--shard", "s-int"]);
     let reader = spawn(&r, &dir.join("r.err"));
     wait_for("the reader's first progress", &dir, 3_000, || {
         std::fs::read_to_string(dir.join("r.err")).is_ok_and(|s| s.contains("complete up to"))
     });
     for child in [&writer, &reader] {
-        let ok = Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "SIGINT sent");
+        interrupt(child);
     }
     wait_success(writer, "writer", &dir.join("w.err"));
     wait_success(reader, "reader", &dir.join("r.err"));
@@ -355,38 +392,19 @@ fn ctrl_c_stops_a_writer_and_a_reader_cleanly() {
     // shard's state lists neither handle any more.
     let (tried, acked) = (count_lines(&log, "try "), count_lines(&log, "ack "));
     assert!(tried - acked <= 1, "tried {tried}, acked {acked}");
-    let mut i = base("3");
-    i.extend(["inspect", "s-int"].iter().map(|s| s.to_string()));
-    let out = Command::new(BIN).args(&i).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    assert!(
-        stdout.contains("writers    0"),
-        "the writer expired itself:\n{stdout}"
-    );
-    assert!(
-        stdout.contains("readers    0"),
-        "the reader expired itself:\n{stdout}"
-    );
+    assert_leases_expired(&db, &blob.url(), "s-int", 3);
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn two_write_task_processes_share_a_shard() {
     // Two differential write tasks in two processes keep one shard equal to their own desired
     // tables: each loses races to the other and re-syncs; both finish, and every command of
     // theirs was answered (durable, or refused after its retries, never dropped).
-    let db = fresh_database("tasks");
-    let blob = TempDir::new("tasks-blob");
-    let logs = TempDir::new("tasks-logs");
+    let (db, blob, logs) = scene("tasks");
     let dir = logs.0.clone();
     let args = |seed: &str| -> Vec<String> {
-        [
-            "--consensus",
-            &db,
-            "--blob",
-            &blob.url(),
-            "--seed",
-            seed,
+        let rest = [
             "--progress-every",
             "20",
             "write-task",
@@ -400,23 +418,20 @@ fn two_write_task_processes_share_a_shard() {
             "4",
             "--tick-ms",
             "50",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+        ];
+        cli(&db, &blob.url(), seed, &rest)
     };
     let children: Vec<_> = ["1", "2"]
         .iter()
         .map(|s| {
             let out = dir.join(format!("t{s}.out"));
-            let err = std::fs::File::create(dir.join(format!("t{s}.err"))).unwrap();
-            let child = Command::new(BIN)
-                .args(args(s))
-                .stdout(std::fs::File::create(&out).unwrap())
-                .stderr(err)
-                .spawn()
-                .unwrap();
-            (child, out, dir.join(format!("t{s}.err")))
+            let err = dir.join(format!("t{s}.err"));
+            let child = spawn_to(
+                &args(s),
+                Stdio::from(std::fs::File::create(&out).unwrap()),
+                &err,
+            );
+            (child, out, err)
         })
         .collect();
     for (child, out, err) in children {
@@ -497,24 +512,17 @@ fn upsert_contents(
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn two_upsert_replica_processes_one_killed_match_the_model() {
     // Two upsert replicas in two processes write one output shard from one seeded source (each
     // generates it identically). Replica A is SIGKILLed mid-run and restarted; it rehydrates
     // from the shard (its own feedback) and resumes at the shard's upper. Afterwards the shard
     // holds exactly the last value per key of every upsert: the reference model.
-    let db = fresh_database("upsert");
-    let blob = TempDir::new("upsert-blob");
-    let logs = TempDir::new("upsert-logs");
+    let (db, blob, logs) = scene("upsert");
     let dir = logs.0.clone();
     let (source_seed, keys, bursts) = (11u64, 6u64, 120u64);
     let args = |seed: &str, name: &str| -> Vec<String> {
-        [
-            "--consensus",
-            &db,
-            "--blob",
-            &blob.url(),
-            "--seed",
-            seed,
+        let rest = [
             "upsert-replica",
             "--shard",
             "s-upsert",
@@ -528,10 +536,8 @@ fn two_upsert_replica_processes_one_killed_match_the_model() {
             &bursts.to_string(),
             "--rate",
             "40",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+        ];
+        cli(&db, &blob.url(), seed, &rest)
     };
     let a_err = dir.join("a.err");
     let b_err = dir.join("b.err");
@@ -600,29 +606,22 @@ fn two_upsert_replica_processes_one_killed_match_the_model() {
 }
 
 #[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn ctrl_c_stops_an_idle_upsert_replica_cleanly() {
     // A replica fed from stdin writes three upserts, then waits (stdin stays open, so its
     // persist source sits in a listen step no write will end). Ctrl-C must still end it, with
     // its writer and its reader expired, and the shard holding the three upserts' outcome.
     use std::io::Write;
-    let db = fresh_database("upsertint");
-    let blob = TempDir::new("upsertint-blob");
-    let logs = TempDir::new("upsertint-logs");
+    let (db, blob, logs) = scene("upsertint");
     let dir = logs.0.clone();
     let err = dir.join("r.err");
     let mut child = Command::new(BIN)
-        .args([
-            "--consensus",
+        .args(cli(
             &db,
-            "--blob",
             &blob.url(),
-            "--seed",
-            "5",
-            "upsert-replica",
-            "--shard",
-            "s-upsert-int",
-            "--stdin",
-        ])
+            5,
+            &["upsert-replica", "--shard", "s-upsert-int", "--stdin"],
+        ))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&err).unwrap())
@@ -634,39 +633,12 @@ fn ctrl_c_stops_an_idle_upsert_replica_cleanly() {
     wait_for("the three upserts in the shard", &dir, 3_000, || {
         std::fs::read_to_string(&err).is_ok_and(|s| s.contains("shard upper 4,"))
     });
-    let ok = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "SIGINT sent");
+    interrupt(&child);
     wait_success(child, "upsert-replica", &err);
     drop(stdin);
     let text = std::fs::read_to_string(&err).unwrap();
     assert!(text.contains("stopped; leases expired"), "{text}");
-    let out = Command::new(BIN)
-        .args([
-            "--consensus",
-            &db,
-            "--blob",
-            &blob.url(),
-            "--seed",
-            "6",
-            "inspect",
-            "s-upsert-int",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    assert!(
-        stdout.contains("writers    0"),
-        "the writer expired:\n{stdout}"
-    );
-    assert!(
-        stdout.contains("readers    0"),
-        "the reader expired:\n{stdout}"
-    );
+    assert_leases_expired(&db, &blob.url(), "s-upsert-int", 6);
     let (upper, contents) = upsert_contents(&db, &blob.url(), "s-upsert-int");
     assert_eq!(upper, 4);
     let rows: Vec<_> = contents.iter().filter(|(_, d)| **d != 0).collect();

@@ -10,17 +10,36 @@
 //! [`PostgresConsensus::open`] creates it when it is absent and refuses a `consensus` table with
 //! other columns ([`LocationError::Schema`], before anything is written).
 //!
-//! **compare_and_set is one statement**: an `INSERT ... SELECT` that inserts the new row only if
-//! the key's greatest seqno is still the expected one (or, for `expected = None`, if the key has
-//! no row), with `ON CONFLICT DO NOTHING`. It committed iff it inserted a row. Two inserters of the
-//! same new seqno cannot both win: the primary key makes the second wait for the first and then
-//! do nothing. Sessions run at `SERIALIZABLE` isolation, so inserters of *different* new seqnos
-//! over the same expected head (the contract allows jumps; persist only ever adds one) cannot both
-//! win either: one of them gets a serialization failure, which is determinate and retried.
+//! **compare_and_set, the common case, is one statement at READ COMMITTED**: an
+//! `INSERT ... SELECT` that inserts the new row only if the key's greatest seqno is still the
+//! expected one (for `expected = None`: if the key has no row), with `ON CONFLICT DO NOTHING`.
+//! It committed iff it inserted a row. When the new seqno is the *successor* (`expected + 1`,
+//! or `1` over an absent key, which is all persist and the oracle ever write), the primary key
+//! alone makes it safe: every racer over one expected head inserts the same
+//! `(shard, sequence_number)`, so a second racer waits for the first and then does nothing (or,
+//! if the first rolled back, inserts). A racer whose statement snapshot is stale sees an old head
+//! and so inserts a seqno that already exists: it conflicts and does nothing.
+//!
+//! Two things could still fork the chain at READ COMMITTED, and both take
+//! `LOCK TABLE consensus IN SHARE ROW EXCLUSIVE MODE` in a transaction of their own:
+//! - a **jump** (a new seqno past the successor, which the contract allows): two racers over
+//!   one head inserting *different* seqnos do not collide on the key. The lock conflicts with
+//!   every insert's ROW EXCLUSIVE lock and with itself, so a jump runs alone, and the statement
+//!   after the lock sees every insert that committed before it;
+//! - **truncate**: a successor insert whose snapshot predates rows `expected + 1 ..` would not
+//!   collide with `expected + 1` if a truncate deleted that row before the insert checked the
+//!   key. An insert takes its table lock before its snapshot and holds it to its end, and the
+//!   truncate's lock waits for it, so no truncate commits between an insert's snapshot and its
+//!   key check.
+//!
+//! The locked transactions run on a second connection of the handle (one at a time), since the
+//! first pipelines concurrent statements; a locked call that fails or is cancelled drops that
+//! connection, so the server rolls it back and releases the lock. Both are rare: persist never
+//! jumps, and it truncates once per garbage collection.
 //!
 //! **Errors, as the original maps them**:
-//! - a serialization failure (`40001`) is [`ExternalError::Determinate`]: the transaction rolled
-//!   back, the statement did not happen;
+//! - a serialization failure (`40001`) or a deadlock (`40P01`) is
+//!   [`ExternalError::Determinate`]: the transaction rolled back, the statement did not happen;
 //! - not reaching the server at all (the connection was known closed and reconnecting failed) is
 //!   determinate: no statement was sent;
 //! - the connection lost mid-call, a call that outlived its timeout, and every other error the
@@ -29,32 +48,35 @@
 //!   are [`ExternalError::Permanent`]: retrying cannot help. Each names the URL without its
 //!   password.
 //!
-//! Every statement is prepared once per connection and then sent by name, so a call is one round
-//! trip (Bind/Execute/Sync) rather than two (a Parse/Describe of an unnamed statement first).
 //! A lost connection (the server restarted) is replaced on the next call: the handle keeps one
-//! connection (tokio-postgres pipelines concurrent statements over it), so one process needs no
-//! pool. CockroachDB speaks the same wire protocol and runs every transaction `SERIALIZABLE`; the
-//! statements use nothing PostgreSQL-specific beyond `ON CONFLICT DO NOTHING` and a CTE with a
-//! `DELETE ... RETURNING`, which CockroachDB supports. (Only PostgreSQL 15 was tested.)
+//! connection for ordinary calls (tokio-postgres pipelines concurrent statements over it) and one
+//! for the locked transactions, so one process needs no pool.
+//!
+//! **CockroachDB** speaks the same wire protocol, runs every transaction `SERIALIZABLE` and has
+//! no `LOCK TABLE`: a connection that finds `CockroachDB` in `version()` sets SERIALIZABLE, and
+//! then a jump and a truncate are single statements like the rest (a racer that would fork the
+//! chain gets a serialization failure, which is determinate and retried). The statements use
+//! nothing beyond `ON CONFLICT DO NOTHING` and a CTE with a `DELETE ... RETURNING`, which
+//! CockroachDB supports. Only PostgreSQL 15 was tested: CockroachDB is not installable here.
 
-use std::cell::RefCell;
+mod session;
+
+use std::cell::Cell;
 use std::rc::Rc;
 use std::str::FromStr;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, NoTls, Statement};
+use tokio_postgres::{Client, Config, Statement};
 
+use self::session::{pg_message, timed, CallError, Dialect, Link, Session, CALL_TIMEOUT_MS};
 use super::url::{redact_url, LocationError};
 use super::{
     validate_compare_and_set, BrokenAt, CaSResult, Consensus, ExternalError, PermanentKind, SeqNo,
     VersionedData,
 };
 use crate::runtime::Runtime;
-
-/// How long one statement (or one connection attempt) may take before it counts as a timeout.
-const CALL_TIMEOUT_MS: u64 = 10_000;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS consensus (
     shard text NOT NULL,
@@ -97,23 +119,24 @@ const TRUNCATE: &str = "WITH head AS (
 
 const LIST_KEYS: &str = "SELECT DISTINCT shard FROM consensus";
 
-/// Consensus on a PostgreSQL table. See the module docs. Clones share the connection.
+/// Taken by a jump and a truncate (see the module docs): conflicts with itself and with the
+/// ROW EXCLUSIVE lock every insert and delete takes.
+const LOCK: &str = "LOCK TABLE consensus IN SHARE ROW EXCLUSIVE MODE";
+
+/// Consensus on a PostgreSQL table. See the module docs. Clones share the connections.
 #[derive(Clone)]
 pub struct PostgresConsensus {
     inner: Rc<Inner>,
 }
 
 struct Inner {
-    config: Config,
+    link: Link,
     url: String,
-    runtime: Runtime,
-    client: RefCell<Option<Rc<Client>>>,
-    // The statements prepared on the current connection (a connection's own: a new connection
-    // starts empty), so that each call after the first is one round trip (Bind/Execute/Sync)
-    // instead of two (an unnamed Parse/Describe first).
-    prepared: RefCell<Prepared>,
-    // One reconnect at a time.
-    connecting: futures::lock::Mutex<()>,
+    /// Every call but the locked ones.
+    shared: Session,
+    /// The locked transactions, one at a time (`locking`).
+    exclusive: Session,
+    locking: futures::lock::Mutex<()>,
 }
 
 impl std::fmt::Debug for PostgresConsensus {
@@ -124,22 +147,16 @@ impl std::fmt::Debug for PostgresConsensus {
     }
 }
 
-/// Statements prepared on one connection, by their SQL.
-#[derive(Default)]
-struct Prepared {
-    // The connection they belong to (held, so no later connection can share its address).
-    on: Option<Rc<Client>>,
-    statements: Vec<(&'static str, Statement)>,
-}
+/// Drops the exclusive connection unless disarmed: a locked transaction that failed or whose
+/// future was dropped half-way must not keep its lock on an idle connection.
+struct DiscardOnDrop<'a>(Option<&'a Session>);
 
-/// What failed while talking to the server, before it is mapped for a caller.
-enum CallError {
-    /// The statement was never sent (no connection could be made).
-    NotSent(String),
-    /// The statement ran out of time.
-    Timeout,
-    /// The server or the connection answered with an error.
-    Pg(tokio_postgres::Error),
+impl Drop for DiscardOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(session) = self.0 {
+            session.discard();
+        }
+    }
 }
 
 impl PostgresConsensus {
@@ -160,15 +177,23 @@ impl PostgresConsensus {
         }
         config.application_name("persist-playground");
         let inner = Rc::new(Inner {
-            config,
+            link: Link {
+                config,
+                runtime,
+                dialect: Cell::new(Dialect::Postgres),
+            },
             url: redacted.clone(),
-            runtime,
-            client: RefCell::new(None),
-            prepared: RefCell::new(Prepared::default()),
-            connecting: futures::lock::Mutex::new(()),
+            shared: Session::default(),
+            exclusive: Session::default(),
+            locking: futures::lock::Mutex::new(()),
         });
         let this = PostgresConsensus { inner };
-        let client = this.connect().await.map_err(|e| this.open_error(e))?;
+        let client = this
+            .inner
+            .shared
+            .client(&this.inner.link)
+            .await
+            .map_err(|e| this.open_error(e))?;
         // Concurrent creators race on the catalog: "already exists" means someone else won.
         match client.batch_execute(CREATE_TABLE).await {
             Ok(()) => {}
@@ -186,28 +211,7 @@ impl PostgresConsensus {
             .iter()
             .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
             .collect();
-        let want = [
-            ("shard", "text"),
-            ("sequence_number", "bigint"),
-            ("data", "bytea"),
-        ];
-        let matches = found.len() == want.len()
-            && found
-                .iter()
-                .zip(want.iter())
-                .all(|((n, t), (wn, wt))| n == wn && t == wt);
-        if !matches {
-            let show = |cols: Vec<String>| cols.join(", ");
-            return Err(LocationError::Schema {
-                url: redacted,
-                table: "consensus".into(),
-                detail: format!(
-                    "it has ({}), expected ({})",
-                    show(found.iter().map(|(n, t)| format!("{n} {t}")).collect()),
-                    show(want.iter().map(|(n, t)| format!("{n} {t}")).collect())
-                ),
-            });
-        }
+        check_columns(&redacted, &found)?;
         Ok(this)
     }
 
@@ -245,138 +249,38 @@ impl PostgresConsensus {
         }
     }
 
-    /// The live connection, making a new one if there is none or it closed.
-    async fn client(&self) -> Result<Rc<Client>, CallError> {
-        if let Some(c) = self.live_client() {
-            return Ok(c);
-        }
-        let _guard = self.inner.connecting.lock().await;
-        if let Some(c) = self.live_client() {
-            return Ok(c);
-        }
-        self.connect().await
-    }
-
-    fn live_client(&self) -> Option<Rc<Client>> {
-        let client = self.inner.client.borrow();
-        client.as_ref().filter(|c| !c.is_closed()).cloned()
-    }
-
-    async fn connect(&self) -> Result<Rc<Client>, CallError> {
-        let connecting = self.inner.config.connect(NoTls);
-        let (client, connection) = match self
-            .inner
-            .runtime
-            .timeout(CALL_TIMEOUT_MS, connecting)
-            .await
-        {
-            Err(_) => {
-                return Err(CallError::NotSent(format!(
-                    "connect timeout after {CALL_TIMEOUT_MS} ms"
-                )))
-            }
-            Ok(Err(e)) if e.code().is_some() => return Err(CallError::Pg(e)),
-            Ok(Err(e)) => return Err(CallError::NotSent(pg_message(&e))),
-            Ok(Ok(pair)) => pair,
-        };
-        // The connection future drives the socket; it ends when the connection closes, and the
-        // client then reports `is_closed`.
-        drop(::tokio::task::spawn_local(async move {
-            let _ = connection.await;
-        }));
-        let client = Rc::new(client);
-        let isolation = "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE";
-        match self
-            .inner
-            .runtime
-            .timeout(CALL_TIMEOUT_MS, client.batch_execute(isolation))
-            .await
-        {
-            Err(_) => {
-                return Err(CallError::NotSent(format!(
-                    "session setup timeout after {CALL_TIMEOUT_MS} ms"
-                )))
-            }
-            Ok(Err(e)) => return Err(CallError::Pg(e)),
-            Ok(Ok(())) => {}
-        }
-        *self.inner.client.borrow_mut() = Some(client.clone());
-        Ok(client)
-    }
-
-    /// `sql` prepared on `client` (prepared now if it is not yet). Preparing sends nothing
-    /// that changes data, so a failure here means the statement did not run.
-    async fn statement(
-        &self,
-        client: &Rc<Client>,
-        sql: &'static str,
-    ) -> Result<Statement, CallError> {
-        let mine = |p: &Prepared| p.on.as_ref().is_some_and(|c| Rc::ptr_eq(c, client));
-        {
-            let p = self.inner.prepared.borrow();
-            if mine(&p) {
-                if let Some((_, st)) = p.statements.iter().find(|(q, _)| *q == sql) {
-                    return Ok(st.clone());
-                }
-            }
-        }
-        let st = match self
-            .inner
-            .runtime
-            .timeout(CALL_TIMEOUT_MS, client.prepare(sql))
-            .await
-        {
-            Err(_) => return Err(CallError::Timeout),
-            Ok(r) => r.map_err(CallError::Pg)?,
-        };
-        let mut p = self.inner.prepared.borrow_mut();
-        if !mine(&p) {
-            *p = Prepared {
-                on: Some(Rc::clone(client)),
-                statements: Vec::new(),
-            };
-        }
-        if !p.statements.iter().any(|(q, _)| *q == sql) {
-            p.statements.push((sql, st.clone()));
-        }
-        Ok(st)
-    }
-
-    /// Runs one query with a timeout on a live connection.
+    /// Runs `sql` on the shared connection.
     async fn query(
         &self,
         sql: &'static str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, CallError> {
-        let client = self.client().await?;
-        let st = self.statement(&client, sql).await?;
-        match self
-            .inner
-            .runtime
-            .timeout(CALL_TIMEOUT_MS, client.query(&st, params))
-            .await
-        {
-            Err(_) => Err(CallError::Timeout),
-            Ok(r) => r.map_err(CallError::Pg),
-        }
+        self.inner.shared.query(&self.inner.link, sql, params).await
     }
 
-    async fn execute(
-        &self,
-        sql: &'static str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<u64, CallError> {
-        let client = self.client().await?;
-        let st = self.statement(&client, sql).await?;
-        match self
-            .inner
-            .runtime
-            .timeout(CALL_TIMEOUT_MS, client.execute(&st, params))
-            .await
-        {
-            Err(_) => Err(CallError::Timeout),
-            Ok(r) => r.map_err(CallError::Pg),
+    /// Runs `call` on `sql` inside `BEGIN; LOCK ...; ...; COMMIT` on the exclusive connection
+    /// (on CockroachDB: alone, on the shared connection; see the module docs).
+    async fn locked<T, F, Fut>(&self, sql: &'static str, call: F) -> Result<T, CallError>
+    where
+        F: FnOnce(Rc<Client>, Statement) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let (link, session) = (&self.inner.link, &self.inner.exclusive);
+        if link.dialect.get() == Dialect::Cockroach {
+            let client = self.inner.shared.client(link).await?;
+            let st = self.inner.shared.statement(link, &client, sql).await?;
+            return timed(link, call(client, st)).await;
         }
+        let _one_at_a_time = self.inner.locking.lock().await;
+        let client = session.client(link).await?;
+        let st = session.statement(link, &client, sql).await?;
+        let mut guard = DiscardOnDrop(Some(session));
+        timed(link, client.batch_execute("BEGIN")).await?;
+        timed(link, client.batch_execute(LOCK)).await?;
+        let out = timed(link, call(Rc::clone(&client), st)).await?;
+        timed(link, client.batch_execute("COMMIT")).await?;
+        guard.0 = None;
+        Ok(out)
     }
 
     /// Maps a failed call on `key` (see the module docs).
@@ -392,7 +296,10 @@ impl PostgresConsensus {
             CallError::Pg(e) => {
                 let msg = pg_message(&e);
                 match e.code() {
-                    Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE => {
+                    Some(c)
+                        if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                            || *c == SqlState::T_R_DEADLOCK_DETECTED =>
+                    {
                         ExternalError::determinate(format!("postgres {url}: {msg}"))
                     }
                     Some(c)
@@ -448,11 +355,39 @@ impl PostgresConsensus {
     }
 }
 
-/// The server's message (with its SQLSTATE) when it sent one, else the client's.
-fn pg_message(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
+/// Refuses a `consensus` table whose columns are not ours.
+fn check_columns(url: &str, found: &[(String, String)]) -> Result<(), LocationError> {
+    let want = [
+        ("shard", "text"),
+        ("sequence_number", "bigint"),
+        ("data", "bytea"),
+    ];
+    let matches = found.len() == want.len()
+        && found
+            .iter()
+            .zip(want.iter())
+            .all(|((n, t), (wn, wt))| n == wn && t == wt);
+    if matches {
+        return Ok(());
+    }
+    let show = |cols: Vec<String>| cols.join(", ");
+    Err(LocationError::Schema {
+        url: url.to_string(),
+        table: "consensus".into(),
+        detail: format!(
+            "it has ({}), expected ({})",
+            show(found.iter().map(|(n, t)| format!("{n} {t}")).collect()),
+            show(want.iter().map(|(n, t)| format!("{n} {t}")).collect())
+        ),
+    })
+}
+
+/// Whether `new` is the successor of `expected` (`expected + 1`, or `1` over an absent key):
+/// the one new seqno the primary key alone makes safe (see the module docs).
+fn is_successor(expected: Option<SeqNo>, new: SeqNo) -> bool {
+    match expected {
+        Some(e) => e.0.checked_add(1) == Some(new.0),
+        None => new == SeqNo(1),
     }
 }
 
@@ -480,13 +415,21 @@ impl Consensus for PostgresConsensus {
         validate_compare_and_set(expected, &new)?;
         let seqno = to_i64(new.seqno);
         let data: &[u8] = &new.data;
-        let inserted = match expected {
-            Some(expected) => {
-                let expected = to_i64(expected);
-                self.execute(CAS_SOME, &[&key, &seqno, &data, &expected])
-                    .await
-            }
-            None => self.execute(CAS_NONE, &[&key, &seqno, &data]).await,
+        let expected_i64 = expected.map(to_i64);
+        let (sql, params): (_, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>) =
+            match &expected_i64 {
+                Some(e) => (CAS_SOME, vec![&key, &seqno, &data, e]),
+                None => (CAS_NONE, vec![&key, &seqno, &data]),
+            };
+        let inserted = if is_successor(expected, new.seqno) {
+            let (link, shared) = (&self.inner.link, &self.inner.shared);
+            shared.execute(link, sql, &params).await
+        } else {
+            let params = &params[..];
+            self.locked(sql, |client, st| async move {
+                client.execute(&st, params).await
+            })
+            .await
         }
         .map_err(|e| self.map_err(key, e))?;
         Ok(if inserted == 1 {
@@ -521,8 +464,12 @@ impl Consensus for PostgresConsensus {
             )));
         }
         let at = to_i64(seqno);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&key, &at];
+        let params = &params[..];
         let rows = self
-            .query(TRUNCATE, &[&key, &at])
+            .locked(TRUNCATE, |client, st| async move {
+                client.query(&st, params).await
+            })
             .await
             .map_err(|e| self.map_err(key, e))?;
         let row = rows

@@ -1,0 +1,277 @@
+//! `bench`: compare_and_append per second on this location, with the storage calls one costs
+//! (counted by persist's own `CountingLocation`), and beside it, on a `postgres://` Consensus,
+//! the raw baselines on the same server: a prepared single-row INSERT of the same bytes, and the
+//! conditional insert PostgresConsensus sends, alone, at READ COMMITTED (what it runs) and at
+//! SERIALIZABLE (what it ran before). Measures; asserts nothing.
+//!
+//! The kinds run interleaved, in `--rounds` rounds of `count / rounds` calls each (compare_and_
+//! append, then each baseline), so a slower moment of a shared machine falls on all of them;
+//! each round gives a ratio, and the report gives every kind's median rate and the median ratio.
+//!
+//! Like with like: the raw INSERT and the compare_and_set pay the same server, WAL and commit;
+//! what a compare_and_append adds is persist's own work (state, encoding, maintenance) and
+//! whatever Blob calls it makes, which the counts line shows.
+
+use timely::progress::Antichain;
+use tokio_postgres::{Client, Statement};
+
+use persist_playground::persist::stats::{CountingLocation, LocationCounts};
+use persist_playground::persist::write::WriteHandle;
+use persist_playground::runtime::Runtime;
+
+use crate::common::{shard_id, Ctx};
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// The shard (use a fresh one).
+    #[arg(long, default_value = "s-bench")]
+    shard: String,
+    /// compare_and_appends (and raw calls of each kind) to time, in all rounds together.
+    #[arg(long, default_value_t = 2000)]
+    count: u64,
+    /// Rounds the calls are split into, the kinds interleaved.
+    #[arg(long, default_value_t = 5)]
+    rounds: u64,
+}
+
+/// The raw baselines' connections and statements (see the module docs).
+struct Raw {
+    /// At READ COMMITTED: the INSERT and the conditional insert.
+    rc: Client,
+    /// At SERIALIZABLE: the conditional insert.
+    s: Client,
+    insert: Statement,
+    cas_rc: Statement,
+    cas_s: Statement,
+    id: String,
+    payload: Vec<u8>,
+    /// The next row of each kind.
+    next: i64,
+}
+
+const KINDS: [&str; 4] = [
+    "caa",
+    "raw insert (prepared)",
+    "raw compare_and_set statement (prepared, READ COMMITTED)",
+    "raw compare_and_set statement (prepared, SERIALIZABLE)",
+];
+
+pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
+    let rt = &ctx.rt;
+    let shard = shard_id(&a.shard)?;
+    let (location, counter) = CountingLocation::wrap(ctx.location.clone());
+    let client = ctx.client_on(location.clone());
+    let mut write = client
+        .open_writer::<String, String>(&shard)
+        .await
+        .map_err(|e| e.to_string())?;
+    let postgres = ctx.consensus_url.starts_with("postgres");
+    // The raw rows carry as many bytes as a state diff of this workload: measured on a first
+    // round of compare_and_appends (untimed).
+    let before = client
+        .inspect_state(&shard)
+        .await
+        .map_err(|e| e.to_string())?
+        .seqno;
+    caa_round(&mut write, 0, 50).await?;
+    let versions = location
+        .consensus
+        .scan(
+            &shard.0,
+            before.next(),
+            persist_playground::location::SCAN_ALL,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let warm = versions.iter().map(|v| v.data.len()).sum::<usize>() / versions.len().max(1);
+    let mut raw = match postgres {
+        true => Some(Raw::open(ctx, warm).await?),
+        false => None,
+    };
+    let (rounds, per) = (a.rounds.max(1), (a.count / a.rounds.max(1)).max(1));
+    eprintln!(
+        "[bench] {rounds} rounds of {per} compare_and_appends of one small update on {shard}{}",
+        if postgres {
+            ", each beside the raw baselines"
+        } else {
+            ""
+        }
+    );
+    counter.reset();
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let start = rt.now_ms();
+        caa_round(&mut write, 50 + round * per, per).await?;
+        rates[0].push(rate(rt, per, start));
+        if let Some(raw) = raw.as_mut() {
+            for (kind, r) in rates.iter_mut().enumerate().skip(1) {
+                let start = rt.now_ms();
+                raw.round(kind, per).await?;
+                r.push(rate(rt, per, start));
+            }
+            ratios.push(rates[0][round as usize] / rates[1][round as usize]);
+        }
+    }
+    let counts = counter.counts();
+    write.expire().await;
+    println!(
+        "storage calls per compare_and_append: {}",
+        per_call(&counts, rounds * per)
+    );
+    println!("({warm} bytes of state diff per compare_and_append; the raw rows carry as many)");
+    for (kind, r) in KINDS.iter().zip(rates.iter_mut()) {
+        if !r.is_empty() {
+            println!(
+                "{kind}: median {:.0}/s over {rounds} rounds of {per}",
+                median(r)
+            );
+        }
+    }
+    if !ratios.is_empty() {
+        let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "ratio caa / raw insert: median {:.2} (rounds: {})",
+            median(&mut ratios),
+            shown.join(" ")
+        );
+    }
+    Ok(())
+}
+
+/// `n` compare_and_appends of one small update each, keys from `first`.
+async fn caa_round(
+    write: &mut WriteHandle<String, String>,
+    first: u64,
+    n: u64,
+) -> Result<(), String> {
+    for i in first..first + n {
+        let lower = write.upper().as_option().copied().ok_or("shard finished")?;
+        let upd = vec![((format!("k{i}"), "v".to_string()), lower, 1i64)];
+        let lo = Antichain::from_elem(lower);
+        if write
+            .compare_and_append(&upd, lo, Antichain::from_elem(lower + 1))
+            .await
+            .map_err(|e| e.to_string())?
+            .is_err()
+        {
+            return Err("another writer moved the shard: use a fresh --shard".into());
+        }
+    }
+    Ok(())
+}
+
+impl Raw {
+    /// Two connections to the bench's server (one per isolation level), the tables and the
+    /// prepared statements; rows of `payload_bytes` bytes.
+    async fn open(ctx: &Ctx, payload_bytes: usize) -> Result<Raw, String> {
+        let connect = || async {
+            let (pg, conn) = tokio_postgres::connect(&ctx.consensus_url, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| e.to_string())?;
+            drop(tokio::task::spawn_local(async move {
+                let _ = conn.await;
+            }));
+            Ok::<_, String>(pg)
+        };
+        let (rc, s) = (connect().await?, connect().await?);
+        let e = |e: tokio_postgres::Error| e.to_string();
+        rc.batch_execute(
+            "CREATE TABLE IF NOT EXISTS bench_raw (id text, n bigint, data bytea,
+                 PRIMARY KEY (id, n));
+             CREATE TABLE IF NOT EXISTS bench_cas (shard text, sequence_number bigint, data bytea,
+                 PRIMARY KEY (shard, sequence_number));
+             SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        )
+        .await
+        .map_err(e)?;
+        s.batch_execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+            .await
+            .map_err(e)?;
+        // Unique per run, so a second run on one database does not collide.
+        let id = format!("raw-{}-{}", ctx.seed, ctx.rt.now_ms());
+        let payload = vec![7u8; payload_bytes];
+        let cas = "INSERT INTO bench_cas (shard, sequence_number, data) SELECT $1, $2, $3 \
+                   WHERE (SELECT sequence_number FROM bench_cas WHERE shard = $1 \
+                   ORDER BY sequence_number DESC LIMIT 1) = $4 ON CONFLICT DO NOTHING";
+        let first = "INSERT INTO bench_cas VALUES ($1, 0, $2)";
+        for (client, tag) in [(&rc, "rc"), (&s, "s")] {
+            let key = format!("{id}-{tag}");
+            client.execute(first, &[&key, &payload]).await.map_err(e)?;
+        }
+        Ok(Raw {
+            insert: rc
+                .prepare("INSERT INTO bench_raw (id, n, data) VALUES ($1, $2, $3)")
+                .await
+                .map_err(e)?,
+            cas_rc: rc.prepare(cas).await.map_err(e)?,
+            cas_s: s.prepare(cas).await.map_err(e)?,
+            rc,
+            s,
+            id,
+            payload,
+            next: 1,
+        })
+    }
+
+    /// `n` calls of baseline `kind` (an index into [`KINDS`]).
+    async fn round(&mut self, kind: usize, n: u64) -> Result<(), String> {
+        let e = |e: tokio_postgres::Error| e.to_string();
+        let from = self.next;
+        for row in from..from + n as i64 {
+            match kind {
+                1 => {
+                    let key = &self.id;
+                    self.rc
+                        .execute(&self.insert, &[key, &row, &self.payload])
+                        .await
+                        .map_err(e)?;
+                }
+                _ => {
+                    let (client, st, key) = match kind {
+                        2 => (&self.rc, &self.cas_rc, format!("{}-rc", self.id)),
+                        _ => (&self.s, &self.cas_s, format!("{}-s", self.id)),
+                    };
+                    let inserted = client
+                        .execute(st, &[&key, &row, &self.payload, &(row - 1)])
+                        .await
+                        .map_err(e)?;
+                    if inserted != 1 {
+                        return Err("bench_cas: a compare_and_set lost to nobody".into());
+                    }
+                }
+            }
+        }
+        // Each kind has its own key (or id), so the rows of one round follow on for all.
+        if kind == KINDS.len() - 1 {
+            self.next = from + n as i64;
+        }
+        Ok(())
+    }
+}
+
+fn per_call(c: &LocationCounts, count: u64) -> String {
+    let n = count.max(1) as f64;
+    format!(
+        "consensus compare_and_set {:.2}, head {:.2}, scan {:.2}, truncate {:.2}; \
+         blob set {:.2}, get {:.2}, delete {:.2}, list {:.2}",
+        c.consensus_cas as f64 / n,
+        c.consensus_heads as f64 / n,
+        c.consensus_scans as f64 / n,
+        c.consensus_truncates as f64 / n,
+        c.blob_sets as f64 / n,
+        c.blob_gets as f64 / n,
+        c.blob_deletes as f64 / n,
+        c.blob_lists as f64 / n,
+    )
+}
+
+fn rate(rt: &Runtime, count: u64, start: u64) -> f64 {
+    count as f64 * 1000.0 / rt.now_ms().saturating_sub(start).max(1) as f64
+}
+
+/// The median (sorts `v`).
+fn median(v: &mut [f64]) -> f64 {
+    persist_playground::sort::sort_by(v, |a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}

@@ -1,0 +1,217 @@
+//! One connection of a [`super::PostgresConsensus`]: made lazily, replaced when it closed, with
+//! the statements prepared on it.
+//!
+//! Every statement is prepared once per connection and then sent by name, so a call is one round
+//! trip (Bind/Execute/Sync) rather than two (a Parse/Describe of an unnamed statement first).
+//! tokio-postgres sets `TCP_NODELAY` on its sockets, so a small statement is not held back by
+//! Nagle's algorithm waiting for the previous reply's ACK.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use tokio_postgres::{Client, Config, NoTls, Statement};
+
+use crate::runtime::Runtime;
+
+/// How long one statement (or one connection attempt) may take before it counts as a timeout.
+pub(super) const CALL_TIMEOUT_MS: u64 = 10_000;
+
+/// Which server answers: they differ in isolation and locking (see the parent module's docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Dialect {
+    /// PostgreSQL: sessions at READ COMMITTED; a seqno jump and truncate take a table lock.
+    Postgres,
+    /// CockroachDB's PostgreSQL wire: every transaction is SERIALIZABLE, and it has no
+    /// `LOCK TABLE`; every statement runs alone.
+    Cockroach,
+}
+
+/// What the connections of one handle share: where to connect and the runtime that times calls.
+pub(super) struct Link {
+    pub(super) config: Config,
+    pub(super) runtime: Runtime,
+    /// Learnt from `version()` on the first connection.
+    pub(super) dialect: Cell<Dialect>,
+}
+
+/// What failed while talking to the server, before it is mapped for a caller.
+pub(super) enum CallError {
+    /// The statement was never sent (no connection could be made).
+    NotSent(String),
+    /// The statement ran out of time.
+    Timeout,
+    /// The server or the connection answered with an error.
+    Pg(tokio_postgres::Error),
+}
+
+/// Statements prepared on one connection, by their SQL.
+#[derive(Default)]
+struct Prepared {
+    // The connection they belong to (held, so no later connection can share its address).
+    on: Option<Rc<Client>>,
+    statements: Vec<(&'static str, Statement)>,
+}
+
+/// One connection slot (see the module docs).
+#[derive(Default)]
+pub(super) struct Session {
+    client: RefCell<Option<Rc<Client>>>,
+    prepared: RefCell<Prepared>,
+    // One reconnect at a time.
+    connecting: futures::lock::Mutex<()>,
+}
+
+impl Session {
+    /// The live connection, making a new one if there is none or it closed.
+    pub(super) async fn client(&self, link: &Link) -> Result<Rc<Client>, CallError> {
+        if let Some(c) = self.live_client() {
+            return Ok(c);
+        }
+        let _guard = self.connecting.lock().await;
+        if let Some(c) = self.live_client() {
+            return Ok(c);
+        }
+        let client = connect(link).await?;
+        *self.client.borrow_mut() = Some(client.clone());
+        Ok(client)
+    }
+
+    fn live_client(&self) -> Option<Rc<Client>> {
+        let client = self.client.borrow();
+        client.as_ref().filter(|c| !c.is_closed()).cloned()
+    }
+
+    /// Drops the connection (the server rolls back whatever it had open); the next call makes a
+    /// new one.
+    pub(super) fn discard(&self) {
+        self.client.borrow_mut().take();
+        *self.prepared.borrow_mut() = Prepared::default();
+    }
+
+    /// `sql` prepared on `client` (prepared now if it is not yet). Preparing sends nothing
+    /// that changes data, so a failure here means the statement did not run.
+    pub(super) async fn statement(
+        &self,
+        link: &Link,
+        client: &Rc<Client>,
+        sql: &'static str,
+    ) -> Result<Statement, CallError> {
+        let mine = |p: &Prepared| p.on.as_ref().is_some_and(|c| Rc::ptr_eq(c, client));
+        {
+            let p = self.prepared.borrow();
+            if mine(&p) {
+                if let Some((_, st)) = p.statements.iter().find(|(q, _)| *q == sql) {
+                    return Ok(st.clone());
+                }
+            }
+        }
+        let st = timed(link, client.prepare(sql)).await?;
+        let mut p = self.prepared.borrow_mut();
+        if !mine(&p) {
+            *p = Prepared {
+                on: Some(Rc::clone(client)),
+                statements: Vec::new(),
+            };
+        }
+        if !p.statements.iter().any(|(q, _)| *q == sql) {
+            p.statements.push((sql, st.clone()));
+        }
+        Ok(st)
+    }
+
+    /// Runs one prepared query on this slot's live connection.
+    pub(super) async fn query(
+        &self,
+        link: &Link,
+        sql: &'static str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, CallError> {
+        let client = self.client(link).await?;
+        let st = self.statement(link, &client, sql).await?;
+        timed(link, client.query(&st, params)).await
+    }
+
+    /// Runs one prepared statement on this slot's live connection; the rows it changed.
+    pub(super) async fn execute(
+        &self,
+        link: &Link,
+        sql: &'static str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, CallError> {
+        let client = self.client(link).await?;
+        let st = self.statement(link, &client, sql).await?;
+        timed(link, client.execute(&st, params)).await
+    }
+}
+
+/// `call` bounded by [`CALL_TIMEOUT_MS`].
+pub(super) async fn timed<T>(
+    link: &Link,
+    call: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, CallError> {
+    match link.runtime.timeout(CALL_TIMEOUT_MS, call).await {
+        Err(_) => Err(CallError::Timeout),
+        Ok(r) => r.map_err(CallError::Pg),
+    }
+}
+
+/// A new connection with its session set up: the dialect learnt (first time) and the isolation
+/// level the dialect needs.
+async fn connect(link: &Link) -> Result<Rc<Client>, CallError> {
+    let connecting = link.config.connect(NoTls);
+    let (client, connection) = match link.runtime.timeout(CALL_TIMEOUT_MS, connecting).await {
+        Err(_) => {
+            return Err(CallError::NotSent(format!(
+                "connect timeout after {CALL_TIMEOUT_MS} ms"
+            )))
+        }
+        Ok(Err(e)) if e.code().is_some() => return Err(CallError::Pg(e)),
+        Ok(Err(e)) => return Err(CallError::NotSent(pg_message(&e))),
+        Ok(Ok(pair)) => pair,
+    };
+    // The connection future drives the socket; it ends when the connection closes, and the
+    // client then reports `is_closed`.
+    drop(::tokio::task::spawn_local(async move {
+        let _ = connection.await;
+    }));
+    let client = Rc::new(client);
+    let setup = async {
+        let version: String = client
+            .query_one("SELECT version()", &[])
+            .await?
+            .try_get(0)?;
+        let dialect = if version.contains("CockroachDB") {
+            Dialect::Cockroach
+        } else {
+            Dialect::Postgres
+        };
+        let level = match dialect {
+            Dialect::Postgres => "READ COMMITTED",
+            Dialect::Cockroach => "SERIALIZABLE",
+        };
+        client
+            .batch_execute(&format!(
+                "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {level}"
+            ))
+            .await?;
+        Ok::<_, tokio_postgres::Error>(dialect)
+    };
+    match link.runtime.timeout(CALL_TIMEOUT_MS, setup).await {
+        Err(_) => Err(CallError::NotSent(format!(
+            "session setup timeout after {CALL_TIMEOUT_MS} ms"
+        ))),
+        Ok(Err(e)) => Err(CallError::Pg(e)),
+        Ok(Ok(dialect)) => {
+            link.dialect.set(dialect);
+            Ok(client)
+        }
+    }
+}
+
+/// The server's message (with its SQLSTATE) when it sent one, else the client's.
+pub(super) fn pg_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
