@@ -38,13 +38,8 @@ use std::ops::ControlFlow::{Break, Continue};
 use std::rc::Rc;
 
 use bytes::Bytes;
-use differential_dataflow::lattice::Lattice;
-use timely::progress::Antichain;
-use timely::PartialOrder;
 
 use super::background::MaintenanceIds;
-use super::codec::Timestamp;
-use super::consolidate::DiffOverflow;
 use super::encoding::{decode_part, encode_part, EncodedUpdate};
 use super::events::{frontier, PersistEvent};
 use super::machine::Machine;
@@ -53,6 +48,9 @@ use super::state::{BatchPart, Description, HollowBatch};
 use super::trace::{ApplyMergeResult, FueledMergeReq};
 use super::{PersistClient, ShardId};
 use crate::location::{BrokenAt, PermanentError, PermanentKind};
+
+// The pure core of a merge lives in `merge.rs`; its API is the compactor's.
+pub use super::merge::{advance_to, merge_updates, validate_merge, MergeError};
 
 /// What came of one compaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,131 +64,6 @@ pub enum CompactionOutcome {
     NotApplied(String),
     /// The request itself was wrong ([`MergeError`]); nothing was read or written.
     Rejected(MergeError),
-}
-
-/// Why a merge was refused: a request that does not describe a merge of consecutive batches.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MergeError {
-    /// A merge needs inputs.
-    #[error("a merge request without inputs")]
-    NoInputs,
-    /// Input `index` does not start where the one before it ends.
-    #[error(
-        "input {index} starts at {lower:?}, not at the previous input's upper {previous_upper:?}"
-    )]
-    NotConsecutive {
-        /// The input.
-        index: usize,
-        /// Its lower.
-        lower: Antichain<Timestamp>,
-        /// The previous input's upper.
-        previous_upper: Antichain<Timestamp>,
-    },
-    /// The inputs span `[lower, upper)`, which is not the request's interval.
-    #[error("the inputs span [{lower:?}, {upper:?}), the request [{req_lower:?}, {req_upper:?})")]
-    BoundsMismatch {
-        /// Where the inputs start.
-        lower: Antichain<Timestamp>,
-        /// Where they end.
-        upper: Antichain<Timestamp>,
-        /// The request's lower.
-        req_lower: Antichain<Timestamp>,
-        /// The request's upper.
-        req_upper: Antichain<Timestamp>,
-    },
-    /// The output since would be before input `index`'s since: compaction only moves forward.
-    #[error("output since {since:?} is before input {index}'s since {input_since:?}")]
-    SinceBeforeInput {
-        /// The input.
-        index: usize,
-        /// Its since.
-        input_since: Antichain<Timestamp>,
-        /// The request's since.
-        since: Antichain<Timestamp>,
-    },
-    /// The diffs of one update sum outside the 64-bit range.
-    #[error("{0}")]
-    DiffOverflow(#[from] DiffOverflow),
-}
-
-/// Checks that `inputs` are consecutive, that together they span exactly `desc`'s interval, and
-/// that `desc.since` is not before any input's since.
-pub fn validate_merge<'a>(
-    desc: &Description,
-    inputs: impl IntoIterator<Item = &'a Description>,
-) -> Result<(), MergeError> {
-    let mut span: Option<(&Antichain<Timestamp>, &Antichain<Timestamp>)> = None;
-    for (index, input) in inputs.into_iter().enumerate() {
-        if let Some((_, previous_upper)) = span {
-            if &input.lower != previous_upper {
-                return Err(MergeError::NotConsecutive {
-                    index,
-                    lower: input.lower.clone(),
-                    previous_upper: previous_upper.clone(),
-                });
-            }
-        }
-        if !PartialOrder::less_equal(&input.since, &desc.since) {
-            return Err(MergeError::SinceBeforeInput {
-                index,
-                input_since: input.since.clone(),
-                since: desc.since.clone(),
-            });
-        }
-        span = Some((span.map_or(&input.lower, |(lower, _)| lower), &input.upper));
-    }
-    let Some((lower, upper)) = span else {
-        return Err(MergeError::NoInputs);
-    };
-    if lower != &desc.lower || upper != &desc.upper {
-        return Err(MergeError::BoundsMismatch {
-            lower: lower.clone(),
-            upper: upper.clone(),
-            req_lower: desc.lower.clone(),
-            req_upper: desc.upper.clone(),
-        });
-    }
-    Ok(())
-}
-
-/// The time every earlier update advances to when compacting to `desc`: the since, but never
-/// past the interval's last time (`upper - 1`). When the since is beyond the batch, all its
-/// updates collapse onto that last time: at every time at or beyond the since they accumulate
-/// exactly as before, and they stay inside `[lower, upper)`, where readers look for them. `None`:
-/// no advancing (both frontiers empty).
-pub fn advance_to(desc: &Description) -> Option<Timestamp> {
-    let since = desc.since.as_option().copied();
-    let last = desc.upper.as_option().map(|u| u.saturating_sub(1));
-    match (since, last) {
-        (Some(s), Some(l)) => Some(s.min(l)),
-        (s, l) => s.or(l),
-    }
-}
-
-/// The pure core of a merge: checks the request ([`validate_merge`]), then each input's updates
-/// (with the input's own description) filtered to that input's `[lower, upper)`, advanced to
-/// `desc` ([`advance_to`]) and consolidated. An update whose diffs would sum outside the 64-bit
-/// range is an error (the merge is not done).
-pub fn merge_updates(
-    desc: &Description,
-    inputs: Vec<(Description, Vec<EncodedUpdate>)>,
-) -> Result<Vec<EncodedUpdate>, MergeError> {
-    validate_merge(desc, inputs.iter().map(|(d, _)| d))?;
-    let advance = advance_to(desc).map(Antichain::from_elem);
-    let mut out = Vec::new();
-    for (input, updates) in inputs {
-        for (kv, mut t, d) in updates {
-            if !input.lower.less_equal(&t) || input.upper.less_equal(&t) {
-                continue;
-            }
-            if let Some(frontier) = &advance {
-                t.advance_by(frontier.borrow());
-            }
-            out.push((kv, t, d));
-        }
-    }
-    super::consolidate::consolidate_checked(&mut out)?;
-    Ok(out)
 }
 
 /// Reads a batch's updates: `Ok(None)` if one of its parts is missing from Blob because a newer
@@ -500,97 +373,6 @@ mod tests {
 
     fn f(t: u64) -> Antichain<u64> {
         Antichain::from_elem(t)
-    }
-
-    fn desc(lower: u64, upper: u64, since: u64) -> Description {
-        Description {
-            lower: f(lower),
-            upper: f(upper),
-            since: f(since),
-        }
-    }
-
-    fn u(k: &str, t: u64, d: i64) -> EncodedUpdate {
-        ((k.as_bytes().to_vec(), Vec::new()), t, d)
-    }
-
-    #[test]
-    fn advance_to_is_the_since_clamped_to_the_last_time() {
-        assert_eq!(advance_to(&desc(0, 10, 4)), Some(4));
-        assert_eq!(
-            advance_to(&desc(0, 10, 50)),
-            Some(9),
-            "since beyond the batch"
-        );
-        let mut open = desc(0, 10, 4);
-        open.upper = Antichain::new();
-        assert_eq!(advance_to(&open), Some(4), "a finished shard's last batch");
-        let mut all = open.clone();
-        all.since = Antichain::new();
-        assert_eq!(advance_to(&all), None);
-    }
-
-    #[test]
-    fn merge_filters_advances_and_consolidates() {
-        // Two inputs; the first was truncated to [0, 5) (its part also holds t = 7).
-        let a = (
-            desc(0, 5, 0),
-            vec![u("x", 1, 1), u("y", 2, 1), u("z", 7, 1)],
-        );
-        let b = (desc(5, 10, 0), vec![u("x", 6, -1), u("y", 8, 1)]);
-        let out = merge_updates(&desc(0, 10, 6), vec![a, b]).unwrap();
-        // x: +1 at 1 -> 6, -1 at 6: cancels. y: +1 at 2 -> 6, +1 at 8. z is outside its input.
-        assert_eq!(out, vec![u("y", 6, 1), u("y", 8, 1)]);
-        // Contents at every time >= since are unchanged: at 6, y=1; at 8, y=2.
-    }
-
-    #[test]
-    fn merge_requests_that_are_not_merges_of_consecutive_batches_are_errors() {
-        let x = |d: Description| (d, vec![u("x", 1, 1)]);
-        // Not consecutive: a gap between [0, 5) and [6, 10).
-        let gap = merge_updates(&desc(0, 10, 0), vec![x(desc(0, 5, 0)), x(desc(6, 10, 0))]);
-        assert!(
-            matches!(gap, Err(MergeError::NotConsecutive { index: 1, .. })),
-            "{gap:?}"
-        );
-        // Out of order (an overlap).
-        let back = merge_updates(&desc(0, 10, 0), vec![x(desc(5, 10, 0)), x(desc(0, 5, 0))]);
-        assert!(
-            matches!(back, Err(MergeError::NotConsecutive { .. })),
-            "{back:?}"
-        );
-        // Bounds that do not match the request, on either side.
-        for req in [desc(0, 12, 0), desc(1, 10, 0)] {
-            let out = merge_updates(&req, vec![x(desc(0, 5, 0)), x(desc(5, 10, 0))]);
-            assert!(
-                matches!(out, Err(MergeError::BoundsMismatch { .. })),
-                "{out:?}"
-            );
-        }
-        // An output since before an input's since.
-        let since = merge_updates(&desc(0, 10, 2), vec![x(desc(0, 5, 0)), x(desc(5, 10, 4))]);
-        assert!(
-            matches!(since, Err(MergeError::SinceBeforeInput { index: 1, .. })),
-            "{since:?}"
-        );
-        assert_eq!(
-            merge_updates(&desc(0, 10, 0), vec![]),
-            Err(MergeError::NoInputs)
-        );
-        // The pure check is the one compaction runs before reading anything.
-        assert!(validate_merge(&desc(0, 10, 4), [&desc(0, 5, 0), &desc(5, 10, 4)]).is_ok());
-    }
-
-    #[test]
-    fn merge_beyond_the_batch_collapses_onto_its_last_time() {
-        let a = (desc(0, 5, 0), vec![u("x", 1, 1), u("x", 3, 1)]);
-        let b = (desc(5, 10, 0), vec![u("x", 6, -1)]);
-        let out = merge_updates(&desc(0, 10, 100), vec![a, b]).unwrap();
-        assert_eq!(
-            out,
-            vec![u("x", 9, 1)],
-            "inside [lower, upper), accumulated"
-        );
     }
 
     #[test]

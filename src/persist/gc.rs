@@ -401,11 +401,15 @@ pub(crate) struct GcHints<'a> {
     /// States this process already has (the one at the target saves replaying diffs; the one at
     /// the earliest live version saves reading and decoding its rollup).
     pub(crate) states: Vec<&'a State>,
-    /// Routine collection: collect only up to the newest listed rollup at or below the request's
-    /// target (no rollup to write, no command to list it), and skip if that rollup is already
-    /// the earliest listed one. By hand (`false`), collect up to exactly the target, writing a
-    /// rollup there if none is listed.
+    /// Collect only up to the newest listed rollup at or below the request's target (no rollup
+    /// to write, no command to list it), and skip if that rollup is already the earliest listed
+    /// one. Otherwise (`false`), collect up to exactly the target, writing a rollup there if none
+    /// is listed: by hand, and for a routine rollup that a collection lists itself (see
+    /// `maintenance.rs`: one command instead of two).
     pub(crate) at_latest_rollup: bool,
+    /// Routine work a commit assigned (`false`: by hand, which always sweeps and, when the shard
+    /// is already collected, still finishes the bookkeeping).
+    pub(crate) routine: bool,
 }
 
 /// The collector (see the module docs), with ids for the rollup it may write. On success it
@@ -430,7 +434,7 @@ async fn collect(
     ids: &MaintenanceIds,
     hints: GcHints<'_>,
 ) -> Result<(GcReport, Option<State>), PermanentError> {
-    let by_hand = !hints.at_latest_rollup;
+    let by_hand = !hints.routine;
     let mut new = req.new_seqno_since;
     if hints.at_latest_rollup && machine.cfg.rollup_threshold > 0 {
         let state = machine.state();

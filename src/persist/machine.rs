@@ -102,6 +102,11 @@ impl Machine {
         self.cache.borrow().clone()
     }
 
+    /// Reads the cached state without cloning it.
+    pub(crate) fn state_ref<R>(&self, read: impl FnOnce(&State) -> R) -> R {
+        read(&self.cache.borrow())
+    }
+
     fn install(&self, state: State) {
         let mut cache = self.cache.borrow_mut();
         // Never regress: a slower fetch may finish after a newer commit was installed.

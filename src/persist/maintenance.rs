@@ -214,10 +214,31 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
             (q.seqno, q.rollup.take(), q.gc.take())
         };
         let ids = MaintenanceIds::for_commit(seqno);
+        // A rollup due at a seqno the queued collection may reach: the collection writes and
+        // lists it in its one command (and unlists the old ones), instead of a command to list
+        // it and another to unlist (one seqno, one compare_and_set, per cycle).
+        let fused = match (&rollup, &gc) {
+            (Some(state), Some((req, _))) => state.seqno <= req.new_seqno_since,
+            _ => false,
+        };
+        if let (true, Some(state), Some((req, _))) = (fused, &rollup, &gc) {
+            let req = GcReq {
+                old_seqno_since: req.old_seqno_since,
+                new_seqno_since: state.seqno,
+            };
+            let (listed, truncated) = collect_with_rollup(machine, req, state, &ids).await?;
+            if listed || truncated {
+                continue;
+            }
+            // Not listed (someone else collected past it first): list the rollup on its own.
+        }
         if let Some(state) = &rollup {
             if write_and_add_rollup(machine, state, &ids, "routine").await? {
                 machine.maintenance.borrow_mut().rolled = Some(Rc::clone(state));
             }
+        }
+        if fused {
+            continue;
         }
         if let Some((req, known)) = gc {
             let (collected, rolled) = {
@@ -230,6 +251,7 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
                     .flatten()
                     .collect(),
                 at_latest_rollup: true,
+                routine: true,
             };
             let (_, at_target) = gc_and_truncate_with(machine, req, &ids, hints).await?;
             if let Some(state) = at_target {
@@ -237,6 +259,39 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
             }
         }
     }
+}
+
+/// A routine collection up to `state` (a rollup due at `req.new_seqno_since`) that writes and
+/// lists the rollup in its own command. Returns whether the rollup is listed, and whether
+/// Consensus was truncated to it.
+async fn collect_with_rollup(
+    machine: &Machine,
+    req: GcReq,
+    state: &Rc<State>,
+    ids: &MaintenanceIds,
+) -> Result<(bool, bool), PermanentError> {
+    let (collected, rolled) = {
+        let q = machine.maintenance.borrow();
+        (q.collected.clone(), q.rolled.clone())
+    };
+    let hints = GcHints {
+        states: [Some(&**state), rolled.as_deref(), collected.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect(),
+        at_latest_rollup: false,
+        routine: true,
+    };
+    let (report, at_target) = gc_and_truncate_with(machine, req, ids, hints).await?;
+    let listed = machine.state_ref(|s| s.collections.rollups.contains_key(&state.seqno));
+    let mut q = machine.maintenance.borrow_mut();
+    if listed {
+        q.rolled = Some(Rc::clone(state));
+    }
+    if let Some(at) = at_target {
+        q.collected = Some(Rc::new(at));
+    }
+    Ok((listed, report.versions_truncated.is_some()))
 }
 
 impl Machine {

@@ -16,7 +16,7 @@
 //!   [`error::PersistError::Permanent`], and nothing more is written);
 //! - [`write`](mod@write) and [`read`]: the handles a user holds;
 //! - [`maintenance`] (which work a commit assigns, and when it runs), built from the steps in
-//!   `background.rs` and `rollup.rs` and the work in [`compact`] and [`gc`] (which also has the
+//!   `background.rs` and `rollup.rs` and the work in [`compact`] (its pure core in [`merge`]) and [`gc`] (which also has the
 //!   leak check, [`gc::leaked_blobs`]).
 //!
 //! A shard whose upper and since are both empty is a tombstone
@@ -69,6 +69,7 @@ pub mod events;
 pub mod gc;
 pub mod machine;
 pub mod maintenance;
+pub mod merge;
 pub mod read;
 pub(crate) mod rollup;
 pub mod state;
