@@ -18,7 +18,8 @@
 //!    still line up (see `trace.rs`); meanwhile the output is a pending merge that this process's
 //!    appends carry (`maintenance.rs`), so a merge that loses its compare_and_set to an append
 //!    lands with that append; the compactor waits until every append that carried it knows its
-//!    outcome. A routine merge's output is named after the commit that assigned it
+//!    outcome. Before its own command it waits up to `compaction_carry_wait_ms` for an append
+//!    to carry it, so that beside a busy writer a merge costs no compare_and_set at all. A routine merge's output is named after the commit that assigned it
 //!    (`<shard>/<who>/pm<seqno>x<n>`) and refused once that seqno is older than the oldest listed
 //!    rollup, after which GC's sweep may delete it (`gc.rs`);
 //! 5. if it was not applied, delete the output's parts: nothing references them. SUBTLE: if some
@@ -33,7 +34,7 @@
 //! Limits of the teaching version: a merge holds all its inputs in memory (the original streams
 //! runs in chunks under a memory bound), and there is no size heuristic to skip small requests.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ops::ControlFlow::{Break, Continue};
 use std::rc::Rc;
 
@@ -194,9 +195,11 @@ pub(crate) async fn compact_and_apply(
     machine: &Machine,
     req: FueledMergeReq,
     ids: &MaintenanceIds,
+    carry_wait_ms: u64,
 ) -> Result<CompactionOutcome, PermanentError> {
     // One copy of the compactor in the `.wasm`, however many callers await it.
-    let compactor: futures::future::LocalBoxFuture<'_, _> = Box::pin(compact(machine, req, ids));
+    let compactor: futures::future::LocalBoxFuture<'_, _> =
+        Box::pin(compact(machine, req, ids, carry_wait_ms));
     compactor.await
 }
 
@@ -204,6 +207,7 @@ async fn compact(
     machine: &Machine,
     req: FueledMergeReq,
     ids: &MaintenanceIds,
+    carry_wait_ms: u64,
 ) -> Result<CompactionOutcome, PermanentError> {
     let desc = req.desc.clone();
     let (lower, upper) = (frontier(&desc.lower), frontier(&desc.upper));
@@ -272,8 +276,16 @@ async fn compact(
         carried: Cell::new(None),
         maybe_carried: Cell::new(false),
         in_flight: Cell::new(0),
+        on_carried: RefCell::new(None),
     });
     let _pending = PendingGuard::new(machine, &pending);
+    // Give this process's next append the chance to carry it: then the merge costs no
+    // compare_and_set of its own (a writer in a tight loop appends well within the wait).
+    if carry_wait_ms > 0 {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        *pending.on_carried.borrow_mut() = Some(tx);
+        let _ = machine.runtime.timeout(carry_wait_ms, rx).await;
+    }
     let (seqno, result, maybe_committed) = machine
         .apply_maintenance_cmd("merge_res", |c| {
             if pending.carried.get().is_some() {
@@ -354,7 +366,8 @@ pub async fn compact_now(
         }
         let mut all_applied = true;
         for req in reqs {
-            let outcome = compact_and_apply(&machine, req, &ids).await?;
+            // By hand: no append is coming to carry it.
+            let outcome = compact_and_apply(&machine, req, &ids, 0).await?;
             all_applied &= matches!(outcome, CompactionOutcome::Applied(_));
             outcomes.push(outcome);
         }
@@ -370,6 +383,7 @@ mod tests {
     use super::*;
     use crate::persist::state::{HollowBatch, StateCollections};
     use std::ops::ControlFlow;
+    use timely::progress::Antichain;
 
     fn f(t: u64) -> Antichain<u64> {
         Antichain::from_elem(t)

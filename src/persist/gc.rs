@@ -34,7 +34,9 @@
 //! 5. `consensus.truncate(shard, new)`: `new` becomes the earliest live version;
 //! 6. only now delete the deletable blobs (no live version refers to them any more), then the
 //!    ticket;
-//! 7. every [`SWEEP_INTERVAL_SEQNOS`] seqnos (and always by hand): **sweep**, which also finishes
+//! 7. every [`SWEEP_INTERVAL_SEQNOS`] seqnos (and always by hand; and on its own, without a
+//!    collection, by whoever commits a version whose lease expiry removed a writer, so that a
+//!    crashed writer's parts go as soon as its lease has run out): **sweep**, which also finishes
 //!    every ticket at or below the earliest version (its collection truncated, or a later one
 //!    did: what it lists is garbage for good).
 //!
@@ -583,6 +585,20 @@ async fn collect(
         sweep(machine, new, &mut report).await?;
     }
     Ok((report, Some(*state_at_new)))
+}
+
+/// A sweep on its own (see the module docs), for a commit that expired a writer whose lease ran
+/// out: what it wrote and never committed goes at once, not at the next collection's sweep.
+/// Tickets at or below `earliest` (at most the earliest live version) are finished too.
+pub(crate) async fn sweep_now(
+    machine: &Machine,
+    earliest: SeqNo,
+) -> Result<GcReport, PermanentError> {
+    let mut report = GcReport::default();
+    let sweeper: futures::future::LocalBoxFuture<'_, _> =
+        Box::pin(sweep(machine, earliest, &mut report));
+    sweeper.await?;
+    Ok(report)
 }
 
 /// The `kind` of the [`PersistEvent::BlobsDeleted`] of a sweep's deletes of parts of writers that

@@ -21,7 +21,10 @@
 //!   Blob, then an `add_rollup` command lists it (if another rollup already holds that seqno, ours
 //!   is deleted); readers that start cold begin from the newest rollup;
 //! - **GC** (`gc_enabled`): when the seqno since has moved far enough, `gc.rs` deletes the blobs no
-//!   live version needs and truncates Consensus.
+//!   live version needs and truncates Consensus. A rollup due at a seqno the queued collection
+//!   reaches is written and listed by that collection's one command (one seqno per cycle, not
+//!   two). A version whose lease expiry removed a writer also assigns a sweep, which deletes the
+//!   parts that writer wrote and never committed.
 //!
 //! Two workers per shard and process: one for merges, one for rollups and GC, so that a slow
 //! collection never holds back the merges a fast writer needs. And a merge must not lose the
@@ -47,7 +50,7 @@ use std::rc::Rc;
 
 use super::background::MaintenanceIds;
 use super::events::PersistEvent;
-use super::gc::{gc_and_truncate_with, GcHints, GcReq};
+use super::gc::{gc_and_truncate_with, sweep_now, GcHints, GcReq};
 use super::machine::Machine;
 use super::rollup::write_and_add_rollup;
 use super::state::State;
@@ -71,6 +74,9 @@ pub(crate) struct RoutineMaintenance {
     pub(crate) gc: Option<GcReq>,
     /// The merge of the batch just appended with its neighbours.
     pub(crate) compaction: Option<FueledMergeReq>,
+    /// A sweep is due: this version expired a writer whose lease ran out, and the parts it
+    /// wrote but never committed are garbage now.
+    pub(crate) sweep: bool,
 }
 
 /// A merge whose output is written and waits to be committed (see `compact.rs`): while it
@@ -88,6 +94,19 @@ pub(crate) struct PendingMerge {
     pub(crate) maybe_carried: std::cell::Cell<bool>,
     /// Commands carrying it whose compare_and_set has not returned yet.
     pub(crate) in_flight: std::cell::Cell<u32>,
+    /// Told when a command that carried it committed (the compactor waits on it for a while
+    /// before running a command of its own).
+    pub(crate) on_carried: std::cell::RefCell<Option<futures::channel::oneshot::Sender<()>>>,
+}
+
+impl PendingMerge {
+    /// Records that the command committed at `seqno` carried it.
+    pub(crate) fn set_carried(&self, seqno: SeqNo) {
+        self.carried.set(Some(seqno));
+        if let Some(tx) = self.on_carried.borrow_mut().take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// One attempt's carry of a [`PendingMerge`]: counted in flight until the attempt learns its
@@ -137,6 +156,8 @@ pub(crate) struct MaintenanceQueue {
     gc: Option<(GcReq, Option<Rc<State>>)>,
     /// Whether some append asked for a merge.
     compaction: bool,
+    /// Whether a commit that expired a writer asked for a sweep.
+    sweep: bool,
     /// Merges waiting to be committed, which this process's appends carry.
     pub(crate) pending_merges: Vec<Rc<PendingMerge>>,
     /// The state at the target of this process's last collection: the earliest live version
@@ -180,7 +201,8 @@ async fn compaction_worker(machine: &Machine) {
         let ids = MaintenanceIds::for_commit(seqno);
         let reqs = machine.state().collections.trace.merge_reqs();
         for req in reqs {
-            if super::compact::compact_and_apply(machine, req, &ids)
+            let wait_ms = machine.cfg.compaction_carry_wait_ms;
+            if super::compact::compact_and_apply(machine, req, &ids, wait_ms)
                 .await
                 .is_err()
             {
@@ -201,18 +223,31 @@ async fn maintenance_worker(machine: &Machine) {
         let mut q = machine.maintenance.borrow_mut();
         q.rollup = None;
         q.gc = None;
+        q.sweep = false;
     }
 }
 
 async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
     loop {
-        let (seqno, rollup, gc) = {
+        let (seqno, rollup, gc, sweep) = {
             let mut q = machine.maintenance.borrow_mut();
-            if q.rollup.is_none() && q.gc.is_none() {
+            if q.rollup.is_none() && q.gc.is_none() && !q.sweep {
                 return Ok(());
             }
-            (q.seqno, q.rollup.take(), q.gc.take())
+            let sweep = std::mem::take(&mut q.sweep);
+            (q.seqno, q.rollup.take(), q.gc.take(), sweep)
         };
+        if sweep {
+            // Tickets at or below the earliest version this process knows of are finished too
+            // (a lower bound of the real one: at worst some wait for the next sweep).
+            let earliest = machine
+                .maintenance
+                .borrow()
+                .collected
+                .as_ref()
+                .map_or(SeqNo(0), |s| s.seqno);
+            sweep_now(machine, earliest).await?;
+        }
         let ids = MaintenanceIds::for_commit(seqno);
         // A rollup due at a seqno the queued collection may reach: the collection writes and
         // lists it in its one command (and unlists the old ones), instead of a command to list
@@ -297,12 +332,14 @@ async fn collect_with_rollup(
 impl Machine {
     /// The hook on a version about to be committed (after the transition and lease expiry,
     /// before validation and the compare_and_set): runs the GC trigger, which moves
-    /// `last_gc_req` in `new`, and returns the work this version assigns to us if it commits.
+    /// `last_gc_req` in `new`, and returns the work this version assigns to us if it commits
+    /// (`expired_writers`: the lease expiry removed a writer).
     pub(crate) fn maintenance_for(
         &self,
         cmd: &str,
         old: &State,
         new: &mut State,
+        expired_writers: bool,
     ) -> RoutineMaintenance {
         let gc = if self.cfg.gc_enabled {
             new.collections
@@ -339,6 +376,9 @@ impl Machine {
             rollup,
             gc,
             compaction,
+            // A writer whose lease ran out in this version will never commit the parts it
+            // wrote: the committer sweeps them (`gc.rs`, the sweep).
+            sweep: expired_writers && self.cfg.gc_enabled,
         }
     }
 
@@ -360,8 +400,9 @@ impl Machine {
             rollup,
             gc,
             compaction,
+            sweep,
         } = work;
-        if !rollup && gc.is_none() && compaction.is_none() {
+        if !rollup && gc.is_none() && compaction.is_none() && !sweep {
             return;
         }
         if let Some(req) = &gc {
@@ -405,7 +446,8 @@ impl Machine {
                 q.compaction_seqno = q.compaction_seqno.max(seqno);
                 q.compacting = true;
             }
-            let other_work = rollup || q.gc.is_some();
+            q.sweep |= sweep;
+            let other_work = rollup || q.gc.is_some() || q.sweep;
             let start_worker = other_work && !q.running;
             q.running |= start_worker;
             (start_worker, start_compaction)
