@@ -341,16 +341,17 @@ impl Machine {
         new: &mut State,
         expired_writers: bool,
     ) -> RoutineMaintenance {
-        let gc = if self.cfg.gc_enabled {
-            new.collections
-                .maybe_gc(cmd == COMPARE_AND_APPEND, new.seqno)
-        } else {
-            None
-        };
         let rollup = new
             .collections
             .need_rollup(new.seqno, self.cfg.rollup_threshold)
             .is_some();
+        let is_write = cmd == COMPARE_AND_APPEND;
+        let gc = match (self.cfg.gc_enabled, rollup) {
+            (false, _) => None,
+            // A collection up to the rollup due here lists it in its one command.
+            (true, true) => new.collections.maybe_gc_with_rollup(is_write, new.seqno),
+            (true, false) => new.collections.maybe_gc(is_write, new.seqno),
+        };
         let appended = cmd == COMPARE_AND_APPEND && old.upper() != new.upper();
         let compaction = if self.cfg.compaction_enabled && appended {
             new.collections.trace.newest_merge_req().filter(|req| {
