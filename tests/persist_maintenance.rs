@@ -690,7 +690,7 @@ fn indeterminate_merge_res_that_committed_keeps_its_output() {
     ));
     w.location.consensus = lossy.clone();
     w.client = PersistClient::new(w.location.clone(), w.sim.runtime(), cfg, 42);
-    let writes = write_batches(&w, 0, 60, 5);
+    let writes = write_batches(&w, 0, 150, 5);
     settle(&w.sim);
     let events = w.client.events().events();
     let applied = count(&events, |e| {
@@ -705,9 +705,10 @@ fn indeterminate_merge_res_that_committed_keeps_its_output() {
         lossy.lost()
     );
     // Every merge_res that committed was retried after its lost ack, and none of them deleted
-    // its output: each one is found applied, or kept because it may have been.
+    // its output: each one is found applied, or kept because it may have been. (A merge whose
+    // own compare_and_set lost to an append was carried by that append: applied, no ack lost.)
     assert!(lossy.lost() > 5);
-    assert_eq!(applied + kept, lossy.lost() as usize);
+    assert!(applied + kept >= lossy.lost() as usize);
     let state = check_fresh_client(&w, &writes, 4242);
     check_storage(&w, &state);
 }

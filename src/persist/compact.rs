@@ -74,16 +74,25 @@ async fn fetch_updates(
     machine: &Machine,
     batch: &HollowBatch,
 ) -> Result<Option<Vec<EncodedUpdate>>, PermanentError> {
+    // Every Blob part at once: the reads overlap (one round trip, not one per part).
+    let blob = &machine.location.blob;
+    let fetched = futures::future::join_all(batch.parts.iter().map(|part| async move {
+        match part {
+            BatchPart::Inline { .. } => Ok(None),
+            BatchPart::Hollow { key, .. } => machine.retrying(|| blob.get(key)).await.map(Some),
+        }
+    }))
+    .await;
     let mut updates = Vec::new();
-    for part in &batch.parts {
+    for (part, fetched) in batch.parts.iter().zip(fetched) {
+        let fetched = fetched?;
         let (decoded, at) = match part {
             BatchPart::Inline { encoded } => {
                 super::stats::count(|s| s.merge_read_bytes += encoded.len() as u64);
                 (decode_part(encoded), BrokenAt::Version(machine.seqno()))
             }
             BatchPart::Hollow { key, .. } => {
-                let blob = &machine.location.blob;
-                let Some(bytes) = machine.retrying(|| blob.get(key)).await? else {
+                let Some(bytes) = fetched.flatten() else {
                     machine.fetch_and_update_state_retrying().await?;
                     let listed = machine.state().part_keys().any(|k| k == key);
                     if !listed {
@@ -124,27 +133,38 @@ async fn write_output(
     if updates.is_empty() {
         return Ok(HollowBatch::empty(desc.clone()));
     }
-    let encoded = encode_part(&updates);
-    if inputs_all_inline && encoded.len() as u64 <= machine.cfg.inline_writes_single_max_bytes {
-        super::stats::count(|s| s.merge_write_bytes += encoded.len() as u64);
-        return Ok(HollowBatch {
-            desc: desc.clone(),
-            len,
-            parts: vec![BatchPart::Inline { encoded }],
-        });
+    if inputs_all_inline {
+        let encoded = encode_part(&updates);
+        if encoded.len() as u64 <= machine.cfg.inline_writes_single_max_bytes {
+            super::stats::count(|s| s.merge_write_bytes += encoded.len() as u64);
+            return Ok(HollowBatch {
+                desc: desc.clone(),
+                len,
+                parts: vec![BatchPart::Inline { encoded }],
+            });
+        }
     }
     let mut parts = Vec::new();
+    let mut writes = Vec::new();
     for chunk in updates.chunks(machine.cfg.part_max_updates.max(1)) {
         let key = format!("{}/{}/p{}", machine.shard_id.0, machine.who, ids.next());
         let bytes = Bytes::from(encode_part(chunk));
         super::stats::count(|s| s.merge_write_bytes += bytes.len() as u64);
-        machine
-            .write_blob_retrying(&key, bytes.clone(), "compaction part")
-            .await?;
         parts.push(BatchPart::Hollow {
-            key,
+            key: key.clone(),
             encoded_size_bytes: bytes.len() as u64,
         });
+        writes.push((key, bytes));
+    }
+    // The parts' writes overlap: a big merge takes one Blob round trip to write, not one per
+    // part (while it runs, the appends it races pile up).
+    let written =
+        futures::future::join_all(writes.iter().map(|(key, bytes)| {
+            machine.write_blob_retrying(key, bytes.clone(), "compaction part")
+        }))
+        .await;
+    for result in written {
+        result?;
     }
     Ok(HollowBatch {
         desc: desc.clone(),

@@ -199,9 +199,23 @@ async fn compaction_worker(machine: &Machine) {
             q.compaction_seqno
         };
         let ids = MaintenanceIds::for_commit(seqno);
-        let reqs = machine.state().collections.trace.merge_reqs();
-        for req in reqs {
-            let wait_ms = machine.cfg.compaction_carry_wait_ms;
+        let mut reqs = machine.state_ref(|s| s.collections.trace.merge_reqs());
+        // The smallest first: each merge removes all but one of its inputs from the trace, and
+        // small ones are quick, so the batch count falls fastest this way (a big merge in
+        // progress does not hold back the small ones behind it).
+        crate::sort::sort_by_key(&mut reqs, |r| {
+            r.inputs.iter().map(|b| b.len).fold(0, u64::saturating_add)
+        });
+        let last = reqs.len().saturating_sub(1);
+        for (i, req) in reqs.into_iter().enumerate() {
+            // Wait for an append to carry the merge only when no more merge work is queued: a
+            // worker that waits while merges pile up lets the trace grow past the spine bound.
+            let more = i < last || machine.maintenance.borrow().compaction;
+            let wait_ms = if more {
+                0
+            } else {
+                machine.cfg.compaction_carry_wait_ms
+            };
             if super::compact::compact_and_apply(machine, req, &ids, wait_ms)
                 .await
                 .is_err()
