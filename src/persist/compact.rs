@@ -18,7 +18,8 @@
 //!    still line up (see `trace.rs`); meanwhile the output is a pending merge that this process's
 //!    appends carry (`maintenance.rs`), so a merge that loses its compare_and_set to an append
 //!    lands with that append; the compactor waits until every append that carried it knows its
-//!    outcome. A routine merge's output is named after the commit that assigned it
+//!    outcome. Before its own command it waits up to `compaction_carry_wait_ms` for an append
+//!    to carry it, so that beside a busy writer a merge costs no compare_and_set at all. A routine merge's output is named after the commit that assigned it
 //!    (`<shard>/<who>/pm<seqno>x<n>`) and refused once that seqno is older than the oldest listed
 //!    rollup, after which GC's sweep may delete it (`gc.rs`);
 //! 5. if it was not applied, delete the output's parts: nothing references them. SUBTLE: if some
@@ -33,18 +34,13 @@
 //! Limits of the teaching version: a merge holds all its inputs in memory (the original streams
 //! runs in chunks under a memory bound), and there is no size heuristic to skip small requests.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ops::ControlFlow::{Break, Continue};
 use std::rc::Rc;
 
 use bytes::Bytes;
-use differential_dataflow::lattice::Lattice;
-use timely::progress::Antichain;
-use timely::PartialOrder;
 
 use super::background::MaintenanceIds;
-use super::codec::Timestamp;
-use super::consolidate::DiffOverflow;
 use super::encoding::{decode_part, encode_part, EncodedUpdate};
 use super::events::{frontier, PersistEvent};
 use super::machine::Machine;
@@ -53,6 +49,9 @@ use super::state::{BatchPart, Description, HollowBatch};
 use super::trace::{ApplyMergeResult, FueledMergeReq};
 use super::{PersistClient, ShardId};
 use crate::location::{BrokenAt, PermanentError, PermanentKind};
+
+// The pure core of a merge lives in `merge.rs`; its API is the compactor's.
+pub use super::merge::{advance_to, merge_updates, validate_merge, MergeError};
 
 /// What came of one compaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,131 +67,6 @@ pub enum CompactionOutcome {
     Rejected(MergeError),
 }
 
-/// Why a merge was refused: a request that does not describe a merge of consecutive batches.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MergeError {
-    /// A merge needs inputs.
-    #[error("a merge request without inputs")]
-    NoInputs,
-    /// Input `index` does not start where the one before it ends.
-    #[error(
-        "input {index} starts at {lower:?}, not at the previous input's upper {previous_upper:?}"
-    )]
-    NotConsecutive {
-        /// The input.
-        index: usize,
-        /// Its lower.
-        lower: Antichain<Timestamp>,
-        /// The previous input's upper.
-        previous_upper: Antichain<Timestamp>,
-    },
-    /// The inputs span `[lower, upper)`, which is not the request's interval.
-    #[error("the inputs span [{lower:?}, {upper:?}), the request [{req_lower:?}, {req_upper:?})")]
-    BoundsMismatch {
-        /// Where the inputs start.
-        lower: Antichain<Timestamp>,
-        /// Where they end.
-        upper: Antichain<Timestamp>,
-        /// The request's lower.
-        req_lower: Antichain<Timestamp>,
-        /// The request's upper.
-        req_upper: Antichain<Timestamp>,
-    },
-    /// The output since would be before input `index`'s since: compaction only moves forward.
-    #[error("output since {since:?} is before input {index}'s since {input_since:?}")]
-    SinceBeforeInput {
-        /// The input.
-        index: usize,
-        /// Its since.
-        input_since: Antichain<Timestamp>,
-        /// The request's since.
-        since: Antichain<Timestamp>,
-    },
-    /// The diffs of one update sum outside the 64-bit range.
-    #[error("{0}")]
-    DiffOverflow(#[from] DiffOverflow),
-}
-
-/// Checks that `inputs` are consecutive, that together they span exactly `desc`'s interval, and
-/// that `desc.since` is not before any input's since.
-pub fn validate_merge<'a>(
-    desc: &Description,
-    inputs: impl IntoIterator<Item = &'a Description>,
-) -> Result<(), MergeError> {
-    let mut span: Option<(&Antichain<Timestamp>, &Antichain<Timestamp>)> = None;
-    for (index, input) in inputs.into_iter().enumerate() {
-        if let Some((_, previous_upper)) = span {
-            if &input.lower != previous_upper {
-                return Err(MergeError::NotConsecutive {
-                    index,
-                    lower: input.lower.clone(),
-                    previous_upper: previous_upper.clone(),
-                });
-            }
-        }
-        if !PartialOrder::less_equal(&input.since, &desc.since) {
-            return Err(MergeError::SinceBeforeInput {
-                index,
-                input_since: input.since.clone(),
-                since: desc.since.clone(),
-            });
-        }
-        span = Some((span.map_or(&input.lower, |(lower, _)| lower), &input.upper));
-    }
-    let Some((lower, upper)) = span else {
-        return Err(MergeError::NoInputs);
-    };
-    if lower != &desc.lower || upper != &desc.upper {
-        return Err(MergeError::BoundsMismatch {
-            lower: lower.clone(),
-            upper: upper.clone(),
-            req_lower: desc.lower.clone(),
-            req_upper: desc.upper.clone(),
-        });
-    }
-    Ok(())
-}
-
-/// The time every earlier update advances to when compacting to `desc`: the since, but never
-/// past the interval's last time (`upper - 1`). When the since is beyond the batch, all its
-/// updates collapse onto that last time: at every time at or beyond the since they accumulate
-/// exactly as before, and they stay inside `[lower, upper)`, where readers look for them. `None`:
-/// no advancing (both frontiers empty).
-pub fn advance_to(desc: &Description) -> Option<Timestamp> {
-    let since = desc.since.as_option().copied();
-    let last = desc.upper.as_option().map(|u| u.saturating_sub(1));
-    match (since, last) {
-        (Some(s), Some(l)) => Some(s.min(l)),
-        (s, l) => s.or(l),
-    }
-}
-
-/// The pure core of a merge: checks the request ([`validate_merge`]), then each input's updates
-/// (with the input's own description) filtered to that input's `[lower, upper)`, advanced to
-/// `desc` ([`advance_to`]) and consolidated. An update whose diffs would sum outside the 64-bit
-/// range is an error (the merge is not done).
-pub fn merge_updates(
-    desc: &Description,
-    inputs: Vec<(Description, Vec<EncodedUpdate>)>,
-) -> Result<Vec<EncodedUpdate>, MergeError> {
-    validate_merge(desc, inputs.iter().map(|(d, _)| d))?;
-    let advance = advance_to(desc).map(Antichain::from_elem);
-    let mut out = Vec::new();
-    for (input, updates) in inputs {
-        for (kv, mut t, d) in updates {
-            if !input.lower.less_equal(&t) || input.upper.less_equal(&t) {
-                continue;
-            }
-            if let Some(frontier) = &advance {
-                t.advance_by(frontier.borrow());
-            }
-            out.push((kv, t, d));
-        }
-    }
-    super::consolidate::consolidate_checked(&mut out)?;
-    Ok(out)
-}
-
 /// Reads a batch's updates: `Ok(None)` if one of its parts is missing from Blob because a newer
 /// state replaced the batch (GC may then delete it). A part that is missing while the newest
 /// state still lists the batch, or that does not decode, is permanent.
@@ -200,16 +74,25 @@ async fn fetch_updates(
     machine: &Machine,
     batch: &HollowBatch,
 ) -> Result<Option<Vec<EncodedUpdate>>, PermanentError> {
+    // Every Blob part at once: the reads overlap (one round trip, not one per part).
+    let blob = &machine.location.blob;
+    let fetched = futures::future::join_all(batch.parts.iter().map(|part| async move {
+        match part {
+            BatchPart::Inline { .. } => Ok(None),
+            BatchPart::Hollow { key, .. } => machine.retrying(|| blob.get(key)).await.map(Some),
+        }
+    }))
+    .await;
     let mut updates = Vec::new();
-    for part in &batch.parts {
+    for (part, fetched) in batch.parts.iter().zip(fetched) {
+        let fetched = fetched?;
         let (decoded, at) = match part {
             BatchPart::Inline { encoded } => {
                 super::stats::count(|s| s.merge_read_bytes += encoded.len() as u64);
                 (decode_part(encoded), BrokenAt::Version(machine.seqno()))
             }
             BatchPart::Hollow { key, .. } => {
-                let blob = &machine.location.blob;
-                let Some(bytes) = machine.retrying(|| blob.get(key)).await? else {
+                let Some(bytes) = fetched.flatten() else {
                     machine.fetch_and_update_state_retrying().await?;
                     let listed = machine.state().part_keys().any(|k| k == key);
                     if !listed {
@@ -250,27 +133,38 @@ async fn write_output(
     if updates.is_empty() {
         return Ok(HollowBatch::empty(desc.clone()));
     }
-    let encoded = encode_part(&updates);
-    if inputs_all_inline && encoded.len() as u64 <= machine.cfg.inline_writes_single_max_bytes {
-        super::stats::count(|s| s.merge_write_bytes += encoded.len() as u64);
-        return Ok(HollowBatch {
-            desc: desc.clone(),
-            len,
-            parts: vec![BatchPart::Inline { encoded }],
-        });
+    if inputs_all_inline {
+        let encoded = encode_part(&updates);
+        if encoded.len() as u64 <= machine.cfg.inline_writes_single_max_bytes {
+            super::stats::count(|s| s.merge_write_bytes += encoded.len() as u64);
+            return Ok(HollowBatch {
+                desc: desc.clone(),
+                len,
+                parts: vec![BatchPart::Inline { encoded }],
+            });
+        }
     }
     let mut parts = Vec::new();
+    let mut writes = Vec::new();
     for chunk in updates.chunks(machine.cfg.part_max_updates.max(1)) {
         let key = format!("{}/{}/p{}", machine.shard_id.0, machine.who, ids.next());
         let bytes = Bytes::from(encode_part(chunk));
         super::stats::count(|s| s.merge_write_bytes += bytes.len() as u64);
-        machine
-            .write_blob_retrying(&key, bytes.clone(), "compaction part")
-            .await?;
         parts.push(BatchPart::Hollow {
-            key,
+            key: key.clone(),
             encoded_size_bytes: bytes.len() as u64,
         });
+        writes.push((key, bytes));
+    }
+    // The parts' writes overlap: a big merge takes one Blob round trip to write, not one per
+    // part (while it runs, the appends it races pile up).
+    let written =
+        futures::future::join_all(writes.iter().map(|(key, bytes)| {
+            machine.write_blob_retrying(key, bytes.clone(), "compaction part")
+        }))
+        .await;
+    for result in written {
+        result?;
     }
     Ok(HollowBatch {
         desc: desc.clone(),
@@ -321,9 +215,11 @@ pub(crate) async fn compact_and_apply(
     machine: &Machine,
     req: FueledMergeReq,
     ids: &MaintenanceIds,
+    carry_wait_ms: u64,
 ) -> Result<CompactionOutcome, PermanentError> {
     // One copy of the compactor in the `.wasm`, however many callers await it.
-    let compactor: futures::future::LocalBoxFuture<'_, _> = Box::pin(compact(machine, req, ids));
+    let compactor: futures::future::LocalBoxFuture<'_, _> =
+        Box::pin(compact(machine, req, ids, carry_wait_ms));
     compactor.await
 }
 
@@ -331,6 +227,7 @@ async fn compact(
     machine: &Machine,
     req: FueledMergeReq,
     ids: &MaintenanceIds,
+    carry_wait_ms: u64,
 ) -> Result<CompactionOutcome, PermanentError> {
     let desc = req.desc.clone();
     let (lower, upper) = (frontier(&desc.lower), frontier(&desc.upper));
@@ -399,8 +296,16 @@ async fn compact(
         carried: Cell::new(None),
         maybe_carried: Cell::new(false),
         in_flight: Cell::new(0),
+        on_carried: RefCell::new(None),
     });
     let _pending = PendingGuard::new(machine, &pending);
+    // Give this process's next append the chance to carry it: then the merge costs no
+    // compare_and_set of its own (a writer in a tight loop appends well within the wait).
+    if carry_wait_ms > 0 {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        *pending.on_carried.borrow_mut() = Some(tx);
+        let _ = machine.runtime.timeout(carry_wait_ms, rx).await;
+    }
     let (seqno, result, maybe_committed) = machine
         .apply_maintenance_cmd("merge_res", |c| {
             if pending.carried.get().is_some() {
@@ -481,7 +386,8 @@ pub async fn compact_now(
         }
         let mut all_applied = true;
         for req in reqs {
-            let outcome = compact_and_apply(&machine, req, &ids).await?;
+            // By hand: no append is coming to carry it.
+            let outcome = compact_and_apply(&machine, req, &ids, 0).await?;
             all_applied &= matches!(outcome, CompactionOutcome::Applied(_));
             outcomes.push(outcome);
         }
@@ -497,100 +403,10 @@ mod tests {
     use super::*;
     use crate::persist::state::{HollowBatch, StateCollections};
     use std::ops::ControlFlow;
+    use timely::progress::Antichain;
 
     fn f(t: u64) -> Antichain<u64> {
         Antichain::from_elem(t)
-    }
-
-    fn desc(lower: u64, upper: u64, since: u64) -> Description {
-        Description {
-            lower: f(lower),
-            upper: f(upper),
-            since: f(since),
-        }
-    }
-
-    fn u(k: &str, t: u64, d: i64) -> EncodedUpdate {
-        ((k.as_bytes().to_vec(), Vec::new()), t, d)
-    }
-
-    #[test]
-    fn advance_to_is_the_since_clamped_to_the_last_time() {
-        assert_eq!(advance_to(&desc(0, 10, 4)), Some(4));
-        assert_eq!(
-            advance_to(&desc(0, 10, 50)),
-            Some(9),
-            "since beyond the batch"
-        );
-        let mut open = desc(0, 10, 4);
-        open.upper = Antichain::new();
-        assert_eq!(advance_to(&open), Some(4), "a finished shard's last batch");
-        let mut all = open.clone();
-        all.since = Antichain::new();
-        assert_eq!(advance_to(&all), None);
-    }
-
-    #[test]
-    fn merge_filters_advances_and_consolidates() {
-        // Two inputs; the first was truncated to [0, 5) (its part also holds t = 7).
-        let a = (
-            desc(0, 5, 0),
-            vec![u("x", 1, 1), u("y", 2, 1), u("z", 7, 1)],
-        );
-        let b = (desc(5, 10, 0), vec![u("x", 6, -1), u("y", 8, 1)]);
-        let out = merge_updates(&desc(0, 10, 6), vec![a, b]).unwrap();
-        // x: +1 at 1 -> 6, -1 at 6: cancels. y: +1 at 2 -> 6, +1 at 8. z is outside its input.
-        assert_eq!(out, vec![u("y", 6, 1), u("y", 8, 1)]);
-        // Contents at every time >= since are unchanged: at 6, y=1; at 8, y=2.
-    }
-
-    #[test]
-    fn merge_requests_that_are_not_merges_of_consecutive_batches_are_errors() {
-        let x = |d: Description| (d, vec![u("x", 1, 1)]);
-        // Not consecutive: a gap between [0, 5) and [6, 10).
-        let gap = merge_updates(&desc(0, 10, 0), vec![x(desc(0, 5, 0)), x(desc(6, 10, 0))]);
-        assert!(
-            matches!(gap, Err(MergeError::NotConsecutive { index: 1, .. })),
-            "{gap:?}"
-        );
-        // Out of order (an overlap).
-        let back = merge_updates(&desc(0, 10, 0), vec![x(desc(5, 10, 0)), x(desc(0, 5, 0))]);
-        assert!(
-            matches!(back, Err(MergeError::NotConsecutive { .. })),
-            "{back:?}"
-        );
-        // Bounds that do not match the request, on either side.
-        for req in [desc(0, 12, 0), desc(1, 10, 0)] {
-            let out = merge_updates(&req, vec![x(desc(0, 5, 0)), x(desc(5, 10, 0))]);
-            assert!(
-                matches!(out, Err(MergeError::BoundsMismatch { .. })),
-                "{out:?}"
-            );
-        }
-        // An output since before an input's since.
-        let since = merge_updates(&desc(0, 10, 2), vec![x(desc(0, 5, 0)), x(desc(5, 10, 4))]);
-        assert!(
-            matches!(since, Err(MergeError::SinceBeforeInput { index: 1, .. })),
-            "{since:?}"
-        );
-        assert_eq!(
-            merge_updates(&desc(0, 10, 0), vec![]),
-            Err(MergeError::NoInputs)
-        );
-        // The pure check is the one compaction runs before reading anything.
-        assert!(validate_merge(&desc(0, 10, 4), [&desc(0, 5, 0), &desc(5, 10, 4)]).is_ok());
-    }
-
-    #[test]
-    fn merge_beyond_the_batch_collapses_onto_its_last_time() {
-        let a = (desc(0, 5, 0), vec![u("x", 1, 1), u("x", 3, 1)]);
-        let b = (desc(5, 10, 0), vec![u("x", 6, -1)]);
-        let out = merge_updates(&desc(0, 10, 100), vec![a, b]).unwrap();
-        assert_eq!(
-            out,
-            vec![u("x", 9, 1)],
-            "inside [lower, upper), accumulated"
-        );
     }
 
     #[test]

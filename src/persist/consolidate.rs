@@ -38,6 +38,18 @@ pub fn consolidate_by<U>(
     diff: impl Fn(&mut U) -> &mut Diff,
 ) -> Result<(), RunOverflow> {
     crate::sort::sort_by(updates, &cmp);
+    consolidate_sorted_by(updates, cmp, diff)
+}
+
+/// [`consolidate_by`] of updates already sorted by `cmp` (runs of equal updates adjacent): sums
+/// each run's diffs and drops the runs that sum to zero, in one linear pass (two, counting the
+/// overflow check). Unsorted input is not an error, but equal updates that are not adjacent stay
+/// apart.
+pub fn consolidate_sorted_by<U>(
+    updates: &mut Vec<U>,
+    cmp: impl Fn(&U, &U) -> std::cmp::Ordering,
+    diff: impl Fn(&mut U) -> &mut Diff,
+) -> Result<(), RunOverflow> {
     let run_end = |v: &mut [U], start: usize| -> (i128, usize) {
         let mut sum = 0i128;
         let mut end = start;
@@ -69,6 +81,18 @@ pub fn consolidate_by<U>(
     }
     updates.truncate(write);
     Ok(())
+}
+
+/// [`consolidate_checked`] of updates already sorted by `(data, time)`: no sort, one linear pass.
+pub fn consolidate_sorted_checked<D: Ord>(
+    updates: &mut Vec<(D, u64, Diff)>,
+) -> Result<(), DiffOverflow> {
+    consolidate_sorted_by(updates, |a, b| (&a.0, a.1).cmp(&(&b.0, b.1)), |u| &mut u.2).map_err(
+        |o| DiffOverflow {
+            time: updates[o.index].1,
+            sum: o.sum,
+        },
+    )
 }
 
 /// Consolidates persist's `(data, time, diff)` updates in place. See the module docs.

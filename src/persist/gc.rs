@@ -14,7 +14,10 @@
 //!
 //! **The collector** ([`gc_and_truncate`]), for `new = new_seqno_since`:
 //! 1. scan every live version from the earliest, `E`; if `E >= new`, someone already collected
-//!    this far: done (by hand, it still finishes tickets, unlists and sweeps: below);
+//!    this far: done (by hand, it still finishes tickets, unlists and sweeps: below). A routine
+//!    collection reads only `E` and takes what the versions after it inserted from its process's
+//!    memo of the versions it committed or fetched, scanning them all only if the memo lacks
+//!    one (so a collection reads one version, not all of them again);
 //! 2. read the state at `E` from the rollup listed at exactly `E` (there always is one, see the
 //!    invariant below); the blobs of every version below `new` are those of the state at `E`
 //!    (parts and listed rollups) plus those the diffs after it insert; the deletable ones are
@@ -34,7 +37,9 @@
 //! 5. `consensus.truncate(shard, new)`: `new` becomes the earliest live version;
 //! 6. only now delete the deletable blobs (no live version refers to them any more), then the
 //!    ticket;
-//! 7. every [`SWEEP_INTERVAL_SEQNOS`] seqnos (and always by hand): **sweep**, which also finishes
+//! 7. every [`SWEEP_INTERVAL_SEQNOS`] seqnos (and always by hand; and on its own, without a
+//!    collection, by whoever commits a version whose lease expiry removed a writer, so that a
+//!    crashed writer's parts go as soon as its lease has run out): **sweep**, which also finishes
 //!    every ticket at or below the earliest version (its collection truncated, or a later one
 //!    did: what it lists is garbage for good).
 //!
@@ -191,7 +196,7 @@ pub async fn live_references(machine: &Machine) -> Result<BTreeSet<String>, Perm
             }
             last = format!("the head moved past {head}");
         } else {
-            match walk(machine, &versions, head, &[]).await? {
+            match walk(machine, &versions, head, &[], false).await? {
                 Walk::Walked {
                     state_at_new,
                     mut referenced_below_new,
@@ -227,9 +232,16 @@ enum Walk {
 }
 
 async fn scan_all_retrying(machine: &Machine) -> Result<Vec<VersionedData>, PermanentError> {
+    scan_retrying(machine, SCAN_ALL).await
+}
+
+async fn scan_retrying(
+    machine: &Machine,
+    limit: usize,
+) -> Result<Vec<VersionedData>, PermanentError> {
     let consensus = &machine.location.consensus;
     machine
-        .retrying(|| consensus.scan(&machine.shard_id.0, SeqNo(0), SCAN_ALL))
+        .retrying(|| consensus.scan(&machine.shard_id.0, SeqNo(0), limit))
         .await
 }
 
@@ -291,12 +303,15 @@ async fn read_rollup_at(
 }
 
 /// Steps 1 and 2 of the module docs over `versions` (a scan of every live version). `known` are
-/// states the caller has (see [`GcHints`]).
+/// states the caller has (see [`GcHints`]). With `from_memo`, `versions` holds only the earliest
+/// live version, and what each version below `new` inserted comes from this process's memo
+/// (`Machine::seen`): a rescan if the memo lacks one, or if the state at `new` is not known.
 async fn walk(
     machine: &Machine,
     versions: &[VersionedData],
     new: SeqNo,
     known: &[&State],
+    from_memo: bool,
 ) -> Result<Walk, PermanentError> {
     let Some(first) = versions.first() else {
         return Ok(Walk::Done("the shard has no versions".into()));
@@ -343,7 +358,20 @@ async fn walk(
     // committed or decoded (`Machine::seen`) when it is there, so that routine collections do
     // not decode every diff again; the diffs themselves are decoded only to replay to `new`.
     let replay = known_at(new).is_none() && current.seqno != new;
+    if from_memo {
+        if replay {
+            return Ok(Walk::Rescan(format!("the state at {new} is not known")));
+        }
+        let seen = machine.seen.borrow();
+        for seqno in (earliest.0 + 1..new.0).map(SeqNo) {
+            let Some(inserted) = seen.get(&seqno) else {
+                return Ok(Walk::Rescan(format!("no memo of what {seqno} inserted")));
+            };
+            referenced_below_new.extend(inserted.iter().cloned());
+        }
+    }
     let mut diffs = Vec::new();
+    let versions = if from_memo { &[][..] } else { versions };
     for version in versions.iter().skip(1).take_while(|v| v.seqno <= new) {
         let below = version.seqno < new;
         if !replay {
@@ -401,11 +429,15 @@ pub(crate) struct GcHints<'a> {
     /// States this process already has (the one at the target saves replaying diffs; the one at
     /// the earliest live version saves reading and decoding its rollup).
     pub(crate) states: Vec<&'a State>,
-    /// Routine collection: collect only up to the newest listed rollup at or below the request's
-    /// target (no rollup to write, no command to list it), and skip if that rollup is already
-    /// the earliest listed one. By hand (`false`), collect up to exactly the target, writing a
-    /// rollup there if none is listed.
+    /// Collect only up to the newest listed rollup at or below the request's target (no rollup
+    /// to write, no command to list it), and skip if that rollup is already the earliest listed
+    /// one. Otherwise (`false`), collect up to exactly the target, writing a rollup there if none
+    /// is listed: by hand, and for a routine rollup that a collection lists itself (see
+    /// `maintenance.rs`: one command instead of two).
     pub(crate) at_latest_rollup: bool,
+    /// Routine work a commit assigned (`false`: by hand, which always sweeps and, when the shard
+    /// is already collected, still finishes the bookkeeping).
+    pub(crate) routine: bool,
 }
 
 /// The collector (see the module docs), with ids for the rollup it may write. On success it
@@ -430,7 +462,7 @@ async fn collect(
     ids: &MaintenanceIds,
     hints: GcHints<'_>,
 ) -> Result<(GcReport, Option<State>), PermanentError> {
-    let by_hand = !hints.at_latest_rollup;
+    let by_hand = !hints.routine;
     let mut new = req.new_seqno_since;
     if hints.at_latest_rollup && machine.cfg.rollup_threshold > 0 {
         let state = machine.state();
@@ -468,9 +500,17 @@ async fn collect(
     let mut backoff = machine.cfg.backoff();
     let mut walked = None;
     let mut last_reason = String::new();
+    // SUBTLE: a routine collection first reads only the earliest live version, and takes what
+    // the versions after it inserted from this process's memo (it committed or fetched them);
+    // only if the memo lacks one does it read every live version again.
+    let mut from_memo = hints.routine;
     for _ in 0..MAX_RESCANS {
-        let versions = scan_all_retrying(machine).await?;
-        match walk(machine, &versions, new, &hints.states).await? {
+        let versions = if from_memo {
+            scan_retrying(machine, 1).await?
+        } else {
+            scan_all_retrying(machine).await?
+        };
+        match walk(machine, &versions, new, &hints.states, from_memo).await? {
             Walk::Done(reason) => {
                 // Already collected this far (or nothing to collect): finish what collectors
                 // that stopped after their truncate left, and, by hand, the bookkeeping.
@@ -479,6 +519,11 @@ async fn collect(
                     sweep(machine, earliest, &mut report).await?;
                 }
                 return skip(report, reason);
+            }
+            Walk::Rescan(reason) if from_memo => {
+                // The full scan follows at once.
+                from_memo = false;
+                last_reason = reason;
             }
             Walk::Rescan(reason) => {
                 last_reason = reason;
@@ -579,6 +624,20 @@ async fn collect(
         sweep(machine, new, &mut report).await?;
     }
     Ok((report, Some(*state_at_new)))
+}
+
+/// A sweep on its own (see the module docs), for a commit that expired a writer whose lease ran
+/// out: what it wrote and never committed goes at once, not at the next collection's sweep.
+/// Tickets at or below `earliest` (at most the earliest live version) are finished too.
+pub(crate) async fn sweep_now(
+    machine: &Machine,
+    earliest: SeqNo,
+) -> Result<GcReport, PermanentError> {
+    let mut report = GcReport::default();
+    let sweeper: futures::future::LocalBoxFuture<'_, _> =
+        Box::pin(sweep(machine, earliest, &mut report));
+    sweeper.await?;
+    Ok(report)
 }
 
 /// The `kind` of the [`PersistEvent::BlobsDeleted`] of a sweep's deletes of parts of writers that

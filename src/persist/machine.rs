@@ -102,6 +102,11 @@ impl Machine {
         self.cache.borrow().clone()
     }
 
+    /// Reads the cached state without cloning it.
+    pub(crate) fn state_ref<R>(&self, read: impl FnOnce(&State) -> R) -> R {
+        read(&self.cache.borrow())
+    }
+
     fn install(&self, state: State) {
         let mut cache = self.cache.borrow_mut();
         // Never regress: a slower fetch may finish after a newer commit was installed.
@@ -522,7 +527,7 @@ impl Machine {
                     Break(b) => Err((old.seqno, before, b)),
                     Continue((r, mut new)) => {
                         // Maintenance rides along with every command.
-                        new.collections.expire_at(now);
+                        let (_, expired_writers) = new.collections.expire_at(now);
                         // Both frontiers closed: the shard drops every handle.
                         new.collections.maybe_become_tombstone();
                         // An append carries the merges that wait to be committed (see
@@ -530,7 +535,8 @@ impl Machine {
                         let carried = self.carry_pending_merges(cmd, &mut new);
                         // Maintenance hook (maintenance.rs): the GC trigger, and the background
                         // work this version assigns to us if it commits.
-                        let maintenance = self.maintenance_for(cmd, &old, &mut new);
+                        let maintenance =
+                            self.maintenance_for(cmd, &old, &mut new, !expired_writers.is_empty());
                         if cfg!(debug_assertions) {
                             if let Err(e) = new.validate(Some(&old)) {
                                 panic!("{cmd} broke a state invariant: {e}");
@@ -584,7 +590,7 @@ impl Machine {
                     );
                     let seqno = new.seqno;
                     for carry in &mut carried {
-                        carry.merge.carried.set(Some(seqno));
+                        carry.merge.set_carried(seqno);
                         carry.resolved = true;
                     }
                     self.remember(seqno, &diff);

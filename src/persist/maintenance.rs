@@ -21,7 +21,10 @@
 //!   Blob, then an `add_rollup` command lists it (if another rollup already holds that seqno, ours
 //!   is deleted); readers that start cold begin from the newest rollup;
 //! - **GC** (`gc_enabled`): when the seqno since has moved far enough, `gc.rs` deletes the blobs no
-//!   live version needs and truncates Consensus.
+//!   live version needs and truncates Consensus. A rollup due at a seqno the queued collection
+//!   reaches is written and listed by that collection's one command (one seqno per cycle, not
+//!   two). A version whose lease expiry removed a writer also assigns a sweep, which deletes the
+//!   parts that writer wrote and never committed.
 //!
 //! Two workers per shard and process: one for merges, one for rollups and GC, so that a slow
 //! collection never holds back the merges a fast writer needs. And a merge must not lose the
@@ -47,7 +50,7 @@ use std::rc::Rc;
 
 use super::background::MaintenanceIds;
 use super::events::PersistEvent;
-use super::gc::{gc_and_truncate_with, GcHints, GcReq};
+use super::gc::{gc_and_truncate_with, sweep_now, GcHints, GcReq};
 use super::machine::Machine;
 use super::rollup::write_and_add_rollup;
 use super::state::State;
@@ -71,6 +74,9 @@ pub(crate) struct RoutineMaintenance {
     pub(crate) gc: Option<GcReq>,
     /// The merge of the batch just appended with its neighbours.
     pub(crate) compaction: Option<FueledMergeReq>,
+    /// A sweep is due: this version expired a writer whose lease ran out, and the parts it
+    /// wrote but never committed are garbage now.
+    pub(crate) sweep: bool,
 }
 
 /// A merge whose output is written and waits to be committed (see `compact.rs`): while it
@@ -88,6 +94,19 @@ pub(crate) struct PendingMerge {
     pub(crate) maybe_carried: std::cell::Cell<bool>,
     /// Commands carrying it whose compare_and_set has not returned yet.
     pub(crate) in_flight: std::cell::Cell<u32>,
+    /// Told when a command that carried it committed (the compactor waits on it for a while
+    /// before running a command of its own).
+    pub(crate) on_carried: std::cell::RefCell<Option<futures::channel::oneshot::Sender<()>>>,
+}
+
+impl PendingMerge {
+    /// Records that the command committed at `seqno` carried it.
+    pub(crate) fn set_carried(&self, seqno: SeqNo) {
+        self.carried.set(Some(seqno));
+        if let Some(tx) = self.on_carried.borrow_mut().take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// One attempt's carry of a [`PendingMerge`]: counted in flight until the attempt learns its
@@ -137,6 +156,8 @@ pub(crate) struct MaintenanceQueue {
     gc: Option<(GcReq, Option<Rc<State>>)>,
     /// Whether some append asked for a merge.
     compaction: bool,
+    /// Whether a commit that expired a writer asked for a sweep.
+    sweep: bool,
     /// Merges waiting to be committed, which this process's appends carry.
     pub(crate) pending_merges: Vec<Rc<PendingMerge>>,
     /// The state at the target of this process's last collection: the earliest live version
@@ -178,9 +199,24 @@ async fn compaction_worker(machine: &Machine) {
             q.compaction_seqno
         };
         let ids = MaintenanceIds::for_commit(seqno);
-        let reqs = machine.state().collections.trace.merge_reqs();
-        for req in reqs {
-            if super::compact::compact_and_apply(machine, req, &ids)
+        let mut reqs = machine.state_ref(|s| s.collections.trace.merge_reqs());
+        // The smallest first: each merge removes all but one of its inputs from the trace, and
+        // small ones are quick, so the batch count falls fastest this way (a big merge in
+        // progress does not hold back the small ones behind it).
+        crate::sort::sort_by_key(&mut reqs, |r| {
+            r.inputs.iter().map(|b| b.len).fold(0, u64::saturating_add)
+        });
+        let last = reqs.len().saturating_sub(1);
+        for (i, req) in reqs.into_iter().enumerate() {
+            // Wait for an append to carry the merge only when no more merge work is queued: a
+            // worker that waits while merges pile up lets the trace grow past the spine bound.
+            let more = i < last || machine.maintenance.borrow().compaction;
+            let wait_ms = if more {
+                0
+            } else {
+                machine.cfg.compaction_carry_wait_ms
+            };
+            if super::compact::compact_and_apply(machine, req, &ids, wait_ms)
                 .await
                 .is_err()
             {
@@ -201,23 +237,57 @@ async fn maintenance_worker(machine: &Machine) {
         let mut q = machine.maintenance.borrow_mut();
         q.rollup = None;
         q.gc = None;
+        q.sweep = false;
     }
 }
 
 async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
     loop {
-        let (seqno, rollup, gc) = {
+        let (seqno, rollup, gc, sweep) = {
             let mut q = machine.maintenance.borrow_mut();
-            if q.rollup.is_none() && q.gc.is_none() {
+            if q.rollup.is_none() && q.gc.is_none() && !q.sweep {
                 return Ok(());
             }
-            (q.seqno, q.rollup.take(), q.gc.take())
+            let sweep = std::mem::take(&mut q.sweep);
+            (q.seqno, q.rollup.take(), q.gc.take(), sweep)
         };
+        if sweep {
+            // Tickets at or below the earliest version this process knows of are finished too
+            // (a lower bound of the real one: at worst some wait for the next sweep).
+            let earliest = machine
+                .maintenance
+                .borrow()
+                .collected
+                .as_ref()
+                .map_or(SeqNo(0), |s| s.seqno);
+            sweep_now(machine, earliest).await?;
+        }
         let ids = MaintenanceIds::for_commit(seqno);
+        // A rollup due at a seqno the queued collection may reach: the collection writes and
+        // lists it in its one command (and unlists the old ones), instead of a command to list
+        // it and another to unlist (one seqno, one compare_and_set, per cycle).
+        let fused = match (&rollup, &gc) {
+            (Some(state), Some((req, _))) => state.seqno <= req.new_seqno_since,
+            _ => false,
+        };
+        if let (true, Some(state), Some((req, _))) = (fused, &rollup, &gc) {
+            let req = GcReq {
+                old_seqno_since: req.old_seqno_since,
+                new_seqno_since: state.seqno,
+            };
+            let (listed, truncated) = collect_with_rollup(machine, req, state, &ids).await?;
+            if listed || truncated {
+                continue;
+            }
+            // Not listed (someone else collected past it first): list the rollup on its own.
+        }
         if let Some(state) = &rollup {
             if write_and_add_rollup(machine, state, &ids, "routine").await? {
                 machine.maintenance.borrow_mut().rolled = Some(Rc::clone(state));
             }
+        }
+        if fused {
+            continue;
         }
         if let Some((req, known)) = gc {
             let (collected, rolled) = {
@@ -230,6 +300,7 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
                     .flatten()
                     .collect(),
                 at_latest_rollup: true,
+                routine: true,
             };
             let (_, at_target) = gc_and_truncate_with(machine, req, &ids, hints).await?;
             if let Some(state) = at_target {
@@ -239,26 +310,62 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
     }
 }
 
+/// A routine collection up to `state` (a rollup due at `req.new_seqno_since`) that writes and
+/// lists the rollup in its own command. Returns whether the rollup is listed, and whether
+/// Consensus was truncated to it.
+async fn collect_with_rollup(
+    machine: &Machine,
+    req: GcReq,
+    state: &Rc<State>,
+    ids: &MaintenanceIds,
+) -> Result<(bool, bool), PermanentError> {
+    let (collected, rolled) = {
+        let q = machine.maintenance.borrow();
+        (q.collected.clone(), q.rolled.clone())
+    };
+    let hints = GcHints {
+        states: [Some(&**state), rolled.as_deref(), collected.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect(),
+        at_latest_rollup: false,
+        routine: true,
+    };
+    let (report, at_target) = gc_and_truncate_with(machine, req, ids, hints).await?;
+    let listed = machine.state_ref(|s| s.collections.rollups.contains_key(&state.seqno));
+    let mut q = machine.maintenance.borrow_mut();
+    if listed {
+        q.rolled = Some(Rc::clone(state));
+    }
+    if let Some(at) = at_target {
+        q.collected = Some(Rc::new(at));
+    }
+    Ok((listed, report.versions_truncated.is_some()))
+}
+
 impl Machine {
     /// The hook on a version about to be committed (after the transition and lease expiry,
     /// before validation and the compare_and_set): runs the GC trigger, which moves
-    /// `last_gc_req` in `new`, and returns the work this version assigns to us if it commits.
+    /// `last_gc_req` in `new`, and returns the work this version assigns to us if it commits
+    /// (`expired_writers`: the lease expiry removed a writer).
     pub(crate) fn maintenance_for(
         &self,
         cmd: &str,
         old: &State,
         new: &mut State,
+        expired_writers: bool,
     ) -> RoutineMaintenance {
-        let gc = if self.cfg.gc_enabled {
-            new.collections
-                .maybe_gc(cmd == COMPARE_AND_APPEND, new.seqno)
-        } else {
-            None
-        };
         let rollup = new
             .collections
             .need_rollup(new.seqno, self.cfg.rollup_threshold)
             .is_some();
+        let is_write = cmd == COMPARE_AND_APPEND;
+        let gc = match (self.cfg.gc_enabled, rollup) {
+            (false, _) => None,
+            // A collection up to the rollup due here lists it in its one command.
+            (true, true) => new.collections.maybe_gc_with_rollup(is_write, new.seqno),
+            (true, false) => new.collections.maybe_gc(is_write, new.seqno),
+        };
         let appended = cmd == COMPARE_AND_APPEND && old.upper() != new.upper();
         let compaction = if self.cfg.compaction_enabled && appended {
             new.collections.trace.newest_merge_req().filter(|req| {
@@ -284,6 +391,9 @@ impl Machine {
             rollup,
             gc,
             compaction,
+            // A writer whose lease ran out in this version will never commit the parts it
+            // wrote: the committer sweeps them (`gc.rs`, the sweep).
+            sweep: expired_writers && self.cfg.gc_enabled,
         }
     }
 
@@ -305,8 +415,9 @@ impl Machine {
             rollup,
             gc,
             compaction,
+            sweep,
         } = work;
-        if !rollup && gc.is_none() && compaction.is_none() {
+        if !rollup && gc.is_none() && compaction.is_none() && !sweep {
             return;
         }
         if let Some(req) = &gc {
@@ -350,7 +461,8 @@ impl Machine {
                 q.compaction_seqno = q.compaction_seqno.max(seqno);
                 q.compacting = true;
             }
-            let other_work = rollup || q.gc.is_some();
+            q.sweep |= sweep;
+            let other_work = rollup || q.gc.is_some() || q.sweep;
             let start_worker = other_work && !q.running;
             q.running |= start_worker;
             (start_worker, start_compaction)

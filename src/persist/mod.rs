@@ -16,7 +16,7 @@
 //!   [`error::PersistError::Permanent`], and nothing more is written);
 //! - [`write`](mod@write) and [`read`]: the handles a user holds;
 //! - [`maintenance`] (which work a commit assigns, and when it runs), built from the steps in
-//!   `background.rs` and `rollup.rs` and the work in [`compact`] and [`gc`] (which also has the
+//!   `background.rs` and `rollup.rs` and the work in [`compact`] (its pure core in [`merge`]) and [`gc`] (which also has the
 //!   leak check, [`gc::leaked_blobs`]).
 //!
 //! A shard whose upper and since are both empty is a tombstone
@@ -70,6 +70,7 @@ pub mod events;
 pub mod gc;
 pub mod machine;
 pub mod maintenance;
+pub mod merge;
 pub mod read;
 pub(crate) mod rollup;
 pub mod state;
@@ -137,6 +138,11 @@ pub struct PersistConfig {
     pub compaction_min_inputs: usize,
     /// See [`PersistConfig::compaction_min_inputs`].
     pub compaction_min_updates: u64,
+    /// How long a routine merge whose output is written waits for an append of its own process
+    /// to carry it (commit it together with the append, in one compare_and_set) before it runs
+    /// its own command. A writer that appends more often than this pays no Consensus call for
+    /// its merges; 0 commits every merge on its own at once.
+    pub compaction_carry_wait_ms: u64,
     /// A rollup of the whole state is written every this many seqnos (see `maintenance.rs`); 0
     /// writes none routinely (GC still writes the ones it needs).
     pub rollup_threshold: u64,
@@ -165,6 +171,7 @@ impl Default for PersistConfig {
             compaction_enabled: true,
             compaction_min_inputs: 8,
             compaction_min_updates: 1024,
+            compaction_carry_wait_ms: 20,
             rollup_threshold: 16,
             gc_enabled: true,
         }

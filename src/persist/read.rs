@@ -453,18 +453,20 @@ impl<K: Codec, V: Codec> Listen<K, V> {
             return Ok(Vec::new());
         }
         let mut fetched = Vec::new();
+        // Only times beyond as_of and at or beyond our frontier: a compacted batch may re-deliver
+        // updates we already emitted. Checked before decoding: a listen that fell behind a merge
+        // gets the merged batch, most of which it has already emitted.
+        let (as_of, frontier) = (&self.as_of, &self.frontier);
         let batch = self
             .handle
             .r
-            .fetch_listen_batch(&self.frontier, &mut |k, v, t, d| {
-                fetched.push(((K::decode(k)?, V::decode(v)?), t, d));
+            .fetch_listen_batch(frontier, &mut |k, v, t, d| {
+                if frontier.less_equal(&t) && as_of.less_than(&t) {
+                    fetched.push(((K::decode(k)?, V::decode(v)?), t, d));
+                }
                 Ok(())
             })
             .await?;
-        // Only times beyond as_of and at or beyond our frontier: a compacted batch may re-deliver
-        // updates we already emitted.
-        let (as_of, frontier) = (&self.as_of, &self.frontier);
-        fetched.retain(|(_, t, _)| frontier.less_equal(t) && as_of.less_than(t));
         let emitted_from = std::mem::replace(&mut self.frontier, batch.desc.upper.clone());
         let progress = self.frontier.clone();
         // SUBTLE: the since stays at the frontier we emitted from, strictly below the new one (as

@@ -208,11 +208,29 @@ pub struct MaintenanceView {
     pub seqno: Option<u64>,
 }
 
+/// The latest sweep of a shard's Blob: what it deleted, and whose parts (kept apart from the
+/// recent maintenance, which merges push out of the panel's list within seconds, so that a
+/// crashed writer's garbage can be watched going).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepView {
+    /// When.
+    pub at_ms: u64,
+    /// What it deleted (`sweep: parts of expired writers`, `... stale merge outputs`, ...).
+    pub kind: String,
+    /// How many blobs.
+    pub count: u64,
+    /// Whose parts: the actors that wrote them (their writer ids if unknown), sorted, once each.
+    pub writers: Vec<String>,
+}
+
 /// Merges and GCs of one shard, most recent last.
 #[derive(Debug, Default)]
 pub struct ShardNotes {
     /// Bounded.
     pub maintenance: std::collections::VecDeque<MaintenanceView>,
+    /// The latest sweep that deleted something.
+    pub last_sweep: Option<SweepView>,
     /// The earliest live seqno after the latest truncation.
     pub earliest_seqno: Option<u64>,
 }
@@ -254,6 +272,8 @@ pub struct ShardView {
     pub blob_bytes: u64,
     /// Recent merges and GCs.
     pub maintenance: Vec<MaintenanceView>,
+    /// The latest sweep that deleted something (kept however much maintenance follows it).
+    pub last_sweep: Option<SweepView>,
     /// Why the shard could not be read, if it could not.
     pub error: Option<String>,
 }
@@ -278,6 +298,7 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
         inline_bytes: 0,
         blob_bytes: 0,
         maintenance: notes.map_or_else(Vec::new, |n| n.maintenance.iter().cloned().collect()),
+        last_sweep: notes.and_then(|n| n.last_sweep.clone()),
         error: obs.error.clone(),
     };
     let Some(state) = &obs.state else {

@@ -7,7 +7,7 @@
 //! requests) give no line.
 
 use super::log::{fmt_frontier, Outcome, Pending};
-use super::observe::{MaintenanceView, MAINTENANCE_KEPT};
+use super::observe::{MaintenanceView, SweepView, MAINTENANCE_KEPT};
 use super::Journal;
 use crate::persist::events::{CasOutcome, PersistEvent};
 
@@ -55,6 +55,48 @@ fn maintenance(journal: &mut Journal, shard: &str, m: MaintenanceView) {
     }
 }
 
+/// Keeps a sweep's deletes as the shard's last sweep (the newest by time, then by its other
+/// fields, so that the order the pump reads processes in does not matter).
+fn note_sweep(journal: &mut Journal, e: &PersistEvent) {
+    let PersistEvent::BlobsDeleted {
+        shard,
+        kind,
+        keys,
+        at_ms,
+        ..
+    } = e
+    else {
+        return;
+    };
+    if !kind.starts_with("sweep") || keys.is_empty() {
+        return;
+    }
+    let mut writers: Vec<String> = keys
+        .iter()
+        .filter_map(|k| crate::persist::state::part_writer(k))
+        .map(|w| journal.ids.get(w).cloned().unwrap_or_else(|| w.to_string()))
+        .collect();
+    writers.sort();
+    writers.dedup();
+    let sweep = SweepView {
+        at_ms: *at_ms,
+        kind: kind.clone(),
+        count: keys.len() as u64,
+        writers,
+    };
+    let notes = journal
+        .shards
+        .get_or_insert_with(shard.to_string(), Default::default);
+    let key = |v: &SweepView| (v.at_ms, v.kind.clone(), v.count, v.writers.clone());
+    if notes
+        .last_sweep
+        .as_ref()
+        .is_none_or(|old| key(old) < key(&sweep))
+    {
+        notes.last_sweep = Some(sweep);
+    }
+}
+
 /// Turns one persist event into a log entry (and maintenance notes); `None` for events too
 /// frequent to log (state fetches).
 pub(super) fn persist_event(
@@ -65,6 +107,7 @@ pub(super) fn persist_event(
     if let Some((shard, m)) = maintenance_note(&e) {
         maintenance(journal, shard, m);
     }
+    note_sweep(journal, &e);
     let (who, at_ms, kind, outcome, detail) = persist_line(e)?;
     let actor = journal.ids.get(&who).cloned();
     Some(Pending {

@@ -108,9 +108,13 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
         })
         .join("")
     : `<li class="empty">no compaction or GC yet</li>`;
+  const sw = shard.lastSweep;
+  const sweepHtml = sw
+    ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${sw.count} ${esc(sw.kind.replace("sweep: ", ""))}${sw.writers.length ? ` (${esc(sw.writers.join(", "))})` : ""}</p>`
+    : "";
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
   setHtml(
     el,
-    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul></div>`,
+    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
   );
 }

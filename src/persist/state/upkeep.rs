@@ -166,8 +166,28 @@ impl StateCollections {
     /// write (GC work goes to writers) or there are no writers, it moves `last_gc_req` up to the
     /// seqno since and returns the request for whoever commits this version.
     pub fn maybe_gc(&mut self, is_write: bool, seqno: SeqNo) -> Option<crate::persist::gc::GcReq> {
-        let seqno_since = self.seqno_since(seqno);
         let threshold = u64::from(seqno.0.next_power_of_two().trailing_zeros()).max(1);
+        self.request_gc(is_write, seqno, threshold)
+    }
+
+    /// [`StateCollections::maybe_gc`] for a version that is also due a rollup: fires as soon as
+    /// the seqno since moved at all, so that the collection can list that rollup in its own
+    /// command (`maintenance.rs`).
+    pub fn maybe_gc_with_rollup(
+        &mut self,
+        is_write: bool,
+        seqno: SeqNo,
+    ) -> Option<crate::persist::gc::GcReq> {
+        self.request_gc(is_write, seqno, 1)
+    }
+
+    fn request_gc(
+        &mut self,
+        is_write: bool,
+        seqno: SeqNo,
+        threshold: u64,
+    ) -> Option<crate::persist::gc::GcReq> {
+        let seqno_since = self.seqno_since(seqno);
         let moved = seqno_since.0.saturating_sub(self.last_gc_req.0);
         if moved < threshold || !(is_write || self.writers.is_empty()) {
             return None;
