@@ -878,7 +878,6 @@ mod cli {
             (Some(reason), _) | (None, ReplicaExit::Halted(reason)) => {
                 Err(format!("the replica halted: {reason}"))
             }
-            (None, ReplicaExit::TimedOut) => Err("a compare_and_append timed out".into()),
         }
     }
 

@@ -9,7 +9,7 @@
 //! ( PersistIngested | SourceStaged | SourceProgress )+
 //!   ( DrainSkipped | [Drained{to_upper}] [Drained{at_time}] )
 //! ```
-//! and a replica adds `Started`, `FedBack`, `SinkAppended`, `SinkMismatch`, `Crashed`, `Halted`.
+//! and a replica adds `Started`, `FedBack`, `SinkAppended`, `SinkMismatch`, `SinkTimedOut`, `Crashed`, `Halted`.
 
 use serde::Serialize;
 
@@ -206,6 +206,16 @@ pub enum UpsertEventKind<T> {
         current: Option<T>,
         /// Updates it dropped as below the new upper.
         dropped: u64,
+    },
+    /// A replica's sink write timed out (it may or may not have landed); the sink retries the
+    /// range after a back-off.
+    SinkTimedOut {
+        /// The range's lower.
+        lower: T,
+        /// How long the attempt ran.
+        after_ms: u64,
+        /// The back-off before the retry.
+        retry_in_ms: u64,
     },
     /// A replica crashed (or was stopped by its host); it may be restarted.
     Crashed {

@@ -443,6 +443,13 @@ fn upsert_text(k: &UpsertEventKind<Timestamp>) -> String {
             "sink lost [{expected}, …) to a peer at {}; dropped {dropped}",
             f(current)
         ),
+        K::SinkTimedOut {
+            lower,
+            after_ms,
+            retry_in_ms,
+        } => format!(
+            "sink write at {lower} timed out after {after_ms} ms (it may have landed): retrying in {retry_in_ms} ms"
+        ),
         K::Crashed { reason } => format!("crashed: {reason}"),
     }
 }

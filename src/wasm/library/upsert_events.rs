@@ -193,6 +193,12 @@ pub enum UpsertEventKindView {
         dropped: f64,
     },
     #[serde(rename_all = "camelCase")]
+    SinkTimedOut {
+        lower: f64,
+        after_ms: f64,
+        retry_in_ms: f64,
+    },
+    #[serde(rename_all = "camelCase")]
     Crashed { reason: String },
 }
 
@@ -304,6 +310,15 @@ pub fn event_view(e: UpsertEvent<Timestamp>) -> LibResult<UpsertEventView> {
             expected: t(expected)?,
             current: f(current)?,
             dropped: n(dropped),
+        },
+        UpsertEventKind::SinkTimedOut {
+            lower,
+            after_ms,
+            retry_in_ms,
+        } => V::SinkTimedOut {
+            lower: t(lower)?,
+            after_ms: t(after_ms)?,
+            retry_in_ms: t(retry_in_ms)?,
         },
         UpsertEventKind::Crashed { reason } => V::Crashed { reason },
     };
