@@ -56,6 +56,7 @@ pub mod upsert_source;
 pub mod value;
 pub mod variants;
 pub mod versions;
+pub mod walk;
 
 pub use apply::Applied;
 pub use command::{Command, CommandError, Stamp, Stamped};
@@ -209,6 +210,8 @@ pub struct Scenario {
     cfg: PersistConfig,
     upsert: Option<actors::replica::UpsertHub>,
     rules: rules::Rules,
+    /// The stage-by-stage walk of the replicas in progress ([`walk`]).
+    walk: Option<walk::Walk>,
 }
 
 /// The configuration every playground process uses.
@@ -276,6 +279,7 @@ impl Scenario {
             cfg,
             upsert: None,
             rules: rules::Rules::default(),
+            walk: None,
         };
         scenario.observe_shard(DEFAULT_SHARD);
         let now = scenario.runtime.now_ms();

@@ -295,7 +295,11 @@ impl Scenario {
             faults: self.faults.view(),
             verify: self.verify.borrow().clone(),
             notices: journal.notices.iter().cloned().collect(),
-            upsert: self.upsert.as_ref().map(|h| h.view()),
+            upsert: self.upsert.as_ref().map(|h| {
+                let mut v = h.view();
+                v.walk = self.walk.as_ref().map(|w| w.view());
+                v
+            }),
             rules: self.rules,
             check: journal.check.report(),
         }

@@ -174,8 +174,15 @@ async fn drive(
             if let Some(e) = r.halted() {
                 return ReplicaExit::Halted(e);
             }
-            r.step(&source.borrow());
-            r.next_write()
+            let (step, write) = r.driver_turn();
+            if step {
+                r.step(&source.borrow());
+            }
+            if write {
+                r.next_write()
+            } else {
+                None
+            }
         };
         let Some(w) = next else {
             runtime.sleep(tick_ms).await;

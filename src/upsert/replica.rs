@@ -27,6 +27,10 @@ use super::worker::{UpsertWorker, UpsertWorkerConfig};
 use crate::persist::codec::Timestamp;
 use crate::runtime::Runtime;
 
+#[path = "replica_manual.rs"]
+mod manual;
+pub use manual::Manual;
+
 /// How one replica behaves.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplicaConfig {
@@ -148,6 +152,7 @@ pub struct Replica {
     halted: Option<String>,
     sink_timeouts: u64,
     retrying: Option<SinkRetry>,
+    manual: Manual,
     _persist_source: Option<ShutdownButton>,
     step_clock: Option<StepClock>,
     step_stats: StepStats,
@@ -232,6 +237,7 @@ impl Replica {
             halted: None,
             sink_timeouts: 0,
             retrying: None,
+            manual: Manual::Auto,
             _persist_source: persist_source,
             step_clock: None,
             step_stats: StepStats::default(),

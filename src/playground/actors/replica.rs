@@ -78,6 +78,8 @@ pub struct UpsertView {
     pub recent: Vec<MessageView>,
     /// What the checker found.
     pub checker: CheckerReport,
+    /// The stage-by-stage walk of **Step replicas**, while one runs.
+    pub walk: Option<crate::playground::walk::WalkView>,
 }
 
 /// The shared source, generator, log and checker of a scenario's replicas.
@@ -193,6 +195,7 @@ impl UpsertHub {
             queued: self.queue.borrow().len() as u64,
             recent,
             checker: self.report.borrow().clone(),
+            walk: None,
         }
     }
 

@@ -107,8 +107,15 @@ async fn drive(
             if r.halted().is_some() {
                 return;
             }
-            r.step(&source.borrow());
-            r.next_write()
+            let (step, write) = r.driver_turn();
+            if step {
+                r.step(&source.borrow());
+            }
+            if write {
+                r.next_write()
+            } else {
+                None
+            }
         };
         let Some(w) = next else {
             runtime.sleep(tick_ms).await;
