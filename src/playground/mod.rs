@@ -315,6 +315,13 @@ impl Scenario {
                 sim.now_ms()
             )));
         }
+        if stamp.step > sim.steps() || stamp.at_ms > sim.now_ms() {
+            // The run goes on: a stage-by-stage walk of the replicas ends ([`walk`]).
+            self.end_walk();
+        }
+        let Mode::Seed(sim) = &self.mode else {
+            return Err(live_only_error());
+        };
         while sim.steps() < stamp.step {
             sim.step().map_err(sim_error)?;
             self.pump();
@@ -355,6 +362,9 @@ impl Scenario {
 
     /// Takes `n` simulator steps (seed mode only).
     pub fn step(&mut self, n: u64) -> Result<(), CommandError> {
+        if n > 0 {
+            self.end_walk();
+        }
         let Mode::Seed(sim) = &self.mode else {
             return Err(live_only_error());
         };
@@ -367,6 +377,9 @@ impl Scenario {
 
     /// Runs `ms` of virtual time (seed mode only).
     pub fn run_for(&mut self, ms: u64) -> Result<(), CommandError> {
+        if ms > 0 {
+            self.end_walk();
+        }
         let Mode::Seed(sim) = &self.mode else {
             return Err(live_only_error());
         };

@@ -14,7 +14,8 @@
 //! While a walk runs, every replica is taken from its driver ([`Manual::Hold`]), so nothing moves
 //! the pipeline but these commands; the rest of the scenario runs whenever a stage needs the
 //! runtime (a write, a read), for as little virtual time as that stage takes. The last stage
-//! gives the replicas back to their drivers. Seed mode only: live mode (and a walk with nothing
+//! gives the replicas back to their drivers, and so does any other command or any run of the
+//! scenario between two stages (a step, play): the pipeline never stays frozen. Seed mode only: live mode (and a walk with nothing
 //! unread) takes one timely step per replica instead.
 //!
 //! Invariant: `walk.is_some()` iff every running replica is held.
