@@ -150,6 +150,12 @@ impl Scenario {
                 let what = if *on { "on" } else { "off" };
                 Ok(applied(None, None, format!("upsert generator {what}")))
             }
+            Command::SetUndecodable { on } => {
+                self.upsert_hub().set_undecodable(*on);
+                let makes = if *on { "makes" } else { "makes no" };
+                let text = format!("the upsert generator {makes} undecodable values on purpose");
+                Ok(applied(None, None, text))
+            }
             Command::SetRule { rule, on } => Ok(applied(None, None, self.set_rule(*rule, *on))),
             Command::StepReplicas => self.step_replicas(),
         }

@@ -91,6 +91,7 @@ pub(crate) struct Walk {
     actor: String,
     next: Stage,
     message: Option<(u64, i64, u64)>,
+    cell: Option<String>,
 }
 
 /// The walk as the upsert panel shows it.
@@ -109,6 +110,8 @@ pub struct WalkView {
     pub key: Option<i64>,
     /// Its time.
     pub ts: Option<u64>,
+    /// Its key as the replica's stash and state cells name it, once stashed.
+    pub cell: Option<String>,
 }
 
 impl Walk {
@@ -120,6 +123,7 @@ impl Walk {
             offset: self.message.map(|m| m.0),
             key: self.message.map(|m| m.1),
             ts: self.message.map(|m| m.2),
+            cell: self.cell.clone(),
         }
     }
 }
@@ -142,6 +146,7 @@ impl Scenario {
                 actor,
                 next: Stage::Source,
                 message: None,
+                cell: None,
             });
         }
         let Some(walk) = self.walk.clone() else {
@@ -338,7 +343,10 @@ impl Scenario {
         // The input frontier first, then the data at it: it arrives exactly at the frontier.
         rb.advance_source_to(ts);
         for _ in 0..8 {
-            let at = rb.snapshot(&source.borrow()).operator.and_then(|o| o.input_upper);
+            let at = rb
+                .snapshot(&source.borrow())
+                .operator
+                .and_then(|o| o.input_upper);
             if at >= Some(ts) {
                 break;
             }
@@ -346,10 +354,16 @@ impl Scenario {
         }
         let read = rb.read_source_capped(&source.borrow(), ts);
         rb.step_worker_once();
-        let stashed = rb
+        let stash = rb
             .snapshot(&source.borrow())
             .operator
-            .map_or(0, |o| o.stash.len());
+            .map_or_else(Vec::new, |o| o.stash);
+        let stashed = stash.len();
+        let cell = stash.into_iter().find(|e| e.time == ts).map(|e| e.key);
+        drop(rb);
+        if let Some(w) = &mut self.walk {
+            w.cell = cell;
+        }
         format!(
             "{} read {read} messages with its input frontier held at {ts}; key {key} waits in the stash ({stashed} entries) until the time is complete",
             walk.actor
