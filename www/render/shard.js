@@ -124,7 +124,7 @@ function sinceHolds(shard, snapshot, t0) {
     const why = shard.readers.length || shard.criticalReaders?.length
       ? "no reader is at it (it moved since the readers were read)"
       : "no reader: nothing holds it";
-    return `<p class="since-held" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}</p>`;
+    return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}</p>`;
   }
   const items = holds.map((h) => {
     const who = h.handle.actor ? `${h.handle.actor} (${h.handle.id})` : `${h.handle.id} (another tab)`;
@@ -133,5 +133,5 @@ function sinceHolds(shard, snapshot, t0) {
     const expiry = left > 0 ? `expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago`;
     return `reader ${esc(who)}, lease ${(h.handle.leaseMs / 1000).toFixed(0)} s, last heartbeat ${esc(fmtMs(h.handle.heartbeatMs, t0))}, ${expiry} (at ${esc(fmtMs(h.handle.expiresMs, t0))})`;
   });
-  return `<p class="since-held" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}</p>`;
+  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}</p>`;
 }

@@ -32,6 +32,9 @@ function lagCell(value, shared, shardUpper) {
     `<circle cx="${b.x.toFixed(1)}" cy="7" r="3.2" class="lag-dot"/></svg></td>`;
 }
 
+/** An exact time on the page's clock (a lost race's uppers differ by a few ms: no rounding). */
+const exactMs = (v, t0) => (v === null || v === undefined ? "[] finished" : `${v - t0} ms`);
+
 /** What the row is doing now: its state, read-only, the write in flight, or its last attempt. */
 function statusOf(a, w, t0) {
   const last = w?.last;
@@ -59,14 +62,14 @@ function keptLines(a, w, t0) {
   const lines = [];
   if (w?.lastLost) {
     const l = w.lastLost;
-    lines.push(`<span data-kept="lost">${mark("mismatch", OUTCOMES)} lost a race at ${esc(fmtMs(l.atMs, t0))}: UpperMismatch, expected upper ${esc(fmtMs(l.expected, t0))}, actual ${esc(fmtFrontier(l.actual, t0))}</span>`);
+    lines.push(`<span data-kept="lost">${mark("mismatch", OUTCOMES)} lost a race at ${esc(fmtMs(l.atMs, t0))}: UpperMismatch, expected upper ${esc(exactMs(l.expected, t0))}, actual ${esc(exactMs(l.actual, t0))}</span>`);
   }
   if (w?.lastTimedOut) {
     const o = w.lastTimedOut;
     const how = o.resolvedByToken
       ? `${mark("indeterminate", OUTCOMES)} → ${mark("committed", OUTCOMES)} resolved by the idempotency token`
       : `${mark(o.outcome, OUTCOMES)} ${o.outcome === "indeterminate" ? "still unknown" : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
-    lines.push(`<span data-kept="timed-out">write at ${esc(fmtFrontier(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(fmtMs(o.atMs, t0))}): ${how}</span>`);
+    lines.push(`<span data-kept="timed-out">write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(fmtMs(o.atMs, t0))}): ${how}</span>`);
   }
   if (w && (w.timeouts || w.resolvedByToken)) {
     lines.push(`<span data-kept="timeouts">${w.timeouts} storage timeouts met, ${w.resolvedByToken} writes resolved by the idempotency token</span>`);
@@ -80,7 +83,8 @@ function keptLines(a, w, t0) {
     }
     lines.push(`<span data-kept="task">${task}</span>`);
   }
-  return lines.length ? `<tr class="sub kept"><td colspan="4">${lines.join("<br>")}</td></tr>` : "";
+  // Kept lines wrap: none of them is cut.
+  return lines.length ? `<tr class="sub kept"><td colspan="4" style="white-space:normal">${lines.join("<br>")}</td></tr>` : "";
 }
 
 export function renderWriters(el, snap, t0) {
