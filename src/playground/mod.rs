@@ -39,6 +39,7 @@ pub mod actor;
 pub mod actors;
 mod apply;
 pub mod check;
+pub mod clock;
 pub mod command;
 pub mod decode;
 pub mod fact;
