@@ -171,7 +171,9 @@ impl Journal {
         if self.cas.len() == CAS_KEPT {
             self.cas.pop_front();
         }
-        self.cas.push_back(attempt);
+        // In time order: another tab's versions are claimed a moment after they were read.
+        let at = self.cas.iter().rposition(|c| c.at_ms <= attempt.at_ms);
+        self.cas.insert(at.map_or(0, |i| i + 1), attempt);
     }
 
     /// Shows a message on the page (and logs it).
