@@ -333,7 +333,14 @@ impl Playground {
             check_db_name(&db_name)?;
             let seed = random_seed()?;
             let db = IdbLocation::open(&db_name).await.map_err(js_error)?;
-            let scenario = Scenario::live(BrowserRuntime::runtime(), db.location(), seed);
+            // One clock for every page of the database, across reloads: ms since it was made.
+            let location = db.location();
+            let wall = BrowserRuntime::wall_now_ms();
+            let epoch = crate::playground::clock::database_epoch(&*location.consensus, wall)
+                .await
+                .map_err(js_error)?;
+            let runtime = BrowserRuntime::runtime_since(epoch);
+            let scenario = Scenario::live(runtime, location, seed);
             Ok(Playground {
                 scenario: RefCell::new(scenario),
                 db: Some(Rc::new(db)),

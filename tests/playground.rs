@@ -732,43 +732,86 @@ fn the_upsert_source_survives_a_reload_and_two_pages_share_it() {
 }
 
 #[test]
-fn step_replicas_takes_one_timely_step_per_command() {
-    // Goal: the page's "step replicas" moves each replica's timely worker by exactly one
-    // `step()`, so a learner sees an upsert travel through the operator a step at a time.
-    // Method: push an upsert, let it reach the source log, then (no runtime steps in between)
-    // step by hand: the first command reads the message, and every command adds exactly one to
-    // the worker's count of `step()`s (a driver step takes at least three).
+fn step_replicas_walks_a_pushed_upsert_one_stage_at_a_time() {
+    // Goal: with the generator off, **Step replicas** moves a hand-pushed upsert one stage per
+    // command, and each command names the stage it ran: source, stash, the partial emission (a
+    // provisional value in state), the sink's write, the shard, the feedback read, then state.
+    // Method: two replicas run for a while, the generator stays off, one upsert is pushed, and
+    // nothing runs the scenario but the seven commands (each runs it only as long as its stage
+    // needs). The replica's state shows the provisional value after the third and only then;
+    // after the seventh it is a value, the replicas are back with their drivers, and the shard
+    // still equals the reference model.
     use persist_playground::playground::command::ReplicaSpec;
     let mut s = Scenario::seeded(3);
-    s.apply(Command::AddActor {
-        spec: ActorSpec::Replica(ReplicaSpec { read_batch: 4 }),
-        process: None,
-    })
-    .unwrap();
-    s.run_for(500).unwrap();
+    for read_batch in [4, 2] {
+        s.apply(Command::AddActor {
+            spec: ActorSpec::Replica(ReplicaSpec { read_batch }),
+            process: None,
+        })
+        .unwrap();
+    }
+    s.run_for(800).unwrap();
     s.apply(Command::PushUpsert {
         key: 3,
         value: Some("hello".into()),
     })
     .unwrap();
-    // One simulator step (one task poll) at a time: the step that folds the message into the
-    // source log is not the replica driver's, so the driver has not read it yet.
-    while s.snapshot().upsert.unwrap().source_messages == 0 {
-        s.step(1).unwrap();
-    }
-    let steps = |s: &mut Scenario| match &s.snapshot().actors[0].detail {
-        ActorDetail::Replica(r) => r.worker_steps,
+    let provisional = |s: &mut Scenario| match &s.snapshot().actors[0].detail {
+        ActorDetail::Replica(r) => r.operator.as_ref().map_or(0, |o| {
+            o.state.iter().filter(|c| c.mode == "provisional").count()
+        }),
         other => panic!("U1 is a replica: {other:?}"),
     };
-    let before = steps(&mut s);
-    let first = s.apply(Command::StepReplicas).unwrap().message;
-    assert!(first.contains("read 1, 1 worker step,"), "{first}");
-    assert_eq!(steps(&mut s), before + 1, "one timely step");
-    for k in 2..=5 {
+    let stages = [
+        "source",
+        "stash",
+        "partial emission",
+        "sink",
+        "shard",
+        "feedback read",
+        "state",
+    ];
+    let mut said = Vec::new();
+    for (i, stage) in stages.iter().enumerate() {
+        let before = s.now_ms();
         let m = s.apply(Command::StepReplicas).unwrap().message;
-        assert!(m.contains(", 1 worker step,"), "{m}");
-        assert_eq!(steps(&mut s), before + k, "one timely step per command");
+        assert!(
+            m.starts_with(&format!("stage {}/7, {stage}: ", i + 1)),
+            "press {} ran {m}",
+            i + 1
+        );
+        said.push(m.clone());
+        let walk = s.snapshot().upsert.unwrap().walk;
+        match stages.get(i + 1) {
+            Some(next) => assert_eq!(walk.map(|w| w.next_name), Some(*next), "{m}"),
+            None => assert_eq!(walk, None, "the walk ends with state"),
+        }
+        let p = provisional(&mut s);
+        match *stage {
+            "partial emission" | "sink" | "shard" | "feedback read" => {
+                assert_eq!(p, 1, "◌ in state at {stage}: {m}")
+            }
+            _ => assert_eq!(p, 0, "no provisional value at {stage}: {m}"),
+        }
+        if *stage == "stash" || *stage == "state" {
+            assert_eq!(s.now_ms(), before, "{stage} needs no run time");
+        }
     }
+    assert!(said[0].contains("key 3 = "), "{}", said[0]);
+    assert!(said[2].contains("provisional value ◌"), "{}", said[2]);
+    assert!(said[4].contains("committed"), "{}", said[4]);
+    // Back with their drivers: the pipeline goes on by itself and matches the model.
+    s.run_for(1_000).unwrap();
+    let up = s.snapshot().upsert.unwrap();
+    assert!(
+        up.checker.checks > 0 && up.checker.violations.is_empty(),
+        "{up:?}"
+    );
+    let more = s.apply(Command::StepReplicas).unwrap().message;
+    assert!(
+        more.starts_with("stepped U1"),
+        "nothing left to walk: {more}"
+    );
 }
 
 /// Every number as an f64: our JSON writes a whole float without `.0`, as JavaScript reads it.

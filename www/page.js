@@ -148,7 +148,8 @@ export function makePage(dom, params) {
       pg.send({ type: "setGenerator", on: true });
       pull();
     }
-    view.t0 = pg.mode === "live" ? state.latest().nowMs : 0;
+    // Live mode's clock counts from the database's creation (src/playground/clock.rs): no offset.
+    view.t0 = 0;
   }
 
   const app = {

@@ -78,6 +78,37 @@ pub struct InFlight {
     pub since_ms: u64,
     /// Whether persist reported a storage error and is retrying it.
     pub retrying: bool,
+    /// Storage timeouts (indeterminate compare_and_sets) its command met so far.
+    pub timeouts: u32,
+}
+
+/// A lost race, as the Writers row keeps it until the next one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LostRace {
+    /// When.
+    pub at_ms: u64,
+    /// The upper the writer expected (its attempt's lower).
+    pub expected: u64,
+    /// The shard's actual upper, as the mismatch reported it.
+    pub actual: Option<u64>,
+}
+
+/// A write whose compare_and_set timed out at least once, kept until the next such write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimedOutWrite {
+    /// When the attempt ended.
+    pub at_ms: u64,
+    /// Its lower.
+    pub lower: Option<u64>,
+    /// Storage timeouts it met.
+    pub timeouts: u32,
+    /// How it ended: committed (persist's idempotency token told it that its own write landed,
+    /// or its retry did), lost the race, or still unknown.
+    pub outcome: Outcome,
+    /// Whether the idempotency token resolved it (it committed after a timeout).
+    pub resolved_by_token: bool,
 }
 
 /// A writer's or write task's panel data.
@@ -104,6 +135,14 @@ pub struct WriterView {
     pub acked_updates: u64,
     /// Updates generated but dropped because the writer could not keep up.
     pub dropped_updates: u64,
+    /// The latest lost race, kept until the next one.
+    pub last_lost: Option<LostRace>,
+    /// The latest write that met a storage timeout, kept until the next one.
+    pub last_timed_out: Option<TimedOutWrite>,
+    /// Storage timeouts its commands met (each an indeterminate compare_and_set).
+    pub timeouts: u64,
+    /// Attempts that met a timeout and then committed: the idempotency token resolved them.
+    pub resolved_by_token: u64,
 }
 
 /// A reader's panel data.
@@ -137,6 +176,24 @@ pub struct TaskView {
     pub resyncs: u64,
     /// Commands answered with an error (read-only, gave up, ...).
     pub refused: u64,
+    /// The latest re-sync, kept until the next one.
+    pub last_resync: Option<Resync>,
+}
+
+/// A write task's re-sync: `to_write = desired - snapshot(upper - 1)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resync {
+    /// When.
+    pub at_ms: u64,
+    /// The shard's upper it adopted.
+    pub upper: Option<u64>,
+    /// Rows the shard held at `upper - 1`.
+    pub shard_rows: u64,
+    /// Rows in `desired`.
+    pub desired_rows: u64,
+    /// Rows of the difference it will write (`to_write`).
+    pub to_write_rows: u64,
 }
 
 /// One window of timestamps made durable.

@@ -117,6 +117,14 @@ impl Scenario {
     }
 
     fn apply_checked(&mut self, command: &Command) -> Result<Applied, CommandError> {
+        // A stage-by-stage walk of the replicas ends with any command but the walk's own
+        // (see [`super::walk`]): the replicas go back to their drivers.
+        if !matches!(
+            command,
+            Command::StepReplicas | Command::PushUpsert { .. } | Command::Verify
+        ) {
+            self.end_walk();
+        }
         match command {
             Command::AddActor { spec, process } => self.add_actor(spec, process.as_deref()),
             Command::RemoveActor { actor } => self.remove_actor(actor),
@@ -141,6 +149,12 @@ impl Scenario {
                 self.upsert_hub().set_generating(*on);
                 let what = if *on { "on" } else { "off" };
                 Ok(applied(None, None, format!("upsert generator {what}")))
+            }
+            Command::SetUndecodable { on } => {
+                self.upsert_hub().set_undecodable(*on);
+                let makes = if *on { "makes" } else { "makes no" };
+                let text = format!("the upsert generator {makes} undecodable values on purpose");
+                Ok(applied(None, None, text))
             }
             Command::SetRule { rule, on } => Ok(applied(None, None, self.set_rule(*rule, *on))),
             Command::StepReplicas => self.step_replicas(),
@@ -298,29 +312,6 @@ impl Scenario {
             None,
             None,
             format!("pushed upsert: key {key} → {what}"),
-        ))
-    }
-
-    /// Steps every running replica's timely worker once, by hand.
-    fn step_replicas(&mut self) -> Result<Applied, CommandError> {
-        let source = Rc::clone(&self.upsert_hub().source);
-        let mut stepped = Vec::new();
-        for a in &self.actors {
-            let slot = a.replica.borrow();
-            let Some(r) = slot.as_ref() else { continue };
-            let report = r.borrow_mut().step_timely(&source.borrow());
-            stepped.push(format!(
-                "{}: fed back {}, read {}, {} worker step, {} out",
-                a.id, report.fed_back, report.read, report.worker_steps, report.output
-            ));
-        }
-        if stepped.is_empty() {
-            return refuse("no running replica to step: add one with + Replica");
-        }
-        Ok(applied(
-            None,
-            None,
-            format!("stepped {}", stepped.join("; ")),
         ))
     }
 

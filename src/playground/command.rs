@@ -346,6 +346,13 @@ pub enum Command {
         /// On?
         on: bool,
     },
+    /// Whether the upsert generator makes undecodable values on purpose (about 1 upsert in 20,
+    /// to show an error travelling through the pipeline; on at the start).
+    #[serde(rename_all = "camelCase")]
+    SetUndecodable {
+        /// Make them?
+        on: bool,
+    },
     /// Takes one timely step of every running replica by hand: feed back what the shard
     /// delivered, read source messages, exactly one `worker.step()`, hand its output to the sink
     /// (the sink's write happens in the replica's driver, when the run goes on).
@@ -508,9 +515,10 @@ impl Command {
                 }
                 Ok(())
             }
-            Command::SetGenerator { .. } | Command::StepReplicas | Command::SetRule { .. } => {
-                Ok(())
-            }
+            Command::SetGenerator { .. }
+            | Command::SetUndecodable { .. }
+            | Command::StepReplicas
+            | Command::SetRule { .. } => Ok(()),
             Command::RemoveActor { .. }
             | Command::SetReaderHold { .. }
             | Command::TaskPush { .. }

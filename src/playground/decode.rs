@@ -36,6 +36,7 @@ const COMMANDS: &[&str] = &[
     "verify",
     "pushUpsert",
     "setGenerator",
+    "setUndecodable",
     "stepReplicas",
     "setRule",
 ];
@@ -89,6 +90,9 @@ pub fn command(v: &Value) -> Result<Command, DecodeError> {
             value: field_opt(o, "value", Value::opt_string)?,
         },
         "setGenerator" => Command::SetGenerator {
+            on: field(o, "on", Value::bool)?,
+        },
+        "setUndecodable" => Command::SetUndecodable {
             on: field(o, "on", Value::bool)?,
         },
         "stepReplicas" => Command::StepReplicas,
@@ -374,6 +378,7 @@ mod tests {
                 value: None,
             },
             Command::SetGenerator { on: true },
+            Command::SetUndecodable { on: false },
             Command::StepReplicas,
             Command::SetRule {
                 rule: Rule::TaskResync,

@@ -39,6 +39,7 @@ pub mod actor;
 pub mod actors;
 mod apply;
 pub mod check;
+pub mod clock;
 pub mod command;
 pub mod decode;
 pub mod fact;
@@ -56,6 +57,7 @@ pub mod upsert_source;
 pub mod value;
 pub mod variants;
 pub mod versions;
+pub mod walk;
 
 pub use apply::Applied;
 pub use command::{Command, CommandError, Stamp, Stamped};
@@ -101,7 +103,16 @@ pub struct Journal {
     pub task_commits: VecDeque<(String, crate::write_task::WriteTaskEvent)>,
     /// The live check of the history, fed every event as it is logged.
     pub check: check::HistoryCheck,
+    /// `(key, seqno)` of this page's recent compare_and_sets that committed or may have.
+    pub own_versions: VecDeque<(String, u64)>,
+    /// Live mode: other tabs may write the shards, and the Consensus panel lists their versions.
+    pub live: bool,
 }
+
+/// How many of this page's compare_and_sets [`Journal::own_versions`] keeps.
+pub const OWN_VERSIONS_KEPT: usize = 4_096;
+/// The process the Consensus panel names for a version another tab wrote.
+pub const FOREIGN_PROCESS: &str = "another tab";
 
 /// How many write-task commits the journal keeps for audits.
 pub const COMMITS_KEPT: usize = 5_000;
@@ -122,11 +133,47 @@ impl Journal {
 
     /// Records a compare_and_set attempt (panel and log).
     pub fn record_cas(&mut self, attempt: CasAttempt) {
+        if matches!(attempt.outcome, Outcome::Committed | Outcome::Indeterminate) {
+            // It may have written this version: the store's observer does not claim it for
+            // another tab.
+            if self.own_versions.len() == OWN_VERSIONS_KEPT {
+                self.own_versions.pop_front();
+            }
+            self.own_versions
+                .push_back((attempt.key.clone(), attempt.new_seqno));
+        }
+        self.push_cas(attempt);
+    }
+
+    /// Whether a compare_and_set of this page may have written version `seqno` of `key`.
+    pub fn is_own_version(&self, key: &str, seqno: u64) -> bool {
+        self.own_versions
+            .iter()
+            .any(|(k, s)| *s == seqno && k == key)
+    }
+
+    /// Adds a version another tab wrote, as the store's observer found it, to the panel's list.
+    pub fn record_foreign_version(&mut self, key: &str, seqno: u64, bytes: u64, at_ms: u64) {
+        self.push_cas(CasAttempt {
+            at_ms,
+            process: FOREIGN_PROCESS.into(),
+            key: key.to_string(),
+            expected: seqno.checked_sub(1),
+            new_seqno: seqno,
+            bytes,
+            outcome: Outcome::Committed,
+            error: None,
+        });
+    }
+
+    fn push_cas(&mut self, attempt: CasAttempt) {
         self.log.record(location::cas_event(&attempt));
         if self.cas.len() == CAS_KEPT {
             self.cas.pop_front();
         }
-        self.cas.push_back(attempt);
+        // In time order: another tab's versions are claimed a moment after they were read.
+        let at = self.cas.iter().rposition(|c| c.at_ms <= attempt.at_ms);
+        self.cas.insert(at.map_or(0, |i| i + 1), attempt);
     }
 
     /// Shows a message on the page (and logs it).
@@ -209,6 +256,8 @@ pub struct Scenario {
     cfg: PersistConfig,
     upsert: Option<actors::replica::UpsertHub>,
     rules: rules::Rules,
+    /// The stage-by-stage walk of the replicas in progress ([`walk`]).
+    walk: Option<walk::Walk>,
 }
 
 /// The configuration every playground process uses.
@@ -279,7 +328,9 @@ impl Scenario {
             cfg,
             upsert: None,
             rules: rules::Rules::default(),
+            walk: None,
         };
+        scenario.journal.borrow_mut().live = !scenario.is_seeded();
         scenario.observe_shard(DEFAULT_SHARD);
         let now = scenario.runtime.now_ms();
         let mode = if scenario.is_seeded() { "seed" } else { "live" };
@@ -314,6 +365,13 @@ impl Scenario {
                 sim.now_ms()
             )));
         }
+        if stamp.step > sim.steps() || stamp.at_ms > sim.now_ms() {
+            // The run goes on: a stage-by-stage walk of the replicas ends ([`walk`]).
+            self.end_walk();
+        }
+        let Mode::Seed(sim) = &self.mode else {
+            return Err(live_only_error());
+        };
         while sim.steps() < stamp.step {
             sim.step().map_err(sim_error)?;
             self.pump();
@@ -354,6 +412,9 @@ impl Scenario {
 
     /// Takes `n` simulator steps (seed mode only).
     pub fn step(&mut self, n: u64) -> Result<(), CommandError> {
+        if n > 0 {
+            self.end_walk();
+        }
         let Mode::Seed(sim) = &self.mode else {
             return Err(live_only_error());
         };
@@ -366,6 +427,9 @@ impl Scenario {
 
     /// Runs `ms` of virtual time (seed mode only).
     pub fn run_for(&mut self, ms: u64) -> Result<(), CommandError> {
+        if ms > 0 {
+            self.end_walk();
+        }
         let Mode::Seed(sim) = &self.mode else {
             return Err(live_only_error());
         };

@@ -177,6 +177,22 @@ pub struct HandleView {
     pub frontier: Option<u64>,
     /// Its last heartbeat.
     pub heartbeat_ms: u64,
+    /// Its lease: how long it may stay silent before others may expire it (`None`: a critical
+    /// reader, which has no lease).
+    pub lease_ms: Option<u64>,
+    /// When its lease runs out unless it heartbeats (`heartbeat_ms + lease_ms`).
+    pub expires_ms: Option<u64>,
+}
+
+/// What holds a shard's since: every reader whose since is the shard's (the since is the meet
+/// of all readers' sinces, so these are the ones keeping it there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SinceHold {
+    /// `leased` or `critical`.
+    pub kind: &'static str,
+    /// The reader.
+    pub handle: HandleView,
 }
 
 /// A rollup in state.
@@ -264,6 +280,11 @@ pub struct ShardView {
     pub writers: Vec<HandleView>,
     /// Registered leased readers.
     pub readers: Vec<HandleView>,
+    /// Registered critical readers (no lease: they hold the since until they move it).
+    pub critical_readers: Vec<HandleView>,
+    /// The readers holding the since where it is (empty without readers: then nothing holds it
+    /// and it follows compaction's choice).
+    pub since_held_by: Vec<SinceHold>,
     /// Updates over all batches.
     pub updates: u64,
     /// Bytes of inline parts.
@@ -294,6 +315,8 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
         rollups: Vec::new(),
         writers: Vec::new(),
         readers: Vec::new(),
+        critical_readers: Vec::new(),
+        since_held_by: Vec::new(),
         updates: 0,
         inline_bytes: 0,
         blob_bytes: 0,
@@ -360,6 +383,8 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
             actor: actor(&id.0),
             frontier: frontier(&w.most_recent_write_upper),
             heartbeat_ms: w.last_heartbeat_ms,
+            lease_ms: Some(w.lease_duration_ms),
+            expires_ms: Some(w.last_heartbeat_ms.saturating_add(w.lease_duration_ms)),
         })
         .collect();
     view.readers = c
@@ -370,8 +395,34 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
             actor: actor(&id.0),
             frontier: frontier(&r.since),
             heartbeat_ms: r.last_heartbeat_ms,
+            lease_ms: Some(r.lease_duration_ms),
+            expires_ms: Some(r.last_heartbeat_ms.saturating_add(r.lease_duration_ms)),
         })
         .collect();
+    view.critical_readers = c
+        .critical_readers
+        .iter()
+        .map(|(id, r)| HandleView {
+            id: id.0.clone(),
+            actor: actor(&id.0),
+            frontier: frontier(&r.since),
+            heartbeat_ms: 0,
+            lease_ms: None,
+            expires_ms: None,
+        })
+        .collect();
+    let holds = |kind: &'static str, hs: &[HandleView]| -> Vec<SinceHold> {
+        hs.iter()
+            .filter(|h| h.frontier == view.since)
+            .map(|h| SinceHold {
+                kind,
+                handle: h.clone(),
+            })
+            .collect()
+    };
+    let mut held_by = holds("leased", &view.readers);
+    held_by.extend(holds("critical", &view.critical_readers));
+    view.since_held_by = held_by;
     view
 }
 

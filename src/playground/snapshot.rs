@@ -171,15 +171,18 @@ impl Scenario {
                 // A storage error inside a command: the writer's attempt is now retrying.
                 if let PersistEvent::Command {
                     who,
-                    outcome: CasOutcome::Indeterminate(_) | CasOutcome::Determinate(_),
+                    outcome: outcome @ (CasOutcome::Indeterminate(_) | CasOutcome::Determinate(_)),
                     ..
                 } = &e
                 {
+                    let timed_out = matches!(outcome, CasOutcome::Indeterminate(_));
                     let actor = journal.ids.get(who).cloned();
                     if let Some(a) = actor.and_then(|id| self.actors.iter().find(|a| a.id == id)) {
                         if let ActorDetail::Writer(w) = &mut a.view.borrow_mut().detail {
+                            w.timeouts += u64::from(timed_out);
                             if let Some(f) = &mut w.in_flight {
                                 f.retrying = true;
+                                f.timeouts += u32::from(timed_out);
                             }
                         }
                     }
@@ -292,7 +295,11 @@ impl Scenario {
             faults: self.faults.view(),
             verify: self.verify.borrow().clone(),
             notices: journal.notices.iter().cloned().collect(),
-            upsert: self.upsert.as_ref().map(|h| h.view()),
+            upsert: self.upsert.as_ref().map(|h| {
+                let mut v = h.view();
+                v.walk = self.walk.as_ref().map(|w| w.view());
+                v
+            }),
             rules: self.rules,
             check: journal.check.report(),
         }

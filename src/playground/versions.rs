@@ -27,6 +27,9 @@ use crate::write_task::ops::{consolidate, fingerprint};
 
 /// How many versions one pass reads at most.
 const SCAN_LIMIT: usize = 256;
+/// How long a version waits before the observer says another tab wrote it: this page records
+/// its own compare_and_set when the call returns, which may be after the version is readable.
+const CLAIM_AFTER_MS: u64 = 1_000;
 /// The most rows a kept collection may hold; beyond it the observer stops keeping it.
 const MAX_KEPT_ROWS: usize = 50_000;
 
@@ -38,6 +41,8 @@ pub struct VersionWitness {
     upper: Option<u64>,
     since: Option<u64>,
     contents: Option<Vec<(Row, i64)>>,
+    // Versions read but not yet found to be this page's: (seqno, bytes, when read).
+    unclaimed: std::collections::VecDeque<(u64, u64, u64)>,
 }
 
 fn is_beyond(upper: Option<u64>, than: Option<u64>) -> bool {
@@ -288,7 +293,10 @@ impl VersionWitness {
                 Err(_) => break,
             };
             versions.push(self.version(location, &diff).await);
+            self.unclaimed
+                .push_back((v.seqno.0, v.data.len() as u64, now_ms));
         }
+        self.claim_foreign(journal, name, now_ms);
         if versions.is_empty() {
             return;
         }
@@ -309,6 +317,34 @@ impl VersionWitness {
             },
             detail,
         );
+    }
+}
+
+impl VersionWitness {
+    /// Every version read at least [`CLAIM_AFTER_MS`] ago that no compare_and_set of this page
+    /// may have written goes to the Consensus panel as another tab's.
+    ///
+    /// Live mode only (in seed mode there is no other tab), and not for the upsert shards, whose
+    /// source writer and checker work on the raw location, outside every process.
+    fn claim_foreign(&mut self, journal: &RefCell<Journal>, name: &str, now_ms: u64) {
+        let mut j = journal.borrow_mut();
+        let upsert = [
+            super::command::UPSERT_SHARD,
+            super::upsert_source::SOURCE_SHARD,
+        ];
+        if !j.live || upsert.contains(&name) {
+            self.unclaimed.clear();
+            return;
+        }
+        while let Some(&(seqno, bytes, seen)) = self.unclaimed.front() {
+            if now_ms.saturating_sub(seen) < CLAIM_AFTER_MS {
+                break;
+            }
+            self.unclaimed.pop_front();
+            if !j.is_own_version(name, seqno) {
+                j.record_foreign_version(name, seqno, bytes, seen);
+            }
+        }
     }
 }
 

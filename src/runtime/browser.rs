@@ -15,6 +15,7 @@ use super::{Runtime, RuntimeImpl};
 #[derive(Default)]
 pub struct BrowserRuntime {
     last_ms: Cell<u64>,
+    epoch_ms: u64,
 }
 
 impl BrowserRuntime {
@@ -22,17 +23,32 @@ impl BrowserRuntime {
     pub fn runtime() -> Runtime {
         Runtime::new(Rc::new(BrowserRuntime::default()))
     }
+
+    /// The wall clock now, in ms since the Unix epoch (`Date.now()`; 0 if it is not a number).
+    pub fn wall_now_ms() -> u64 {
+        let wall = js_sys::Date::now();
+        if wall.is_finite() && wall > 0.0 {
+            wall as u64
+        } else {
+            0
+        }
+    }
+
+    /// A [`Runtime`] whose clock counts milliseconds since `epoch_ms` (a wall-clock reading, ms
+    /// since the Unix epoch), as live mode measures time since its database was created
+    /// ([`crate::playground::clock`]). Before the epoch it reads 0.
+    pub fn runtime_since(epoch_ms: u64) -> Runtime {
+        Runtime::new(Rc::new(BrowserRuntime {
+            last_ms: Cell::new(0),
+            epoch_ms,
+        }))
+    }
 }
 
 impl RuntimeImpl for BrowserRuntime {
     fn now_ms(&self) -> u64 {
-        let wall = js_sys::Date::now();
-        let wall = if wall.is_finite() && wall > 0.0 {
-            wall as u64
-        } else {
-            0
-        };
-        let now = wall.max(self.last_ms.get());
+        let wall = BrowserRuntime::wall_now_ms();
+        let now = wall.saturating_sub(self.epoch_ms).max(self.last_ms.get());
         self.last_ms.set(now);
         now
     }
@@ -40,6 +56,7 @@ impl RuntimeImpl for BrowserRuntime {
     fn sleep_until(&self, deadline_ms: u64) -> LocalBoxFuture<'static, ()> {
         let clock = Rc::new(BrowserRuntime {
             last_ms: Cell::new(self.last_ms.get()),
+            epoch_ms: self.epoch_ms,
         });
         Box::pin(async move {
             // setTimeout may fire early by a millisecond, and takes at most i32::MAX ms: loop.

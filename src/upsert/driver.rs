@@ -10,7 +10,10 @@
 //!                       quiet, output -> sink
 //!     if the sink has a complete range: compare_and_append it (bounded by caa_timeout_ms)
 //!         committed -> the sink moves on;  UpperMismatch -> drop what lies below the new upper
-//!         timed out -> the replica crashes (its host may restart it from the shard's upper)
+//!         timed out -> back off (crate::retry::Backoff) and offer the same range again: a
+//!                      timeout can heal; if the write landed, the retry loses with an
+//!                      UpperMismatch and the sink drops what it wrote
+//!         permanent error -> the replica halts (nothing more is written)
 //!     else sleep tick_ms
 //! }
 //! ```
@@ -38,6 +41,7 @@ use super::types::SourceData;
 use crate::persist::codec::Timestamp;
 use crate::persist::write::WriteHandle;
 use crate::persist::{PersistClient, ShardId};
+use crate::retry::Backoff;
 use crate::runtime::{JoinHandle, Runtime};
 
 /// How a driver loop ended.
@@ -45,8 +49,6 @@ use crate::runtime::{JoinHandle, Runtime};
 pub enum ReplicaExit {
     /// The replica halted (an operator health error or a persist error).
     Halted(String),
-    /// A compare_and_append took too long: the replica gave up, as a crash.
-    TimedOut,
     /// [`RunningReplica::stop`] asked it to stop; its writer's and reader's leases are expired.
     Stopped,
 }
@@ -160,6 +162,7 @@ async fn drive(
         let r = replica.borrow();
         (r.config().tick_ms, r.config().caa_timeout_ms)
     };
+    let mut backoff = sink_backoff();
     loop {
         if stop.get() {
             write.expire().await;
@@ -171,8 +174,15 @@ async fn drive(
             if let Some(e) = r.halted() {
                 return ReplicaExit::Halted(e);
             }
-            r.step(&source.borrow());
-            r.next_write()
+            let (step, write) = r.driver_turn();
+            if step {
+                r.step(&source.borrow());
+            }
+            if write {
+                r.next_write()
+            } else {
+                None
+            }
         };
         let Some(w) = next else {
             runtime.sleep(tick_ms).await;
@@ -182,20 +192,42 @@ async fn drive(
             .timeout(caa_timeout_ms, append(&mut write, &w))
             .await
         {
-            Ok(Ok(Ok(()))) => replica.borrow_mut().write_committed(&w),
-            Ok(Ok(Err(mismatch))) => replica.borrow_mut().write_mismatch(&w, &mismatch.current),
+            Ok(Ok(Ok(()))) => {
+                backoff.reset();
+                replica.borrow_mut().write_committed(&w)
+            }
+            Ok(Ok(Err(mismatch))) => {
+                backoff.reset();
+                replica.borrow_mut().write_mismatch(&w, &mismatch.current)
+            }
             Ok(Err(e)) => {
                 let reason = format!("persist sink: {e}");
                 replica.borrow_mut().halt(reason.clone());
                 return ReplicaExit::Halted(reason);
             }
-            Err(_) => {
-                replica.borrow_mut().halt(format!(
-                    "compare_and_append timed out after {caa_timeout_ms} ms"
-                ));
-                write.abandon();
-                return ReplicaExit::TimedOut;
-            }
+            Err(_) => sink_timed_out(&replica, &w, caa_timeout_ms, &mut backoff, &runtime).await,
         }
     }
+}
+
+/// The back-off of a sink whose write timed out: 50 ms doubling to 1 s, so a replica is
+/// writing again within about a second of the fault ending.
+pub(crate) fn sink_backoff() -> Backoff {
+    Backoff::new(50, 1_000)
+}
+
+/// A sink write timed out: records it and waits the back-off. The sink keeps the range, so the
+/// driver's next turn offers it again (see the module docs).
+pub(crate) async fn sink_timed_out(
+    replica: &RefCell<Replica>,
+    w: &super::sink::SinkWrite,
+    after_ms: u64,
+    backoff: &mut Backoff,
+    runtime: &Runtime,
+) {
+    let attempts = backoff.attempts() + 1;
+    replica
+        .borrow_mut()
+        .write_timed_out(w, after_ms, backoff.peek_ms(), attempts);
+    backoff.wait(runtime).await;
 }

@@ -9,7 +9,7 @@
 //! ( PersistIngested | SourceStaged | SourceProgress )+
 //!   ( DrainSkipped | [Drained{to_upper}] [Drained{at_time}] )
 //! ```
-//! and a replica adds `Started`, `FedBack`, `SinkAppended`, `SinkMismatch`, `Crashed`, `Halted`.
+//! and a replica adds `Started`, `FedBack`, `SinkAppended`, `SinkMismatch`, `SinkTimedOut`, `Crashed`, `Halted`.
 
 use serde::Serialize;
 
@@ -249,6 +249,20 @@ pub enum UpsertEventKind<T> {
         current: Option<T>,
         /// Updates it dropped as below the new upper.
         dropped: u64,
+    },
+    /// A replica's sink write timed out (it may or may not have landed); the sink retries the
+    /// range after a back-off.
+    #[serde(rename_all = "camelCase")]
+    SinkTimedOut {
+        /// The range's lower.
+        #[serde(serialize_with = "crate::numbers::time")]
+        lower: T,
+        /// How long the attempt ran.
+        #[serde(serialize_with = "crate::numbers::time")]
+        after_ms: u64,
+        /// The back-off before the retry.
+        #[serde(serialize_with = "crate::numbers::time")]
+        retry_in_ms: u64,
     },
     /// A replica crashed (or was stopped by its host); it may be restarted.
     #[serde(rename_all = "camelCase")]

@@ -27,6 +27,10 @@ use super::worker::{UpsertWorker, UpsertWorkerConfig};
 use crate::persist::codec::Timestamp;
 use crate::runtime::Runtime;
 
+#[path = "replica_manual.rs"]
+mod manual;
+pub use manual::Manual;
+
 /// How one replica behaves.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplicaConfig {
@@ -36,7 +40,10 @@ pub struct ReplicaConfig {
     pub read_batch: usize,
     /// Milliseconds its driver waits between steps with nothing to write.
     pub tick_ms: u64,
-    /// How long one compare_and_append may take before the replica gives up (and crashes).
+    /// How long one compare_and_append may take before the driver stops waiting for it: a
+    /// timeout can heal, so the driver backs off ([`crate::retry::Backoff`]) and offers the same
+    /// range again (if the timed-out write landed, the retry loses with an `UpperMismatch` and
+    /// the sink drops what it wrote, as it would for a peer).
     pub caa_timeout_ms: u64,
     /// Messages before the resume upper it re-reads on start (the operator drops them).
     pub replay: usize,
@@ -107,6 +114,24 @@ pub struct ReplicaSnapshot {
     pub halted: Option<String>,
     /// `worker.step()`s taken so far.
     pub worker_steps: u64,
+    /// Sink writes that timed out (each is retried after a back-off).
+    pub sink_timeouts: u64,
+    /// While the sink backs off after a timeout: what timed out and when it retries.
+    pub retrying: Option<SinkRetry>,
+}
+
+/// A sink write that timed out and waits for its retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SinkRetry {
+    /// The range's lower (the upper the sink expected).
+    pub lower: Timestamp,
+    /// How long the attempt ran.
+    pub after_ms: u64,
+    /// The back-off before the next attempt.
+    pub retry_in_ms: u64,
+    /// Timeouts in a row.
+    pub attempts: u32,
 }
 
 /// See the module docs.
@@ -125,6 +150,9 @@ pub struct Replica {
     observer: CoreObserver<Timestamp>,
     counters: UpsertCounters,
     halted: Option<String>,
+    sink_timeouts: u64,
+    retrying: Option<SinkRetry>,
+    manual: Manual,
     _persist_source: Option<ShutdownButton>,
     step_clock: Option<StepClock>,
     step_stats: StepStats,
@@ -207,6 +235,9 @@ impl Replica {
             observer,
             counters,
             halted: None,
+            sink_timeouts: 0,
+            retrying: None,
+            manual: Manual::Auto,
             _persist_source: persist_source,
             step_clock: None,
             step_stats: StepStats::default(),
@@ -409,6 +440,7 @@ impl Replica {
 
     /// `write` committed.
     pub fn write_committed(&mut self, write: &SinkWrite) {
+        self.retrying = None;
         self.sink.committed(&write.upper);
         self.counters.sink_appends += 1;
         self.record(UpsertEventKind::SinkAppended {
@@ -420,6 +452,7 @@ impl Replica {
 
     /// `write` lost: the shard's upper was `current`.
     pub fn write_mismatch(&mut self, write: &SinkWrite, current: &Antichain<Timestamp>) {
+        self.retrying = None;
         let dropped = self.sink.mismatch(current);
         self.counters.sink_mismatches += 1;
         self.counters.sink_dropped += dropped;
@@ -427,6 +460,30 @@ impl Replica {
             expected: write.lower.elements().first().copied().unwrap_or(0),
             current: current.elements().first().copied(),
             dropped,
+        });
+    }
+
+    /// `write` did not finish within `after_ms`: it may or may not have landed. The sink keeps
+    /// the range and offers it again after `retry_in_ms` (the `attempts`-th timeout in a row).
+    pub fn write_timed_out(
+        &mut self,
+        write: &SinkWrite,
+        after_ms: u64,
+        retry_in_ms: u64,
+        attempts: u32,
+    ) {
+        let lower = write.lower.elements().first().copied().unwrap_or(0);
+        self.sink_timeouts += 1;
+        self.retrying = Some(SinkRetry {
+            lower,
+            after_ms,
+            retry_in_ms,
+            attempts,
+        });
+        self.record(UpsertEventKind::SinkTimedOut {
+            lower,
+            after_ms,
+            retry_in_ms,
         });
     }
 
@@ -462,6 +519,8 @@ impl Replica {
             counters: self.counters(),
             halted: self.halted(),
             worker_steps: self.worker.steps(),
+            sink_timeouts: self.sink_timeouts,
+            retrying: self.retrying.clone(),
         }
     }
 }

@@ -147,6 +147,7 @@ pub struct SourceGenerator {
     next_ts: Timestamp,
     values: u64,
     burst_min: u64,
+    undecodable: bool,
 }
 
 impl SourceGenerator {
@@ -158,7 +159,14 @@ impl SourceGenerator {
             next_ts: start_ts,
             values: 0,
             burst_min: 1,
+            undecodable: true,
         }
+    }
+
+    /// Whether it makes undecodable values (its `error_percent`) or none: the rolls that would
+    /// have made one make a value instead, so the rest of the sequence is the same.
+    pub fn set_undecodable(&mut self, on: bool) {
+        self.undecodable = on;
     }
 
     /// Every burst has at least `n` upserts (at most the config's `burst_max`, if larger).
@@ -181,10 +189,10 @@ impl SourceGenerator {
             let roll = self.below(100);
             let value = if roll < self.cfg.delete_percent {
                 None
-            } else if roll < self.cfg.delete_percent + self.cfg.error_percent {
+            } else if self.undecodable && roll < self.cfg.delete_percent + self.cfg.error_percent {
                 Some(Err(UpsertError::Value {
                     for_key: Row::new([Datum::Int(key)]),
-                    message: format!("bad bytes #{}", self.values),
+                    message: format!("undecodable on purpose (the generator's) #{}", self.values),
                 }))
             } else {
                 Some(Ok(kv_row(key, &format!("v{}", self.values))))

@@ -19,6 +19,20 @@ after(() => stopServer(server));
 
 const shardOf = (snap, name) => snap.shards.find((s) => s.name === name);
 
+/**
+ * Times no panel may show in live mode (issue 16): a negative time, or an epoch-sized one (a raw
+ * Date.now() number, or a time of millions of seconds). Live time counts from the database's
+ * creation (src/playground/clock.rs).
+ */
+async function badTimes(page) {
+  const text = await page.locator("section.panel").evaluateAll((els) => els.map((e) => e.innerText).join("\n"));
+  const bad = [];
+  for (const m of text.matchAll(/(^|[^\w.\]])(-\d[\d.]*) ?(ms|s)\b/g)) bad.push(m[2] + " " + m[3]);
+  for (const m of text.matchAll(/\b\d{12,}\b/g)) bad.push(m[0]);
+  for (const m of text.matchAll(/\b(\d{7,}(\.\d+)?) s\b/g)) bad.push(m[0]);
+  return bad;
+}
+
 test("live mode: shards, the oracle and the write task's rows come back from IndexedDB after a reload", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
   const db = `e2e-reload-${process.pid}`;
@@ -40,6 +54,7 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
   const beforeData = shardOf(before, "data");
   const beforeTask = shardOf(before, "mz_task");
   const beforeOracle = before.actors.find((a) => a.id === "O1").detail;
+  assert.deepEqual(await badTimes(page), [], "no negative or epoch-sized time before the reload");
   await shot(page, "live-before-reload");
 
   await page.reload();
@@ -70,6 +85,7 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
   assert.ok(afterOracle.epoch > beforeOracle.epoch, "a new epoch");
   const data = shardOf(await latest(page), "data");
   assert.ok(data.updates >= beforeData.updates, "no update lost across the reload");
+  assert.deepEqual(await badTimes(page), [], "no negative or epoch-sized time after the reload");
   await shot(page, "live-after-reload");
   noErrors(page);
 });
@@ -113,6 +129,12 @@ test("two pages race on one database: distinct writer ids, both pages' writes in
     assert.equal(await el.getAttribute("data-lost"), "0", text);
     assert.ok(Number(await el.getAttribute("data-acked")) > 20, text);
     assert.ok(Number(await el.getAttribute("data-foreign")) > 0, `the other page's writes are in the shard: ${text}`);
+  }
+  // Each page's Consensus log lists the versions the other page wrote, marked as another tab's.
+  for (const page of [a, b]) {
+    await waitFor(page, () => /another tab/.test(document.getElementById("consensus-view").textContent), "the other tab's versions in the Consensus log", null, 30_000);
+    const foreign = (await latest(page)).consensus.filter((c) => c.process === "another tab" && c.key === "data");
+    assert.ok(foreign.length > 0, "versions of data written by the other tab");
   }
   await shot(a, "live-race-page-a");
   await shot(b, "live-race-shard-b", "#panel-shard");

@@ -372,6 +372,8 @@ test("upsert controls: add replicas, push upserts by hand, the generator, step t
     await page.getByTestId("step").click();
   }
   assert.match(await page.getByTestId("upsert-source").textContent(), inLog, "the upsert reached the source log");
+  // The replicas' drivers read it while the run stepped, so there is nothing to walk stage by
+  // stage (tests/e2e/feedback-stages.test.mjs does that): one timely step of each replica.
   await page.getByTestId("step-replicas").click();
   await waitForStatus(page, "ok", /stepped U1: fed back \d+, read \d+, 1 worker step, \d+ out; U2: fed back \d+, read \d+/);
   await page.keyboard.press("j");

@@ -49,7 +49,7 @@ export function renderFrontiers(el, history, t0, width = 940) {
     const pts = s.points.filter((_, i) => i % step === 0 || i === s.points.length - 1);
     parts.push(svgEl("path", { d: pathOf(pts, x, y), class: `lag-line${s.dashed ? " dashed" : ""}`, stroke: s.colour }, `<title>${esc(s.label)}</title>`));
     const [, lastLag] = s.points.at(-1);
-    labels.push({ y: y(lastLag), text: `${s.label} ${Math.round(lastLag)} ms`, colour: s.colour, dashed: s.dashed });
+    labels.push({ y: y(lastLag), text: `${s.label} ${Math.round(lastLag)} ms behind`, colour: s.colour, dashed: s.dashed });
   }
   for (const l of spreadLabels(labels, TOP + 4, H - 4, 11)) {
     parts.push(svgEl("text", { x: W - RIGHT + 6, y: (l.y + 3).toFixed(1), class: "series-label", fill: l.colour }, `${l.dashed ? "┄ " : "— "}${l.text}`));

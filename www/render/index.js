@@ -2,9 +2,8 @@
 // touch the DOM.
 
 import { renderFrontiers } from "./frontiers.js";
-import {
-  renderConsensus, renderLegend, renderLog, renderNotices, renderOracle, renderVerify, renderWriters,
-} from "./panels.js";
+import { renderConsensus, renderLegend, renderLog, renderNotices, renderVerify } from "./panels.js";
+import { renderOracle, renderWriters } from "./writers.js";
 import { renderUpsert } from "./upsert.js";
 import { markCited, renderCheck } from "./check.js"; // the check panel (issue 11)
 import { renderProcesses } from "./processes.js";

@@ -59,7 +59,8 @@ export function renderProcesses(el, snap, rules) {
       .filter(Boolean)
       .map((a) => {
         const state = a.state === "running" ? "" : ` <span class="state s-${a.state}">${esc(a.state)}</span>`;
-        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a, snap))}</span>${variantBadge(a, rules)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
+        const handle = a.handleId ? ` <span class="mono handle" title="its persist handle id in this process">${esc(a.handleId)}</span>` : "";
+        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a, snap))}</span>${handle}${variantBadge(a, rules)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
       })
       .join("");
     return `<div class="proc ${p.alive ? "alive" : "crashed"}" data-process="${pid}"><div class="proc-head"><b>${pid}</b> <span class="pstate">${p.alive ? "running" : "crashed"}</span>${origin} <span class="muted mono" title="id seed">seed ${esc(p.seed.slice(0, 8))}…</span> ${button}</div><ul>${actors || `<li class="empty">no actors</li>`}</ul></div>`;

@@ -112,9 +112,30 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   const sweepHtml = sw
     ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${sw.count} ${esc(sw.kind.replace("sweep: ", ""))}${sw.writers.length ? ` (${esc(sw.writers.join(", "))})` : ""}</p>`
     : "";
+  const holdHtml = sinceHolds(shard, snapshot, t0);
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
   setHtml(
     el,
-    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
+    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
   );
+}
+
+/** Who holds the since where it is: each reader whose since is the shard's, with its lease. */
+function sinceHolds(shard, snapshot, t0) {
+  const holds = shard.sinceHeldBy ?? [];
+  const now = snapshot.nowMs;
+  if (!holds.length) {
+    const why = shard.readers.length || shard.criticalReaders?.length
+      ? "no reader is at it (it moved since the readers were read)"
+      : "no reader: nothing holds it";
+    return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}</p>`;
+  }
+  const items = holds.map((h) => {
+    const who = h.handle.actor ? `${h.handle.actor} (${h.handle.id})` : `${h.handle.id} (another tab)`;
+    if (h.kind === "critical") return `critical reader ${esc(who)}, no lease: it holds the since until it moves it`;
+    const left = h.handle.expiresMs - now;
+    const expiry = left > 0 ? `expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago`;
+    return `reader ${esc(who)}, lease ${(h.handle.leaseMs / 1000).toFixed(0)} s, last heartbeat ${esc(fmtMs(h.handle.heartbeatMs, t0))}, ${expiry} (at ${esc(fmtMs(h.handle.expiresMs, t0))})`;
+  });
+  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}</p>`;
 }

@@ -38,19 +38,31 @@ function diagram(snap, replicas, prev) {
   return `<svg viewBox="0 0 ${W} ${H}" class="upsert-svg" role="img" aria-label="the upsert pipeline with its feedback edge">${parts.join("")}</svg>`;
 }
 
-function stateTable(op) {
+/** The generator's undecodable values are made on purpose (its text says so): say it plainly. */
+const ON_PURPOSE = /undecodable on purpose/;
+const purposeNote = (v) => (v && ON_PURPOSE.test(v)
+  ? ` <span class="muted small" title="the generator makes about 1 upsert in 20 undecodable, to show an error travelling through the pipeline; switch it off with setUndecodable">(made undecodable on purpose by the generator)</span>`
+  : "");
+
+function stateTable(op, walkCell) {
   if (!op) return "";
-  const cells = op.state.slice(0, 10).map((c) => {
+  // The cell of the upsert a stage-by-stage walk follows comes first, so it is always in view.
+  const state = op.state.slice();
+  if (walkCell) {
+    const i = state.findIndex((c) => c.key === walkCell);
+    if (i > 0) state.unshift(...state.splice(i, 1));
+  }
+  const cells = state.slice(0, 10).map((c) => {
     const prov = c.mode === "provisional";
     const value = prov ? (c.provisional_value ?? "⌫ delete") : (c.value ?? (c.mode === "tombstone" ? "⌫" : "–"));
-    return `<li class="${prov ? "provisional" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}"><span class="mono">${esc(c.key)}</span> ${prov ? "◌ " : ""}${esc(value)}</li>`;
+    return `<li class="${prov ? "provisional" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}"><span class="mono">${esc(c.key)}</span> ${prov ? "◌ " : ""}${esc(value)}${purposeNote(value)}</li>`;
   });
   const stash = op.stash.slice(0, 6).map((e) => `<li><span class="mono">t${e.time} ${esc(e.key)}</span> ${esc(e.value ?? "⌫")}</li>`);
   return `<div class="up-cols"><div><h4>state per key (◌ provisional)</h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
     `<div><h4>stash (${op.stash.length})</h4><ul class="cells" data-testid="upsert-stash">${stash.join("") || `<li class="empty">empty</li>`}</ul></div></div>`;
 }
 
-function replicaCard(a) {
+function replicaCard(a, walk) {
   const r = a.detail.kind === "replica" ? a.detail : null;
   const head = `${chip(a.id, actorColour(a.colour))} <span class="muted">${esc(a.process)}</span>`;
   if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
@@ -59,7 +71,7 @@ function replicaCard(a) {
   const frontiers = `input upper <b class="mono">${fmtT(op?.input_upper)}</b> · persist upper <b class="mono">${fmtT(op?.persist_upper)}</b> · output <b class="mono">${fmtT(r.output_frontier)}</b> · sink at <b class="mono">${fmtT(r.sink.upper)}</b>`;
   const counts = `emitted <b>${c.emitted}</b> · discarded <b>${c.stash_discarded}</b> · fed back <b>${c.fed_back}</b> · partial <b>${c.partial_emissions}</b> · lost races <b>${c.sink_mismatches}</b> · timely steps <b data-testid="worker-steps">${r.worker_steps}</b>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} gen ${r.generation}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
-    `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${stateTable(op)}</div>`;
+    `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${stateTable(op, walk?.replica === a.id ? walk.cell : null)}</div>`;
 }
 
 export function renderUpsert(el, snap, prev) {
@@ -72,16 +84,28 @@ export function renderUpsert(el, snap, prev) {
   const recent = u.recent
     .slice()
     .reverse()
-    .map((m) => `<li><span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → ${esc(m.value ?? "⌫ delete")}</li>`)
+    .map((m) => `<li><span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → ${esc(m.value ?? "⌫ delete")}${purposeNote(m.value)}</li>`)
     .join("");
   const check = u.checker.violations.length
     ? `<b class="err">${u.checker.violations.length} differences from the reference model</b>: ${esc(u.checker.violations[0])}`
     : `<b class="ok">matches the reference model</b> at ${u.checker.checks} uppers`;
   setHtml(
     el,
-    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} messages, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"} · shard ${check}</p>` +
+    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} messages, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${u.undecodable ? "" : " (no undecodable values)"} · shard ${check}</p>` +
+      walkLine(u.walk) +
       diagram(snap, replicas, prev) +
-      replicas.map(replicaCard).join("") +
+      replicas.map((a) => replicaCard(a, u.walk)).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
   );
+}
+
+const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedback read", "state"];
+
+/** The stage-by-stage walk of Step replicas (j), while one runs: the stages done and the next. */
+function walkLine(walk) {
+  if (!walk) return "";
+  const at = STAGES.indexOf(walk.nextName);
+  const stages = STAGES.map((s, i) => `<span class="${i < at ? "done" : i === at ? "next" : "muted"}">${i < at ? "✓ " : i === at ? "▸ " : ""}${esc(s)}</span>`).join(" → ");
+  const what = walk.key !== null ? `key ${walk.key} at t${walk.ts}` : "the pushed upsert";
+  return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}</p>`;
 }

@@ -246,6 +246,5 @@ fn finish(
         (Some(reason), _) | (None, ReplicaExit::Halted(reason)) => {
             Err(format!("the replica halted: {reason}"))
         }
-        (None, ReplicaExit::TimedOut) => Err("a compare_and_append timed out".into()),
     }
 }

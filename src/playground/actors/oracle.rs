@@ -212,12 +212,23 @@ pub async fn run_oracle(
     let config = DurableOracleConfig::new(spec.timeline.clone())
         .persist_interval_ms(spec.persist_interval_ms)
         .clock_guard_max_wait_ms(2_000);
-    let open =
-        DurableTimestampOracle::open(consensus, rt.clone(), NowFn::from_runtime(&rt), 0, config);
-    let oracle = match rt.timeout(30_000, open).await {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return ctx.fail("oracle", "open", e),
-        Err(e) => return ctx.fail("oracle", "open", e),
+    // Opening retries storage errors for as long as it runs; a timeout can heal, so a slow or
+    // unavailable store only delays it (with back-off). Only an error of its own stops it.
+    let mut backoff = crate::retry::Backoff::new(500, 5_000);
+    let oracle = loop {
+        let now = NowFn::from_runtime(&rt);
+        let open =
+            DurableTimestampOracle::open(Rc::clone(&consensus), rt.clone(), now, 0, config.clone());
+        match rt.timeout(30_000, open).await {
+            Ok(Ok(o)) => break o,
+            Ok(Err(e)) => return ctx.fail("oracle", "open", e),
+            Err(e) => {
+                let wait = backoff.peek_ms();
+                let why = format!("open: no answer within {e}: retrying in {wait} ms");
+                ctx.event("oracle", "open", Outcome::Retrying, why);
+                backoff.wait(&rt).await;
+            }
+        }
     };
     let variant = unbounded.then(|| variants::oracle::unbounded(&oracle, NowFn::from_runtime(&rt)));
     // The variant's count of timestamps handed out (the durable instance no longer serves).

@@ -72,12 +72,16 @@ pub struct UpsertView {
     pub source_messages: u64,
     /// Whether the generator is on.
     pub generating: bool,
+    /// Whether it makes undecodable values on purpose.
+    pub undecodable: bool,
     /// Upserts pushed or generated that are not yet in the source shard.
     pub queued: u64,
     /// The newest messages, oldest first.
     pub recent: Vec<MessageView>,
     /// What the checker found.
     pub checker: CheckerReport,
+    /// The stage-by-stage walk of **Step replicas**, while one runs.
+    pub walk: Option<crate::playground::walk::WalkView>,
 }
 
 /// The shared source, generator, log and checker of a scenario's replicas.
@@ -85,6 +89,7 @@ pub struct UpsertHub {
     pub(crate) source: Rc<RefCell<SourceLog>>,
     queue: SourceQueue,
     generating: Rc<Cell<bool>>,
+    undecodable: Rc<Cell<bool>>,
     pub(crate) log: UpsertLog<Timestamp>,
     report: Rc<RefCell<CheckerReport>>,
     _tasks: Vec<JoinHandle<()>>,
@@ -104,6 +109,8 @@ impl UpsertHub {
         let generating = Rc::new(Cell::new(false));
         let report = Rc::default();
         let mut generator = SourceGenerator::new(seed, GeneratorConfig::default(), 1);
+        let undecodable = Rc::new(Cell::new(true));
+        let errors = Rc::clone(&undecodable);
         let (q, on, rt) = (Rc::clone(&queue), Rc::clone(&generating), runtime.clone());
         let gen_task = runtime.spawn("upsert generator", async move {
             loop {
@@ -112,6 +119,7 @@ impl UpsertHub {
                     // The generator writes a burst into a scratch log; the burst goes to the
                     // source shard, which gives every message its time.
                     let mut scratch = SourceLog::new();
+                    generator.set_undecodable(errors.get());
                     generator.burst(&mut scratch);
                     let mut q = q.borrow_mut();
                     q.extend(scratch.messages().iter().map(|m| (m.key, m.value.clone())));
@@ -151,6 +159,7 @@ impl UpsertHub {
             source,
             queue,
             generating,
+            undecodable,
             log: UpsertLog::new(),
             report,
             _tasks: vec![gen_task, writer_task, reader_task, checker, facts],
@@ -160,6 +169,11 @@ impl UpsertHub {
     /// Turns the generator on or off.
     pub fn set_generating(&self, on: bool) {
         self.generating.set(on);
+    }
+
+    /// Whether the generator makes undecodable values on purpose.
+    pub fn set_undecodable(&self, on: bool) {
+        self.undecodable.set(on);
     }
 
     /// Queues one upsert for the source shard (it reaches the log once written and read back).
@@ -190,9 +204,11 @@ impl UpsertHub {
             source_upper: source.upper(),
             source_messages: messages.len() as u64,
             generating: self.generating.get(),
+            undecodable: self.undecodable.get(),
             queued: self.queue.borrow().len() as u64,
             recent,
             checker: self.report.borrow().clone(),
+            walk: None,
         }
     }
 
@@ -442,6 +458,13 @@ fn upsert_text(k: &UpsertEventKind<Timestamp>) -> String {
         } => format!(
             "sink lost [{expected}, …) to a peer at {}; dropped {dropped}",
             f(current)
+        ),
+        K::SinkTimedOut {
+            lower,
+            after_ms,
+            retry_in_ms,
+        } => format!(
+            "sink write at {lower} timed out after {after_ms} ms (it may have landed): retrying in {retry_in_ms} ms"
         ),
         K::Crashed { reason } => format!("crashed: {reason}"),
     }

@@ -88,6 +88,11 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             current_upper,
         } => {
             w.mismatches += 1;
+            w.last_lost = Some(crate::playground::actor::LostRace {
+                at_ms: e.at_ms,
+                expected: expected_upper.unwrap_or(0),
+                actual: *current_upper,
+            });
             let detail = format!(
                 "UpperMismatch: expected {}, shard at {}",
                 fmt_frontier(*expected_upper),
@@ -99,12 +104,20 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             upper,
             desired_rows,
             to_write_rows,
+            snapshot_rows,
             ..
         } => {
             t.resyncs += 1;
             w.cached_upper = *upper;
             w.pending = *to_write_rows;
             t.desired_rows = *desired_rows;
+            t.last_resync = Some(crate::playground::actor::Resync {
+                at_ms: e.at_ms,
+                upper: *upper,
+                shard_rows: *snapshot_rows,
+                desired_rows: *desired_rows,
+                to_write_rows: *to_write_rows,
+            });
             Outcome::Info
         }
         K::ResyncFailed { .. } => Outcome::Retrying,
@@ -135,6 +148,7 @@ fn started(lower: Option<u64>, upper: Option<u64>, updates: u64, since_ms: u64) 
         updates,
         since_ms,
         retrying: false,
+        timeouts: 0,
     }
 }
 

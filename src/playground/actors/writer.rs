@@ -24,7 +24,8 @@ use crate::persist::error::{InvalidUsage, PersistError};
 use crate::persist::events::frontier;
 use crate::persist::write::WriteHandle;
 use crate::playground::actor::{
-    Acked, ActorCtx, InFlight, LastAttempt, ATTEMPT_TIMEOUT_MS, MAX_ACKED, MAX_PENDING,
+    Acked, ActorCtx, InFlight, LastAttempt, LostRace, TimedOutWrite, ATTEMPT_TIMEOUT_MS, MAX_ACKED,
+    MAX_PENDING,
 };
 use crate::playground::command::{WriteMode, WriterSpec};
 use crate::playground::fact::{digest, AttemptOutcome, Fact};
@@ -125,6 +126,7 @@ pub async fn run_writer(
                 updates: count,
                 since_ms: now,
                 retrying: false,
+                timeouts: 0,
             })
         });
         let result = attempt(&rt, &mut write, &spec, &gen.pending, (lo, ts), &tripwire).await;
@@ -340,7 +342,33 @@ fn record(
     let (cached, shared) = (frontier(write.upper()), frontier(&write.shared_upper()));
     let at_ms = ctx.runtime.now_ms();
     let left = pending.len() as u64;
+    let mut detail = detail;
     ctx.writer_view(|w| {
+        let timeouts = w.in_flight.as_ref().map_or(0, |f| f.timeouts);
+        if outcome == Outcome::Mismatch {
+            w.last_lost = Some(LostRace {
+                at_ms,
+                expected: lo,
+                actual: fact_current,
+            });
+        }
+        if timeouts > 0 {
+            let resolved = outcome == Outcome::Committed;
+            if resolved {
+                w.resolved_by_token += 1;
+                detail.push_str(&format!(
+                    "; {} on the way, resolved by the idempotency token",
+                    plural(u64::from(timeouts), "timeout")
+                ));
+            }
+            w.last_timed_out = Some(TimedOutWrite {
+                at_ms,
+                lower: Some(lo),
+                timeouts,
+                outcome,
+                resolved_by_token: resolved,
+            });
+        }
         w.in_flight = None;
         w.pending = left;
         w.cached_upper = cached;

@@ -22,6 +22,7 @@ use crate::persist::codec::Timestamp;
 use crate::persist::write::WriteHandle;
 use crate::persist::{PersistClient, ShardId};
 use crate::runtime::{JoinHandle, Runtime};
+use crate::upsert::driver;
 use crate::upsert::error::ReplicaStartError;
 use crate::upsert::observe::UpsertLog;
 use crate::upsert::persist_source::FeedbackEvent;
@@ -98,6 +99,7 @@ async fn drive(
         let r = replica.borrow();
         (r.config().tick_ms, r.config().caa_timeout_ms)
     };
+    let mut backoff = driver::sink_backoff();
     loop {
         // SUBTLE: no borrow of the replica or the source is held across an await.
         let next = {
@@ -105,34 +107,43 @@ async fn drive(
             if r.halted().is_some() {
                 return;
             }
-            r.step(&source.borrow());
-            r.next_write()
+            let (step, write) = r.driver_turn();
+            if step {
+                r.step(&source.borrow());
+            }
+            if write {
+                r.next_write()
+            } else {
+                None
+            }
         };
         let Some(w) = next else {
             runtime.sleep(tick_ms).await;
             continue;
         };
-        let result = runtime
+        let result = match runtime
             .timeout(caa_timeout_ms, append(&mut write, &w))
-            .await;
+            .await
+        {
+            Ok(result) => result,
+            Err(_) => {
+                let rt = &runtime;
+                driver::sink_timed_out(&replica, &w, caa_timeout_ms, &mut backoff, rt).await;
+                continue;
+            }
+        };
+        backoff.reset();
         let mut r = replica.borrow_mut();
         match result {
-            Ok(Ok(Ok(()))) => {
+            Ok(Ok(())) => {
                 r.write_committed(&w);
                 feed_own(&tx, &w, &w.upper);
             }
-            Ok(Ok(Err(mismatch))) => {
+            Ok(Err(mismatch)) => {
                 r.write_mismatch(&w, &mismatch.current);
                 feed_own(&tx, &w, &mismatch.current);
             }
-            Ok(Err(e)) => return r.halt(format!("persist sink: {e}")),
-            Err(_) => {
-                r.halt(format!(
-                    "compare_and_append timed out after {caa_timeout_ms} ms"
-                ));
-                drop(r);
-                return write.abandon();
-            }
+            Err(e) => return r.halt(format!("persist sink: {e}")),
         }
     }
 }

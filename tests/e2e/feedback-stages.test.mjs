@@ -1,0 +1,72 @@
+// Continual feedback one stage at a time (issue 16): with the run paused and the generator off,
+// Push then Step replicas (j) moves a hand-pushed upsert one stage per press, and each press says
+// which stage it ran: source, stash, the partial emission as a provisional value (◌), the sink's
+// write, the shard, the feedback read, then state. The walk's line in the Upsert panel shows the
+// stage to come; the replica's state shows ◌ from the partial emission until the feedback read
+// is folded in. A screenshot of the panel at each stage goes to target/e2e-artifacts/.
+//
+// Run: node --test tests/e2e/feedback-stages.test.mjs     (needs pkg/: bash scripts/build.sh)
+
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  checkBuilt, launch, noErrors, openPage, shot, startServer, stopServer, waitFor, waitForStatus,
+} from "./helpers.mjs";
+
+let server;
+before(async () => {
+  checkBuilt();
+  server = await startServer();
+});
+after(() => stopServer(server));
+
+const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedback read", "state"];
+const U1_STATE = '#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-state]';
+
+test("Push, then Step replicas (j) seven times: each stage named once, in order, with ◌ in state before the feedback read overwrites it", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=10&empty=1&autoplay=0"));
+  await page.getByTestId("add-replica").click();
+  await waitForStatus(page, "ok", /added U1 to P1 on upsert_out/);
+  await page.keyboard.press("u");
+  await waitForStatus(page, "ok", /added U2 to P2/);
+  for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
+  assert.equal(await page.getByTestId("u-generator").isChecked(), false, "the generator is off");
+  await page.getByTestId("u-key").fill("3");
+  await page.getByTestId("u-value").fill("hello");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "ok", /pushed upsert: key 3 → "hello"/);
+
+  const said = [];
+  const provisional = () => page.locator(`${U1_STATE} li.provisional`).count();
+  for (const [i, stage] of STAGES.entries()) {
+    // Nothing is focused but the page: the key goes to the page's shortcuts.
+    await page.evaluate(() => document.activeElement?.blur());
+    await page.keyboard.press("j");
+    const n = i + 1;
+    await waitForStatus(page, "ok", new RegExp(`stage ${n}/7, ${stage}: `));
+    said.push(await page.locator("#status").textContent());
+    const walk = page.getByTestId("upsert-walk");
+    if (n < STAGES.length) {
+      assert.match(await walk.textContent(), new RegExp(`▸ ${STAGES[n]}`), `the walk shows ${STAGES[n]} next`);
+    } else {
+      await waitFor(page, () => !document.querySelector("[data-testid=upsert-walk]"), "the walk's line gone when it is done");
+    }
+    if (stage === "partial emission") {
+      await waitFor(page, (sel) => /◌\s*\(3, "hello"\)/.test(document.querySelector(sel)?.textContent ?? ""), "◌ hello in U1's state", U1_STATE);
+    }
+    const p = await provisional();
+    if (n >= 3 && n <= 6) assert.equal(p, 1, `◌ in U1's state at ${stage}`);
+    else assert.equal(p, 0, `no provisional value in U1's state at ${stage}`);
+    await shot(page, `feedback-stage-${n}`, "#panel-upsert");
+  }
+  // Each stage named once, in order.
+  const named = said.map((s) => STAGES.find((st) => new RegExp(`stage \\d/7, ${st}: `).test(s)));
+  assert.deepEqual(named, STAGES, said.join("\n"));
+  for (const st of STAGES) assert.equal(said.filter((s) => s.includes(`, ${st}: `)).length, 1, `${st} named once`);
+  // After the feedback is folded in: hello is a value in U1's state, not provisional.
+  const state = await page.locator(U1_STATE).textContent();
+  assert.match(state, /\(3, "hello"\)/);
+  assert.doesNotMatch(state, /◌/);
+  noErrors(page);
+});

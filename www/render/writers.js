@@ -1,0 +1,157 @@
+// The Writers and Oracle panels: each writer's and write task's cached upper against the shard's,
+// its latest attempt, and the outcomes worth keeping in view until the next of their kind (the
+// latest lost race with its expected and actual upper, the latest write that met a timeout and
+// whether the idempotency token resolved it); a write task's desired rows, to_write and its
+// latest re-sync; each oracle instance's timestamps, its first one in this incarnation and its
+// durable windows.
+
+import { OUTCOMES, actorColour, fmtFrontier, fmtMs, lagBar } from "../spec.js";
+import { chip, esc, mark, setHtml } from "./dom.js";
+
+const LAG_W = 70;
+/** Read-only is not an error: its own mark. */
+const READ_ONLY = `<span class="mark o-read-only" title="read-only: desired is kept, nothing is written">⏸</span>`;
+
+function writerSide(a) {
+  const d = a.detail;
+  if (d.kind === "writer") return d;
+  if (d.kind === "task") return d.writer;
+  return null;
+}
+
+function lagCell(value, shared, shardUpper) {
+  const b = lagBar(value, shardUpper, LAG_W);
+  if (!b) return `<td class="lag"></td>`;
+  const s = lagBar(shared, shardUpper, LAG_W);
+  const behind = (x) => (x.behind <= 0 ? "at the shard's upper" : `${x.behind} ms behind it`);
+  const title = `cached upper (filled) ${behind(b)}${s ? `; shared upper (ring) ${behind(s)}` : ""}`;
+  return `<td class="lag" title="${esc(title)}"><svg viewBox="0 0 ${LAG_W + 6} 14" width="${LAG_W + 6}" height="14">` +
+    `<line x1="0" x2="${LAG_W}" y1="7" y2="7" class="lag-axis"/>` +
+    `<line x1="${LAG_W}" x2="${LAG_W}" y1="1" y2="13" class="upper"/>` +
+    (s ? `<circle cx="${s.x.toFixed(1)}" cy="7" r="5" class="shared-dot"/>` : "") +
+    `<circle cx="${b.x.toFixed(1)}" cy="7" r="3.2" class="lag-dot"/></svg></td>`;
+}
+
+/** An exact time on the page's clock (a lost race's uppers differ by a few ms: no rounding). */
+const exactMs = (v, t0) => (v === null || v === undefined ? "[] finished" : `${v - t0} ms`);
+
+/** What the row is doing now: its state, read-only, the write in flight, or its last attempt. */
+function statusOf(a, w, t0) {
+  const last = w?.last;
+  if (a.state !== "running") {
+    return `<span class="state s-${a.state}">${esc(a.state)}</span>${a.error ? ` <span class="err">${esc(a.error)}</span>` : ""}`;
+  }
+  if (a.detail.kind === "task" && a.detail.readOnly) {
+    return `${READ_ONLY} read-only: ${a.detail.refused} commands kept in desired, not written`;
+  }
+  const range = (f) => `[${esc(fmtFrontier(f.lower, t0))}, ${esc(fmtFrontier(f.upper, t0))})`;
+  const lastText = last ? ` · last ${mark(last.outcome, OUTCOMES)} ${esc(last.detail)}` : "";
+  if (w?.inFlight) {
+    const f = w.inFlight;
+    const now = f.retrying
+      ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? `, ${f.timeouts} timeouts so far` : ""}`
+      : `<span class="busy">writing</span> ${f.updates} at ${range(f)}`;
+    return now + lastText;
+  }
+  if (last) return `${mark(last.outcome, OUTCOMES)} ${esc(last.detail)}`;
+  return `<span class="muted">waiting</span>`;
+}
+
+/** The outcomes kept until the next of their kind. */
+function keptLines(a, w, t0) {
+  const lines = [];
+  if (w?.lastLost) {
+    const l = w.lastLost;
+    lines.push(`<span data-kept="lost">${mark("mismatch", OUTCOMES)} lost a race at ${esc(fmtMs(l.atMs, t0))}: UpperMismatch, expected upper ${esc(exactMs(l.expected, t0))}, actual ${esc(exactMs(l.actual, t0))}</span>`);
+  }
+  if (w?.lastTimedOut) {
+    const o = w.lastTimedOut;
+    const how = o.resolvedByToken
+      ? `${mark("indeterminate", OUTCOMES)} → ${mark("committed", OUTCOMES)} resolved by the idempotency token`
+      : `${mark(o.outcome, OUTCOMES)} ${o.outcome === "indeterminate" ? "still unknown" : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
+    lines.push(`<span data-kept="timed-out">write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(fmtMs(o.atMs, t0))}): ${how}</span>`);
+  }
+  if (w && (w.timeouts || w.resolvedByToken)) {
+    lines.push(`<span data-kept="timeouts">${w.timeouts} storage timeouts met, ${w.resolvedByToken} writes resolved by the idempotency token</span>`);
+  }
+  if (a.detail.kind === "task") {
+    const t = a.detail;
+    let task = `desired ${t.desiredRows} rows · to_write ${w.pending} · ${t.resyncs} re-syncs`;
+    if (t.lastResync) {
+      const r = t.lastResync;
+      task += ` (last at ${esc(fmtMs(r.atMs, t0))}: desired ${r.desiredRows} rows − shard ${r.shardRows} rows at ${esc(fmtFrontier(r.upper, t0))} → to_write ${r.toWriteRows} rows)`;
+    }
+    lines.push(`<span data-kept="task">${task}</span>`);
+  }
+  // Kept lines wrap: none of them is cut.
+  return lines.length ? `<tr class="sub kept"><td colspan="4" style="white-space:normal">${lines.join("<br>")}</td></tr>` : "";
+}
+
+export function renderWriters(el, snap, t0) {
+  const rows = [];
+  for (const a of snap.actors) {
+    if (!(a.spec.kind === "writer" || a.spec.kind === "task")) continue;
+    const w = writerSide(a);
+    const shard = snap.shards.find((s) => s.name === a.spec.shard);
+    const su = shard?.upper ?? null;
+    const c = actorColour(a.colour);
+    const kept = keptLines(a, w, t0);
+    const kind = a.spec.kind === "task" ? `task${a.detail.readOnly ? " (read-only)" : ""}` : a.spec.mode === "append" ? "append" : "c&a";
+    rows.push(
+      `<tbody data-actor="${esc(a.id)}"><tr><td rowspan="${kept ? 3 : 2}">${chip(a.id, c)}<span class="how">${esc(kind)}</span></td>` +
+        `<td class="mono">${w && (w.last || w.committed) ? esc(fmtFrontier(w.cachedUpper, t0)) : "–"}</td>${lagCell(w?.cachedUpper, w?.sharedUpper, su)}` +
+        `<td class="mono num" data-col="pending">${w ? w.pending : ""}</td>` +
+        `<td class="mono num">${w ? `${w.committed}/${w.mismatches}/${w.indeterminate}` : ""}</td></tr>` +
+        `<tr class="sub"><td colspan="4" class="last" data-col="last">${statusOf(a, w, t0)}</td></tr>${kept}</tbody>`,
+    );
+  }
+  const body = rows.length
+    ? rows.join("")
+    : `<tbody><tr><td colspan="5" class="empty">No writers. Add one with + Writer (w).</td></tr></tbody>`;
+  setHtml(
+    el,
+    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="to_write">pending</th><th title="committed / lost races / indeterminate">ok/✕/?</th></tr></thead>${body}</table>`,
+  );
+}
+
+export function renderOracle(el, snap, t0) {
+  const oracles = snap.actors.filter((a) => a.spec.kind === "oracle");
+  if (!oracles.length && !snap.timelines.length) {
+    setHtml(el, `<p class="empty">No oracle instance. Add one with + Oracle (o).</p>`);
+    return;
+  }
+  const timelines = snap.timelines
+    .map((t) => `<p class="timeline">timeline <b>${esc(t.timeline)}</b>: stored epoch <span class="mono">${t.epoch ?? "–"}</span>, durable upper <span class="mono" data-testid="durable-upper">${esc(fmtFrontier(t.durableUpper, t0))}</span>${t.error ? ` <span class="err">${esc(t.error)}</span>` : ""}</p>`)
+    .join("");
+  const rows = oracles
+    .map((a) => {
+      const o = a.detail.kind === "oracle" ? a.detail : null;
+      const state = a.state === "running"
+        ? ""
+        : `<span class="state s-${a.state}">${esc(a.state)}</span> <span class="err small">${esc(a.error ?? "")}</span>`;
+      const windows = o ? windowsSvg(o) : "";
+      return `<tr data-actor="${esc(a.id)}"><td>${chip(a.id, actorColour(a.colour))}</td><td class="mono num">${o?.epoch ?? ""}</td>` +
+        `<td class="mono num" data-col="first-ts" title="the first write timestamp this instance handed out (after a restart: above every earlier one)">${o?.firstTs != null ? esc(fmtMs(o.firstTs, t0)) : "–"}</td>` +
+        `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +
+        `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td>` +
+        `<td>${windows}${state}</td></tr>`;
+    })
+    .join("");
+  setHtml(
+    el,
+    `${timelines}<table class="grid"><thead><tr><th>instance</th><th>epoch</th><th title="its first write timestamp in this incarnation">first ts</th><th>read_ts</th><th>write_ts</th><th title="the durable upper: nothing at or beyond it is handed out">durable</th><th title="write timestamps handed out">ts</th><th title="durable window allocations">windows</th></tr></thead><tbody>${rows}</tbody></table>`,
+  );
+}
+
+function windowsSvg(o) {
+  const ws = o.windows.slice(-8);
+  if (!ws.length) return "";
+  const lo = ws[0].forTs;
+  const hi = Math.max(ws.at(-1).durableUpper, o.writeTs);
+  const w = 110;
+  const x = (v) => ((v - lo) / (hi - lo || 1)) * w;
+  const bars = ws
+    .map((win, i) => `<rect x="${x(win.forTs).toFixed(1)}" y="${i % 2 ? 7 : 1}" width="${Math.max(1, x(win.durableUpper) - x(win.forTs)).toFixed(1)}" height="6" class="window"><title>window [${win.forTs}, ${win.durableUpper})</title></rect>`)
+    .join("");
+  return `<svg viewBox="0 0 ${w + 4} 14" width="${w + 4}" height="14" class="windows">${bars}<line x1="${x(o.writeTs).toFixed(1)}" x2="${x(o.writeTs).toFixed(1)}" y1="0" y2="14" class="write-ts"/></svg>`;
+}
