@@ -3,8 +3,9 @@
 
 import { renderFrontiers } from "./frontiers.js";
 import {
-  renderConsensus, renderLegend, renderLog, renderNotices, renderOracle, renderVerify, renderWriters,
+  renderConsensus, renderLegend, renderNotices, renderOracle, renderVerify, renderWriters,
 } from "./panels.js";
+import { renderLog } from "./log.js";
 import { renderUpsert } from "./upsert.js";
 import { markCited, renderCheck } from "./check.js"; // the check panel (issue 11)
 import { renderProcesses } from "./processes.js";
@@ -27,6 +28,7 @@ export function findDom(doc) {
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
     oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
+    logActor: $("log-actor"), logKind: $("log-kind"), logNote: $("log-note"),
     check: $("check-view"), // the check panel (issue 11)
     time: findTimeDom(doc),
     faults: {
@@ -124,12 +126,36 @@ export function renderAll(dom, state, view, force = false) {
   if (visible(dom.frontiers)) draw("frontiers", () => renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth));
   if (visible(dom.upsert)) draw("upsert", () => renderUpsert(dom.upsert, snap, state.history().at(-2)));
   dom.generator.checked = Boolean(snap.upsert?.generating);
-  if (visible(dom.log)) draw("log", () => renderLog(dom.log, state.events(), snap, t0));
+  if (visible(dom.log)) draw("log", () => renderLog(dom, state.events(), snap, t0, view.eventsAfter));
   // The check panel (issue 11): the live check of the history, and its marks in the log view.
   if (dom.check && visible(dom.check)) draw("check", () => renderCheck(dom.check, snap, state, t0));
   markCited(dom.log);
   renderLegend(dom.legend, snap);
   renderRunbar(dom, snap, view);
+  syncFaultForm(dom, snap);
+}
+
+/** A rate (0 to 1) as the faults form writes it: a percentage. */
+const percentText = (rate) => String(Math.round(rate * 1000) / 10);
+
+/**
+ * Shows the run's fault settings in the Faults form whenever the engine's change (a replayed or
+ * shared run, a tour, Apply): the form never claims settings the run does not have. Between
+ * changes, what the learner types stays.
+ */
+function syncFaultForm(dom, snap) {
+  if (!snap.faults || !dom.faultsForm) return;
+  const key = JSON.stringify([snap.faults.blob.knobs, snap.faults.consensus.knobs]);
+  if (dom.faultsForm.__knobs === key) return;
+  dom.faultsForm.__knobs = key;
+  for (const name of ["blob", "consensus"]) {
+    const k = snap.faults[name].knobs;
+    const f = dom.faults[name];
+    f.fail.value = percentText(k.failRate);
+    f.timeout.value = percentText(k.timeoutRate);
+    f.latency.value = String(k.latencyMs);
+    f.outage.checked = k.outage;
+  }
 }
 
 export function renderRunbar(dom, snap, view) {

@@ -2,7 +2,7 @@
 // and the highlight of the panels and actors a step points at (a generated style sheet, so
 // highlights survive the panels' redraws). www/tours/controller.js decides what to show.
 
-import { actorColour } from "../spec.js";
+import { actorColour, fmtMs } from "../spec.js";
 import { chip, esc, setHtml } from "./dom.js";
 import { fillNarration, tourSearch } from "../tours/engine.js";
 
@@ -91,6 +91,7 @@ export function renderTourCard(el, at) {
       `<h2 data-testid="tour-title">${esc(step.title)}</h2>` +
       `<div class="tour-narration" data-testid="tour-narration">${step.narration.map((p) => `<p>${narrationHtml(settled ? fillNarration(p, snap, prevSnap) : p.replace(/\{\{[^}]+\}\}/g, "…"))}</p>`).join("")}</div>` +
       `<p class="tour-look small">Look at: ${lookChips(step, snap)}</p>` +
+      (snap ? `<p class="tour-clock small muted">the run's clock: <span class="mono" data-testid="tour-clock">t = ${esc(fmtMs(snap.nowMs))}</span></p>` : "") +
       `<div class="tour-nav"><button data-tour-action="back" data-testid="tour-back"${index === 0 ? " disabled" : ""} title="Back one step (←)">← Back</button>` +
       `<span class="tour-count mono">${index + 1} / ${n}</span>` +
       `<button class="primary" data-tour-action="next" data-testid="tour-next" title="${last ? "Finish the tour and play on" : "Next step (→)"}">${last ? "Finish ✓" : "Next →"}</button></div>` +
