@@ -91,6 +91,22 @@ function observe() {
   }
 }
 
+/** Widths of the observed boxes, as the browser last laid them out. */
+const widths = new WeakMap();
+let sizer = null;
+function widthOf(el) {
+  if (!sizer && typeof ResizeObserver === "function") {
+    sizer = new ResizeObserver((entries) => {
+      for (const e of entries) widths.set(e.target, Math.round(e.contentRect.width));
+    });
+  }
+  if (!widths.has(el)) {
+    widths.set(el, Math.round(el.clientWidth)); // the first time only: one read
+    sizer?.observe(el);
+  }
+  return widths.get(el) || 940;
+}
+
 /** Draws every panel from the latest snapshot; `force` redraws off-screen panels too. */
 export function renderAll(dom, state, view, force = false) {
   const snap = state.latest();
@@ -98,9 +114,10 @@ export function renderAll(dom, state, view, force = false) {
   forceAll = force;
   frameNo += 1;
   const t0 = view.t0;
-  // Measure before any write this frame (no forced layout), so SVG text keeps its native size.
-  const shardWidth = Math.round(dom.shard.clientWidth) || 940;
-  const frontiersWidth = Math.round(dom.frontiers.clientWidth) || 940;
+  // The SVG panels' widths (so SVG text keeps its native size), as last laid out: read from a
+  // ResizeObserver, never from the DOM mid-frame (that would force a layout of the whole page).
+  const shardWidth = widthOf(dom.shard);
+  const frontiersWidth = widthOf(dom.frontiers);
   syncSelect(dom.shardPick, snap.shards.map((s) => s.name));
   const alive = snap.processes.filter((p) => p.alive).map((p) => p.id);
   syncSelect(dom.intoProcess, alive, alive.map((p) => `process ${p}`), 1);
