@@ -244,3 +244,41 @@ test(`at least ${AT_ONCE_SHARE * 100}% of the settled steps show every panel the
   assert.equal(tally.steps, tours.reduce((n, t) => n + t.steps.length, 0), "every step was walked");
   assert.ok(tally.atOnce >= Math.ceil(AT_ONCE_SHARE * tally.steps), `${tally.atOnce} of ${tally.steps} steps show all their panels at once; not at once: ${tally.notAtOnce.join(", ")}`);
 });
+
+test("every kind of Look at chip scrolls to its target and flashes it, the card staying on screen", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await ctx.newPage();
+  await page.setViewportSize(VIEWPORT);
+  page.errors = [];
+  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  // write-task step 4 names the shard mz_task, the Writers panel and the actors T1 and T2.
+  await page.goto(server.url(`${tourSearch("write-task", 4)}&animate=0`));
+  await settled(page, "write-task", 4);
+  const away = async () => {
+    await page.evaluate(() => window.scrollTo({ top: document.body.scrollHeight, behavior: "instant" }));
+    await page.evaluate(() => document.querySelectorAll(".flash").forEach((el) => el.classList.remove("flash")));
+  };
+  const seen = (selector) => page.evaluate((sel) => {
+    const el = document.querySelector(sel);
+    const r = el.getBoundingClientRect();
+    return { inView: r.top < window.innerHeight && r.bottom > 0 && Math.min(r.bottom, window.innerHeight) - Math.max(r.top, 0) >= Math.min(r.height, 100) - 2, flashing: el.classList.contains("flash") };
+  }, selector);
+  // The shard chip: the Shard panel shows mz_task again, in view, flashing.
+  await away();
+  await page.selectOption("#shard-pick", "data");
+  await page.locator("button.look-shard").click();
+  assert.equal(await page.getByTestId("shard-pick").inputValue(), "mz_task", "the shard chip shows its shard");
+  assert.deepEqual(await seen("#panel-shard"), { inView: true, flashing: true }, "the shard chip brings the Shard panel");
+  assert.ok((await measure(page, [])).card, "the card stays on screen");
+  // A panel chip.
+  await away();
+  await page.locator('button.look[data-panel="panel-writers"]').click();
+  assert.deepEqual(await seen("#panel-writers"), { inView: true, flashing: true }, "the Writers chip brings its panel");
+  assert.ok((await measure(page, [])).card, "the card stays on screen");
+  // An actor chip: the actor's row in a named panel.
+  await away();
+  await page.locator('button.look-actor[data-actor="T2"]').click();
+  assert.deepEqual(await seen('#panel-writers [data-actor="T2"]'), { inView: true, flashing: true }, "the T2 chip brings T2's row");
+  assert.ok((await measure(page, [])).card, "the card stays on screen");
+  noErrors(page);
+});

@@ -111,7 +111,10 @@ export function startTours(host, tours) {
       target = all.find((el) => named.has(el.closest(".panel")?.id)) ?? all[0] ?? null;
     }
     if (!target) return;
-    target.scrollIntoView({ block: target.offsetHeight > window.innerHeight - 2 * VIEW_MARGIN_PX ? "start" : "nearest", behavior: "instant" });
+    // An actor's row goes to the middle of the window; a panel as little as it must (its top
+    // first when it is taller than the window).
+    const block = actor ? "center" : target.offsetHeight > window.innerHeight - 2 * VIEW_MARGIN_PX ? "start" : "nearest";
+    target.scrollIntoView({ block, behavior: "instant" });
     flash(target);
   }
 
