@@ -32,7 +32,7 @@ export function outcomeMark(outcome) {
 /** The colour of an actor id in a snapshot (grey for handles this page does not know). */
 export function colourOf(snapshot, actorId) {
   const a = snapshot.actors.find((x) => x.id === actorId);
-  return a ? actorColour(a.colour) : "#8a939e";
+  return a ? actorColour(a.colour) : "#6b7480";
 }
 
 /** Milliseconds as a short time: relative to t0 (the run's start on this page). */

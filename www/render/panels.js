@@ -72,7 +72,7 @@ export function renderConsensus(el, snap, t0) {
     .reverse()
     .map((c) => {
       const procActor = snap.processes.find((p) => p.id === c.process)?.actors?.[0];
-      const colour = procActor ? colourOf(snap, procActor) : "#8a939e";
+      const colour = procActor ? colourOf(snap, procActor) : "#6b7480";
       return `<tr><td class="mono">${esc(fmtMs(c.atMs, t0))}</td><td>${chip(c.process, colour)}</td>` +
         `<td class="mono key" title="${esc(c.key)}">${esc(c.key)}</td>` +
         `<td class="mono num">${c.expected ?? "none"} → ${c.newSeqno}</td><td class="mono num">${c.bytes}</td>` +
