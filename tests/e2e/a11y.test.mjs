@@ -10,7 +10,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ROOT, checkBuilt, launch, noErrors, openPage, startServer, stopServer, waitFor } from "./helpers.mjs";
+import { ROOT, checkBuilt, launch, noErrors, openPage, startServer, stopServer, waitFor, NAVIGATION_TIMEOUT_MS } from "./helpers.mjs";
 
 const AXE = join(ROOT, "node_modules", "axe-core", "axe.min.js");
 /** Rules checked at every impact, beside every serious or critical one. */
@@ -65,6 +65,7 @@ for (const [tour, step] of [["upper-since", 2], ["rule-idempotency-token", 2]]) 
   test(`axe: no serious or critical violation with the tour ${tour} open at step ${step}`, { timeout: 60_000 }, async (t) => {
     const ctx = await launch(t);
     const page = await ctx.newPage();
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
     page.errors = [];
     page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
     await page.goto(server.url(`?tour=${tour}&step=${step}&autoplay=0&animate=0`));
@@ -100,7 +101,7 @@ test("keyboard: a skip link to the panels, the event log focusable, Import in th
     importFocused = await page.evaluate(() => document.activeElement?.id === "t-import");
   }
   assert.ok(importFocused, "Tab reaches Import");
-  const chooser = page.waitForEvent("filechooser", { timeout: 5_000 });
+  const chooser = page.waitForEvent("filechooser", { timeout: 15_000 });
   await page.keyboard.press("Enter");
   assert.ok(await chooser, "Enter on Import opens the file chooser");
   noErrors(page);

@@ -12,7 +12,7 @@
 
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { checkBuilt, launch, latest, noErrors, openPage, startServer, stopServer, waitFor, waitForStatus } from "./helpers.mjs";
+import { checkBuilt, launch, latest, noErrors, openPage, startServer, stopServer, waitFor, waitForStatus, NAVIGATION_TIMEOUT_MS } from "./helpers.mjs";
 
 let server;
 before(async () => {
@@ -76,6 +76,7 @@ test("the event log filters by actor and by kind, from the engine's log, and cut
 test("a Check break whose events are older than the log's rows still marks them", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
   const page = await ctx.newPage();
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
   page.errors = [];
   page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
   await page.goto(server.url("?tour=rule-idempotency-token&step=2&autoplay=0&animate=0"));
@@ -105,6 +106,7 @@ test("a run replaced by a tour starts the log and the status line over; a share 
   const ctx = await launch(t);
   // A tour opened by URL: none of the first run's events (seed 1) stays in the log.
   const page = await ctx.newPage();
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
   await page.goto(server.url("?tour=writers-race&step=1&animate=0"));
   await waitFor(page, () => document.querySelector("[data-testid=tour-card]")?.dataset.state === "settled", "the tour step");
   const rows = await page.locator("#log-view li[data-seq]").allTextContents();

@@ -23,7 +23,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ARTIFACTS, ROOT, checkBuilt, launch, latest, noErrors, startServer, stopServer, waitFor, STEP_TIMEOUT_MS } from "./helpers.mjs";
+import { ARTIFACTS, ROOT, checkBuilt, launch, latest, noErrors, startServer, stopServer, waitFor, STEP_TIMEOUT_MS, NAVIGATION_TIMEOUT_MS } from "./helpers.mjs";
 import { checkTour, tourSearch, valueAt } from "../../www/tours/engine.js";
 import { fmtMs } from "../../www/spec.js";
 
@@ -211,6 +211,7 @@ for (const [ti, tour] of tours.entries()) {
   test(`tour walk at 1280x800: "${tour.title}", every step shows what it names`, { timeout: 180_000 }, async (t) => {
     const ctx = await launch(t);
     const page = await ctx.newPage();
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
     await page.setViewportSize(VIEWPORT);
     page.setDefaultTimeout(STEP_TIMEOUT_MS);
     page.errors = [];
@@ -248,6 +249,7 @@ test(`at least ${AT_ONCE_SHARE * 100}% of the settled steps show every panel the
 test("every kind of Look at chip scrolls to its target and flashes it, the card staying on screen", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
   const page = await ctx.newPage();
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
   await page.setViewportSize(VIEWPORT);
   page.errors = [];
   page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
