@@ -110,6 +110,12 @@ export function wireControls(dom, app) {
     app.send({ type: "corruptRecord", key: dom.corruptKey.value });
   }));
   dom.resetDb.addEventListener("click", guarded(() => app.resetDatabase()));
+  // The event log's filters and its "show the newest" (a view choice: no command).
+  dom.logActor.addEventListener("change", guarded(() => app.setLogFilter({ actor: dom.logActor.value })));
+  dom.logKind.addEventListener("change", guarded(() => app.setLogFilter({ kind: dom.logKind.value })));
+  dom.logNote.addEventListener("click", guarded((e) => {
+    if (e.target.closest("[data-log-action=newest]")) app.showNewestEvents();
+  }));
   // Rules (www/render/rules.js draws the switches).
   dom.rules.addEventListener("change", guarded((e) => {
     const box = e.target.closest("input[data-action=rule]");

@@ -4,6 +4,7 @@
 // latest snapshot.
 
 import { renderAll, renderMode, renderRunbar, renderStatus } from "./render/index.js";
+import { resetLog, setLogFilter, showNewest } from "./render/log.js";
 import { makeState } from "./state.js";
 import { makeTime } from "./time.js";
 import { startTours } from "./tours/controller.js";
@@ -46,7 +47,16 @@ export function makePage(dom, params) {
   const touring = tourParams(window.location.search) !== null;
 
   const report = (status) => renderStatus(dom, status);
+  // The event log panel reads the engine's bounded log for a filter or a citation (render/log.js).
+  view.eventsAfter = (cursor, limit) => pg.eventsAfter(cursor, limit);
   const errorText = (err) => (err instanceof Error ? err.message : String(err));
+
+  /** Forgets the old run's page state: its snapshots and events, and the log's choices. */
+  function forgetRun() {
+    state.clear();
+    resetLog();
+    report({ kind: "busy", text: "a new run replaced the old one" });
+  }
 
   function refreshDigest() {
     // The digest is the present's: hidden while the page shows the past.
@@ -73,7 +83,7 @@ export function makePage(dom, params) {
     tours?.beforeManual(); // a fork or an import leaves a guided tour
     pg.free();
     pg = next;
-    state.clear();
+    forgetRun();
     const snap = pull();
     state.addEvents(pg.eventsAfter(Math.max(0, snap.lastSeq - 400), 400));
     view.playing = false;
@@ -155,6 +165,16 @@ export function makePage(dom, params) {
   const app = {
     send,
     report,
+    /** The event log's filters ("" for all): a view choice, the run is not touched. */
+    setLogFilter(filter) {
+      setLogFilter(filter);
+      redraw();
+    },
+    /** The event log back to its newest rows (after showing a citation's events). */
+    showNewestEvents() {
+      showNewest();
+      redraw();
+    },
     latest: () => state.latest(),
     /** The engine's table of fixed facts (src/playground/table.rs): rules, default specs. */
     table: () => view.table,
@@ -212,7 +232,7 @@ export function makePage(dom, params) {
       try {
         if (pg.mode === "live") await pg.deleteDatabase();
         pg.free();
-        state.clear();
+        forgetRun();
         await create(layout);
         report({ kind: "ok", text: pg.mode === "live" ? `reset: deleted ${params.db} and started again, empty` : "reset: a fresh in-memory location" });
       } catch (err) {
@@ -291,7 +311,7 @@ export function makePage(dom, params) {
         time.reset();
         pg.free();
         pg = next;
-        state.clear();
+        forgetRun();
         view.t0 = 0;
         view.playing = false;
       },

@@ -2,10 +2,13 @@
 // data and returns numbers, strings or attribute objects. Nothing here touches the DOM, so the
 // layout can be tested and tweaked on its own.
 
-/** One colour per actor, by the actor's colour index (stable for its life, across restarts). */
+/**
+ * One colour per actor, by the actor's colour index (stable for its life, across restarts). Each
+ * carries white chip text at WCAG AA (at least 4.5:1; checked by tests/e2e/a11y.test.mjs).
+ */
 export const PALETTE = [
-  "#2f6fd0", "#d0502f", "#1f9a62", "#8e44c4", "#c98a00", "#0f9fb0",
-  "#c43b86", "#5a7d1a", "#6d5bd0", "#b0603a", "#2d8f8f", "#9a3b3b",
+  "#2f6fd0", "#bf4a2b", "#1a8152", "#8e44c4", "#966700", "#0c7d8a",
+  "#c43b86", "#577919", "#6d5bd0", "#a85c37", "#277c7c", "#9a3b3b",
 ];
 
 export function actorColour(colourIndex) {
@@ -29,7 +32,7 @@ export function outcomeMark(outcome) {
 /** The colour of an actor id in a snapshot (grey for handles this page does not know). */
 export function colourOf(snapshot, actorId) {
   const a = snapshot.actors.find((x) => x.id === actorId);
-  return a ? actorColour(a.colour) : "#8a939e";
+  return a ? actorColour(a.colour) : "#6b7480";
 }
 
 /** Milliseconds as a short time: relative to t0 (the run's start on this page). */

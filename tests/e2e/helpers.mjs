@@ -25,6 +25,7 @@ const CHROMIUM_ARGS = [
   "--no-first-run",
 ];
 export const STEP_TIMEOUT_MS = 15_000;
+export const NAVIGATION_TIMEOUT_MS = 45_000;
 
 export function checkBuilt() {
   for (const file of ["pkg/persist_playground.js", "pkg/persist_playground_bg.wasm"]) {
@@ -133,6 +134,9 @@ export async function openPage(context, url, viewport) {
   const page = await context.newPage();
   if (viewport) await page.setViewportSize(viewport);
   page.setDefaultTimeout(STEP_TIMEOUT_MS);
+  // Loading the page (1.2 MB of wasm) takes seconds on a busy machine: a navigation may take longer
+  // than a step.
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
   page.errors = [];
   page.on("console", (msg) => {
     if (msg.type() === "error") page.errors.push(`console: ${msg.text()} (${msg.location().url})`);

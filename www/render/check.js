@@ -6,6 +6,7 @@
 
 import { esc, setHtml } from "./dom.js";
 import { fmtMs } from "../spec.js";
+import { revealInLog } from "./log.js";
 
 /** How many violations the panel lists (the newest). */
 const SHOWN = 8;
@@ -66,7 +67,7 @@ export function renderCheck(el, snap, state, t0) {
     el,
     `<p class="check-summary" data-testid="check-summary" data-violations="${c.violationsTotal}">${summary}</p>` +
       `<ul class="check-rules" data-testid="check-rules">${c.rules.map(ruleLine).join("")}</ul>` +
-      (list ? `<ol class="check-violations" data-testid="check-violations">${list}</ol>${more}` : "") +
+      (list ? `<ol class="check-violations" data-testid="check-violations" tabindex="0" aria-label="Breaks, newest first">${list}</ol>${more}` : "") +
       evidence(t0),
   );
 }
@@ -98,7 +99,7 @@ function onClick(ev, el, state) {
   focus = { key: `${v.rule}:${v.seqs.join(",")}`, seqs: v.seqs, faults: v.faults, events, missing };
   el.__html = null; // redraw with the evidence
   const target = a.dataset.seq ? Number(a.dataset.seq) : v.seqs[0];
-  document.querySelector(`#log-view li[data-seq="${target}"]`)?.scrollIntoView({ block: "nearest" });
+  revealInLog(target); // older than the log's newest rows: it shows the events around it
 }
 
 /** Marks, in the event log view `logEl`, the events the chosen violation cites and its faults. */

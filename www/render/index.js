@@ -2,8 +2,9 @@
 // touch the DOM.
 
 import { renderFrontiers } from "./frontiers.js";
-import { renderConsensus, renderLegend, renderLog, renderNotices, renderVerify } from "./panels.js";
+import { renderConsensus, renderLegend, renderNotices, renderVerify } from "./panels.js";
 import { renderOracle, renderWriters } from "./writers.js";
+import { renderLog } from "./log.js";
 import { renderUpsert } from "./upsert.js";
 import { markCited, renderCheck } from "./check.js"; // the check panel (issue 11)
 import { renderProcesses } from "./processes.js";
@@ -26,6 +27,7 @@ export function findDom(doc) {
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
     oracle: $("oracle-view"), verifyView: $("verify-view"), notices: $("notices"), frontiers: $("frontiers-view"), upsert: $("upsert-view"), log: $("log-view"), legend: $("legend"),
+    logActor: $("log-actor"), logKind: $("log-kind"), logNote: $("log-note"),
     check: $("check-view"), // the check panel (issue 11)
     time: findTimeDom(doc),
     faults: {
@@ -88,6 +90,22 @@ function observe() {
   }
 }
 
+/** Widths of the observed boxes, as the browser last laid them out. */
+const widths = new WeakMap();
+let sizer = null;
+function widthOf(el) {
+  if (!sizer && typeof ResizeObserver === "function") {
+    sizer = new ResizeObserver((entries) => {
+      for (const e of entries) widths.set(e.target, Math.round(e.contentRect.width));
+    });
+  }
+  if (!widths.has(el)) {
+    widths.set(el, Math.round(el.clientWidth)); // the first time only: one read
+    sizer?.observe(el);
+  }
+  return widths.get(el) || 940;
+}
+
 /** Draws every panel from the latest snapshot; `force` redraws off-screen panels too. */
 export function renderAll(dom, state, view, force = false) {
   const snap = state.latest();
@@ -95,9 +113,10 @@ export function renderAll(dom, state, view, force = false) {
   forceAll = force;
   frameNo += 1;
   const t0 = view.t0;
-  // Measure before any write this frame (no forced layout), so SVG text keeps its native size.
-  const shardWidth = Math.round(dom.shard.clientWidth) || 940;
-  const frontiersWidth = Math.round(dom.frontiers.clientWidth) || 940;
+  // The SVG panels' widths (so SVG text keeps its native size), as last laid out: read from a
+  // ResizeObserver, never from the DOM mid-frame (that would force a layout of the whole page).
+  const shardWidth = widthOf(dom.shard);
+  const frontiersWidth = widthOf(dom.frontiers);
   syncSelect(dom.shardPick, snap.shards.map((s) => s.name));
   const alive = snap.processes.filter((p) => p.alive).map((p) => p.id);
   syncSelect(dom.intoProcess, alive, alive.map((p) => `process ${p}`), 1);
@@ -123,12 +142,36 @@ export function renderAll(dom, state, view, force = false) {
   if (visible(dom.frontiers)) draw("frontiers", () => renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth));
   if (visible(dom.upsert)) draw("upsert", () => renderUpsert(dom.upsert, snap, state.history().at(-2)));
   dom.generator.checked = Boolean(snap.upsert?.generating);
-  if (visible(dom.log)) draw("log", () => renderLog(dom.log, state.events(), snap, t0));
+  if (visible(dom.log)) draw("log", () => renderLog(dom, state.events(), snap, t0, view.eventsAfter));
   // The check panel (issue 11): the live check of the history, and its marks in the log view.
   if (dom.check && visible(dom.check)) draw("check", () => renderCheck(dom.check, snap, state, t0));
   markCited(dom.log);
   renderLegend(dom.legend, snap);
   renderRunbar(dom, snap, view);
+  syncFaultForm(dom, snap);
+}
+
+/** A rate (0 to 1) as the faults form writes it: a percentage. */
+const percentText = (rate) => String(Math.round(rate * 1000) / 10);
+
+/**
+ * Shows the run's fault settings in the Faults form whenever the engine's change (a replayed or
+ * shared run, a tour, Apply): the form never claims settings the run does not have. Between
+ * changes, what the learner types stays.
+ */
+function syncFaultForm(dom, snap) {
+  if (!snap.faults || !dom.faultsForm) return;
+  const key = JSON.stringify([snap.faults.blob.knobs, snap.faults.consensus.knobs]);
+  if (dom.faultsForm.__knobs === key) return;
+  dom.faultsForm.__knobs = key;
+  for (const name of ["blob", "consensus"]) {
+    const k = snap.faults[name].knobs;
+    const f = dom.faults[name];
+    f.fail.value = percentText(k.failRate);
+    f.timeout.value = percentText(k.timeoutRate);
+    f.latency.value = String(k.latencyMs);
+    f.outage.checked = k.outage;
+  }
 }
 
 export function renderRunbar(dom, snap, view) {

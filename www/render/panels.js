@@ -9,7 +9,7 @@ export function renderConsensus(el, snap, t0) {
     .reverse()
     .map((c) => {
       const procActor = snap.processes.find((p) => p.id === c.process)?.actors?.[0];
-      const colour = procActor ? colourOf(snap, procActor) : "#8a939e";
+      const colour = procActor ? colourOf(snap, procActor) : "#6b7480";
       return `<tr><td class="mono">${esc(fmtMs(c.atMs, t0))}</td><td>${chip(c.process, colour)}</td>` +
         `<td class="mono key" title="${esc(c.key)}">${esc(c.key)}</td>` +
         `<td class="mono num">${c.expected ?? "none"} → ${c.newSeqno}</td><td class="mono num">${c.bytes}</td>` +
@@ -26,41 +26,6 @@ export function renderConsensus(el, snap, t0) {
     `<p class="summary">last ${snap.consensus.length}: ${summary || "none yet"}</p>` +
       `<table class="grid"><thead><tr><th>at</th><th>process</th><th>key</th><th title="the seqno it expected at the head → the one it wrote">seqno</th><th>bytes</th><th>won?</th></tr></thead><tbody>${rows || `<tr><td colspan="6" class="empty">No compare_and_set yet.</td></tr>`}</tbody></table>`,
   );
-}
-
-/** The event log shows the newest rows, newest first. */
-const LOG_ROWS = 60;
-
-function logRow(e, snap, t0) {
-  const who = e.actor ? chip(e.actor, colourOf(snap, e.actor)) : e.process ? `<span class="muted">${esc(e.process)}</span>` : "";
-  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail">${esc(e.detail)}</span></li>`;
-}
-
-/**
- * The event log, updated in place: while the log grows, only the new rows are added (at the top)
- * and the oldest taken off (at the bottom); anything else (the past view, a new run) redraws it.
- */
-export function renderLog(el, events, snap, t0) {
-  const want = events.slice(-LOG_ROWS);
-  const ol = el.firstElementChild;
-  if (!want.length || !ol || ol.tagName !== "OL" || !ol.firstElementChild?.dataset.seq) {
-    const rows = want.reverse().map((e) => logRow(e, snap, t0)).join("");
-    setHtml(el, `<ol class="events" data-testid="events">${rows || `<li class="empty">nothing yet</li>`}</ol>`);
-    return;
-  }
-  const shownNewest = Number(ol.firstElementChild.dataset.seq);
-  const at = want.findIndex((e) => e.seq === shownNewest);
-  if (at < 0 && shownNewest >= want[0].seq) {
-    // What is shown is not a prefix of what is wanted: draw it all again.
-    el.__html = null;
-    ol.innerHTML = want.reverse().map((e) => logRow(e, snap, t0)).join("");
-    return;
-  }
-  const fresh = want.slice(at + 1);
-  if (!fresh.length) return;
-  el.__html = null; // setHtml's cache no longer describes the markup
-  ol.insertAdjacentHTML("afterbegin", fresh.reverse().map((e) => logRow(e, snap, t0)).join(""));
-  while (ol.children.length > LOG_ROWS) ol.lastElementChild.remove();
 }
 
 export function renderLegend(el, snap) {
@@ -90,9 +55,9 @@ export function renderVerify(el, snap, t0) {
   const verdict = v.lost === 0
     ? `<b class="ok">no acknowledged write lost</b>`
     : `<b class="err">${v.lost} acknowledged writes missing</b> (e.g. ${esc(v.lostExamples.join(", "))})`;
-  // Each write's values are unique: one held twice is a write that landed twice.
+  // Each write's values are unique: a value held more than once is a write that landed more than once.
   const twice = v.duplicated > 0
-    ? `; <b class="err">${v.duplicated} acknowledged writes held twice</b> (e.g. ${esc(v.duplicatedExamples.join(", "))})`
+    ? `; <b class="err">${v.duplicated} acknowledged writes held more than once</b> (e.g. ${esc(v.duplicatedExamples.join(", "))})`
     : "";
   const appendNote = v.uncheckedAppendWriters.length
     ? ` · not checked: ${esc(v.uncheckedAppendWriters.join(", "))} (append trims what a peer already wrote, by design)`

@@ -2,7 +2,7 @@
 // and the highlight of the panels and actors a step points at (a generated style sheet, so
 // highlights survive the panels' redraws). www/tours/controller.js decides what to show.
 
-import { actorColour } from "../spec.js";
+import { actorColour, fmtMs } from "../spec.js";
 import { chip, esc, setHtml } from "./dom.js";
 import { fillNarration, tourSearch } from "../tours/engine.js";
 
@@ -37,16 +37,32 @@ export function renderPicker(el, tours, shown) {
   );
 }
 
+/**
+ * The panels a step names, in its order: `panel-X` entries, and `shard:NAME` as the Shard panel
+ * (that is where a named shard shows). The first is where the step's change happens.
+ */
+export function namedPanels(highlight) {
+  const out = [];
+  for (const h of highlight ?? []) {
+    const id = h.startsWith("panel-") ? h : h.startsWith("shard:") ? "panel-shard" : null;
+    if (id && !out.includes(id)) out.push(id);
+  }
+  return out;
+}
+
 function lookChips(step, snap) {
   return (step.highlight ?? [])
     .map((h) => {
       if (h.startsWith("panel-")) {
         const name = document.querySelector(`#${CSS.escape(h)} h2`)?.firstChild?.textContent?.trim() ?? h.slice(6);
-        return `<button class="look" data-tour-action="look" data-panel="${esc(h)}">${esc(name)}</button>`;
+        return `<button type="button" class="look" data-tour-action="look" data-panel="${esc(h)}" title="Scroll to the ${esc(name)} panel">${esc(name)}</button>`;
       }
-      if (h.startsWith("shard:")) return `<span class="look-shard">shard <code>${esc(h.slice(6))}</code></span>`;
+      if (h.startsWith("shard:")) {
+        const name = h.slice(6);
+        return `<button type="button" class="look look-shard" data-tour-action="look" data-panel="panel-shard" data-shard="${esc(name)}" title="Show shard ${esc(name)} in the Shard panel">shard <code>${esc(name)}</code></button>`;
+      }
       const a = snap?.actors.find((x) => x.id === h);
-      return a ? chip(h, actorColour(a.colour)) : "";
+      return a ? `<button type="button" class="look look-actor" data-tour-action="look" data-actor="${esc(h)}" title="Find ${esc(h)} on the panels">${chip(h, actorColour(a.colour))}</button>` : "";
     })
     .join(" ");
 }
@@ -75,6 +91,7 @@ export function renderTourCard(el, at) {
       `<h2 data-testid="tour-title">${esc(step.title)}</h2>` +
       `<div class="tour-narration" data-testid="tour-narration">${step.narration.map((p) => `<p>${narrationHtml(settled ? fillNarration(p, snap, prevSnap) : p.replace(/\{\{[^}]+\}\}/g, "…"))}</p>`).join("")}</div>` +
       `<p class="tour-look small">Look at: ${lookChips(step, snap)}</p>` +
+      (snap ? `<p class="tour-clock small muted">the run's clock: <span class="mono" data-testid="tour-clock">t = ${esc(fmtMs(snap.nowMs))}</span></p>` : "") +
       `<div class="tour-nav"><button data-tour-action="back" data-testid="tour-back"${index === 0 ? " disabled" : ""} title="Back one step (←)">← Back</button>` +
       `<span class="tour-count mono">${index + 1} / ${n}</span>` +
       `<button class="primary" data-tour-action="next" data-testid="tour-next" title="${last ? "Finish the tour and play on" : "Next step (→)"}">${last ? "Finish ✓" : "Next →"}</button></div>` +
@@ -85,16 +102,31 @@ export function renderTourCard(el, at) {
   );
 }
 
-/** Outlines the highlighted panels and actors (ids as in the snapshot: W1, T2, ...). */
+/**
+ * Outlines the highlighted panels and actors (ids as in the snapshot: W1, T2, ...) and, during a
+ * tour, puts the named panels first in the panel grid, in the step's order, so that they sit
+ * together beside the tour card (the other panels follow in their usual order).
+ */
 export function renderHighlights(styleEl, highlight) {
   const rules = [];
+  namedPanels(highlight).forEach((id, i) => {
+    rules.push(`.layout.touring #${CSS.escape(id)} { order: ${i - 20}; }`);
+    rules.push(`#${CSS.escape(id)} { outline: 3px solid var(--accent); outline-offset: 1px; }`);
+  });
   for (const h of highlight ?? []) {
-    if (h.startsWith("panel-")) rules.push(`#${CSS.escape(h)} { outline: 3px solid var(--accent); outline-offset: 1px; }`);
-    else if (/^[A-Z]\d+$/.test(h)) {
+    if (/^[A-Z]\d+$/.test(h)) {
       const a = `[data-actor="${h}"]`;
       rules.push(`.panels tbody${a} td, .panels tr${a} > td, .panels li${a}, .panels .up-replica${a} { background: #fff3c4; }`);
     }
   }
   const text = rules.join("\n");
   if (styleEl.textContent !== text) styleEl.textContent = text;
+}
+
+/** Plays the short "here I am" flash on `el` (a chip brought it into view). */
+export function flash(el) {
+  el.classList.remove("flash");
+  void el.offsetWidth; // restart the animation
+  el.classList.add("flash");
+  el.addEventListener("animationend", () => el.classList.remove("flash"), { once: true });
 }

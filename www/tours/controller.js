@@ -6,10 +6,12 @@
 // protocol state, only where the learner is.
 
 import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, stepOf, tourParams, tourSearch } from "./engine.js";
-import { PICKER_KEY, renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
+import { PICKER_KEY, flash, namedPanels, renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
 
 /** Animation pace: a step's run is spread over at most this many frames. */
 const MAX_FRAMES_PER_STEP = 80;
+/** Where a step's first panel settles: this far below the top of the window. */
+const VIEW_MARGIN_PX = 8;
 
 /** Fetches index.json and every tour it lists (checked: a malformed tour is an Error naming it). */
 export async function loadTours() {
@@ -82,12 +84,38 @@ export function startTours(host, tours) {
     if (pickShard(step)) host.redraw();
   }
 
-  function scrollToFirst(step) {
-    const id = (step.highlight ?? []).find((h) => h.startsWith("panel-"));
+  /**
+   * Brings the step's panels into view: they sit first in the panel grid during a tour (see
+   * renderHighlights), so the top of the first one goes to the top of the window; the tour card
+   * is sticky beside them and stays on screen.
+   */
+  function settleIntoView(step) {
+    const id = namedPanels(step.highlight)[0];
     const panel = id && doc.getElementById(id);
     if (!panel) return;
-    const r = panel.getBoundingClientRect();
-    if (r.top < 0 || r.bottom > window.innerHeight) panel.scrollIntoView({ block: "start" });
+    const top = panel.getBoundingClientRect().top;
+    if (Math.abs(top - VIEW_MARGIN_PX) > 1) window.scrollTo({ top: window.scrollY + top - VIEW_MARGIN_PX, behavior: "instant" });
+  }
+
+  /** A "Look at" chip: shows its shard, scrolls its panel or actor into view, and flashes it. */
+  function look(chipEl) {
+    const { panel, shard, actor } = chipEl.dataset;
+    if (shard && host.dom.shardPick.value !== shard && [...host.dom.shardPick.options].some((o) => o.value === shard)) {
+      host.dom.shardPick.value = shard;
+      host.redraw();
+    }
+    let target = panel ? doc.getElementById(panel) : null;
+    if (actor) {
+      const all = [...doc.querySelectorAll(`.panels [data-actor="${CSS.escape(actor)}"]`)].filter((el) => el.getClientRects().length);
+      const named = new Set(at.tour ? namedPanels(at.tour.steps[at.step - 1].highlight) : []);
+      target = all.find((el) => named.has(el.closest(".panel")?.id)) ?? all[0] ?? null;
+    }
+    if (!target) return;
+    // An actor's row goes to the middle of the window; a panel as little as it must (its top
+    // first when it is taller than the window).
+    const block = actor ? "center" : target.offsetHeight > window.innerHeight - 2 * VIEW_MARGIN_PX ? "start" : "nearest";
+    target.scrollIntoView({ block, behavior: "instant" });
+    flash(target);
   }
 
   /** Applies step `index` (0-based) to the current playground; runs it over frames unless `now`. */
@@ -106,8 +134,8 @@ export function startTours(host, tours) {
     const run = { chunks, next: 0, perFrame: Math.max(1, Math.ceil(chunks.length / MAX_FRAMES_PER_STEP)) };
     at.run = run;
     pickShard(tour.steps[index]);
-    scrollToFirst(tour.steps[index]);
     draw();
+    settleIntoView(tour.steps[index]);
     if (now || !animated) finishRun();
     else requestAnimationFrame(() => frame(run));
   }
@@ -148,6 +176,7 @@ export function startTours(host, tours) {
     at.run = null;
     redrawStep();
     draw();
+    settleIntoView(at.tour.steps[at.step - 1]);
     host.report({ kind: at.note ? "error" : "ok", text: `tour "${at.tour.title}": step ${at.step} of ${at.tour.steps.length}${at.note}` });
     at.note = "";
   }
@@ -231,7 +260,7 @@ export function startTours(host, tours) {
     else if (act === "back") back();
     else if (act === "leave") leave();
     else if (act === "goto") open(at.tour, Number(b.dataset.step), { push: true });
-    else if (act === "look") doc.getElementById(b.dataset.panel)?.scrollIntoView({ block: "nearest" });
+    else if (act === "look") look(b);
   });
   els.picker.addEventListener("click", (e) => {
     const a = e.target.closest("a[data-tour]");

@@ -1,0 +1,286 @@
+// The tour walk: every step of every tour, settled at 1280x800, as a learner sees it. For each
+// step it asserts that
+//   - the tour card is on screen (its title and its Next button inside the window);
+//   - the step's first named panel intersects the window (highlights are ordered so the first is
+//     where the step's change happens);
+//   - every other named panel is in view, or its "Look at" chip brings it into view with the card
+//     still on screen (the chip also flashes it);
+//   - every value the narration fills in from the snapshot (`{{path}}`) is visible text of a
+//     named panel: inside the window and inside every scrolling box around it, after the panel's
+//     chip was pressed if the panel was not in view. A `{{prev:path}}` value (the previous step's)
+//     may instead have been visible so at the previous step, where the learner saw it. The clock
+//     (`nowMs`) is not a panel's: it shows on the tour card.
+// A panel is "in view" when at least min(its height, MIN_VISIBLE_PX) of it is inside the window.
+// "Named" panels are the step's `panel-*` highlights and, for a `shard:NAME` highlight, the Shard
+// panel (showing that shard). Steps that show all their named panels at once, with no click,
+// are counted over all tours: at least 90% must.
+//
+// A step's failures are collected and reported together per tour, so one run lists them all.
+//
+// Run: node --test tests/e2e/tour-walk.test.mjs     (needs pkg/: bash scripts/build.sh)
+
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ARTIFACTS, ROOT, checkBuilt, launch, latest, noErrors, startServer, stopServer, waitFor, STEP_TIMEOUT_MS, NAVIGATION_TIMEOUT_MS } from "./helpers.mjs";
+import { checkTour, tourSearch, valueAt } from "../../www/tours/engine.js";
+import { fmtMs } from "../../www/spec.js";
+
+const TOURS_DIR = join(ROOT, "www", "tours");
+const SHOTS = join(ARTIFACTS, "tour-walk");
+const VIEWPORT = { width: 1280, height: 800 };
+/** How much of a panel must be inside the window for it to count as in view. */
+const MIN_VISIBLE_PX = 200;
+/** The share of settled steps that must show all their named panels at once. */
+const AT_ONCE_SHARE = 0.9;
+
+const tours = JSON.parse(readFileSync(join(TOURS_DIR, "index.json"), "utf8")).tours.map((id) =>
+  checkTour(JSON.parse(readFileSync(join(TOURS_DIR, `${id}.json`), "utf8"))),
+);
+
+/** The step's named panels, first first: panel-* highlights, and shard:NAME as the Shard panel. */
+function namedPanels(highlight) {
+  const out = [];
+  for (const h of highlight ?? []) {
+    const id = h.startsWith("panel-") ? h : h.startsWith("shard:") ? "panel-shard" : null;
+    if (id && !out.includes(id)) out.push(id);
+  }
+  return out;
+}
+
+/** The ways a panel may print a value the narration quotes. */
+function forms(v) {
+  if (v === null) return ["∅", "[] finished"];
+  if (typeof v === "number") return [...new Set([String(v), fmtMs(v)])];
+  if (typeof v === "boolean") return [String(v)];
+  return [typeof v === "object" ? JSON.stringify(v) : String(v)];
+}
+
+/** Every `{{path}}` of the step's narration with the value it filled in (from `snap`/`prevSnap`). */
+function quoted(step, snap, prevSnap) {
+  const out = [];
+  for (const p of step.narration) {
+    for (const [, prev, path] of p.matchAll(/\{\{(prev:)?([^}]+)\}\}/g)) {
+      out.push({ path: `${prev ?? ""}${path.trim()}`, prev: Boolean(prev), bare: path.trim(), value: valueAt(prev ? prevSnap : snap, path.trim()) });
+    }
+  }
+  return out;
+}
+
+/** Where a quoted value may show: the named panels; the clock also on the tour card. */
+const placesOf = (bare, panels) => (bare === "nowMs" ? [...panels, "tour-card"] : panels);
+
+/** True if `value` is visible text of one of `places`, pressing their chips if need be. */
+async function valueShown(page, places, value) {
+  const needles = forms(value);
+  for (const id of places) if (await textVisible(page, id, needles)) return true;
+  for (const id of places) if ((await pressChip(page, id)) && (await textVisible(page, id, needles))) return true;
+  return false;
+}
+
+let server;
+const tally = { steps: 0, atOnce: 0, notAtOnce: [] };
+before(async () => {
+  checkBuilt();
+  server = await startServer();
+  mkdirSync(SHOTS, { recursive: true });
+});
+after(() => stopServer(server));
+
+/** Waits until the tour card shows step `step` of `id`, its run finished. */
+function settled(page, id, step) {
+  return waitFor(
+    page,
+    ([i, s]) => {
+      const c = document.querySelector("[data-testid=tour-card]");
+      return c?.dataset.tour === i && c.dataset.step === String(s) && c.dataset.state === "settled" && window.__playground?.tours?.()?.settled === true;
+    },
+    `tour ${id} step ${step} to settle`,
+    [id, step],
+  );
+}
+
+/** What the window shows of the card and of `panels`: each panel's visible height and full height. */
+function measure(page, panels) {
+  return page.evaluate((ids) => {
+    const vh = window.innerHeight;
+    const vis = (r) => Math.max(0, Math.min(r.bottom, vh) - Math.max(r.top, 0));
+    const inside = (el) => {
+      const r = el.getBoundingClientRect();
+      return r.height > 0 && r.top >= 0 && r.bottom <= vh;
+    };
+    const card = document.querySelector("[data-testid=tour-card]");
+    return {
+      card: Boolean(card) && inside(card.querySelector("[data-testid=tour-title]")) && inside(card.querySelector("[data-testid=tour-next]")),
+      panels: Object.fromEntries(ids.map((id) => {
+        const r = document.getElementById(id).getBoundingClientRect();
+        return [id, { visible: vis(r), height: r.height }];
+      })),
+    };
+  }, panels);
+}
+
+const inView = (m) => m.visible >= Math.min(m.height, MIN_VISIBLE_PX);
+
+/** True if one of `needles` is visible text of panel `id` (in the window and in every scroll box). */
+function textVisible(page, id, needles) {
+  return page.evaluate(([pid, list]) => {
+    const panel = document.getElementById(pid);
+    const res = list.map((n) => new RegExp(`(?<![\\d.])${n.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![\\d])`));
+    const clipOf = (el) => {
+      let box = { top: 0, bottom: window.innerHeight, left: 0, right: window.innerWidth };
+      for (let a = el; a && a !== document.body; a = a.parentElement) {
+        const s = getComputedStyle(a);
+        if (s.display === "none" || s.visibility === "hidden") return null;
+        if (/(auto|scroll|hidden|clip)/.test(s.overflowY + s.overflowX)) {
+          const r = a.getBoundingClientRect();
+          box = { top: Math.max(box.top, r.top), bottom: Math.min(box.bottom, r.bottom), left: Math.max(box.left, r.left), right: Math.min(box.right, r.right) };
+        }
+      }
+      return box;
+    };
+    const walker = document.createTreeWalker(panel, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (!res.some((re) => re.test(node.data))) continue;
+      const el = node.parentElement;
+      const clip = clipOf(el);
+      if (!clip) continue;
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      const rects = [...range.getClientRects()];
+      if (!rects.length) rects.push(el.getBoundingClientRect());
+      if (rects.some((r) => r.width > 0 && r.bottom > clip.top + 2 && r.top < clip.bottom - 2 && r.right > clip.left && r.left < clip.right)) return true;
+    }
+    return false;
+  }, [id, needles]);
+}
+
+/** Presses the step's chip for panel `id` (the shard chip for the Shard panel if it has one). */
+async function pressChip(page, id) {
+  const chip = page.locator(`[data-testid=tour-card] button.look[data-panel="${id}"]`).first();
+  if ((await chip.count()) === 0) return false;
+  await chip.click();
+  return true;
+}
+
+/** Walks one settled step; returns the failures (strings) and whether it showed all at once. */
+async function walkStep(page, tour, index, prevSnap, seenPrev) {
+  const step = tour.steps[index];
+  const where = `${tour.id} step ${index + 1}`;
+  const failures = [];
+  const panels = namedPanels(step.highlight);
+  const snap = await latest(page);
+  const m = await measure(page, panels);
+  if (!m.card) failures.push(`${where}: the tour card is not on screen`);
+  if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
+  const atOnce = m.card && panels.every((id) => inView(m.panels[id]));
+  const shard = (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6);
+  if (shard && (await page.getByTestId("shard-pick").inputValue()) !== shard) failures.push(`${where}: the Shard panel does not show ${shard}`);
+  // Panels out of view: the chip must bring them in, with the card still on screen.
+  for (const id of panels.slice(1)) {
+    if (inView(m.panels[id])) continue;
+    if (!(await pressChip(page, id))) {
+      failures.push(`${where}: ${id} is out of view and has no chip`);
+      continue;
+    }
+    const after = await measure(page, [id]);
+    if (!inView(after.panels[id])) failures.push(`${where}: the chip of ${id} does not bring it into view`);
+    if (!after.card) failures.push(`${where}: the chip of ${id} scrolls the tour card away`);
+  }
+  // Every filled value, visible in a named panel (pressing that panel's chip if needed); a
+  // previous step's value may have been shown at the previous step instead.
+  for (const q of quoted(step, snap, prevSnap)) {
+    if (q.prev && seenPrev.has(q.bare)) continue;
+    if (!(await valueShown(page, placesOf(q.bare, panels), q.value))) {
+      failures.push(`${where}: the narration's {{${q.path}}} = ${JSON.stringify(q.value)} is in no named panel's visible text (${panels.join(", ") || "none named"})${q.prev ? ", nor was it at the previous step" : ""}`);
+    }
+  }
+  // What the next step will quote from this one: is it visible here?
+  const shownNow = new Set();
+  const next = tour.steps[index + 1];
+  if (next) {
+    for (const q of quoted(next, null, snap).filter((x) => x.prev)) {
+      if (await valueShown(page, placesOf(q.bare, panels), q.value)) shownNow.add(q.bare);
+    }
+  }
+  return { failures, atOnce, snap, shownNow };
+}
+
+for (const [ti, tour] of tours.entries()) {
+  test(`tour walk at 1280x800: "${tour.title}", every step shows what it names`, { timeout: 180_000 }, async (t) => {
+    const ctx = await launch(t);
+    const page = await ctx.newPage();
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
+    await page.setViewportSize(VIEWPORT);
+    page.setDefaultTimeout(STEP_TIMEOUT_MS);
+    page.errors = [];
+    page.on("console", (msg) => {
+      if (msg.type() === "error") page.errors.push(`console: ${msg.text()}`);
+    });
+    page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+    await page.goto(server.url(`${tourSearch(tour.id, 1)}&animate=0`));
+    const failures = [];
+    let prevSnap = null;
+    let seenPrev = new Set();
+    for (let i = 0; i < tour.steps.length; i++) {
+      if (i > 0) await page.getByTestId("tour-next").click();
+      await settled(page, tour.id, i + 1);
+      await page.screenshot({ path: join(SHOTS, `${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}.png`) });
+      const r = await walkStep(page, tour, i, prevSnap, seenPrev);
+      prevSnap = r.snap;
+      seenPrev = r.shownNow;
+      failures.push(...r.failures);
+      tally.steps += 1;
+      if (r.atOnce) tally.atOnce += 1;
+      else tally.notAtOnce.push(`${tour.id} ${i + 1}`);
+    }
+    noErrors(page);
+    assert.deepEqual(failures, [], `what the steps of ${tour.id} name is not all shown`);
+  });
+}
+
+test(`at least ${AT_ONCE_SHARE * 100}% of the settled steps show every panel they name at once`, (t) => {
+  t.diagnostic(`${tally.atOnce} of ${tally.steps} settled steps show every panel they name at once; not at once: ${tally.notAtOnce.join(", ") || "none"}`);
+  assert.equal(tally.steps, tours.reduce((n, t) => n + t.steps.length, 0), "every step was walked");
+  assert.ok(tally.atOnce >= Math.ceil(AT_ONCE_SHARE * tally.steps), `${tally.atOnce} of ${tally.steps} steps show all their panels at once; not at once: ${tally.notAtOnce.join(", ")}`);
+});
+
+test("every kind of Look at chip scrolls to its target and flashes it, the card staying on screen", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await ctx.newPage();
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
+  await page.setViewportSize(VIEWPORT);
+  page.errors = [];
+  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  // write-task step 4 names the shard mz_task, the Writers panel and the actors T1 and T2.
+  await page.goto(server.url(`${tourSearch("write-task", 4)}&animate=0`));
+  await settled(page, "write-task", 4);
+  const away = async () => {
+    await page.evaluate(() => window.scrollTo({ top: document.body.scrollHeight, behavior: "instant" }));
+    await page.evaluate(() => document.querySelectorAll(".flash").forEach((el) => el.classList.remove("flash")));
+  };
+  const seen = (selector) => page.evaluate((sel) => {
+    const el = document.querySelector(sel);
+    const r = el.getBoundingClientRect();
+    return { inView: r.top < window.innerHeight && r.bottom > 0 && Math.min(r.bottom, window.innerHeight) - Math.max(r.top, 0) >= Math.min(r.height, 100) - 2, flashing: el.classList.contains("flash") };
+  }, selector);
+  // The shard chip: the Shard panel shows mz_task again, in view, flashing.
+  await away();
+  await page.selectOption("#shard-pick", "data");
+  await page.locator("button.look-shard").click();
+  assert.equal(await page.getByTestId("shard-pick").inputValue(), "mz_task", "the shard chip shows its shard");
+  assert.deepEqual(await seen("#panel-shard"), { inView: true, flashing: true }, "the shard chip brings the Shard panel");
+  assert.ok((await measure(page, [])).card, "the card stays on screen");
+  // A panel chip.
+  await away();
+  await page.locator('button.look[data-panel="panel-writers"]').click();
+  assert.deepEqual(await seen("#panel-writers"), { inView: true, flashing: true }, "the Writers chip brings its panel");
+  assert.ok((await measure(page, [])).card, "the card stays on screen");
+  // An actor chip: the actor's row in a named panel.
+  await away();
+  await page.locator('button.look-actor[data-actor="T2"]').click();
+  assert.deepEqual(await seen('#panel-writers [data-actor="T2"]'), { inView: true, flashing: true }, "the T2 chip brings T2's row");
+  assert.ok((await measure(page, [])).card, "the card stays on screen");
+  noErrors(page);
+});

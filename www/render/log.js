@@ -1,0 +1,177 @@
+// The Event log panel: the merged event log, newest first, LOG_ROWS rows, each row's detail in
+// full (it wraps). Two filters, by actor and by event kind, and a view "around" one event (a
+// Check citation the newest rows no longer hold). The page keeps only the newest events
+// (state.js); a filter or a citation reads the engine's own bounded log instead, through
+// `view.eventsAfter(cursor, limit)` (the wasm `eventsAfter`), so any event the engine still keeps
+// (src/playground/log.rs: the newest 20,000) can be shown and marked.
+//
+// What the learner chose (filters, the event to show around) is view state, kept here; it never
+// changes the run.
+
+import { OUTCOMES, colourOf, fmtMs } from "../spec.js";
+import { chip, esc, mark, setHtml } from "./dom.js";
+
+/** Rows the log shows. */
+export const LOG_ROWS = 60;
+/** How far back a filter or a citation reads the engine's log (its capacity). */
+const ENGINE_LOG_EVENTS = 20_000;
+/** Events one `eventsAfter` call may return (src/wasm.rs MAX_EVENTS). */
+const PAGE_EVENTS = 5_000;
+/** Rows shown before and after the event a citation asks for. */
+const AROUND = 30;
+
+/** The learner's choices, and what was read from the engine for them. */
+const choice = { actor: "", kind: "", around: null, scrollTo: null };
+/** Matching events read from the engine for the current filter: `{ key, upTo, rows }`. */
+let filtered = null;
+/** The window of events around `choice.around`: `{ seq, rows }`. */
+let window_ = null;
+/** Every kind of event seen so far (the kind filter's options). */
+const kinds = new Set();
+/** Counts the runs: rows drawn for an older run are never kept (seqs start again at 1). */
+let generation = 0;
+
+const matches = (e) => (!choice.actor || e.actor === choice.actor || e.process === choice.actor) && (!choice.kind || e.kind === choice.kind);
+
+/** Sets the actor and kind filters ("" for all); the next draw reads what they match. */
+export function setLogFilter({ actor = choice.actor, kind = choice.kind } = {}) {
+  choice.actor = actor;
+  choice.kind = kind;
+  choice.around = null;
+  filtered = null;
+  window_ = null;
+}
+
+/** Shows the events around `seq` (a citation) unless they are already shown; marks it by scrolling. */
+export function revealInLog(seq) {
+  choice.scrollTo = seq;
+  const shown = document.querySelector(`#log-view li[data-seq="${seq}"]`);
+  if (shown) {
+    shown.scrollIntoView({ block: "nearest" });
+    choice.scrollTo = null;
+    return;
+  }
+  choice.around = seq;
+  window_ = null;
+}
+
+/** Back to the newest events (leaves the view around a citation). */
+export function showNewest() {
+  choice.around = null;
+  window_ = null;
+}
+
+/** Forgets every choice (a new run replaced the old one). */
+export function resetLog() {
+  setLogFilter({ actor: "", kind: "" });
+  choice.scrollTo = null;
+  kinds.clear();
+  generation += 1;
+}
+
+/** Reads the engine's log from `from` (exclusive) up to `upTo`, keeping what `keep` accepts. */
+function scan(eventsAfter, from, upTo, keep) {
+  const out = [];
+  let cursor = from;
+  for (let guard = 0; guard < ENGINE_LOG_EVENTS / PAGE_EVENTS + 1 && cursor < upTo; guard++) {
+    const batch = eventsAfter(cursor, PAGE_EVENTS);
+    if (!batch.length) break;
+    for (const e of batch) {
+      if (e.seq > upTo) break;
+      kinds.add(e.kind);
+      if (keep(e)) out.push(e);
+    }
+    cursor = batch.at(-1).seq;
+    if (batch.length < PAGE_EVENTS) break;
+  }
+  return out;
+}
+
+/** The events to show, oldest first, and a note on what they are (or "" for the newest). */
+function rowsToShow(events, snap, eventsAfter) {
+  const upTo = snap.lastSeq;
+  if (choice.around !== null && eventsAfter) {
+    if (!window_ || window_.seq !== choice.around) {
+      const from = Math.max(0, choice.around - AROUND - 1);
+      window_ = { seq: choice.around, rows: scan(eventsAfter, from, Math.min(upTo, choice.around + AROUND), () => true) };
+    }
+    const gone = !window_.rows.some((e) => e.seq === choice.around);
+    return {
+      rows: window_.rows,
+      note: gone
+        ? `event #${choice.around} is no longer in the engine's log (it keeps the newest ${ENGINE_LOG_EVENTS.toLocaleString("en")})`
+        : `events around #${choice.around}, which the newest rows no longer hold`,
+    };
+  }
+  if (!choice.actor && !choice.kind) return { rows: events.slice(-LOG_ROWS), note: "" };
+  const key = `${choice.actor}\u0000${choice.kind}`;
+  if (eventsAfter && (!filtered || filtered.key !== key || filtered.upTo > upTo)) {
+    filtered = { key, upTo, rows: scan(eventsAfter, Math.max(0, upTo - ENGINE_LOG_EVENTS), upTo, matches).slice(-LOG_ROWS) };
+  } else if (filtered && filtered.upTo < upTo) {
+    const fresh = events.filter((e) => e.seq > filtered.upTo && e.seq <= upTo && matches(e));
+    filtered = { key, upTo, rows: [...filtered.rows, ...fresh].slice(-LOG_ROWS) };
+  }
+  const rows = filtered?.rows ?? events.filter(matches).slice(-LOG_ROWS);
+  return { rows, note: `${rows.length} newest events${choice.actor ? ` of ${choice.actor}` : ""}${choice.kind ? ` of kind ${choice.kind}` : ""}` };
+}
+
+function logRow(e, snap, t0) {
+  const who = e.actor ? chip(e.actor, colourOf(snap, e.actor)) : e.process ? `<span class="muted">${esc(e.process)}</span>` : "";
+  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail">${esc(e.detail)}</span></li>`;
+}
+
+/** Keeps a filter <select>'s options equal to `values` (after its first, "all" option). */
+function syncOptions(select, values) {
+  if (!select) return;
+  const want = values.join("\u0000");
+  if (select.__values === want) return;
+  select.__values = want;
+  const chosen = select.value;
+  while (select.options.length > 1) select.remove(1);
+  for (const v of values) select.add(new Option(v, v));
+  select.value = values.includes(chosen) ? chosen : "";
+}
+
+/**
+ * Draws the log into `dom.log` (and its filters, `dom.logActor`, `dom.logKind`, `dom.logNote`):
+ * while it shows the newest events unfiltered and only grows, the new rows go on top and the
+ * oldest come off; anything else draws it again.
+ */
+export function renderLog(dom, events, snap, t0, eventsAfter = null) {
+  for (const e of events.slice(-LOG_ROWS)) kinds.add(e.kind);
+  syncOptions(dom.logActor, [...snap.actors.map((a) => a.id), ...snap.processes.map((p) => p.id)]);
+  syncOptions(dom.logKind, [...kinds].sort());
+  const { rows, note } = rowsToShow(events, snap, eventsAfter);
+  if (dom.logNote) {
+    setHtml(dom.logNote, note ? `${esc(note)}${choice.around !== null ? ` <button type="button" data-log-action="newest">show the newest</button>` : ""}` : "");
+    dom.logNote.hidden = !note;
+  }
+  const el = dom.log;
+  const ol = el.firstElementChild;
+  const incremental = !note && rows.length && ol?.tagName === "OL" && ol.firstElementChild?.dataset.seq && ol.dataset.view === "newest" && ol.dataset.gen === String(generation);
+  if (!incremental) {
+    const html = rows.slice().reverse().map((e) => logRow(e, snap, t0)).join("");
+    setHtml(el, `<ol class="events" data-testid="events" data-view="${note ? "chosen" : "newest"}" data-gen="${generation}">${html || `<li class="empty">nothing ${note ? "matches" : "yet"}</li>`}</ol>`);
+  } else {
+    const shownNewest = Number(ol.firstElementChild.dataset.seq);
+    const at = rows.findIndex((e) => e.seq === shownNewest);
+    if (at < 0 && shownNewest >= rows[0].seq) {
+      el.__html = null;
+      ol.innerHTML = rows.slice().reverse().map((e) => logRow(e, snap, t0)).join("");
+    } else {
+      const fresh = rows.slice(at + 1);
+      if (fresh.length) {
+        el.__html = null; // setHtml's cache no longer describes the markup
+        ol.insertAdjacentHTML("afterbegin", fresh.reverse().map((e) => logRow(e, snap, t0)).join(""));
+        while (ol.children.length > LOG_ROWS) ol.lastElementChild.remove();
+      }
+    }
+  }
+  if (choice.scrollTo !== null) {
+    const li = el.querySelector(`li[data-seq="${choice.scrollTo}"]`);
+    if (li) {
+      li.scrollIntoView({ block: "nearest" });
+      choice.scrollTo = null;
+    }
+  }
+}
