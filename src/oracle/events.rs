@@ -169,8 +169,14 @@ pub enum OracleEventKind {
     },
 }
 
-/// Counters of what an instance did.
+/// Counters of what an instance did (as data: camelCase numbers).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null, rename = "OracleStatsView")
+)]
 pub struct OracleStats {
     /// Write timestamps handed out.
     pub write_timestamps: u64,
@@ -192,20 +198,35 @@ pub struct OracleStats {
 
 /// A plain description of an instance, for display.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null, rename = "OracleSnapshotView")
+)]
 pub struct OracleSnapshot {
     /// The timeline.
     pub timeline: String,
     /// This instance's epoch.
     pub epoch: u64,
     /// The seqno of the latest version this instance knows it wrote.
+    #[serde(serialize_with = "crate::numbers::bigint")]
+    #[cfg_attr(
+        all(feature = "library", target_arch = "wasm32"),
+        tsify(type = "bigint")
+    )]
     pub seqno: u64,
     /// The read timestamp.
+    #[serde(serialize_with = "crate::numbers::time")]
     pub read_ts: u64,
     /// The latest write timestamp.
+    #[serde(serialize_with = "crate::numbers::time")]
     pub write_ts: u64,
     /// The durable upper this instance knows of.
+    #[serde(serialize_with = "crate::numbers::time")]
     pub durable_upper: u64,
     /// The window size.
+    #[serde(serialize_with = "crate::numbers::time")]
     pub persist_interval_ms: u64,
     /// Whether calls check the epoch first.
     pub confirm_leadership: bool,
@@ -214,5 +235,9 @@ pub struct OracleSnapshot {
     /// Whether an allocation is in flight.
     pub allocating: bool,
     /// The counters.
+    #[cfg_attr(
+        all(feature = "library", target_arch = "wasm32"),
+        tsify(type = "OracleStatsView")
+    )]
     pub stats: OracleStats,
 }

@@ -21,8 +21,7 @@ use super::convert::{self, ms, Options};
 use super::errors::{LibError, LibResult};
 use super::location::{JsPersistLocation, LocationShared};
 use crate::oracle::{
-    DurableOracleConfig, DurableTimestampOracle, InMemoryTimestampOracle, NowFn, OracleSnapshot,
-    OracleStats, TimestampOracle,
+    DurableOracleConfig, DurableTimestampOracle, InMemoryTimestampOracle, NowFn, TimestampOracle,
 };
 use crate::runtime::browser::BrowserRuntime;
 use crate::runtime::Runtime;
@@ -58,100 +57,6 @@ pub struct WriteTimestampView {
     pub timestamp: f64,
     /// `timestamp + 1`.
     pub advance_to: f64,
-}
-
-/// Counters of what a durable instance did.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-#[allow(missing_docs)]
-pub struct OracleStatsView {
-    pub write_timestamps: f64,
-    pub durable_writes: f64,
-    pub cas_attempts: f64,
-    pub adopted_own_writes: f64,
-    pub storage_retries: f64,
-    pub leadership_checks: f64,
-    pub truncated_versions: f64,
-    pub clock_guard_waits: f64,
-}
-
-/// A durable instance as plain data.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-pub struct OracleSnapshotView {
-    /// The timeline.
-    pub timeline: String,
-    /// This instance's epoch (each open takes the next).
-    pub epoch: f64,
-    /// The seqno of the latest version it knows it wrote.
-    pub seqno: u64,
-    /// The read timestamp.
-    pub read_ts: f64,
-    /// The latest write timestamp.
-    pub write_ts: f64,
-    /// Every timestamp handed out is below this (it is durable).
-    pub durable_upper: f64,
-    /// The window size.
-    pub persist_interval_ms: f64,
-    /// Whether calls check the epoch first.
-    pub confirm_leadership: bool,
-    /// The epoch that fenced this instance, once it knows.
-    pub fenced_by: Option<f64>,
-    /// Whether an allocation is in flight.
-    pub allocating: bool,
-    /// The counters.
-    pub stats: OracleStatsView,
-}
-
-fn snapshot_view(s: OracleSnapshot) -> LibResult<OracleSnapshotView> {
-    let OracleSnapshot {
-        timeline,
-        epoch,
-        seqno,
-        read_ts,
-        write_ts,
-        durable_upper,
-        persist_interval_ms,
-        confirm_leadership,
-        fenced_by,
-        allocating,
-        stats,
-    } = s;
-    let OracleStats {
-        write_timestamps,
-        durable_writes,
-        cas_attempts,
-        adopted_own_writes,
-        storage_retries,
-        leadership_checks,
-        truncated_versions,
-        clock_guard_waits,
-    } = stats;
-    let t = |v: u64| ms(v, "an oracle timestamp");
-    Ok(OracleSnapshotView {
-        timeline,
-        epoch: epoch as f64,
-        seqno,
-        read_ts: t(read_ts)?,
-        write_ts: t(write_ts)?,
-        durable_upper: t(durable_upper)?,
-        persist_interval_ms: t(persist_interval_ms)?,
-        confirm_leadership,
-        fenced_by: fenced_by.map(|e| e as f64),
-        allocating,
-        stats: OracleStatsView {
-            write_timestamps: write_timestamps as f64,
-            durable_writes: durable_writes as f64,
-            cas_attempts: cas_attempts as f64,
-            adopted_own_writes: adopted_own_writes as f64,
-            storage_retries: storage_retries as f64,
-            leadership_checks: leadership_checks as f64,
-            truncated_versions: truncated_versions as f64,
-            clock_guard_waits: clock_guard_waits as f64,
-        },
-    })
 }
 
 fn clock(o: &Options, runtime: &Runtime) -> LibResult<NowFn> {
@@ -362,7 +267,7 @@ impl JsTimestampOracle {
     #[wasm_bindgen(unchecked_return_type = "OracleSnapshotView | null")]
     pub fn snapshot(&self) -> Result<JsValue, JsValue> {
         match &self.durable {
-            Some(d) => Ok(convert::to_js(&snapshot_view(d.snapshot())?)?),
+            Some(d) => Ok(convert::to_js(&d.snapshot())?),
             None => Ok(JsValue::NULL),
         }
     }
