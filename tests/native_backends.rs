@@ -419,6 +419,31 @@ fn data(seqno: u64, s: &str) -> persist_playground::location::VersionedData {
     }
 }
 
+/// `c.compare_and_set("race", Some(expected), data(new, text))`, as a task of its own.
+fn cas_task(
+    c: &PostgresConsensus,
+    expected: u64,
+    new: u64,
+    text: &'static str,
+) -> tokio::task::JoinHandle<
+    Result<persist_playground::location::CaSResult, persist_playground::location::ExternalError>,
+> {
+    let c = c.clone();
+    tokio::task::spawn_local(async move {
+        let expected = Some(persist_playground::location::SeqNo(expected));
+        c.compare_and_set("race", expected, data(new, text)).await
+    })
+}
+
+/// Takes (`true`) or releases the advisory lock marked inserts wait for.
+async fn pause(holder: &tokio_postgres::Client, on: bool) {
+    let sql = match on {
+        true => "SELECT pg_advisory_lock($1)",
+        false => "SELECT pg_advisory_unlock($1)",
+    };
+    holder.execute(sql, &[&PAUSE_KEY]).await.unwrap();
+}
+
 /// A plain connection of the test's own (the lock holder and the observer).
 async fn raw_client(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -475,10 +500,7 @@ async fn race_setup(
             .unwrap(),
         CaSResult::Committed
     );
-    holder
-        .execute("SELECT pg_advisory_lock($1)", &[&PAUSE_KEY])
-        .await
-        .unwrap();
+    pause(&holder, true).await;
     let observer = raw_client(url).await;
     (a, b, holder, observer)
 }
@@ -494,35 +516,12 @@ fn racing_successors_on_one_head_the_primary_key_picks_one() {
     let url = fresh_database("race_pk");
     block_on(|rt| async move {
         let (a, b, holder, observer) = race_setup(&rt, &url).await;
-        let first = {
-            let a = a.clone();
-            tokio::task::spawn_local(async move {
-                a.compare_and_set(
-                    "race",
-                    Some(persist_playground::location::SeqNo(1)),
-                    data(2, "pause-after"),
-                )
-                .await
-            })
-        };
+        let first = cas_task(&a, 1, 2, "pause-after");
         until_waiting(&rt, &observer, "advisory", 1).await;
-        let second = {
-            let b = b.clone();
-            tokio::task::spawn_local(async move {
-                b.compare_and_set(
-                    "race",
-                    Some(persist_playground::location::SeqNo(1)),
-                    data(2, "b"),
-                )
-                .await
-            })
-        };
+        let second = cas_task(&b, 1, 2, "b");
         // The second waits on the first's transaction: it read head v1 and hit the taken key.
         until_waiting(&rt, &observer, "transactionid", 1).await;
-        holder
-            .execute("SELECT pg_advisory_unlock($1)", &[&PAUSE_KEY])
-            .await
-            .unwrap();
+        pause(&holder, false).await;
         assert_eq!(first.await.unwrap().unwrap(), CaSResult::Committed);
         assert_eq!(
             second.await.unwrap().unwrap(),
@@ -548,38 +547,12 @@ fn racing_successors_on_one_head_the_primary_key_picks_one() {
             )
             .await
             .unwrap();
-        holder
-            .execute("SELECT pg_advisory_lock($1)", &[&PAUSE_KEY])
-            .await
-            .unwrap();
-        let first = {
-            let a = a.clone();
-            tokio::task::spawn_local(async move {
-                a.compare_and_set(
-                    "race",
-                    Some(persist_playground::location::SeqNo(2)),
-                    data(3, "pause-then-fail"),
-                )
-                .await
-            })
-        };
+        pause(&holder, true).await;
+        let first = cas_task(&a, 2, 3, "pause-then-fail");
         until_waiting(&rt, &observer, "advisory", 1).await;
-        let second = {
-            let b = b.clone();
-            tokio::task::spawn_local(async move {
-                b.compare_and_set(
-                    "race",
-                    Some(persist_playground::location::SeqNo(2)),
-                    data(3, "b3"),
-                )
-                .await
-            })
-        };
+        let second = cas_task(&b, 2, 3, "b3");
         until_waiting(&rt, &observer, "transactionid", 1).await;
-        holder
-            .execute("SELECT pg_advisory_unlock($1)", &[&PAUSE_KEY])
-            .await
-            .unwrap();
+        pause(&holder, false).await;
         let failed = first.await.unwrap().unwrap_err();
         assert!(
             !failed.is_indeterminate(),
@@ -602,26 +575,11 @@ fn a_jump_racing_a_successor_waits_for_it_and_loses() {
     let url = fresh_database("race_jump");
     block_on(|rt| async move {
         let (a, b, holder, observer) = race_setup(&rt, &url).await;
-        let successor = {
-            let a = a.clone();
-            tokio::task::spawn_local(async move {
-                a.compare_and_set("race", Some(SeqNo(1)), data(2, "pause-after"))
-                    .await
-            })
-        };
+        let successor = cas_task(&a, 1, 2, "pause-after");
         until_waiting(&rt, &observer, "advisory", 1).await;
-        let jump = {
-            let b = b.clone();
-            tokio::task::spawn_local(async move {
-                b.compare_and_set("race", Some(SeqNo(1)), data(5, "jump"))
-                    .await
-            })
-        };
+        let jump = cas_task(&b, 1, 5, "jump");
         until_waiting(&rt, &observer, "relation", 1).await;
-        holder
-            .execute("SELECT pg_advisory_unlock($1)", &[&PAUSE_KEY])
-            .await
-            .unwrap();
+        pause(&holder, false).await;
         assert_eq!(successor.await.unwrap().unwrap(), CaSResult::Committed);
         assert_eq!(jump.await.unwrap().unwrap(), CaSResult::ExpectationMismatch);
         let versions = b.scan("race", SeqNo(0), 10).await.unwrap();
@@ -641,13 +599,7 @@ fn a_truncate_waits_for_an_insert_that_read_an_old_head() {
     let url = fresh_database("race_truncate");
     block_on(|rt| async move {
         let (a, b, holder, observer) = race_setup(&rt, &url).await;
-        let stale = {
-            let a = a.clone();
-            tokio::task::spawn_local(async move {
-                a.compare_and_set("race", Some(SeqNo(1)), data(2, "pause-before"))
-                    .await
-            })
-        };
+        let stale = cas_task(&a, 1, 2, "pause-before");
         until_waiting(&rt, &observer, "advisory", 1).await;
         assert_eq!(
             b.compare_and_set("race", Some(SeqNo(1)), data(2, "b2"))
@@ -666,10 +618,7 @@ fn a_truncate_waits_for_an_insert_that_read_an_old_head() {
             tokio::task::spawn_local(async move { b.truncate("race", SeqNo(3)).await })
         };
         until_waiting(&rt, &observer, "relation", 1).await;
-        holder
-            .execute("SELECT pg_advisory_unlock($1)", &[&PAUSE_KEY])
-            .await
-            .unwrap();
+        pause(&holder, false).await;
         assert_eq!(
             stale.await.unwrap().unwrap(),
             CaSResult::ExpectationMismatch
