@@ -1,6 +1,7 @@
 //! The persist source of one replica: the output shard read back, as the operator's feedback.
 //!
-//! It snapshots the shard at `resume_upper - 1` (consolidated: the state to rehydrate), then
+//! It snapshots the shard at `resume_upper - 1`, or at the since if that has passed it
+//! (consolidated: the state to rehydrate), then
 //! listens from there, sending every batch's updates and then its upper. A shard whose upper is
 //! 0 has nothing before it: the source then waits for the first write and snapshots at 0 (with
 //! times advanced to 0, which is exact for data at 0), then listens past 0.
@@ -52,7 +53,11 @@ pub async fn run_persist_source(
             // A finished shard: nothing will ever come after it.
             return Ok(());
         };
-        let as_of = resume.saturating_sub(1);
+        // A peer's reader may have let the since pass `resume - 1` (a restarted replica whose
+        // old lease expired): the read is then at the since, which accumulates the same updates
+        // and more; the sink drops what the shard already holds beyond its upper.
+        let since = read.since().as_option().copied().unwrap_or(0);
+        let as_of = resume.saturating_sub(1).max(since);
         let (snapshot, mut listen) = read.subscribe(Antichain::from_elem(as_of)).await?;
         let snapshot = snapshot.into_iter().map(unwrap_update).collect();
         if tx.unbounded_send(FeedbackEvent::Updates(snapshot)).is_err()
