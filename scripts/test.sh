@@ -99,9 +99,10 @@ wasm_gz=$(gzip -9 -c pkg/persist_playground_bg.wasm | wc -c)
 echo "[test] page .wasm: $wasm_gz bytes gzipped (gzip -9), budget under $budget"
 [ "$wasm_gz" -lt "$budget" ] || fail "the page's .wasm is $wasm_gz bytes gzipped; the budget is under $budget (issue 10)"
 e2e_expected=$(cat tests/e2e/*.test.mjs | grep -cE '^\s*test\(' || true)
-# tours.test.mjs declares one test per tour in a loop (counted once above): count the tours.
+# tours.test.mjs and tour-walk.test.mjs each declare one test per tour in a loop (counted once
+# above), and a11y.test.mjs one per tour plus seed mode: count the tours.
 tours=$(node -e 'console.log(require("./www/tours/index.json").tours.length)')
-e2e_expected=$((e2e_expected + tours - 1))
+e2e_expected=$((e2e_expected + 2 * (tours - 1) + 1))
 node --test --test-reporter=tap tests/e2e/ 2>&1 | tee "$logs/e2e.log"
 e2e=$(grep -aoE '^# pass [0-9]+' "$logs/e2e.log" | awk '{print $3}' | tail -n1)
 e2e=${e2e:-0}
