@@ -181,6 +181,17 @@ pub async fn leaked_blobs(
 /// Every Blob key some live version refers to: replays every live version from the rollup at
 /// the earliest one. Retries while collectors move the earliest version under it.
 pub async fn live_references(machine: &Machine) -> Result<BTreeSet<String>, PermanentError> {
+    live_references_with(machine, &[], false).await
+}
+
+/// [`live_references`] starting from states the caller has (`known`: the one at the earliest
+/// live version saves reading its rollup) and, with `from_memo`, from this process's memo of
+/// what each version inserted (saves decoding them); either falls back to storage.
+async fn live_references_with(
+    machine: &Machine,
+    known: &[&State],
+    mut from_memo: bool,
+) -> Result<BTreeSet<String>, PermanentError> {
     let mut last = String::new();
     for _ in 0..MAX_RESCANS {
         let versions = scan_all_retrying(machine).await?;
@@ -196,7 +207,7 @@ pub async fn live_references(machine: &Machine) -> Result<BTreeSet<String>, Perm
             }
             last = format!("the head moved past {head}");
         } else {
-            match walk(machine, &versions, head, &[], false).await? {
+            match walk(machine, &versions, head, known, from_memo).await? {
                 Walk::Walked {
                     state_at_new,
                     mut referenced_below_new,
@@ -204,6 +215,12 @@ pub async fn live_references(machine: &Machine) -> Result<BTreeSet<String>, Perm
                 } => {
                     referenced_below_new.extend(references(&state_at_new));
                     return Ok(referenced_below_new);
+                }
+                Walk::Rescan(reason) if from_memo => {
+                    // From storage, at once.
+                    from_memo = false;
+                    last = reason;
+                    continue;
                 }
                 Walk::Done(reason) | Walk::Rescan(reason) => last = reason,
             }
@@ -516,7 +533,7 @@ async fn collect(
                 // that stopped after their truncate left, and, by hand, the bookkeeping.
                 if let (Some(earliest), true) = (versions.first().map(|v| v.seqno), by_hand) {
                     unlist_rollups(machine, None, earliest, &mut report).await?;
-                    sweep(machine, earliest, &mut report).await?;
+                    sweep(machine, earliest, &mut report, None).await?;
                 }
                 return skip(report, reason);
             }
@@ -621,7 +638,7 @@ async fn collect(
     // 7: now and then (always by hand), finish the tickets of collectors that stopped after
     // their truncate, and sweep.
     if by_hand || earliest.0 / SWEEP_INTERVAL_SEQNOS != new.0 / SWEEP_INTERVAL_SEQNOS {
-        sweep(machine, new, &mut report).await?;
+        sweep(machine, new, &mut report, Some(&state_at_new)).await?;
     }
     Ok((report, Some(*state_at_new)))
 }
@@ -632,10 +649,11 @@ async fn collect(
 pub(crate) async fn sweep_now(
     machine: &Machine,
     earliest: SeqNo,
+    known: Option<&State>,
 ) -> Result<GcReport, PermanentError> {
     let mut report = GcReport::default();
     let sweeper: futures::future::LocalBoxFuture<'_, _> =
-        Box::pin(sweep(machine, earliest, &mut report));
+        Box::pin(sweep(machine, earliest, &mut report, known));
     sweeper.await?;
     Ok(report)
 }
@@ -761,6 +779,7 @@ async fn sweep(
     machine: &Machine,
     earliest: SeqNo,
     report: &mut GcReport,
+    known: Option<&State>,
 ) -> Result<(), PermanentError> {
     // SUBTLE: list first, then read the state and the live versions: every blob listed was
     // written before both, so a part committed after the listing is in a version the replay
@@ -768,7 +787,10 @@ async fn sweep(
     let listed = list_retrying(machine, "").await?;
     machine.fetch_and_update_state_retrying().await?;
     let head = machine.state();
-    let referenced = live_references(machine).await?;
+    // A routine sweep starts from the state its collection ended at (the earliest live
+    // version) and this process's memo; by hand, from storage.
+    let known: Vec<&State> = known.into_iter().collect();
+    let referenced = live_references_with(machine, &known, !known.is_empty()).await?;
     let oldest_rollup = head.collections.oldest_rollup();
     let (mut parts, mut outputs, mut rollups) = (Vec::new(), Vec::new(), Vec::new());
     let blob = &machine.location.blob;

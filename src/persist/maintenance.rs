@@ -254,13 +254,9 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
         if sweep {
             // Tickets at or below the earliest version this process knows of are finished too
             // (a lower bound of the real one: at worst some wait for the next sweep).
-            let earliest = machine
-                .maintenance
-                .borrow()
-                .collected
-                .as_ref()
-                .map_or(SeqNo(0), |s| s.seqno);
-            sweep_now(machine, earliest).await?;
+            let collected = machine.maintenance.borrow().collected.clone();
+            let earliest = collected.as_ref().map_or(SeqNo(0), |s| s.seqno);
+            sweep_now(machine, earliest, collected.as_deref()).await?;
         }
         let ids = MaintenanceIds::for_commit(seqno);
         // A rollup due at a seqno the queued collection may reach: the collection writes and
