@@ -152,7 +152,9 @@ impl Journal {
             .any(|(k, s)| *s == seqno && k == key)
     }
 
-    /// Adds a version another tab wrote, as the store's observer found it, to the panel's list.
+    /// Adds a version another tab wrote, as the store's observer found it, to the panel's list,
+    /// stamped `at_ms`: when this page found that it was not its own (the list stays in time
+    /// order, and the newest entries, which the panel shows, include the other tab's).
     pub fn record_foreign_version(&mut self, key: &str, seqno: u64, bytes: u64, at_ms: u64) {
         self.push_cas(CasAttempt {
             at_ms,
@@ -171,9 +173,7 @@ impl Journal {
         if self.cas.len() == CAS_KEPT {
             self.cas.pop_front();
         }
-        // In time order: another tab's versions are claimed a moment after they were read.
-        let at = self.cas.iter().rposition(|c| c.at_ms <= attempt.at_ms);
-        self.cas.insert(at.map_or(0, |i| i + 1), attempt);
+        self.cas.push_back(attempt);
     }
 
     /// Shows a message on the page (and logs it).

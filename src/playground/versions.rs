@@ -342,7 +342,7 @@ impl VersionWitness {
             }
             self.unclaimed.pop_front();
             if !j.is_own_version(name, seqno) {
-                j.record_foreign_version(name, seqno, bytes, seen);
+                j.record_foreign_version(name, seqno, bytes, now_ms);
             }
         }
     }
