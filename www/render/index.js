@@ -175,7 +175,7 @@ function syncFaultForm(dom, snap) {
 }
 
 export function renderRunbar(dom, snap, view) {
-  const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since load`;
+  const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since the database was created`;
   setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span data-testid="digest">${esc(view.digest)}</span>` : ""}`);
   dom.play.textContent = view.playing ? "❚❚ Pause" : "▶ Play";
   dom.play.setAttribute("aria-pressed", String(view.playing));
