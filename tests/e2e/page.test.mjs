@@ -125,7 +125,7 @@ test("add and remove writers, readers, write tasks and oracle instances (buttons
   await waitFor(page, () => document.querySelectorAll("#writers-view tbody[data-actor]").length === 5, "W1-W3, T1, T2 in the writers panel");
   await waitFor(page, () => /●/.test(document.querySelector('#writers-view tbody[data-actor="W3"]')?.textContent ?? ""), "W3 commits");
   // A second oracle instance fenced the first.
-  await waitFor(page, () => /fenced/.test(document.querySelector('#oracle-view tr[data-actor="O1"]')?.textContent ?? ""), "O1 fenced by O2");
+  await waitFor(page, () => /fenced/.test([...document.querySelectorAll('#oracle-view tr[data-actor="O1"]')].map((r) => r.textContent).join(" ")), "O1 fenced by O2");
   // Remove.
   await page.locator('#processes-view button[data-action="remove"][data-actor="R2"]').click();
   await waitForStatus(page, "ok", /removed R2/);

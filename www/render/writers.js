@@ -134,7 +134,10 @@ export function renderOracle(el, snap, t0) {
         `<td class="mono num" data-col="first-ts" title="the first write timestamp this instance handed out (after a restart: above every earlier one)">${o?.firstTs != null ? esc(fmtMs(o.firstTs, t0)) : "–"}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td>` +
-        `<td>${windows}${state}</td></tr>`;
+        `<td>${windows}</td></tr>` +
+        // The state and its error on a row of their own, wrapped: a fenced instance's reason is
+        // what the step is about, and the table is wider than the panel.
+        (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="8" style="white-space:normal">${state}</td></tr>` : "");
     })
     .join("");
   setHtml(
