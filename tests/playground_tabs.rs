@@ -75,7 +75,9 @@ fn each_tab_lists_the_versions_the_other_tab_wrote() {
             return Err(format!("no overlap: own {own:?}, claimed {foreign:?}"));
         }
         match within.iter().find(|s| !foreign.contains(s)) {
-            Some(s) => Err(format!("version {s} missing: own {own:?}, claimed {foreign:?}")),
+            Some(s) => Err(format!(
+                "version {s} missing: own {own:?}, claimed {foreign:?}"
+            )),
             None => Ok(()),
         }
     };

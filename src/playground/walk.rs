@@ -1,5 +1,6 @@
 //! Continual feedback one stage at a time: with the generator off, **Step replicas** walks the
-//! first unread upsert through one replica, one stage per command, and says which stage it ran:
+//! newest upsert (the one pushed by hand) through one replica, one stage per command, and says
+//! which stage it ran:
 //!
 //! ```text
 //!  1 source     the pushed upsert reaches the source log (the run goes on until it is there)
@@ -267,8 +268,10 @@ impl Scenario {
                     s.upsert.as_ref().is_some_and(|h| h.view().queued == 0) && unread(r) > 0
                 })?;
                 let src = source.borrow();
-                let first = src.messages().len() - unread(r) as usize;
-                let Some(m) = src.messages().get(first).filter(|_| arrived) else {
+                // The newest message is the one just pushed by hand; older unread ones (the
+                // generator's, before it was turned off) go along with it into the stash.
+                let earlier = unread(r).saturating_sub(1);
+                let Some(m) = src.messages().last().filter(|_| arrived) else {
                     return Ok("the upsert did not reach the source log in time".into());
                 };
                 let value = m.value.as_ref().map_or("a delete".into(), |v| match v {
@@ -278,8 +281,13 @@ impl Scenario {
                 if let Some(w) = &mut self.walk {
                     w.message = Some((m.offset, m.key, m.ts));
                 }
+                let also = match earlier {
+                    0 => String::new(),
+                    1 => " (nor 1 earlier message, which goes along)".into(),
+                    n => format!(" (nor {n} earlier messages, which go along)"),
+                };
                 Ok(format!(
-                    "key {} {value} is in the source log at offset {}, time {}; {} has not read it",
+                    "key {} {value} is in the source log at offset {}, time {}; {} has not read it{also}",
                     m.key, m.offset, m.ts, walk.actor
                 ))
             }
