@@ -5,7 +5,7 @@ import { esc, setHtml, svgEl } from "./dom.js";
 
 const H = 190;
 const LEFT = 60;
-const RIGHT = 170;
+const RIGHT = 240; // room for the longest label, "— W1 cached upper 1234 ms behind"
 const TOP = 10;
 const BOTTOM = 24;
 
