@@ -1,6 +1,7 @@
 //! The maintenance transitions: compaction's merge results, rollups and GC's bookkeeping (the
 //! spine is in `trace.rs`; the work that uses these is in `compact.rs`, `gc.rs`, `rollup.rs` and
-//! `maintenance.rs`, where their unit tests live). Pure, like the rest of the state.
+//! `maintenance.rs`; the unit tests of rollups and the GC trigger are below, those of merges in
+//! `compact.rs`). Pure, like the rest of the state.
 
 use std::ops::ControlFlow::{self, Break, Continue};
 
@@ -206,4 +207,143 @@ enum AddRollup {
     Added,
     AlreadyListed,
     Refused,
+}
+
+#[cfg(test)]
+mod tests {
+    //! The pure transitions GC and rollups rely on (moved here from `gc.rs`).
+    use super::*;
+    use crate::persist::gc::GcReq;
+    use crate::persist::state::WriterId;
+
+    fn rollup(key: &str) -> HollowRollup {
+        HollowRollup {
+            key: key.into(),
+            encoded_size_bytes: 1,
+        }
+    }
+
+    fn with_rollups(seqnos: &[u64]) -> StateCollections {
+        let mut s = StateCollections::new();
+        for n in seqnos {
+            s.rollups.insert(SeqNo(*n), rollup(&format!("r{n}")));
+        }
+        s
+    }
+
+    #[test]
+    fn add_rollup_applies_iff_the_seqno_is_free_and_not_too_old() {
+        let mut s = with_rollups(&[4]);
+        assert_eq!(
+            s.add_rollup(SeqNo(8), &rollup("a")),
+            ControlFlow::Continue(true)
+        );
+        assert_eq!(
+            s.add_rollup(SeqNo(8), &rollup("a")),
+            ControlFlow::Break(true),
+            "the same rollup again (a retry whose first attempt committed)"
+        );
+        assert_eq!(
+            s.add_rollup(SeqNo(8), &rollup("b")),
+            ControlFlow::Break(false),
+            "another rollup holds the seqno"
+        );
+        assert_eq!(
+            s.add_rollup(SeqNo(2), &rollup("c")),
+            ControlFlow::Break(false),
+            "older than every listed rollup"
+        );
+        assert_eq!(
+            s.add_rollup(SeqNo(6), &rollup("d")),
+            ControlFlow::Continue(true)
+        );
+        assert_eq!(s.rollups.keys().map(|s| s.0).collect::<Vec<_>>(), [4, 6, 8]);
+    }
+
+    #[test]
+    fn remove_rollups_below_keeps_the_rest_and_never_the_last() {
+        let mut s = with_rollups(&[1, 4, 8]);
+        assert_eq!(s.remove_rollups_below(SeqNo(5)), ControlFlow::Continue(2));
+        assert_eq!(s.rollups.keys().map(|s| s.0).collect::<Vec<_>>(), [8]);
+        assert_eq!(
+            s.remove_rollups_below(SeqNo(5)),
+            ControlFlow::Break(0),
+            "nothing left below: no command"
+        );
+        assert_eq!(
+            s.remove_rollups_below(SeqNo(100)),
+            ControlFlow::Break(0),
+            "the last rollup is never removed"
+        );
+        assert_eq!(s.rollups.len(), 1);
+    }
+
+    #[test]
+    fn need_rollup_every_threshold_seqnos_with_a_fallback() {
+        let s = with_rollups(&[1]);
+        let due: Vec<u64> = (1..=60)
+            .filter(|n| s.need_rollup(SeqNo(*n), 16).is_some())
+            .collect();
+        // 17 and 33 are exact multiples past the rollup at 1; past 1 + 3 * 16 every seqno is due.
+        assert_eq!(
+            due,
+            [17, 33, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60]
+        );
+        assert_eq!(s.need_rollup(SeqNo(17), 0), None, "threshold 0: never");
+        // A big state stretches the cadence: 20,000 bytes over 16 * 512 is 3 thresholds.
+        let mut big = with_rollups(&[1]);
+        big.rollups.insert(
+            SeqNo(1),
+            HollowRollup {
+                key: "r1".into(),
+                encoded_size_bytes: 20_000,
+            },
+        );
+        let due: Vec<u64> = (1..=150)
+            .filter(|n| big.need_rollup(SeqNo(*n), 16).is_some())
+            .collect();
+        assert_eq!(&due[..3], [49, 97, 145]);
+        assert_eq!(StateCollections::new().need_rollup(SeqNo(17), 16), None);
+    }
+
+    #[test]
+    fn maybe_gc_fires_on_writes_once_the_seqno_since_moved_far_enough() {
+        let mut s = StateCollections::new();
+        let _ = s.register_writer(&WriterId("w".into()), 1_000, 0);
+        // seqno 3: threshold ceil(log2 3) = 2, seqno since 3 - 0 >= 2.
+        assert_eq!(
+            s.maybe_gc(false, SeqNo(3)),
+            None,
+            "not a write, and a writer exists"
+        );
+        assert_eq!(
+            s.maybe_gc(true, SeqNo(3)),
+            Some(GcReq {
+                old_seqno_since: SeqNo(0),
+                new_seqno_since: SeqNo(3)
+            })
+        );
+        assert_eq!(s.last_gc_req, SeqNo(3));
+        // seqno 5: threshold ceil(log2 5) = 3, but the seqno since moved only 2.
+        assert_eq!(s.maybe_gc(true, SeqNo(5)), None);
+        assert_eq!(s.last_gc_req, SeqNo(3), "unchanged when it does not fire");
+        assert_eq!(
+            s.maybe_gc(true, SeqNo(6)),
+            Some(GcReq {
+                old_seqno_since: SeqNo(3),
+                new_seqno_since: SeqNo(6)
+            })
+        );
+        // A reader holding seqno 7 holds the seqno since back, however far the shard goes.
+        let r = crate::persist::state::LeasedReaderId("r".into());
+        let _ = s.register_leased_reader(&r, SeqNo(7), 1_000, 0);
+        assert_eq!(s.maybe_gc(true, SeqNo(100)), None, "7 - 6 < threshold 7");
+        // Without writers, any command may fire it.
+        let _ = s.expire_writer(&WriterId("w".into()));
+        let _ = s.expire_leased_reader(&r);
+        assert_eq!(
+            s.maybe_gc(false, SeqNo(100)).map(|r| r.new_seqno_since),
+            Some(SeqNo(100))
+        );
+    }
 }

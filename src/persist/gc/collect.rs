@@ -1,0 +1,243 @@
+//! The collector: steps 1 to 7 of the module docs of `gc`, in that order, for one target.
+//!
+//! Order is the invariant: the ticket (3) is in Blob before the truncate (5) makes what it lists
+//! garbage, the rollup at the target is listed (4) before the truncate makes it the earliest,
+//! and deletes (6) come only after the truncate. The future may be dropped at any await.
+
+use std::ops::ControlFlow::{Break, Continue};
+
+use bytes::Bytes;
+
+use super::super::background::MaintenanceIds;
+use super::super::encoding::encode_gc_ticket;
+use super::super::events::PersistEvent;
+use super::super::machine::Machine;
+use super::super::rollup::{settle_rollup, write_rollup_blob};
+use super::super::state::{HollowRollup, State};
+use super::sweep::sweep;
+use super::walk::{references, scan_all_retrying, scan_retrying, walk, Walk};
+use super::{GcHints, GcReport, GcReq, MAX_RESCANS, SWEEP_INTERVAL_SEQNOS};
+use crate::location::{PermanentError, SeqNo};
+
+pub(super) async fn collect(
+    machine: &Machine,
+    req: GcReq,
+    ids: &MaintenanceIds,
+    hints: GcHints<'_>,
+) -> Result<(GcReport, Option<State>), PermanentError> {
+    let by_hand = !hints.routine;
+    let mut new = req.new_seqno_since;
+    if hints.at_latest_rollup && machine.cfg.rollup_threshold > 0 {
+        let state = machine.state();
+        let rollups = &state.collections.rollups;
+        let first = rollups.keys().next().copied();
+        match rollups.range(..=new).next_back().map(|(s, _)| *s) {
+            Some(latest) if Some(latest) != first => new = latest,
+            _ => {
+                let report = GcReport {
+                    new_seqno_since: new,
+                    skipped: Some("no rollup above the earliest one yet".into()),
+                    ..GcReport::default()
+                };
+                return Ok((report, None));
+            }
+        }
+    }
+    let mut report = GcReport {
+        new_seqno_since: new,
+        ..GcReport::default()
+    };
+    let skip = |mut report: GcReport, reason: String| {
+        machine.events.record(|| PersistEvent::GcSkipped {
+            who: machine.who.clone(),
+            shard: machine.shard_id.0.clone(),
+            new_seqno_since: new,
+            reason: reason.clone(),
+            at_ms: machine.runtime.now_ms(),
+        });
+        report.skipped = Some(reason);
+        Ok((report, None))
+    };
+
+    // 1 and 2: the live versions and what they refer to.
+    let mut backoff = machine.cfg.backoff();
+    let mut walked = None;
+    let mut last_reason = String::new();
+    // SUBTLE: a routine collection first reads only the earliest live version, and takes what
+    // the versions after it inserted from this process's memo (it committed or fetched them);
+    // only if the memo lacks one does it read every live version again.
+    let mut from_memo = hints.routine;
+    for _ in 0..MAX_RESCANS {
+        let versions = if from_memo {
+            scan_retrying(machine, 1).await?
+        } else {
+            scan_all_retrying(machine).await?
+        };
+        match walk(machine, &versions, new, &hints.states, from_memo).await? {
+            Walk::Done(reason) => {
+                // Already collected this far (or nothing to collect): finish what collectors
+                // that stopped after their truncate left, and, by hand, the bookkeeping.
+                if let (Some(earliest), true) = (versions.first().map(|v| v.seqno), by_hand) {
+                    unlist_rollups(machine, None, earliest, &mut report).await?;
+                    sweep(machine, earliest, &mut report, None).await?;
+                }
+                return skip(report, reason);
+            }
+            Walk::Rescan(reason) if from_memo => {
+                // The full scan follows at once.
+                from_memo = false;
+                last_reason = reason;
+            }
+            Walk::Rescan(reason) => {
+                last_reason = reason;
+                backoff.wait(&machine.runtime).await;
+            }
+            Walk::Walked {
+                earliest,
+                state_at_new,
+                referenced_below_new,
+            } => {
+                walked = Some((earliest, state_at_new, referenced_below_new));
+                break;
+            }
+        }
+    }
+    let Some((earliest, state_at_new, mut deletable)) = walked else {
+        return skip(
+            report,
+            format!("gave up after {MAX_RESCANS} scans: {last_reason}"),
+        );
+    };
+    for key in references(&state_at_new) {
+        deletable.remove(&key);
+    }
+    let deletable: Vec<String> = deletable.into_iter().collect();
+
+    // 3: the ticket: what this collection deletes, in Blob before the truncate makes it garbage,
+    // so that whoever collects next finishes the deletes if this collector stops after it.
+    // Rollups need no ticket: once unlisted and below the oldest listed one, the sweep finds
+    // them anyway.
+    let ticket = ticket_key(machine, new, ids);
+    let ticketed = deletable.iter().any(|k| !k.contains("/rollup/"));
+    if ticketed {
+        let bytes = Bytes::from(encode_gc_ticket(&deletable));
+        machine
+            .write_blob_retrying(&ticket, bytes, "gc ticket")
+            .await?;
+    }
+
+    // 4: a rollup at exactly `new`, listed, and the rollups below the earliest live version
+    // unlisted: one command, one seqno (none if there is nothing to change).
+    let rollup = if machine.state().collections.rollups.contains_key(&new) {
+        None
+    } else {
+        Some(write_rollup_blob(machine, &state_at_new, ids).await?)
+    };
+    let listed = unlist_rollups(
+        machine,
+        rollup.as_ref().map(|r| (new, r)),
+        earliest,
+        &mut report,
+    )
+    .await?;
+    if let (Some(rollup), Some((listed, maybe_committed))) = (&rollup, listed) {
+        settle_rollup(machine, (new, rollup), listed, maybe_committed, "gc").await?;
+    }
+    if !machine.state().collections.rollups.contains_key(&new) {
+        // Only a rollup older than every listed one is refused: others collected past `new`
+        // (and the ticket, if any, is theirs to finish: its seqno is below the earliest).
+        return skip(
+            report,
+            format!("no rollup can be listed at {new}: the shard was collected past it"),
+        );
+    }
+
+    // 5: truncate. A collector that got further first makes this a no-op.
+    let consensus = &machine.location.consensus;
+    let deleted = machine
+        .retrying(|| consensus.truncate(&machine.shard_id.0, new))
+        .await?;
+    machine.events.record(|| PersistEvent::ConsensusTruncated {
+        who: machine.who.clone(),
+        shard: machine.shard_id.0.clone(),
+        seqno: new,
+        deleted,
+        at_ms: machine.runtime.now_ms(),
+    });
+    report.versions_truncated = Some(deleted);
+    machine.forget_below(new);
+
+    // 6: delete what only dead versions referred to, then the ticket; then finish the tickets
+    // of collectors that stopped after their truncate.
+    let (rollups, parts): (Vec<String>, Vec<String>) =
+        deletable.into_iter().partition(|k| k.contains("/rollup/"));
+    machine.delete_blobs_retrying(&parts, "part").await?;
+    machine.delete_blobs_retrying(&rollups, "rollup").await?;
+    report.parts_deleted = parts;
+    report.rollups_deleted = rollups;
+    if ticketed {
+        machine
+            .delete_blobs_retrying(std::slice::from_ref(&ticket), "gc ticket")
+            .await?;
+    }
+
+    // 7: now and then (always by hand), finish the tickets of collectors that stopped after
+    // their truncate, and sweep.
+    if by_hand || earliest.0 / SWEEP_INTERVAL_SEQNOS != new.0 / SWEEP_INTERVAL_SEQNOS {
+        sweep(machine, new, &mut report, Some(&state_at_new)).await?;
+    }
+    Ok((report, Some(*state_at_new)))
+}
+/// The Blob key of a ticket of a collection up to `new`: `<shard>/gc/<new>/<collector>-<id>`.
+fn ticket_key(machine: &Machine, new: SeqNo, ids: &MaintenanceIds) -> String {
+    format!(
+        "{}/gc/{:020}/{}-{}",
+        machine.shard_id.0,
+        new.0,
+        machine.who,
+        ids.next()
+    )
+}
+/// The collection's one command: lists `add` (its rollup at its target, if it wrote one) and
+/// unlists the rollups below `earliest`. Returns whether `add` is listed and whether an attempt
+/// was indeterminate (`None` if there was no command to run).
+async fn unlist_rollups(
+    machine: &Machine,
+    add: Option<(SeqNo, &HollowRollup)>,
+    earliest: SeqNo,
+    report: &mut GcReport,
+) -> Result<Option<(bool, bool)>, PermanentError> {
+    let below = machine
+        .state()
+        .collections
+        .rollups
+        .range(..earliest)
+        .count();
+    if add.is_none() && below == 0 {
+        // Nothing to list or unlist: no command. (The rollup at `earliest` is listed and is
+        // not below it, so every rollup below it may go.)
+        return Ok(None);
+    }
+    let (_, result, maybe_committed) = machine
+        .apply_maintenance_cmd("add_and_remove_rollups", |c| {
+            c.add_and_remove_rollups(add, earliest)
+        })
+        .await?;
+    let listed = match result {
+        Continue((listed, removed)) => {
+            if removed > 0 {
+                report.rollups_unlisted += removed;
+                machine.events.record(|| PersistEvent::RollupsUnlisted {
+                    who: machine.who.clone(),
+                    shard: machine.shard_id.0.clone(),
+                    below: earliest,
+                    count: removed,
+                    at_ms: machine.runtime.now_ms(),
+                });
+            }
+            listed
+        }
+        Break(listed) => listed,
+    };
+    Ok(Some((listed, maybe_committed)))
+}
