@@ -1,6 +1,6 @@
 //! The building blocks every piece of background work (compaction, rollups, GC) is made of:
 //! unique ids for the blobs it writes, and Blob writes and deletes that retry transient errors
-//! (its idempotent commands, `apply_maintenance_cmd`, are in `apply.rs`). `maintenance.rs`
+//! (its idempotent commands, `apply_maintenance_cmd`, are in `machine/commands.rs`). `maintenance.rs`
 //! decides what runs and when; this module only provides the steps, and imports none of the
 //! work it serves.
 //!

@@ -1,5 +1,5 @@
 //! CRC-32 (the IEEE polynomial, reflected: the checksum of zlib, PNG and `crc32fast`), which
-//! frames every encoded state version, rollup and batch part (see [`super::encoding`]).
+//! frames every encoded state version, rollup and batch part (see `encoding.rs`).
 //!
 //! Slicing-by-8: eight bytes per step through eight 256-entry tables. Only the first table is
 //! built at compile time; the other seven (7 KiB, which would be the largest single item of the

@@ -35,7 +35,7 @@
 //! runs in chunks under a memory bound), and there is no size heuristic to skip small requests.
 
 use std::cell::{Cell, RefCell};
-use std::ops::ControlFlow::{Break, Continue};
+use std::ops::ControlFlow::{self, Break, Continue};
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -48,7 +48,7 @@ use super::maintenance::PendingMerge;
 use super::state::{BatchPart, Description, HollowBatch};
 use super::trace::{ApplyMergeResult, FueledMergeReq};
 use super::{PersistClient, ShardId};
-use crate::location::{BrokenAt, PermanentError, PermanentKind};
+use crate::location::{BrokenAt, PermanentError, PermanentKind, SeqNo};
 
 // The pure core of a merge lives in `merge.rs`; its API is the compactor's.
 pub use super::merge::{advance_to, merge_updates, validate_merge, MergeError};
@@ -231,20 +231,7 @@ async fn compact(
 ) -> Result<CompactionOutcome, PermanentError> {
     let desc = req.desc.clone();
     let (lower, upper) = (frontier(&desc.lower), frontier(&desc.upper));
-    machine.events.record(|| PersistEvent::CompactionRequested {
-        who: machine.who.clone(),
-        shard: machine.shard_id.0.clone(),
-        lower,
-        upper,
-        since: frontier(&desc.since),
-        inputs: req.inputs.len(),
-        input_updates: req
-            .inputs
-            .iter()
-            .map(|b| b.len)
-            .fold(0, u64::saturating_add),
-        at_ms: machine.runtime.now_ms(),
-    });
+    record_requested(machine, &req);
     let not_applied = |reason: String| {
         machine
             .events
@@ -264,67 +251,22 @@ async fn compact(
     }
 
     // 1 and 2: fetch, filter, advance, consolidate.
-    let mut inputs = Vec::with_capacity(req.inputs.len());
-    for batch in &req.inputs {
-        match fetch_updates(machine, batch).await? {
-            Some(updates) => inputs.push((batch.desc.clone(), updates)),
-            None => {
-                return Ok(not_applied(
-                    "an input part is gone (the inputs were replaced)".into(),
-                ))
-            }
-        }
-    }
+    let updates = match fetch_and_merge(machine, &req).await? {
+        Ok(updates) => updates,
+        Err(reason) => return Ok(not_applied(reason)),
+    };
     let inputs_all_inline = req.inputs.iter().all(|b| {
         b.parts
             .iter()
             .all(|p| matches!(p, BatchPart::Inline { .. }))
     });
-    super::stats::count(|s| s.merges += 1);
-    let updates = match merge_updates(&desc, inputs) {
-        Ok(updates) => updates,
-        Err(e) => return Ok(not_applied(format!("cannot merge: {e}"))),
-    };
 
     // 3: the output, in Blob before state names it.
     let output = write_output(machine, ids, &desc, updates, inputs_all_inline).await?;
 
     // 4: commit, if the inputs still line up; meanwhile this process's appends carry it.
-    let pending = Rc::new(PendingMerge {
-        req: req.clone(),
-        output: output.clone(),
-        carried: Cell::new(None),
-        maybe_carried: Cell::new(false),
-        in_flight: Cell::new(0),
-        on_carried: RefCell::new(None),
-    });
-    let _pending = PendingGuard::new(machine, &pending);
-    // Give this process's next append the chance to carry it: then the merge costs no
-    // compare_and_set of its own (a writer in a tight loop appends well within the wait).
-    if carry_wait_ms > 0 {
-        let (tx, rx) = futures::channel::oneshot::channel();
-        *pending.on_carried.borrow_mut() = Some(tx);
-        let _ = machine.runtime.timeout(carry_wait_ms, rx).await;
-    }
-    let (seqno, result, maybe_committed) = machine
-        .apply_maintenance_cmd("merge_res", |c| {
-            if pending.carried.get().is_some() {
-                // An append committed it: nothing left to do.
-                return Break(ApplyMergeResult::NotAppliedNoMatch);
-            }
-            c.apply_merge_res(&req, &output)
-        })
-        .await?;
-    // SUBTLE: an append that carries it may have committed it without having heard so yet (its
-    // compare_and_set has not returned): wait until every carrying attempt knows its outcome.
-    while pending.in_flight.get() > 0 {
-        machine.runtime.sleep(1).await;
-    }
-    let (seqno, result) = match pending.carried.get() {
-        Some(carried) => (carried, Continue(ApplyMergeResult::AppliedExact)),
-        None => (seqno, result),
-    };
-    let maybe_committed = maybe_committed || pending.maybe_carried.get();
+    let (seqno, result, maybe_committed) =
+        commit_output(machine, &req, &output, carry_wait_ms).await?;
     let applied = |result: ApplyMergeResult| {
         machine.events.record(|| PersistEvent::CompactionApplied {
             who: machine.who.clone(),
@@ -365,6 +307,92 @@ async fn compact(
             not_applied(format!("{result:?}"))
         }
     })
+}
+
+/// Records that a merge of `req` starts.
+fn record_requested(machine: &Machine, req: &FueledMergeReq) {
+    let desc = &req.desc;
+    machine.events.record(|| PersistEvent::CompactionRequested {
+        who: machine.who.clone(),
+        shard: machine.shard_id.0.clone(),
+        lower: frontier(&desc.lower),
+        upper: frontier(&desc.upper),
+        since: frontier(&desc.since),
+        inputs: req.inputs.len(),
+        input_updates: req
+            .inputs
+            .iter()
+            .map(|b| b.len)
+            .fold(0, u64::saturating_add),
+        at_ms: machine.runtime.now_ms(),
+    });
+}
+
+/// Steps 1 and 2: the inputs' updates, fetched, filtered, advanced and consolidated; `Err`
+/// with the reason when the merge cannot go on (an input part is gone, or they do not merge).
+async fn fetch_and_merge(
+    machine: &Machine,
+    req: &FueledMergeReq,
+) -> Result<Result<Vec<EncodedUpdate>, String>, PermanentError> {
+    let mut inputs = Vec::with_capacity(req.inputs.len());
+    for batch in &req.inputs {
+        match fetch_updates(machine, batch).await? {
+            Some(updates) => inputs.push((batch.desc.clone(), updates)),
+            None => {
+                return Ok(Err(
+                    "an input part is gone (the inputs were replaced)".into()
+                ))
+            }
+        }
+    }
+    super::stats::count(|s| s.merges += 1);
+    Ok(merge_updates(&req.desc, inputs).map_err(|e| format!("cannot merge: {e}")))
+}
+
+/// Step 4: commits `output` with a `merge_res` command of its own, unless one of this process's
+/// appends carries it first (it waits up to `carry_wait_ms` for one). Returns the seqno it
+/// landed at, the result, and whether some attempt may have committed it unseen.
+async fn commit_output(
+    machine: &Machine,
+    req: &FueledMergeReq,
+    output: &HollowBatch,
+    carry_wait_ms: u64,
+) -> Result<(SeqNo, ControlFlow<ApplyMergeResult, ApplyMergeResult>, bool), PermanentError> {
+    let pending = Rc::new(PendingMerge {
+        req: req.clone(),
+        output: output.clone(),
+        carried: Cell::new(None),
+        maybe_carried: Cell::new(false),
+        in_flight: Cell::new(0),
+        on_carried: RefCell::new(None),
+    });
+    let _pending = PendingGuard::new(machine, &pending);
+    // Give this process's next append the chance to carry it: then the merge costs no
+    // compare_and_set of its own (a writer in a tight loop appends well within the wait).
+    if carry_wait_ms > 0 {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        *pending.on_carried.borrow_mut() = Some(tx);
+        let _ = machine.runtime.timeout(carry_wait_ms, rx).await;
+    }
+    let (seqno, result, maybe_committed) = machine
+        .apply_maintenance_cmd("merge_res", |c| {
+            if pending.carried.get().is_some() {
+                // An append committed it: nothing left to do.
+                return Break(ApplyMergeResult::NotAppliedNoMatch);
+            }
+            c.apply_merge_res(req, output)
+        })
+        .await?;
+    // SUBTLE: an append that carries it may have committed it without having heard so yet (its
+    // compare_and_set has not returned): wait until every carrying attempt knows its outcome.
+    while pending.in_flight.get() > 0 {
+        machine.runtime.sleep(1).await;
+    }
+    let (seqno, result) = match pending.carried.get() {
+        Some(carried) => (carried, Continue(ApplyMergeResult::AppliedExact)),
+        None => (seqno, result),
+    };
+    Ok((seqno, result, maybe_committed || pending.maybe_carried.get()))
 }
 
 /// Runs every outstanding merge request of the shard's trace now, in this task, until the spine

@@ -56,7 +56,6 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 
-pub(crate) mod apply;
 pub(crate) mod background;
 pub mod checksum;
 pub mod codec;

@@ -4,6 +4,7 @@
 //! garbage, the rollup at the target is listed (4) before the truncate makes it the earliest,
 //! and deletes (6) come only after the truncate. The future may be dropped at any await.
 
+use std::collections::BTreeSet;
 use std::ops::ControlFlow::{Break, Continue};
 
 use bytes::Bytes;
@@ -28,12 +29,9 @@ pub(super) async fn collect(
     let by_hand = !hints.routine;
     let mut new = req.new_seqno_since;
     if hints.at_latest_rollup && machine.cfg.rollup_threshold > 0 {
-        let state = machine.state();
-        let rollups = &state.collections.rollups;
-        let first = rollups.keys().next().copied();
-        match rollups.range(..=new).next_back().map(|(s, _)| *s) {
-            Some(latest) if Some(latest) != first => new = latest,
-            _ => {
+        match latest_rollup_target(machine, new) {
+            Some(latest) => new = latest,
+            None => {
                 let report = GcReport {
                     new_seqno_since: new,
                     skipped: Some("no rollup above the earliest one yet".into()),
@@ -60,54 +58,11 @@ pub(super) async fn collect(
     };
 
     // 1 and 2: the live versions and what they refer to.
-    let mut backoff = machine.cfg.backoff();
-    let mut walked = None;
-    let mut last_reason = String::new();
-    // SUBTLE: a routine collection first reads only the earliest live version, and takes what
-    // the versions after it inserted from this process's memo (it committed or fetched them);
-    // only if the memo lacks one does it read every live version again.
-    let mut from_memo = hints.routine;
-    for _ in 0..MAX_RESCANS {
-        let versions = if from_memo {
-            scan_retrying(machine, 1).await?
-        } else {
-            scan_all_retrying(machine).await?
+    let (earliest, state_at_new, mut deletable) =
+        match walk_to(machine, new, &hints, &mut report).await? {
+            Ok(walked) => walked,
+            Err(reason) => return skip(report, reason),
         };
-        match walk(machine, &versions, new, &hints.states, from_memo).await? {
-            Walk::Done(reason) => {
-                // Already collected this far (or nothing to collect): finish what collectors
-                // that stopped after their truncate left, and, by hand, the bookkeeping.
-                if let (Some(earliest), true) = (versions.first().map(|v| v.seqno), by_hand) {
-                    unlist_rollups(machine, None, earliest, &mut report).await?;
-                    sweep(machine, earliest, &mut report, None).await?;
-                }
-                return skip(report, reason);
-            }
-            Walk::Rescan(reason) if from_memo => {
-                // The full scan follows at once.
-                from_memo = false;
-                last_reason = reason;
-            }
-            Walk::Rescan(reason) => {
-                last_reason = reason;
-                backoff.wait(&machine.runtime).await;
-            }
-            Walk::Walked {
-                earliest,
-                state_at_new,
-                referenced_below_new,
-            } => {
-                walked = Some((earliest, state_at_new, referenced_below_new));
-                break;
-            }
-        }
-    }
-    let Some((earliest, state_at_new, mut deletable)) = walked else {
-        return skip(
-            report,
-            format!("gave up after {MAX_RESCANS} scans: {last_reason}"),
-        );
-    };
     for key in references(&state_at_new) {
         deletable.remove(&key);
     }
@@ -128,22 +83,7 @@ pub(super) async fn collect(
 
     // 4: a rollup at exactly `new`, listed, and the rollups below the earliest live version
     // unlisted: one command, one seqno (none if there is nothing to change).
-    let rollup = if machine.state().collections.rollups.contains_key(&new) {
-        None
-    } else {
-        Some(write_rollup_blob(machine, &state_at_new, ids).await?)
-    };
-    let listed = unlist_rollups(
-        machine,
-        rollup.as_ref().map(|r| (new, r)),
-        earliest,
-        &mut report,
-    )
-    .await?;
-    if let (Some(rollup), Some((listed, maybe_committed))) = (&rollup, listed) {
-        settle_rollup(machine, (new, rollup), listed, maybe_committed, "gc").await?;
-    }
-    if !machine.state().collections.rollups.contains_key(&new) {
+    if !list_rollup_at(machine, new, &state_at_new, earliest, ids, &mut report).await? {
         // Only a rollup older than every listed one is refused: others collected past `new`
         // (and the ticket, if any, is theirs to finish: its seqno is below the earliest).
         return skip(
@@ -152,7 +92,27 @@ pub(super) async fn collect(
         );
     }
 
-    // 5: truncate. A collector that got further first makes this a no-op.
+    // 5 and 6.
+    let ticket = ticketed.then_some(ticket);
+    truncate_and_delete(machine, new, deletable, ticket, &mut report).await?;
+
+    // 7: now and then (always by hand), finish the tickets of collectors that stopped after
+    // their truncate, and sweep.
+    if by_hand || earliest.0 / SWEEP_INTERVAL_SEQNOS != new.0 / SWEEP_INTERVAL_SEQNOS {
+        sweep(machine, new, &mut report, Some(&state_at_new)).await?;
+    }
+    Ok((report, Some(*state_at_new)))
+}
+
+/// Steps 5 and 6: truncates Consensus below `new` (a collector that got further first makes
+/// this a no-op), then deletes what only the dead versions referred to, then the ticket.
+async fn truncate_and_delete(
+    machine: &Machine,
+    new: SeqNo,
+    deletable: Vec<String>,
+    ticket: Option<String>,
+    report: &mut GcReport,
+) -> Result<(), PermanentError> {
     let consensus = &machine.location.consensus;
     let deleted = machine
         .retrying(|| consensus.truncate(&machine.shard_id.0, new))
@@ -166,28 +126,109 @@ pub(super) async fn collect(
     });
     report.versions_truncated = Some(deleted);
     machine.forget_below(new);
-
-    // 6: delete what only dead versions referred to, then the ticket; then finish the tickets
-    // of collectors that stopped after their truncate.
     let (rollups, parts): (Vec<String>, Vec<String>) =
         deletable.into_iter().partition(|k| k.contains("/rollup/"));
     machine.delete_blobs_retrying(&parts, "part").await?;
     machine.delete_blobs_retrying(&rollups, "rollup").await?;
     report.parts_deleted = parts;
     report.rollups_deleted = rollups;
-    if ticketed {
+    if let Some(ticket) = ticket {
         machine
             .delete_blobs_retrying(std::slice::from_ref(&ticket), "gc ticket")
             .await?;
     }
-
-    // 7: now and then (always by hand), finish the tickets of collectors that stopped after
-    // their truncate, and sweep.
-    if by_hand || earliest.0 / SWEEP_INTERVAL_SEQNOS != new.0 / SWEEP_INTERVAL_SEQNOS {
-        sweep(machine, new, &mut report, Some(&state_at_new)).await?;
-    }
-    Ok((report, Some(*state_at_new)))
+    Ok(())
 }
+
+/// A routine collection's target: the newest listed rollup at or below `new`, unless that is
+/// the earliest listed one (`None`: nothing to collect yet).
+fn latest_rollup_target(machine: &Machine, new: SeqNo) -> Option<SeqNo> {
+    let state = machine.state();
+    let rollups = &state.collections.rollups;
+    let first = rollups.keys().next().copied();
+    match rollups.range(..=new).next_back().map(|(s, _)| *s) {
+        Some(latest) if Some(latest) != first => Some(latest),
+        _ => None,
+    }
+}
+
+/// Steps 1 and 2, scanning again while other collectors move the earliest version under us:
+/// the earliest live version, the state at `new` and every blob referenced below `new`; `Err`
+/// with the reason to skip (already collected, or given up after [`MAX_RESCANS`] scans). When
+/// the shard is already collected this far, by hand, it still unlists and sweeps.
+async fn walk_to(
+    machine: &Machine,
+    new: SeqNo,
+    hints: &GcHints<'_>,
+    report: &mut GcReport,
+) -> Result<Result<(SeqNo, Box<State>, BTreeSet<String>), String>, PermanentError> {
+    let by_hand = !hints.routine;
+    let mut backoff = machine.cfg.backoff();
+    let mut last_reason = String::new();
+    // SUBTLE: a routine collection first reads only the earliest live version, and takes what
+    // the versions after it inserted from this process's memo (it committed or fetched them);
+    // only if the memo lacks one does it read every live version again.
+    let mut from_memo = hints.routine;
+    for _ in 0..MAX_RESCANS {
+        let versions = if from_memo {
+            scan_retrying(machine, 1).await?
+        } else {
+            scan_all_retrying(machine).await?
+        };
+        match walk(machine, &versions, new, &hints.states, from_memo).await? {
+            Walk::Done(reason) => {
+                // Already collected this far (or nothing to collect): finish what collectors
+                // that stopped after their truncate left, and, by hand, the bookkeeping.
+                if let (Some(earliest), true) = (versions.first().map(|v| v.seqno), by_hand) {
+                    unlist_rollups(machine, None, earliest, report).await?;
+                    sweep(machine, earliest, report, None).await?;
+                }
+                return Ok(Err(reason));
+            }
+            Walk::Rescan(reason) if from_memo => {
+                // The full scan follows at once.
+                from_memo = false;
+                last_reason = reason;
+            }
+            Walk::Rescan(reason) => {
+                last_reason = reason;
+                backoff.wait(&machine.runtime).await;
+            }
+            Walk::Walked {
+                earliest,
+                state_at_new,
+                referenced_below_new,
+            } => return Ok(Ok((earliest, state_at_new, referenced_below_new))),
+        }
+    }
+    Ok(Err(format!(
+        "gave up after {MAX_RESCANS} scans: {last_reason}"
+    )))
+}
+
+/// Step 4: lists a rollup at exactly `new` (reusing a listed one, or writing `state_at_new` to
+/// Blob first) and unlists the rollups below `earliest`, in one command. Returns whether a
+/// rollup is listed at `new` afterwards.
+async fn list_rollup_at(
+    machine: &Machine,
+    new: SeqNo,
+    state_at_new: &State,
+    earliest: SeqNo,
+    ids: &MaintenanceIds,
+    report: &mut GcReport,
+) -> Result<bool, PermanentError> {
+    let rollup = if machine.state().collections.rollups.contains_key(&new) {
+        None
+    } else {
+        Some(write_rollup_blob(machine, state_at_new, ids).await?)
+    };
+    let listed = unlist_rollups(machine, rollup.as_ref().map(|r| (new, r)), earliest, report).await?;
+    if let (Some(rollup), Some((listed, maybe_committed))) = (&rollup, listed) {
+        settle_rollup(machine, (new, rollup), listed, maybe_committed, "gc").await?;
+    }
+    Ok(machine.state().collections.rollups.contains_key(&new))
+}
+
 /// The Blob key of a ticket of a collection up to `new`: `<shard>/gc/<new>/<collector>-<id>`.
 fn ticket_key(machine: &Machine, new: SeqNo, ids: &MaintenanceIds) -> String {
     format!(

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use super::super::encoding::{decode_diff, decode_rollup};
+use super::super::encoding::{decode_diff, decode_rollup, StateDiff};
 use super::super::machine::Machine;
 use super::super::state::State;
 use crate::location::{BrokenAt, PermanentError, PermanentKind, SeqNo, VersionedData, SCAN_ALL};
@@ -145,9 +145,6 @@ pub(super) async fn walk(
     let inconsistent = |at: BrokenAt, e: String| {
         machine.mark_broken(machine.permanent(at, PermanentKind::Inconsistent, e))
     };
-    let undecodable = |at: BrokenAt, e: String| {
-        machine.mark_broken(machine.permanent(at, PermanentKind::Undecodable, e))
-    };
     // Every blob some version in [earliest, new) refers to was referred to by the state at
     // `earliest` or was inserted by one of the diffs after it: no need to rebuild each version.
     let mut referenced_below_new: BTreeSet<String> = references(&state).collect();
@@ -167,33 +164,8 @@ pub(super) async fn walk(
             referenced_below_new.extend(inserted.iter().cloned());
         }
     }
-    let mut diffs = Vec::new();
     let versions = if from_memo { &[][..] } else { versions };
-    for version in versions.iter().skip(1).take_while(|v| v.seqno <= new) {
-        let below = version.seqno < new;
-        if !replay {
-            if !below {
-                break;
-            }
-            if let Some(inserted) = machine.seen.borrow().get(&version.seqno) {
-                referenced_below_new.extend(inserted.iter().cloned());
-                continue;
-            }
-        }
-        let at = BrokenAt::Version(version.seqno);
-        let diff =
-            decode_diff(&version.data).map_err(|e| undecodable(at.clone(), e.to_string()))?;
-        if diff.seqno_to != version.seqno {
-            return Err(inconsistent(
-                at,
-                format!("holds the diff to {}", diff.seqno_to),
-            ));
-        }
-        if below {
-            referenced_below_new.extend(diff.inserted_blobs());
-        }
-        diffs.push(diff);
-    }
+    let diffs = read_diffs(machine, versions, new, replay, &mut referenced_below_new)?;
     // The state at `new`: the caller's, the cache if it is there, or the diffs replayed.
     let state_at_new = match (known_at(new), current.seqno == new) {
         (Some(known), _) => known.clone(),
@@ -218,4 +190,50 @@ pub(super) async fn walk(
         state_at_new: Box::new(state_at_new),
         referenced_below_new,
     })
+}
+
+/// The diffs of `versions` after the first, up to `new` (all of them if the state at `new` must
+/// be replayed, else none at `new`), adding what those below `new` inserted to `referenced`;
+/// a version this process's memo knows is taken from it instead of decoded, unless replaying.
+/// A version that does not decode, or holds another seqno's diff, marks the shard broken.
+fn read_diffs(
+    machine: &Machine,
+    versions: &[VersionedData],
+    new: SeqNo,
+    replay: bool,
+    referenced: &mut BTreeSet<String>,
+) -> Result<Vec<StateDiff>, PermanentError> {
+    let mut diffs = Vec::new();
+    for version in versions.iter().skip(1).take_while(|v| v.seqno <= new) {
+        let below = version.seqno < new;
+        if !replay {
+            if !below {
+                break;
+            }
+            if let Some(inserted) = machine.seen.borrow().get(&version.seqno) {
+                referenced.extend(inserted.iter().cloned());
+                continue;
+            }
+        }
+        let at = BrokenAt::Version(version.seqno);
+        let diff = decode_diff(&version.data).map_err(|e| {
+            machine.mark_broken(machine.permanent(
+                at.clone(),
+                PermanentKind::Undecodable,
+                e.to_string(),
+            ))
+        })?;
+        if diff.seqno_to != version.seqno {
+            return Err(machine.mark_broken(machine.permanent(
+                at,
+                PermanentKind::Inconsistent,
+                format!("holds the diff to {}", diff.seqno_to),
+            )));
+        }
+        if below {
+            referenced.extend(diff.inserted_blobs());
+        }
+        diffs.push(diff);
+    }
+    Ok(diffs)
 }

@@ -12,13 +12,9 @@
 use std::fmt::Debug;
 use std::ops::ControlFlow::{self, Break, Continue};
 
-use super::machine::Machine;
-use super::state::StateCollections;
+use super::super::state::StateCollections;
+use super::{ErasedWork, Machine};
 use crate::location::{BrokenAt, ExternalError, PermanentError, PermanentKind, SeqNo};
-
-/// A transition as the command loop sees it: `Break` carries the reason's debug text.
-pub(crate) type ErasedWork<'a> =
-    dyn FnMut(SeqNo, u64, &mut StateCollections) -> ControlFlow<String, ()> + 'a;
 
 /// A typed transition and its last result.
 struct Typed<'w, W, B, R> {

@@ -13,11 +13,11 @@
 //! Batches: parts are written to Blob before the state change that references them; a batch whose
 //! encoding is small stays inline in state (one Consensus write for a small append), up to a cap
 //! over the whole state, beyond which the parts are flushed to Blob and the append retried.
+//! [`Batch`] and [`BatchBuilder`] live in `batch.rs`.
 
 use std::marker::PhantomData;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 use timely::PartialOrder;
 
@@ -28,100 +28,11 @@ use super::events::PersistEvent;
 use super::machine::{upper_mismatch, CaaOutcome, Machine};
 use super::state::{BatchPart, Description, HollowBatch, IdempotencyToken, SchemaId, WriterId};
 use super::{PersistClient, ShardId};
-use crate::retry::retry_transient;
 
-/// A batch of updates written (or kept inline) but not yet appended to the shard.
-#[derive(Debug)]
-pub struct Batch<K, V> {
-    shard_id: ShardId,
-    batch: HollowBatch,
-    _codecs: PhantomData<(K, V)>,
-}
+mod batch;
 
-/// A [`Batch`] as bytes, to hand to another process ([`WriteHandle::batch_from_transmittable_batch`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct TransmittableBatch {
-    shard_id: ShardId,
-    batch: HollowBatch,
-}
-
-impl<K: Codec, V: Codec> Batch<K, V> {
-    /// The shard this batch was written for.
-    pub fn shard_id(&self) -> &ShardId {
-        &self.shard_id
-    }
-
-    /// The batch's bounds and since.
-    pub fn desc(&self) -> &Description {
-        &self.batch.desc
-    }
-
-    /// The number of updates.
-    pub fn len(&self) -> u64 {
-        self.batch.len
-    }
-
-    /// Whether it has no updates.
-    pub fn is_empty(&self) -> bool {
-        self.batch.len == 0
-    }
-
-    /// The batch as bytes (its metadata; the parts stay where they are).
-    pub fn into_transmittable_batch(self) -> Vec<u8> {
-        let t = TransmittableBatch {
-            shard_id: self.shard_id,
-            batch: self.batch,
-        };
-        bincode::serialize(&t).expect("serializing plain data into a Vec")
-    }
-
-    /// Deletes the batch's Blob parts (after a failed append the caller no longer needs it),
-    /// retrying transient errors. A permanent error leaves a part behind: a leak, which
-    /// `gc::leaked_blobs` lists, never a dangling reference.
-    pub async fn delete(self, client: &PersistClient) {
-        delete_parts(client, &self.batch).await
-    }
-}
-
-/// Builds a [`Batch`] from updates at times `>= lower`.
-pub struct BatchBuilder<K, V> {
-    lower: Antichain<Timestamp>,
-    updates: Vec<EncodedUpdate>,
-    _codecs: PhantomData<(K, V)>,
-}
-
-impl<K: Codec, V: Codec> BatchBuilder<K, V> {
-    /// Adds one update. Its time must be at or beyond the lower.
-    pub fn add(
-        &mut self,
-        key: &K,
-        val: &V,
-        ts: &Timestamp,
-        diff: &Diff,
-    ) -> Result<(), InvalidUsage> {
-        if !self.lower.less_equal(ts) {
-            return Err(InvalidUsage::UpdateNotBeyondLower {
-                ts: *ts,
-                lower: self.lower.clone(),
-            });
-        }
-        let (mut k, mut v) = (Vec::new(), Vec::new());
-        key.encode(&mut k);
-        val.encode(&mut v);
-        self.updates.push(((k, v), *ts, *diff));
-        Ok(())
-    }
-}
-
-/// Deletes `batch`'s Blob parts, retrying transient errors (see [`Batch::delete`]).
-async fn delete_parts(client: &PersistClient, batch: &HollowBatch) {
-    let blob = &client.location().blob;
-    for key in batch.part_keys() {
-        let mut backoff = client.cfg().backoff();
-        let delete = || blob.delete(key);
-        let _ = retry_transient(client.runtime(), &mut backoff, delete, |_, _| {}).await;
-    }
-}
+use batch::{delete_parts, TransmittableBatch};
+pub use batch::{Batch, BatchBuilder};
 
 /// A handle that may append to one shard. See the module docs.
 ///
