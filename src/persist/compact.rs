@@ -43,10 +43,9 @@ use bytes::Bytes;
 use super::background::MaintenanceIds;
 use super::encoding::{decode_part, encode_part, EncodedUpdate};
 use super::events::{frontier, PersistEvent};
-use super::machine::Machine;
-use super::maintenance::PendingMerge;
+use super::machine::{Machine, PendingMerge};
 use super::state::{BatchPart, Description, HollowBatch};
-use super::trace::{ApplyMergeResult, FueledMergeReq};
+use super::state::trace::{ApplyMergeResult, FueledMergeReq};
 use super::{PersistClient, ShardId};
 use crate::location::{BrokenAt, PermanentError, PermanentKind, SeqNo};
 

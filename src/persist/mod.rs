@@ -7,17 +7,22 @@
 //! previous version; rollups of the whole state and batch parts live in Blob (small batches live
 //! inline in state, so a small write costs one Consensus write).
 //!
-//! Layers, each with one job:
-//! - [`state`]: the pure transitions (`ControlFlow`, no I/O, no clock) and the invariants;
-//! - [`trace`]: the batches of a shard and their contiguity;
+//! Layers, each with one job, listed bottom-up: a module imports only modules listed above it
+//! (`codec`, `error`, `events`, `stats`, `consolidate` and `checksum` sit below all of these;
+//! this file, the root, defines the plain types all of them share, `ShardId` and
+//! `PersistConfig`, and the `PersistClient` that wires them together):
+//! - [`state`]: the pure transitions (`ControlFlow`, no I/O, no clock) and the invariants; its
+//!   [`trace`] holds the batches of a shard and their contiguity;
 //! - [`encoding`]: every stored byte, versioned and checksummed;
 //! - [`machine`]: the command loop, the only caller of `compare_and_set` on shard state; it
 //!   tells transient storage errors (retried) from permanent ones (the shard is broken: a typed
-//!   [`error::PersistError::Permanent`], and nothing more is written);
-//! - [`write`](mod@write) and [`read`]: the handles a user holds;
-//! - [`maintenance`] (which work a commit assigns, and when it runs), built from the steps in
-//!   `background.rs` and `rollup.rs` and the work in [`compact`] (its pure core in [`merge`]) and [`gc`] (which also has the
-//!   leak check, [`gc::leaked_blobs`]).
+//!   [`error::PersistError::Permanent`], and nothing more is written). It also plans the
+//!   maintenance each commit assigns and queues it, and starts its workers through a starter
+//!   the client installs (so it imports none of the work);
+//! - [`read`], [`critical`], [`write`](mod@write) and [`contents`]: the handles a user holds;
+//! - the work: [`compact`] (its pure core in [`merge`]), `rollup.rs`, and [`gc`] (which also
+//!   has the leak check, [`gc::leaked_blobs`]), with ids from `background.rs`;
+//! - [`maintenance`]: the workers that run what a commit assigned, when it runs.
 //!
 //! A shard whose upper and since are both empty is a tombstone
 //! ([`PersistClient::finalize_shard`], [`PersistClient::is_finalized`]): every later command on
@@ -74,7 +79,8 @@ pub mod read;
 pub(crate) mod rollup;
 pub mod state;
 pub mod stats;
-pub mod trace;
+/// The trace lives in `state/` (it is part of the state); re-exported at its old path.
+pub use state::trace;
 pub mod write;
 
 use crate::location::Location;
@@ -219,7 +225,7 @@ enum Ids {
 #[derive(Clone)]
 struct ShardCache {
     state: Rc<RefCell<State>>,
-    maintenance: Rc<RefCell<maintenance::MaintenanceQueue>>,
+    maintenance: Rc<RefCell<machine::MaintenanceQueue>>,
     broken: Rc<RefCell<Option<crate::location::PermanentError>>>,
     seen: Rc<RefCell<VecMap<crate::location::SeqNo, Vec<String>>>>,
 }
@@ -319,6 +325,7 @@ impl PersistClient {
             who,
             cache: shared.state,
             maintenance: shared.maintenance,
+            start_workers: maintenance::start_workers,
             broken: shared.broken,
             seen: shared.seen,
         }

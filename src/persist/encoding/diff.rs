@@ -17,7 +17,7 @@ use super::super::state::{
     CriticalReaderId, CriticalReaderState, HollowBatch, HollowRollup, LeasedReaderId,
     LeasedReaderState, Schema, SchemaId, State, WriterId, WriterState,
 };
-use super::super::trace::Trace;
+use super::super::state::trace::Trace;
 use super::super::ShardId;
 use super::{decode_framed, encode_framed, DecodeError, MAGIC_DIFF};
 use crate::location::SeqNo;

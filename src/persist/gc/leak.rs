@@ -8,8 +8,7 @@ use std::collections::BTreeSet;
 use super::super::machine::Machine;
 use super::super::state::State;
 use super::super::{PersistClient, ShardId};
-use super::sweep::list_retrying;
-use super::walk::{references, scan_all_retrying, walk, Walk};
+use super::walk::{list_retrying, references, scan_all_retrying, walk, Walk};
 use super::MAX_RESCANS;
 use crate::location::{BlobMetadata, BrokenAt, PermanentError, PermanentKind};
 

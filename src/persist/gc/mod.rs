@@ -101,15 +101,8 @@ mod walk;
 
 pub use leak::{leaked_blobs, live_references};
 pub(crate) use sweep::sweep_now;
-
-/// A request to collect garbage below `new_seqno_since`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct GcReq {
-    /// `last_gc_req` before this request (shown in events; the collector works from a scan).
-    pub old_seqno_since: SeqNo,
-    /// No live reader or version needs the versions below this one.
-    pub new_seqno_since: SeqNo,
-}
+/// The request type lives with the trigger that makes it (`state/upkeep.rs`).
+pub use super::state::GcReq;
 
 /// What one collection did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

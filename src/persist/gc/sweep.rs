@@ -11,8 +11,9 @@ use super::super::encoding::decode_gc_ticket;
 use super::super::machine::Machine;
 use super::super::state::{maintenance_output_seqno, part_writer, State, WriterId};
 use super::leak::live_references_with;
+use super::walk::list_retrying;
 use super::{GcReport, FINISHED_FOR_DEAD_COLLECTOR, SWEPT_OUTPUTS, SWEPT_PARTS, SWEPT_ROLLUPS};
-use crate::location::{BlobMetadata, PermanentError, SeqNo};
+use crate::location::{PermanentError, SeqNo};
 
 /// A sweep on its own (see the module docs), for a commit that expired a writer whose lease ran
 /// out: what it wrote and never committed goes at once, not at the next collection's sweep.
@@ -42,20 +43,6 @@ fn rollup_seqno(key: &str) -> Option<SeqNo> {
     let (_shard, rollup, seqno) = (segments.next()?, segments.next()?, segments.next()?);
     (rollup == "rollup").then_some(())?;
     seqno.parse().ok().map(SeqNo)
-}
-
-/// The shard's blobs under `<shard>/<sub>`.
-pub(super) async fn list_retrying(machine: &Machine, sub: &str) -> Result<Vec<BlobMetadata>, PermanentError> {
-    let blob = &machine.location.blob;
-    let prefix = format!("{}/{sub}", machine.shard_id.0);
-    machine
-        .retrying(|| async {
-            let mut listed = Vec::new();
-            blob.list_keys_and_metadata(&prefix, &mut |m| listed.push(m))
-                .await
-                .map(|()| listed)
-        })
-        .await
 }
 
 /// Deletes `keys` and records those that were still there (only those: these deletes clean up

@@ -1,7 +1,8 @@
 //! Steps 1 and 2 of the collector (see the module docs of `gc`), shared with the sweep and the
 //! leak check: scan the live versions, read the state at the earliest from the rollup listed
 //! there, and collect every blob a version below the target refers to, from the diffs after the
-//! earliest (or this process's memo of what each inserted). Reads only; never writes.
+//! earliest (or this process's memo of what each inserted); and the listing of the shard's
+//! blobs. Reads only; never writes.
 //!
 //! Invariant relied on: a rollup is listed, and present in Blob, at exactly the earliest live
 //! seqno; when it is not, another collector moved the earliest version under us (a rescan), or
@@ -12,7 +13,9 @@ use std::collections::BTreeSet;
 use super::super::encoding::{decode_diff, decode_rollup, StateDiff};
 use super::super::machine::Machine;
 use super::super::state::State;
-use crate::location::{BrokenAt, PermanentError, PermanentKind, SeqNo, VersionedData, SCAN_ALL};
+use crate::location::{
+    BlobMetadata, BrokenAt, PermanentError, PermanentKind, SeqNo, VersionedData, SCAN_ALL,
+};
 
 /// What scanning and replaying the live versions found.
 pub(super) enum Walk {
@@ -236,4 +239,18 @@ fn read_diffs(
         diffs.push(diff);
     }
     Ok(diffs)
+}
+
+/// The shard's blobs under `<shard>/<sub>`.
+pub(super) async fn list_retrying(machine: &Machine, sub: &str) -> Result<Vec<BlobMetadata>, PermanentError> {
+    let blob = &machine.location.blob;
+    let prefix = format!("{}/{sub}", machine.shard_id.0);
+    machine
+        .retrying(|| async {
+            let mut listed = Vec::new();
+            blob.list_keys_and_metadata(&prefix, &mut |m| listed.push(m))
+                .await
+                .map(|()| listed)
+        })
+        .await
 }

@@ -18,8 +18,7 @@ use super::super::events::CasOutcome;
 use super::super::state::{
     CompareAndAppendBreak, HollowBatch, IdempotencyToken, State, StateCollections, WriterId,
 };
-use super::super::maintenance::{Carry, RoutineMaintenance};
-use super::{frontiers, retry_outcome, CaaOutcome, Frontiers, Machine};
+use super::{frontiers, retry_outcome, CaaOutcome, Carry, Frontiers, Machine, RoutineMaintenance};
 use crate::location::{BrokenAt, CaSResult, ExternalError, PermanentKind, SeqNo, VersionedData};
 
 /// A transition as the command loop sees it: `Break` carries the reason's debug text (see
@@ -132,7 +131,7 @@ impl Machine {
                 // An append carries the merges that wait to be committed (see
                 // `maintenance.rs`, `PendingMerge`).
                 let carried = self.carry_pending_merges(cmd, &mut new);
-                // Maintenance hook (maintenance.rs): the GC trigger, and the background
+                // Maintenance hook (plan.rs): the GC trigger, and the background
                 // work this version assigns to us if it commits.
                 let maintenance =
                     self.maintenance_for(cmd, &old, &mut new, !expired_writers.is_empty());
@@ -194,7 +193,7 @@ impl Machine {
                 }
                 self.remember(seqno, &diff);
                 self.install(new);
-                // Maintenance hook (maintenance.rs): start the assigned work.
+                // Maintenance hook (plan.rs): start the assigned work.
                 self.start_maintenance(maintenance);
                 Ok(Some((seqno, Continue(()))))
             }

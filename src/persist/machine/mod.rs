@@ -29,7 +29,9 @@
 //! call, the event records); `init.rs` creates a shard; `fetch.rs` brings the cache up to the
 //! head; `apply.rs` is the loop of one command (`apply_erased`, over an [`ErasedWork`]) and
 //! compare_and_append's retry policy; `commands.rs` the typed fronts of the loop and the
-//! retry policies of idempotent and maintenance commands.
+//! retry policies of idempotent and maintenance commands; `plan.rs` the maintenance a commit
+//! assigns and the queue it waits in (the workers are in `maintenance.rs`, above); `blob.rs`
+//! the Blob writes and deletes of background work.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -48,11 +50,14 @@ use crate::runtime::Runtime;
 use crate::vec_map::VecMap;
 
 mod apply;
+mod blob;
 mod commands;
 mod fetch;
 mod init;
+mod plan;
 
 pub(crate) use apply::ErasedWork;
+pub(crate) use plan::{Carry, MaintenanceQueue, PendingMerge, RoutineMaintenance, StartWorkers};
 
 /// The outcome of a compare_and_append at the machine level.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +82,10 @@ pub struct Machine {
     /// The newest state this process has seen of the shard. Never goes back.
     pub(crate) cache: Rc<RefCell<State>>,
     /// This process's maintenance queue for the shard (see `maintenance.rs`).
-    pub(crate) maintenance: Rc<RefCell<super::maintenance::MaintenanceQueue>>,
+    pub(crate) maintenance: Rc<RefCell<MaintenanceQueue>>,
+    /// Starts this process's maintenance workers for the shard (`maintenance::start_workers`,
+    /// installed by the client: see `plan.rs`).
+    pub(crate) start_workers: StartWorkers,
     /// The first permanent error this process found on the shard. Once set, every command and
     /// fetch answers it and nothing more is written.
     pub(crate) broken: Rc<RefCell<Option<PermanentError>>>,

@@ -33,14 +33,16 @@ use timely::PartialOrder;
 
 use super::codec::Timestamp;
 use super::error::InvalidUsage;
-use super::trace::Trace;
 use super::ShardId;
 use crate::location::SeqNo;
 
 pub mod commands;
+pub mod trace;
 pub mod upkeep;
 
-pub use upkeep::ROLLUP_FALLBACK_MULTIPLE;
+use trace::Trace;
+
+pub use upkeep::{GcReq, ROLLUP_FALLBACK_MULTIPLE};
 
 macro_rules! string_id {
     ($(#[$meta:meta])* $name:ident) => {

@@ -6,6 +6,8 @@
 use std::ops::ControlFlow::{self, Break, Continue};
 
 use super::{HollowBatch, HollowRollup, StateCollections};
+use serde::Serialize;
+
 use crate::location::SeqNo;
 
 /// After this many multiples of the rollup threshold without a rollup (the process assigned to
@@ -16,14 +18,24 @@ pub const ROLLUP_FALLBACK_MULTIPLE: u64 = 3;
 /// cadence ([`StateCollections::need_rollup`]).
 pub const DIFF_BYTES_ESTIMATE: u64 = 512;
 
+/// A request to collect garbage below `new_seqno_since` (made by [`StateCollections::maybe_gc`],
+/// served by `gc.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GcReq {
+    /// `last_gc_req` before this request (shown in events; the collector works from a scan).
+    pub old_seqno_since: SeqNo,
+    /// No live reader or version needs the versions below this one.
+    pub new_seqno_since: SeqNo,
+}
+
 impl StateCollections {
     /// Replaces the batches of a merge request by its output if they still line up (see
     /// `trace.rs` for each outcome). `Break` when not applied: there is nothing to commit.
     pub fn apply_merge_res(
         &mut self,
-        req: &crate::persist::trace::FueledMergeReq,
+        req: &crate::persist::state::trace::FueledMergeReq,
         output: &HollowBatch,
-    ) -> ControlFlow<crate::persist::trace::ApplyMergeResult, crate::persist::trace::ApplyMergeResult>
+    ) -> ControlFlow<crate::persist::state::trace::ApplyMergeResult, crate::persist::state::trace::ApplyMergeResult>
     {
         // SUBTLE: an output of routine maintenance assigned before the oldest listed rollup may
         // have been swept by GC (see `maintenance_output_seqno`): it must not be committed.
@@ -33,7 +45,7 @@ impl StateCollections {
             .filter_map(super::maintenance_output_seqno)
             .any(|s| oldest.is_some_and(|oldest| s < oldest));
         if stale {
-            return Break(crate::persist::trace::ApplyMergeResult::NotAppliedStale);
+            return Break(crate::persist::state::trace::ApplyMergeResult::NotAppliedStale);
         }
         let result = self.trace.apply_merge_res(req, output);
         if result.applied() {
@@ -166,7 +178,7 @@ impl StateCollections {
     /// moved at least `max(1, ceil(log2(seqno)))` past `last_gc_req`, and this command is a
     /// write (GC work goes to writers) or there are no writers, it moves `last_gc_req` up to the
     /// seqno since and returns the request for whoever commits this version.
-    pub fn maybe_gc(&mut self, is_write: bool, seqno: SeqNo) -> Option<crate::persist::gc::GcReq> {
+    pub fn maybe_gc(&mut self, is_write: bool, seqno: SeqNo) -> Option<GcReq> {
         let threshold = u64::from(seqno.0.next_power_of_two().trailing_zeros()).max(1);
         self.request_gc(is_write, seqno, threshold)
     }
@@ -178,7 +190,7 @@ impl StateCollections {
         &mut self,
         is_write: bool,
         seqno: SeqNo,
-    ) -> Option<crate::persist::gc::GcReq> {
+    ) -> Option<GcReq> {
         self.request_gc(is_write, seqno, 1)
     }
 
@@ -187,7 +199,7 @@ impl StateCollections {
         is_write: bool,
         seqno: SeqNo,
         threshold: u64,
-    ) -> Option<crate::persist::gc::GcReq> {
+    ) -> Option<GcReq> {
         let seqno_since = self.seqno_since(seqno);
         let moved = seqno_since.0.saturating_sub(self.last_gc_req.0);
         if moved < threshold || !(is_write || self.writers.is_empty()) {
@@ -195,7 +207,7 @@ impl StateCollections {
         }
         let old_seqno_since = self.last_gc_req;
         self.last_gc_req = seqno_since;
-        Some(crate::persist::gc::GcReq {
+        Some(GcReq {
             old_seqno_since,
             new_seqno_since: seqno_since,
         })
@@ -213,7 +225,6 @@ enum AddRollup {
 mod tests {
     //! The pure transitions GC and rollups rely on (moved here from `gc.rs`).
     use super::*;
-    use crate::persist::gc::GcReq;
     use crate::persist::state::WriterId;
 
     fn rollup(key: &str) -> HollowRollup {

@@ -8,7 +8,7 @@ use crate::persist::state::{
 };
 use crate::persist::ShardId;
 
-use crate::persist::trace::tests::{batch, f};
+use crate::persist::state::trace::tests::{batch, f};
 
 fn w(id: &str) -> WriterId {
     WriterId(id.into())
