@@ -15,9 +15,9 @@ use serde::Serialize;
 
 use super::command::ActorSpec;
 use super::fact::Fact;
+use super::journal::Journal;
 use super::log::{Outcome, Pending};
 use super::rules::Rule;
-use super::Journal;
 use crate::persist::{PersistClient, ShardId};
 use crate::runtime::Runtime;
 

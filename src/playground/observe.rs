@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::Journal;
+use super::journal::{Journal, MaintenanceView, SweepView};
 use crate::location::Consensus;
 use crate::oracle::{DurableRecord, DurableTimestampOracle};
 use crate::persist::encoding::decode_diff;
@@ -204,55 +204,6 @@ pub struct RollupView {
     /// Its size.
     pub bytes: u64,
 }
-
-/// A merge compaction applied, or what GC deleted (a collection, or a sweep).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MaintenanceView {
-    /// When.
-    pub at_ms: u64,
-    /// `merge`, `gc <what>` (a collection's deletes), `truncate`, or `sweep: <what>` (a sweep's
-    /// deletes of blobs no write can commit: a crashed writer's parts, stale outputs).
-    pub kind: String,
-    /// The merged interval's lower (merges).
-    pub lower: Option<u64>,
-    /// The merged interval's upper (merges).
-    pub upper: Option<u64>,
-    /// Updates out (merges), blobs deleted (gc), versions deleted (truncate).
-    pub count: u64,
-    /// The seqno (merges: of the merge_res; truncate: the new earliest).
-    pub seqno: Option<u64>,
-}
-
-/// The latest sweep of a shard's Blob: what it deleted, and whose parts (kept apart from the
-/// recent maintenance, which merges push out of the panel's list within seconds, so that a
-/// crashed writer's garbage can be watched going).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SweepView {
-    /// When.
-    pub at_ms: u64,
-    /// What it deleted (`sweep: parts of expired writers`, `... stale merge outputs`, ...).
-    pub kind: String,
-    /// How many blobs.
-    pub count: u64,
-    /// Whose parts: the actors that wrote them (their writer ids if unknown), sorted, once each.
-    pub writers: Vec<String>,
-}
-
-/// Merges and GCs of one shard, most recent last.
-#[derive(Debug, Default)]
-pub struct ShardNotes {
-    /// Bounded.
-    pub maintenance: std::collections::VecDeque<MaintenanceView>,
-    /// The latest sweep that deleted something.
-    pub last_sweep: Option<SweepView>,
-    /// The earliest live seqno after the latest truncation.
-    pub earliest_seqno: Option<u64>,
-}
-
-/// How many maintenance records a shard keeps.
-pub const MAINTENANCE_KEPT: usize = 40;
 
 /// What the shard panel shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
