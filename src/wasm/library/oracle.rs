@@ -48,17 +48,6 @@ export interface DurableOracleOptions extends InMemoryOracleOptions {
 }
 "#;
 
-/// A write timestamp and the upper to advance the written shard to.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-pub struct WriteTimestampView {
-    /// The time the write takes place at.
-    pub timestamp: f64,
-    /// `timestamp + 1`.
-    pub advance_to: f64,
-}
-
 fn clock(o: &Options, runtime: &Runtime) -> LibResult<NowFn> {
     match o.get("clock") {
         None => Ok(NowFn::from_runtime(runtime)),
@@ -201,12 +190,7 @@ impl JsTimestampOracle {
         self.call(
             "writeTs",
             async |o| Ok(o.write_ts().await?),
-            |w| {
-                convert::to_js(&WriteTimestampView {
-                    timestamp: ms(w.timestamp, "the write timestamp")?,
-                    advance_to: ms(w.advance_to, "advanceTo")?,
-                })
-            },
+            |w| convert::to_js(&w),
         )
     }
 

@@ -20,7 +20,7 @@ use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, Options};
-use super::ctx::{ClientCtx, Slot};
+use super::ctx::{self, ClientCtx, Slot};
 use super::errors::{LibError, LibResult};
 use super::events::ShardStateView;
 use super::location::JsPersistLocation;
@@ -428,27 +428,12 @@ impl JsWriteHandle {
     /// Keeps the writer's lease alive; an expired writer rejects with code `"Expired"`.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn heartbeat(&self) -> Promise {
-        let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        convert::promise(async move {
-            let op = "heartbeat";
-            ctx.call(op, slot.with(op, async |h| Ok(h.heartbeat().await?)))
-                .await?;
-            Ok(JsValue::UNDEFINED)
-        })
+        ctx::heartbeat(&self.ctx, &self.slot, async |h| Ok(h.heartbeat().await?))
     }
 
     /// Removes the writer from the shard. Every later call rejects with code `"Expired"`.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn expire(&self) -> Promise {
-        let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        convert::promise(async move {
-            let handle = slot.take("expire", "has expired").await?;
-            ctx.call("expire", async move {
-                handle.expire().await;
-                Ok(())
-            })
-            .await?;
-            Ok(JsValue::UNDEFINED)
-        })
+        ctx::expire(&self.ctx, &self.slot, WriteHandle::expire)
     }
 }
