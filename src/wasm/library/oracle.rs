@@ -13,8 +13,6 @@
 use std::rc::Rc;
 
 use js_sys::Promise;
-use serde::Serialize;
-use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, ms, Options};
