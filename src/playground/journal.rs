@@ -35,8 +35,9 @@ pub struct Journal {
     pub shards: VecMap<String, ShardNotes>,
     /// Messages for the page, oldest first.
     pub notices: VecDeque<Notice>,
-    /// Write tasks' commits, with their shard, for [`Scenario::audit_tasks`](super::Scenario::audit_tasks) (the newest
-    /// [`COMMITS_KEPT`]; native builds only: the page has the live check's `task-desired`).
+    /// Write tasks' commits, with their shard, for
+    /// [`Scenario::audit_tasks`](super::Scenario::audit_tasks) (the newest [`COMMITS_KEPT`];
+    /// native builds only: the page has the live check's `task-desired`).
     pub task_commits: VecDeque<(String, crate::write_task::WriteTaskEvent)>,
     /// The live check of the history, fed every event as it is logged.
     pub check: HistoryCheck,
