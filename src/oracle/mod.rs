@@ -97,12 +97,21 @@ pub use encoding::{DecodeError, DurableRecord};
 pub use events::{OracleEvent, OracleEventKind, OracleSnapshot, OracleStats};
 pub use state::TimestampState;
 
-/// A write timestamp and the upper to advance to after writing at it.
+/// A write timestamp and the upper to advance to after writing at it. As data: camelCase
+/// fields, times as numbers (see [`crate::numbers`]); the library names it `WriteTimestampView`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null, rename = "WriteTimestampView")
+)]
 pub struct WriteTimestamp {
     /// The timestamp the write takes place at.
+    #[serde(serialize_with = "crate::numbers::time")]
     pub timestamp: u64,
     /// The upper to advance the written shard to: `timestamp + 1`.
+    #[serde(serialize_with = "crate::numbers::time")]
     pub advance_to: u64,
 }
 

@@ -1,7 +1,7 @@
 //! What every actor shares: its place in its life ([`ActorState`]), the panel data the page
 //! shows for it ([`ActorView`], with one [`ActorDetail`] per kind), and the context its task works
 //! with ([`ActorCtx`]: its process's client, the runtime, the shared journal). The actors' loops,
-//! one file per kind, are in [`super::actors`]; this module imports none of them, so every kind
+//! one file per kind, are in the `actors` module above it; this module imports none of them, so every kind
 //! and every reader of the views (the snapshot, the scenario) can depend on it.
 //!
 //! Invariants: an actor's id (`W1`, `R2`, `T1`, `O1`, `U1`) and colour outlive restarts; the
@@ -15,9 +15,9 @@ use serde::Serialize;
 
 use super::command::ActorSpec;
 use super::fact::Fact;
+use super::journal::Journal;
 use super::log::{Outcome, Pending};
 use super::rules::Rule;
-use super::Journal;
 use crate::persist::{PersistClient, ShardId};
 use crate::runtime::Runtime;
 

@@ -1,5 +1,5 @@
 //! Applying commands: one method per command (adding actors, crashing and restarting processes
-//! are in [`super::lifecycle`]), faults, corruption and the acknowledged-writes check.
+//! are in the `lifecycle` module, which builds on this one), faults, corruption and the acknowledged-writes check.
 //!
 //! Every command is validated first, and every id it names is looked up before anything
 //! changes: a refused command leaves the scenario exactly as it was (and is not stamped).
@@ -118,7 +118,7 @@ impl Scenario {
 
     fn apply_checked(&mut self, command: &Command) -> Result<Applied, CommandError> {
         // A stage-by-stage walk of the replicas ends with any command but the walk's own
-        // (see [`super::walk`]): the replicas go back to their drivers.
+        // (see the `walk` module): the replicas go back to their drivers.
         if !matches!(
             command,
             Command::StepReplicas | Command::PushUpsert { .. } | Command::Verify

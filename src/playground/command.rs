@@ -1,6 +1,6 @@
 //! Everything the page can ask of a scenario, as one serde enum, and the specs of the actors it
 //! can add. Their JSON is what `Serialize` writes; they are read back by hand
-//! ([`super::decode`]), to the same shapes. A command is checked ([`Command::validate`]) before it touches the scenario, so a bad
+//! (the `decode` module, above this one), to the same shapes. A command is checked ([`Command::validate`]) before it touches the scenario, so a bad
 //! field value is an error with a message and changes nothing.
 //!
 //! In seed mode every applied command is kept with its [`Stamp`]: the simulator step and virtual

@@ -1,5 +1,5 @@
 //! Structured payloads of the merged log's events: a [`Fact`] says, as plain data, what an event
-//! records, so that the history checker ([`super::check`]) can read the log without parsing its
+//! records, so that the history checker (the `check` module, which builds on this one) can read the log without parsing its
 //! text. An event's `detail` stays the line the log view shows; its `fact`, when it has one, is
 //! what a check reads.
 //!

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use super::command::{FaultKnobs, Service};
 use super::fact::Fact;
+use super::journal::{CasAttempt, Journal};
 use super::log::{Outcome, Pending};
-use super::Journal;
 use crate::location::unreliable::{
     FaultCounts, UnreliableBlob, UnreliableConsensus, UnreliableHandle,
 };
@@ -229,28 +229,6 @@ impl<S: Consensus + ?Sized> Consensus for Delayed<S> {
         self.delay().await;
         self.inner.list_keys().await
     }
-}
-
-/// One compare_and_set as the Consensus panel shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CasAttempt {
-    /// When it returned.
-    pub at_ms: u64,
-    /// The process that made it.
-    pub process: String,
-    /// The Consensus key (a shard, or an oracle timeline).
-    pub key: String,
-    /// The seqno it expected at the head (`None`: the key is new).
-    pub expected: Option<u64>,
-    /// The seqno it tried to write.
-    pub new_seqno: u64,
-    /// Its size.
-    pub bytes: u64,
-    /// What came of it.
-    pub outcome: Outcome,
-    /// The error, if any.
-    pub error: Option<String>,
 }
 
 /// Whether a process is alive; shared by its gate and the scenario.
@@ -461,29 +439,4 @@ pub enum CorruptError {
     /// The compare_and_set failed.
     #[error("could not corrupt {0}: {1}")]
     Write(String, String),
-}
-
-/// A [`Pending`] event helper for the location's own records.
-pub fn cas_event(a: &CasAttempt) -> Pending {
-    Pending {
-        at_ms: a.at_ms,
-        actor: None,
-        process: Some(a.process.clone()),
-        component: "consensus",
-        kind: "compare_and_set".into(),
-        outcome: a.outcome,
-        detail: format!(
-            "{} expected {} → {}{}",
-            a.key,
-            a.expected.map_or("none".to_string(), |s| s.to_string()),
-            a.new_seqno,
-            a.error.as_ref().map_or(String::new(), |e| format!(": {e}"))
-        ),
-        fact: a.error.as_ref().map(|e| Fact::FaultFired {
-            service: "consensus".into(),
-            op: "compare_and_set".into(),
-            error: e.clone(),
-            indeterminate: a.outcome == Outcome::Indeterminate,
-        }),
-    }
 }

@@ -29,7 +29,6 @@
 //! same writer id.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::rc::Rc;
 
 use rand_core::{RngCore, SeedableRng};
@@ -43,6 +42,7 @@ pub mod clock;
 pub mod command;
 pub mod decode;
 pub mod fact;
+pub mod journal;
 pub mod json;
 mod lifecycle;
 pub mod location;
@@ -61,6 +61,9 @@ pub mod walk;
 
 pub use apply::Applied;
 pub use command::{Command, CommandError, Stamp, Stamped};
+pub use journal::{
+    Journal, CAS_KEPT, COMMITS_KEPT, FOREIGN_PROCESS, NOTICES_KEPT, OWN_VERSIONS_KEPT,
+};
 pub use replay::Replay;
 pub use snapshot::Snapshot;
 
@@ -73,128 +76,11 @@ use crate::runtime::{JoinHandle, Runtime};
 use crate::vec_map::VecMap;
 use crate::write_task::WriteTaskLog;
 use actor::{Acked, ActorView};
-use location::{AliveFlag, CasAttempt, Faults};
-use log::{MergedLog, Outcome, Pending};
-use observe::{Observers, ShardNotes};
+use location::{AliveFlag, Faults};
+use observe::Observers;
 
-/// How many compare_and_set attempts the Consensus panel keeps.
-pub const CAS_KEPT: usize = 200;
-/// How many notices (messages for the page) are kept.
-pub const NOTICES_KEPT: usize = 20;
 /// The shard writers and readers use unless told otherwise; observed from the start.
 pub const DEFAULT_SHARD: &str = "data";
-
-/// Records every component shares: the merged log, the Consensus attempts, which persist handle
-/// belongs to which actor, maintenance per shard and messages for the page.
-#[derive(Debug, Default)]
-pub struct Journal {
-    /// The merged event log.
-    pub log: MergedLog,
-    /// Recent compare_and_set attempts, oldest first.
-    pub cas: VecDeque<CasAttempt>,
-    /// Persist handle id (or oracle epoch) -> actor id.
-    pub ids: VecMap<String, String>,
-    /// Merges and GCs per shard.
-    pub shards: VecMap<String, ShardNotes>,
-    /// Messages for the page, oldest first.
-    pub notices: VecDeque<snapshot::Notice>,
-    /// Write tasks' commits, with their shard, for [`Scenario::audit_tasks`] (the newest
-    /// [`COMMITS_KEPT`]; native builds only: the page has the live check's `task-desired`).
-    pub task_commits: VecDeque<(String, crate::write_task::WriteTaskEvent)>,
-    /// The live check of the history, fed every event as it is logged.
-    pub check: check::HistoryCheck,
-    /// `(key, seqno)` of this page's recent compare_and_sets that committed or may have.
-    pub own_versions: VecDeque<(String, u64)>,
-    /// Live mode: other tabs may write the shards, and the Consensus panel lists their versions.
-    pub live: bool,
-}
-
-/// How many of this page's compare_and_sets [`Journal::own_versions`] keeps.
-pub const OWN_VERSIONS_KEPT: usize = 4_096;
-/// The process the Consensus panel names for a version another tab wrote.
-pub const FOREIGN_PROCESS: &str = "another tab";
-
-/// How many write-task commits the journal keeps for audits.
-pub const COMMITS_KEPT: usize = 5_000;
-
-impl Journal {
-    /// Moves pending events into the log, showing each to the history check.
-    pub fn pump(&mut self) {
-        let Journal { log, check, .. } = self;
-        log.pump_with(|e| check.observe(e));
-    }
-
-    fn new() -> Self {
-        Journal {
-            log: MergedLog::new(),
-            ..Journal::default()
-        }
-    }
-
-    /// Records a compare_and_set attempt (panel and log).
-    pub fn record_cas(&mut self, attempt: CasAttempt) {
-        if matches!(attempt.outcome, Outcome::Committed | Outcome::Indeterminate) {
-            // It may have written this version: the store's observer does not claim it for
-            // another tab.
-            if self.own_versions.len() == OWN_VERSIONS_KEPT {
-                self.own_versions.pop_front();
-            }
-            self.own_versions
-                .push_back((attempt.key.clone(), attempt.new_seqno));
-        }
-        self.push_cas(attempt);
-    }
-
-    /// Whether a compare_and_set of this page may have written version `seqno` of `key`.
-    pub fn is_own_version(&self, key: &str, seqno: u64) -> bool {
-        self.own_versions
-            .iter()
-            .any(|(k, s)| *s == seqno && k == key)
-    }
-
-    /// Adds a version another tab wrote, as the store's observer found it, to the panel's list,
-    /// stamped `at_ms`: when this page found that it was not its own (the list stays in time
-    /// order, and the newest entries, which the panel shows, include the other tab's).
-    pub fn record_foreign_version(&mut self, key: &str, seqno: u64, bytes: u64, at_ms: u64) {
-        self.push_cas(CasAttempt {
-            at_ms,
-            process: FOREIGN_PROCESS.into(),
-            key: key.to_string(),
-            expected: seqno.checked_sub(1),
-            new_seqno: seqno,
-            bytes,
-            outcome: Outcome::Committed,
-            error: None,
-        });
-    }
-
-    fn push_cas(&mut self, attempt: CasAttempt) {
-        self.log.record(location::cas_event(&attempt));
-        if self.cas.len() == CAS_KEPT {
-            self.cas.pop_front();
-        }
-        self.cas.push_back(attempt);
-    }
-
-    /// Shows a message on the page (and logs it).
-    pub fn notice(&mut self, at_ms: u64, error: bool, text: String) {
-        self.log.record(Pending {
-            at_ms,
-            actor: None,
-            process: None,
-            component: "scenario",
-            kind: "notice".into(),
-            outcome: if error { Outcome::Error } else { Outcome::Info },
-            detail: text.clone(),
-            fact: None,
-        });
-        if self.notices.len() == NOTICES_KEPT {
-            self.notices.pop_front();
-        }
-        self.notices
-            .push_back(snapshot::Notice { at_ms, error, text });
-    }
-}
 
 /// The two ways a scenario runs.
 pub enum Mode {

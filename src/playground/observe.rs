@@ -10,12 +10,12 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::Journal;
+use super::journal::{Journal, MaintenanceView, SweepView};
 use crate::location::Consensus;
 use crate::oracle::{DurableRecord, DurableTimestampOracle};
 use crate::persist::encoding::decode_diff;
 use crate::persist::events::frontier;
-use crate::persist::state::{BatchPart, State};
+use crate::persist::state::{BatchPart, HollowBatch, State, StateCollections};
 use crate::persist::{PersistClient, ShardId};
 use crate::runtime::Runtime;
 
@@ -205,55 +205,6 @@ pub struct RollupView {
     pub bytes: u64,
 }
 
-/// A merge compaction applied, or what GC deleted (a collection, or a sweep).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MaintenanceView {
-    /// When.
-    pub at_ms: u64,
-    /// `merge`, `gc <what>` (a collection's deletes), `truncate`, or `sweep: <what>` (a sweep's
-    /// deletes of blobs no write can commit: a crashed writer's parts, stale outputs).
-    pub kind: String,
-    /// The merged interval's lower (merges).
-    pub lower: Option<u64>,
-    /// The merged interval's upper (merges).
-    pub upper: Option<u64>,
-    /// Updates out (merges), blobs deleted (gc), versions deleted (truncate).
-    pub count: u64,
-    /// The seqno (merges: of the merge_res; truncate: the new earliest).
-    pub seqno: Option<u64>,
-}
-
-/// The latest sweep of a shard's Blob: what it deleted, and whose parts (kept apart from the
-/// recent maintenance, which merges push out of the panel's list within seconds, so that a
-/// crashed writer's garbage can be watched going).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SweepView {
-    /// When.
-    pub at_ms: u64,
-    /// What it deleted (`sweep: parts of expired writers`, `... stale merge outputs`, ...).
-    pub kind: String,
-    /// How many blobs.
-    pub count: u64,
-    /// Whose parts: the actors that wrote them (their writer ids if unknown), sorted, once each.
-    pub writers: Vec<String>,
-}
-
-/// Merges and GCs of one shard, most recent last.
-#[derive(Debug, Default)]
-pub struct ShardNotes {
-    /// Bounded.
-    pub maintenance: std::collections::VecDeque<MaintenanceView>,
-    /// The latest sweep that deleted something.
-    pub last_sweep: Option<SweepView>,
-    /// The earliest live seqno after the latest truncation.
-    pub earliest_seqno: Option<u64>,
-}
-
-/// How many maintenance records a shard keeps.
-pub const MAINTENANCE_KEPT: usize = 40;
-
 /// What the shard panel shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -302,7 +253,6 @@ pub struct ShardView {
 /// The shard panel's data for `name`.
 pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> ShardView {
     let notes = journal.shards.get(name);
-    let actor = |id: &str| journal.ids.get(id).cloned();
     let mut view = ShardView {
         name: name.to_string(),
         seqno: 0,
@@ -333,39 +283,16 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
     view.upper = frontier(state.upper());
     view.since = frontier(state.since());
     view.seqno_since = c.last_gc_req.0;
-    for b in c.trace.batches() {
-        let parts: Vec<PartView> = b
-            .parts
-            .iter()
-            .map(|p| match p {
-                BatchPart::Hollow {
-                    key,
-                    encoded_size_bytes,
-                } => PartView {
-                    key: Some(key.clone()),
-                    bytes: *encoded_size_bytes,
-                },
-                BatchPart::Inline { encoded } => PartView {
-                    key: None,
-                    bytes: encoded.len() as u64,
-                },
-            })
-            .collect();
-        for p in &parts {
+    view.batches = c.trace.batches().iter().map(|b| batch_view(b)).collect();
+    for b in &view.batches {
+        view.updates += b.len;
+        for p in &b.parts {
             if p.key.is_some() {
                 view.blob_bytes += p.bytes;
             } else {
                 view.inline_bytes += p.bytes;
             }
         }
-        view.updates += b.len;
-        view.batches.push(BatchView {
-            lower: frontier(&b.desc.lower),
-            upper: frontier(&b.desc.upper),
-            since: frontier(&b.desc.since),
-            len: b.len,
-            parts,
-        });
     }
     view.rollups = c
         .rollups
@@ -375,7 +302,44 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
             bytes: r.encoded_size_bytes,
         })
         .collect();
-    view.writers = c
+    [view.writers, view.readers, view.critical_readers] = handle_views(c, journal);
+    view.since_held_by = since_holds(view.since, &view.readers, &view.critical_readers);
+    view
+}
+
+/// A batch of the trace, with its parts (a Blob key and its size, or inline bytes).
+fn batch_view(b: &HollowBatch) -> BatchView {
+    let parts = b
+        .parts
+        .iter()
+        .map(|p| match p {
+            BatchPart::Hollow {
+                key,
+                encoded_size_bytes,
+            } => PartView {
+                key: Some(key.clone()),
+                bytes: *encoded_size_bytes,
+            },
+            BatchPart::Inline { encoded } => PartView {
+                key: None,
+                bytes: encoded.len() as u64,
+            },
+        })
+        .collect();
+    BatchView {
+        lower: frontier(&b.desc.lower),
+        upper: frontier(&b.desc.upper),
+        since: frontier(&b.desc.since),
+        len: b.len,
+        parts,
+    }
+}
+
+/// The handles registered in the state: writers, leased readers and critical readers (these
+/// have no lease), each named by the actor holding it when the journal knows it.
+fn handle_views(c: &StateCollections, journal: &Journal) -> [Vec<HandleView>; 3] {
+    let actor = |id: &str| journal.ids.get(id).cloned();
+    let writers = c
         .writers
         .iter()
         .map(|(id, w)| HandleView {
@@ -387,7 +351,7 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
             expires_ms: Some(w.last_heartbeat_ms.saturating_add(w.lease_duration_ms)),
         })
         .collect();
-    view.readers = c
+    let readers = c
         .leased_readers
         .iter()
         .map(|(id, r)| HandleView {
@@ -399,7 +363,7 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
             expires_ms: Some(r.last_heartbeat_ms.saturating_add(r.lease_duration_ms)),
         })
         .collect();
-    view.critical_readers = c
+    let critical_readers = c
         .critical_readers
         .iter()
         .map(|(id, r)| HandleView {
@@ -411,19 +375,27 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
             expires_ms: None,
         })
         .collect();
-    let holds = |kind: &'static str, hs: &[HandleView]| -> Vec<SinceHold> {
+    [writers, readers, critical_readers]
+}
+
+/// The readers whose since is the shard's `since` (leased first, then critical): they hold it.
+fn since_holds(
+    since: Option<u64>,
+    readers: &[HandleView],
+    critical_readers: &[HandleView],
+) -> Vec<SinceHold> {
+    let holds = |kind: &'static str, hs: &[HandleView]| {
         hs.iter()
-            .filter(|h| h.frontier == view.since)
+            .filter(|h| h.frontier == since)
             .map(|h| SinceHold {
                 kind,
                 handle: h.clone(),
             })
-            .collect()
+            .collect::<Vec<_>>()
     };
-    let mut held_by = holds("leased", &view.readers);
-    held_by.extend(holds("critical", &view.critical_readers));
-    view.since_held_by = held_by;
-    view
+    let mut held_by = holds("leased", readers);
+    held_by.extend(holds("critical", critical_readers));
+    held_by
 }
 
 /// Observers by shard or timeline name, and what they saw.

@@ -6,9 +6,8 @@
 //! ([`maintenance`] keeps them sorted and bounded); events too frequent to log (state fetches,
 //! requests) give no line.
 
+use super::journal::{Journal, MaintenanceView, SweepView, MAINTENANCE_KEPT};
 use super::log::{fmt_frontier, Outcome, Pending};
-use super::observe::{MaintenanceView, SweepView, MAINTENANCE_KEPT};
-use super::Journal;
 use crate::persist::events::{CasOutcome, PersistEvent};
 
 /// A log line of a persist event: who, when, its kind, its outcome and its text.

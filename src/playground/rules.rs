@@ -2,10 +2,10 @@
 //!
 //! All four are on by default. [`Command::SetRule`](super::Command::SetRule) turns one off or
 //! on; the switch applies to **actors added from then on**: an actor takes the variant (the code
-//! path without the rule, in [`super::variants`]) when it is added, and keeps it for its life,
+//! path without the rule, in the `variants` module) when it is added, and keeps it for its life,
 //! through crashes, restarts and changes of its knobs (a restarted process runs the same code).
 //! Actors already running keep what they were started with. The snapshot carries the switches
-//! ([`Rules`]) and every actor's [`ActorView::variant`](super::actor::ActorView::variant), so the
+//! ([`Rules`]) and every actor's `ActorView::variant` (module `actor`), so the
 //! page shows which rules are off and marks the actors running without one.
 //!
 //! The components themselves keep only their correct code paths: the variants are built beside
@@ -137,7 +137,7 @@ impl Rule {
     }
 }
 
-/// What the page shows of one rule (its row in [`PageTable`](super::table::PageTable)).
+/// What the page shows of one rule (its row in the `table` module's `PageTable`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RuleInfo {
     /// [`Rule::id`].

@@ -12,7 +12,8 @@ use serde::Serialize;
 use super::actor::{ActorDetail, ActorView};
 use super::actors::task::{apply_task_event, task_record};
 use super::command::{ActorSpec, WriteMode};
-use super::location::{CasAttempt, FaultsView};
+use super::journal::{CasAttempt, Notice, COMMITS_KEPT};
+use super::location::FaultsView;
 use super::log::Pending;
 use super::observe::{shard_view, ShardView, TimelineView};
 use super::persist_log::persist_event;
@@ -24,18 +25,6 @@ use timely::progress::Antichain;
 /// How many compare_and_set attempts a snapshot carries (the panel shows the newest 16 and counts
 /// these; fewer fields serialized per frame).
 pub const CAS_IN_SNAPSHOT: usize = 32;
-
-/// A message for the page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Notice {
-    /// When.
-    pub at_ms: u64,
-    /// An error (shown in red) or information.
-    pub error: bool,
-    /// The text.
-    pub text: String,
-}
 
 /// One writer's part of a check of acknowledged writes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -204,7 +193,7 @@ impl Scenario {
                     e.kind,
                     crate::write_task::WriteTaskEventKind::Committed { .. }
                 ) {
-                    if journal.task_commits.len() == super::COMMITS_KEPT {
+                    if journal.task_commits.len() == COMMITS_KEPT {
                         journal.task_commits.pop_front();
                     }
                     journal

@@ -2,7 +2,7 @@
 //! reads of it whose errors say what serde's would (`missing field `actor``, `invalid type:
 //! string "abc", expected u32`, `unknown field `bogus`, expected one of ...`).
 //!
-//! Commands are decoded from a `Value` by hand ([`super::decode`]) rather than by serde's derive:
+//! Commands are decoded from a `Value` by hand (the `decode` module, which builds on this one) rather than by serde's derive:
 //! an internally tagged enum's derived `Deserialize` buffers every field in serde's generic
 //! `Content` and instantiates a visitor per variant and per field type, about a tenth of the
 //! page's code. The facade builds a `Value` from the JS object directly (`src/wasm.rs`); any serde

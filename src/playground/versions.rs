@@ -16,8 +16,8 @@
 use std::cell::RefCell;
 
 use super::fact::{mask, BatchFact, Fact, HandleFact, VersionFact, MAX_ITEMIZED};
+use super::journal::Journal;
 use super::log::{Outcome, Pending};
-use super::Journal;
 use crate::location::{Location, SeqNo};
 use crate::persist::codec::{Codec, Row};
 use crate::persist::encoding::{decode_diff, decode_part, StateDiff};

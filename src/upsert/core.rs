@@ -1,8 +1,8 @@
 //! [`UpsertCore`]: everything the upsert operator knows and decides, without timely.
 //!
-//! The timely operator ([`super::operator`]) only translates its inputs into calls here and the
-//! results into output and capabilities; the playground and the tests look at the same value
-//! through [`UpsertCore::snapshot`]. The rules, each enforced in one method:
+//! The timely operator (the `operator` module, built on this one) only translates its inputs
+//! into calls here and the results into output and capabilities; the playground and the tests
+//! look at the same value through [`UpsertCore::snapshot`]. The rules, each enforced in one method:
 //!
 //! - **The state changes only from the persist input** ([`UpsertCore::on_persist`], through
 //!   `consolidate_chunk`), except for provisional values written by partial drains.

@@ -1,10 +1,34 @@
-//! The typed errors of the upsert pipeline (besides [`StateError`], the cells' own, and
-//! [`UpsertError`](super::types::UpsertError), the errors that take a key's place in the output).
+//! The typed errors of the upsert pipeline, the state cells' own ([`StateError`]) among them
+//! (besides `UpsertError` in the `types` module, the errors that take a key's place in the
+//! output). The bottom of the upsert modules: it imports none of them.
 //! Each names what was wrong with the numbers that show it; their messages are the lines the
 //! playground and the tests show.
 
-use super::state::StateError;
+use serde::Serialize;
+
 use crate::persist::error::{PermanentError, PersistError};
+
+/// A cell that does not decode, or a backend that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
+pub enum StateError {
+    /// The accumulated updates of a key are not a single value or nothing.
+    #[error("invalid upsert state for key {key}: {reason}")]
+    InvalidState {
+        /// The key (short hex), or "?" where it is not known.
+        key: String,
+        /// What was wrong (the diff sum, a checksum, bytes).
+        reason: String,
+    },
+    /// A method that needs a decoded value found a consolidating one.
+    #[error("upsert state for key {key} was used before it was decoded")]
+    NotDecoded {
+        /// The key (short hex), or "?".
+        key: String,
+    },
+    /// The backend failed.
+    #[error("upsert state backend: {0}")]
+    Backend(String),
+}
 
 /// A row too short for the key columns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

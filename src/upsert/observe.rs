@@ -14,7 +14,15 @@
 use serde::Serialize;
 
 /// Counts of what an operator (or a replica) did. Summed over replicas and seeds by the tests.
+/// As data: camelCase fields, counts as numbers (see [`crate::numbers`]); the page reads them
+/// in the snapshot, the library as `UpsertCountersView`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null, rename = "UpsertCountersView")
+)]
 pub struct UpsertCounters {
     /// Source updates put into the stash.
     pub source_staged: u64,

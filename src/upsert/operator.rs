@@ -192,8 +192,17 @@ type SourceMessage<T, F> = Vec<((UpsertKey, Option<UpsertValue>, F), T, Diff)>;
 /// A source message not processed yet, with its capability.
 type Pending<T, F> = (Option<Capability<T>>, SourceMessage<T, F>);
 
+/// What [`upsert_inner`] returns: the data output, the health stream, the snapshot progress
+/// stream (see the module docs) and the button that shuts the operator down.
+pub type UpsertOutputs<'scope, T> = (
+    VecCollection<'scope, T, Result<Row, DataflowError>, Diff>,
+    StreamVec<'scope, T, (usize, HealthStatusUpdate)>,
+    StreamVec<'scope, T, Infallible>,
+    ShutdownButton,
+);
+
 /// Renders the operator. See the module docs and [`super::core`] for what it does.
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[allow(clippy::too_many_arguments)]
 pub fn upsert_inner<'scope, T, FromTime, SF, US>(
     input: VecCollection<'scope, T, (UpsertKey, Option<UpsertValue>, FromTime), Diff>,
     key_indices: Vec<usize>,
@@ -206,12 +215,7 @@ pub fn upsert_inner<'scope, T, FromTime, SF, US>(
     upsert_config: UpsertConfig,
     prevent_snapshot_buffering: bool,
     snapshot_buffering_max: Option<usize>,
-) -> (
-    VecCollection<'scope, T, Result<Row, DataflowError>, Diff>,
-    StreamVec<'scope, T, (usize, HealthStatusUpdate)>,
-    StreamVec<'scope, T, Infallible>,
-    ShutdownButton,
-)
+) -> UpsertOutputs<'scope, T>
 where
     T: timely::progress::Timestamp + TotalOrder + Serialize,
     FromTime: timely::ExchangeData + Ord + Clone + Debug,
@@ -225,26 +229,23 @@ where
     let activator = scope.activator_for(Rc::clone(&info.address));
 
     // Outputs first: inputs are connected to the outputs that exist when they are added.
-    let (output, output_stream) =
-        builder.new_output::<Vec<(Result<Row, DataflowError>, T, Diff)>>();
+    let (output, output_stream) = builder.new_output::<Vec<Feedback<T>>>();
     let (_snapshot_output, snapshot_stream) = builder.new_output::<Vec<Infallible>>();
     let (health_output, health_stream) = builder.new_output::<Vec<(usize, HealthStatusUpdate)>>();
     let mut output = OutputBuilder::from(output);
     let mut health_output = OutputBuilder::from(health_output);
 
     // The source input is connected to the data output only; the persist input to nothing.
+    // Both inputs route a key to one worker: the source by its key, the feedback by the key
+    // columns of the row.
     let mut source = builder.new_input_connection(
         input.inner,
-        Exchange::new(|((key, _, _), _, _): &((UpsertKey, _, _), T, Diff)| key.hashed()),
+        Exchange::new(source_route::<T, FromTime>),
         [(0, Antichain::from_elem(Default::default()))],
     );
     let mut persist = builder.new_input_connection(
         persist_input.inner,
-        Exchange::new(
-            move |(value, _, _): &(Result<Row, DataflowError>, T, Diff)| {
-                feedback_route(value, &route_indices)
-            },
-        ),
+        Exchange::new(move |update: &Feedback<T>| feedback_route(&update.0, &route_indices)),
         no_connection::<T>(),
     );
 
@@ -283,12 +284,7 @@ where
                 persist_data,
                 frontiers,
                 (snapshot_buffering_max, upsert_config),
-                |cap, out| {
-                    let out = out
-                        .drain(..)
-                        .map(|(v, t, d)| (v.map_err(DataflowError::from), t, d));
-                    output.activate().session(cap).give_iterator(out)
-                },
+                |cap, out| output.activate().session(cap).give_iterator(as_output(out)),
                 |cap, error| health_output.activate().session(cap).give(stalled(error)),
             );
             if again {
@@ -352,6 +348,22 @@ fn stalled(error: String) -> (usize, HealthStatusUpdate) {
         should_halt: true,
     };
     (0, update)
+}
+
+/// An update of the data output, and (read back from the shard) of the persist input.
+type Feedback<T> = (Result<Row, DataflowError>, T, Diff);
+
+/// Where a source update goes: the worker its key hashes to.
+fn source_route<T, F>(((key, _, _), _, _): &((UpsertKey, Option<UpsertValue>, F), T, Diff)) -> u64 {
+    key.hashed()
+}
+
+/// Drains a core's output into the data output's shape (an upsert error is a dataflow error).
+fn as_output<T>(
+    out: &mut Vec<(UpsertValue, T, Diff)>,
+) -> impl Iterator<Item = (Result<Row, DataflowError>, T, Diff)> + '_ {
+    out.drain(..)
+        .map(|(v, t, d)| (v.map_err(DataflowError::from), t, d))
 }
 
 /// Where a key's feedback goes: the worker its source updates go to (rows without their key

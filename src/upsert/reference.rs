@@ -62,12 +62,20 @@ pub fn check_contents(
     })
 }
 
-/// What a [`run_checker`] found so far.
+/// What a [`run_checker`] found so far. As data: camelCase fields, the upper a number or null
+/// (see [`crate::numbers`]); the library names it `CheckerReportView`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null, rename = "CheckerReportView")
+)]
 pub struct CheckerReport {
     /// Shard uppers at which the contents were compared with the model.
     pub checks: u64,
     /// The last upper checked.
+    #[serde(serialize_with = "crate::numbers::opt_time")]
     pub upper: Option<Timestamp>,
     /// Every difference found (empty: the shard always matched).
     pub violations: Vec<String>,

@@ -6,8 +6,8 @@
 //! pace, steps the worker until it is quiet, and hands the output to the sink; the host then
 //! asks [`Replica::next_write`] for a range to `compare_and_append` and reports the outcome
 //! ([`Replica::write_committed`], [`Replica::write_mismatch`]). The async loop that does that on
-//! the runtime is in [`super::driver`]; the playground may call the same methods itself to step
-//! a replica one phase at a time, and draws [`Replica::snapshot`].
+//! the runtime is in the `driver` module (built on this one); the playground may call the same
+//! methods itself to step a replica one phase at a time, and draws [`Replica::snapshot`].
 //!
 //! There is no timely cycle: the loop closes through the shard. A replica learns its state only
 //! from what the shard holds, which is why racing replicas stay consistent.

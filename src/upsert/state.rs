@@ -26,31 +26,10 @@ use std::num::Wrapping;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::error::StateError;
 use super::error::ValueDecodeError;
 use super::types::{UpsertError, UpsertKey, UpsertValue};
 use crate::persist::codec::{Codec, Diff, Row};
-
-/// A cell that does not decode, or a backend that failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
-pub enum StateError {
-    /// The accumulated updates of a key are not a single value or nothing.
-    #[error("invalid upsert state for key {key}: {reason}")]
-    InvalidState {
-        /// The key (short hex), or "?" where it is not known.
-        key: String,
-        /// What was wrong (the diff sum, a checksum, bytes).
-        reason: String,
-    },
-    /// A method that needs a decoded value found a consolidating one.
-    #[error("upsert state for key {key} was used before it was decoded")]
-    NotDecoded {
-        /// The key (short hex), or "?".
-        key: String,
-    },
-    /// The backend failed.
-    #[error("upsert state backend: {0}")]
-    Backend(String),
-}
 
 /// Encodes a value for the consolidating accumulators: tag `0` and the row's encoding, or tag `1`
 /// and the bincode encoding of the error. Canonical: equal values have equal bytes.

@@ -382,6 +382,12 @@ test("upsert controls: add replicas, push upserts by hand, the generator, step t
   for (let i = 0; i < 10; i++) await page.getByTestId("step").click();
   await waitFor(page, () => /hello/.test(document.querySelector('#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-state]')?.textContent ?? ""), "U1's state holds key 3 = hello");
   assert.match(await page.getByTestId("upsert-source").textContent(), /matches the reference model/);
+  // The replica's counters (the core's UpsertCounters, camelCase in the snapshot) are numbers,
+  // and U1 has written and read back what it emitted.
+  const counters = await page.locator('#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-counters]').textContent();
+  const m = counters.match(/^emitted (\d+) · discarded (\d+) · fed back (\d+) · partial (\d+) · lost races (\d+) · timely steps \d+$/);
+  assert.ok(m, `U1's counters are numbers: ${counters}`);
+  assert.ok(Number(m[1]) > 0 && Number(m[3]) > 0, `U1 emitted and was fed back: ${counters}`);
   // A delete (empty value), then a bad key.
   await page.getByTestId("u-value").fill("");
   await page.getByTestId("push-upsert").click();

@@ -11,8 +11,8 @@ import { chip, esc, setHtml } from "./dom.js";
 
 /** Did replica `id` get feedback since the previous snapshot? */
 function fedSince(prev, id, now) {
-  const before = prev?.actors.find((a) => a.id === id)?.detail?.counters?.fed_back ?? 0;
-  return (now?.counters?.fed_back ?? 0) > before;
+  const before = prev?.actors.find((a) => a.id === id)?.detail?.counters?.fedBack ?? 0;
+  return (now?.counters?.fedBack ?? 0) > before;
 }
 
 function diagram(snap, replicas, prev) {
@@ -69,7 +69,7 @@ function replicaCard(a, walk) {
   const op = r.operator;
   const c = r.counters;
   const frontiers = `input upper <b class="mono">${fmtT(op?.input_upper)}</b> · persist upper <b class="mono">${fmtT(op?.persist_upper)}</b> · output <b class="mono">${fmtT(r.output_frontier)}</b> · sink at <b class="mono">${fmtT(r.sink.upper)}</b>`;
-  const counts = `emitted <b>${c.emitted}</b> · discarded <b>${c.stash_discarded}</b> · fed back <b>${c.fed_back}</b> · partial <b>${c.partial_emissions}</b> · lost races <b>${c.sink_mismatches}</b> · timely steps <b data-testid="worker-steps">${r.worker_steps}</b>`;
+  const counts = `emitted <b>${c.emitted}</b> · discarded <b>${c.stashDiscarded}</b> · fed back <b>${c.fedBack}</b> · partial <b>${c.partialEmissions}</b> · lost races <b>${c.sinkMismatches}</b> · timely steps <b data-testid="worker-steps">${r.worker_steps}</b>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} gen ${r.generation}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
     `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${stateTable(op, walk?.replica === a.id ? walk.cell : null)}</div>`;
 }

@@ -21,12 +21,12 @@ use crate::persist::{PersistClient, ShardId};
 use crate::playground::actor::{ActorCtx, ActorState};
 use crate::playground::command::UPSERT_SHARD;
 use crate::playground::fact::{digest, Fact, MessageFact};
+use crate::playground::journal::Journal;
 use crate::playground::log::{Outcome, Pending};
 use crate::playground::upsert_source::{
     run_source_reader, run_source_writer, SourceError, SourceQueue,
 };
 use crate::playground::variants::upsert::start_own_feedback;
-use crate::playground::Journal;
 use crate::runtime::{JoinHandle, Runtime};
 use crate::upsert::driver::start_replica;
 use crate::upsert::error::ReplicaStartError;

@@ -15,7 +15,7 @@ use futures::{FutureExt, StreamExt};
 
 use crate::persist::codec::{Datum, Row};
 use crate::playground::actor::{
-    ActorCtx, ActorDetail, ActorView, InFlight, LastAttempt, TaskView, WriterView,
+    ActorCtx, ActorDetail, ActorView, InFlight, LastAttempt, LostRace, Resync, TaskView, WriterView,
 };
 use crate::playground::command::{TaskOp, TaskSpec};
 use crate::playground::fact::{mask, Fact};
@@ -86,20 +86,7 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
         K::Mismatch {
             expected_upper,
             current_upper,
-        } => {
-            w.mismatches += 1;
-            w.last_lost = Some(crate::playground::actor::LostRace {
-                at_ms: e.at_ms,
-                expected: expected_upper.unwrap_or(0),
-                actual: *current_upper,
-            });
-            let detail = format!(
-                "UpperMismatch: expected {}, shard at {}",
-                fmt_frontier(*expected_upper),
-                fmt_frontier(*current_upper)
-            );
-            finish(w, e, Outcome::Mismatch, (*expected_upper, None, 0), detail)
-        }
+        } => on_lost(w, e, *expected_upper, *current_upper),
         K::Resynced {
             upper,
             desired_rows,
@@ -107,17 +94,16 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             snapshot_rows,
             ..
         } => {
-            t.resyncs += 1;
-            w.cached_upper = *upper;
-            w.pending = *to_write_rows;
-            t.desired_rows = *desired_rows;
-            t.last_resync = Some(crate::playground::actor::Resync {
-                at_ms: e.at_ms,
-                upper: *upper,
-                shard_rows: *snapshot_rows,
-                desired_rows: *desired_rows,
-                to_write_rows: *to_write_rows,
-            });
+            on_resynced(
+                t,
+                Resync {
+                    at_ms: e.at_ms,
+                    upper: *upper,
+                    shard_rows: *snapshot_rows,
+                    desired_rows: *desired_rows,
+                    to_write_rows: *to_write_rows,
+                },
+            );
             Outcome::Info
         }
         K::ResyncFailed { .. } => Outcome::Retrying,
@@ -170,6 +156,38 @@ fn on_committed(
         fmt_frontier(upper)
     );
     finish(w, e, Outcome::Committed, (lower, upper, updates), detail)
+}
+
+/// A write that lost the race: it expected `expected`, the shard was at `current`. The task
+/// re-syncs next (its [`Resync`] comes as an event of its own).
+fn on_lost(
+    w: &mut WriterView,
+    e: &WriteTaskEvent,
+    expected: Option<u64>,
+    current: Option<u64>,
+) -> Outcome {
+    w.mismatches += 1;
+    w.last_lost = Some(LostRace {
+        at_ms: e.at_ms,
+        expected: expected.unwrap_or(0),
+        actual: current,
+    });
+    let detail = format!(
+        "UpperMismatch: expected {}, shard at {}",
+        fmt_frontier(expected),
+        fmt_frontier(current)
+    );
+    finish(w, e, Outcome::Mismatch, (expected, None, 0), detail)
+}
+
+/// A re-sync after a lost race: the task adopted the shard's upper and re-derived what it
+/// still has to write from what the shard holds.
+fn on_resynced(t: &mut TaskView, resync: Resync) {
+    t.resyncs += 1;
+    t.writer.cached_upper = resync.upper;
+    t.writer.pending = resync.to_write_rows;
+    t.desired_rows = resync.desired_rows;
+    t.last_resync = Some(resync);
 }
 
 /// A line for the log view and the [`Fact`] of one write-task event (on task shard `shard`).

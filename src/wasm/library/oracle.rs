@@ -13,8 +13,6 @@
 use std::rc::Rc;
 
 use js_sys::Promise;
-use serde::Serialize;
-use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, ms, Options};
@@ -47,17 +45,6 @@ export interface DurableOracleOptions extends InMemoryOracleOptions {
     callTimeoutMs?: number;
 }
 "#;
-
-/// A write timestamp and the upper to advance the written shard to.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-pub struct WriteTimestampView {
-    /// The time the write takes place at.
-    pub timestamp: f64,
-    /// `timestamp + 1`.
-    pub advance_to: f64,
-}
 
 fn clock(o: &Options, runtime: &Runtime) -> LibResult<NowFn> {
     match o.get("clock") {
@@ -201,12 +188,7 @@ impl JsTimestampOracle {
         self.call(
             "writeTs",
             async |o| Ok(o.write_ts().await?),
-            |w| {
-                convert::to_js(&WriteTimestampView {
-                    timestamp: ms(w.timestamp, "the write timestamp")?,
-                    advance_to: ms(w.advance_to, "advanceTo")?,
-                })
-            },
+            |w| convert::to_js(&w),
         )
     }
 

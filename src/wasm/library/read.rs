@@ -22,7 +22,7 @@ use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert;
-use super::ctx::{ClientCtx, Slot};
+use super::ctx::{self, ClientCtx, Slot};
 use super::errors::LibResult;
 use crate::persist::codec::Timestamp;
 use crate::persist::error::InvalidUsage;
@@ -258,28 +258,13 @@ impl JsReadHandle {
     /// Keeps the reader's lease alive; an expired reader rejects with code `"Expired"`.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn heartbeat(&self) -> Promise {
-        let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        convert::promise(async move {
-            let op = "heartbeat";
-            ctx.call(op, slot.with(op, async |h| Ok(h.heartbeat().await?)))
-                .await?;
-            Ok(JsValue::UNDEFINED)
-        })
+        ctx::heartbeat(&self.ctx, &self.slot, async |h| Ok(h.heartbeat().await?))
     }
 
     /// Removes the reader, releasing its hold on the since.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn expire(&self) -> Promise {
-        let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        convert::promise(async move {
-            let handle = slot.take("expire", "has expired").await?;
-            ctx.call("expire", async move {
-                handle.expire().await;
-                Ok(())
-            })
-            .await?;
-            Ok(JsValue::UNDEFINED)
-        })
+        ctx::expire(&self.ctx, &self.slot, ReadHandle::expire)
     }
 }
 
@@ -350,15 +335,6 @@ impl JsListen {
     /// Ends the listen, expiring its reader. Later calls reject with code `"Expired"`.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn expire(&self) -> Promise {
-        let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        convert::promise(async move {
-            let listen = slot.take("expire", "has expired").await?;
-            ctx.call("expire", async move {
-                listen.expire().await;
-                Ok(())
-            })
-            .await?;
-            Ok(JsValue::UNDEFINED)
-        })
+        ctx::expire(&self.ctx, &self.slot, Listen::expire)
     }
 }

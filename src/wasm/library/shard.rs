@@ -20,7 +20,7 @@ use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, Options};
-use super::ctx::{ClientCtx, Slot};
+use super::ctx::{self, ClientCtx, Slot};
 use super::errors::{LibError, LibResult};
 use super::events::ShardStateView;
 use super::location::JsPersistLocation;
@@ -192,17 +192,12 @@ impl JsPersistClient {
         &self,
         #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
-        let ctx = self.ctx.clone();
-        convert::promise(async move {
-            let shard = shard_id(&shard)?;
-            let client = ctx.client.clone();
-            let handle = ctx
-                .call("openWriter", async move {
-                    Ok(client.open_writer::<String, String>(&shard).await?)
-                })
-                .await?;
-            Ok(JsWriteHandle::new(ctx, handle).into())
-        })
+        self.on_shard(
+            "openWriter",
+            shard,
+            async |c, s| c.open_writer::<String, String>(&s).await,
+            |ctx, handle| Ok(JsWriteHandle::new(ctx, handle).into()),
+        )
     }
 
     /// Opens a leased reader on `shardId`, creating the shard if needed. Its since starts at the
@@ -212,17 +207,12 @@ impl JsPersistClient {
         &self,
         #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
-        let ctx = self.ctx.clone();
-        convert::promise(async move {
-            let shard = shard_id(&shard)?;
-            let client = ctx.client.clone();
-            let handle = ctx
-                .call("openReader", async move {
-                    Ok(client.open_leased_reader::<String, String>(&shard).await?)
-                })
-                .await?;
-            Ok(JsReadHandle::new(ctx, handle).into())
-        })
+        self.on_shard(
+            "openReader",
+            shard,
+            async |c, s| c.open_leased_reader::<String, String>(&s).await,
+            |ctx, handle| Ok(JsReadHandle::new(ctx, handle).into()),
+        )
     }
 
     /// The shard's state, freshly read from Consensus.
@@ -231,17 +221,12 @@ impl JsPersistClient {
         &self,
         #[wasm_bindgen(js_name = shardId, unchecked_param_type = "string")] shard: JsValue,
     ) -> Promise {
-        let ctx = self.ctx.clone();
-        convert::promise(async move {
-            let shard = shard_id(&shard)?;
-            let client = ctx.client.clone();
-            let state = ctx
-                .call("inspectState", async move {
-                    Ok(client.inspect_state(&shard).await?)
-                })
-                .await?;
-            Ok(convert::to_js(&ShardStateView::new(&state)?)?)
-        })
+        self.on_shard(
+            "inspectState",
+            shard,
+            async |c, s| c.inspect_state(&s).await,
+            |_, state| Ok(convert::to_js(&ShardStateView::new(&state)?)?),
+        )
     }
 
     /// Takes every persist event recorded since the last call (oldest first).
@@ -265,6 +250,29 @@ impl JsPersistClient {
 impl JsPersistClient {
     pub(crate) fn ctx(&self) -> &ClientCtx {
         &self.ctx
+    }
+
+    /// A call `op` on shard `shard` (a JS value, checked first): `f` with the client, as a call
+    /// on the location, then `out` with the context and its result.
+    fn on_shard<T: 'static, E>(
+        &self,
+        op: &'static str,
+        shard: JsValue,
+        f: impl AsyncFnOnce(PersistClient, ShardId) -> Result<T, E> + 'static,
+        out: impl FnOnce(ClientCtx, T) -> LibResult<JsValue> + 'static,
+    ) -> Promise
+    where
+        LibError: From<E>,
+    {
+        let ctx = self.ctx.clone();
+        convert::promise(async move {
+            let shard = shard_id(&shard)?;
+            let client = ctx.client.clone();
+            let t = ctx
+                .call(op, async move { Ok(f(client, shard).await?) })
+                .await?;
+            Ok(out(ctx, t)?)
+        })
     }
 }
 
@@ -428,27 +436,12 @@ impl JsWriteHandle {
     /// Keeps the writer's lease alive; an expired writer rejects with code `"Expired"`.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn heartbeat(&self) -> Promise {
-        let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        convert::promise(async move {
-            let op = "heartbeat";
-            ctx.call(op, slot.with(op, async |h| Ok(h.heartbeat().await?)))
-                .await?;
-            Ok(JsValue::UNDEFINED)
-        })
+        ctx::heartbeat(&self.ctx, &self.slot, async |h| Ok(h.heartbeat().await?))
     }
 
     /// Removes the writer from the shard. Every later call rejects with code `"Expired"`.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn expire(&self) -> Promise {
-        let (ctx, slot) = (self.ctx.clone(), Rc::clone(&self.slot));
-        convert::promise(async move {
-            let handle = slot.take("expire", "has expired").await?;
-            ctx.call("expire", async move {
-                handle.expire().await;
-                Ok(())
-            })
-            .await?;
-            Ok(JsValue::UNDEFINED)
-        })
+        ctx::expire(&self.ctx, &self.slot, WriteHandle::expire)
     }
 }

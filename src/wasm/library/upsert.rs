@@ -20,12 +20,11 @@ use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, Options};
+use super::ctx::contents_now;
 use super::errors::{LibError, LibResult};
 use super::location::{JsPersistLocation, LocationShared};
 use super::shard::shard_id;
-use super::upsert_views::{
-    CheckerReportView, PipelineSnapshotView, UpsertContentsView, UpsertCountersView, UpsertRowView,
-};
+use super::upsert_views::{PipelineSnapshotView, UpsertContentsView, UpsertRowView};
 use crate::persist::codec::{Datum, Row, Timestamp};
 use crate::persist::{PersistClient, PersistConfig, ShardId};
 use crate::runtime::browser::BrowserRuntime;
@@ -461,11 +460,7 @@ impl JsUpsertPipeline {
     /// What the checker found so far.
     #[wasm_bindgen(unchecked_return_type = "Promise<CheckerReportView>")]
     pub fn report(&self) -> Promise {
-        self.call(
-            "report",
-            async |p| Ok(p.report()),
-            |r| convert::to_js(&CheckerReportView::new(r)?),
-        )
+        self.call("report", async |p| Ok(p.report()), |r| convert::to_js(&r))
     }
 
     /// Resolves with the checker's report once it has checked the shard at `upper` (or later);
@@ -501,7 +496,7 @@ impl JsUpsertPipeline {
                     },
                 )
                 .await?;
-            Ok(convert::to_js(&CheckerReportView::new(report)?)?)
+            Ok(convert::to_js(&report)?)
         })
     }
 
@@ -511,7 +506,7 @@ impl JsUpsertPipeline {
         self.call(
             "counters",
             async |p| Ok(p.counters()),
-            |c| convert::to_js(&UpsertCountersView::from(c)),
+            |c| convert::to_js(&c),
         )
     }
 
@@ -538,14 +533,7 @@ impl JsUpsertPipeline {
         convert::promise(async move {
             let (upper, as_of, rows) = location
                 .run("contents", timeout.map(|ms| (&runtime, ms)), async move {
-                    let upper = client.inspect_state(&shard).await?.upper().clone();
-                    let mut reader = client.open_leased_reader::<SourceData, ()>(&shard).await?;
-                    let (as_of, rows) = match reader.contents_at_upper(&upper) {
-                        Some((as_of, read)) => (Some(as_of), read.await),
-                        None => (None, Ok(Vec::new())),
-                    };
-                    reader.expire().await;
-                    Ok((upper.as_option().copied(), as_of, rows?))
+                    contents_now::<SourceData, ()>(&client, &shard).await
                 })
                 .await?;
             let rows = rows
@@ -553,7 +541,7 @@ impl JsUpsertPipeline {
                 .map(|((SourceData(data), ()), _, diff)| UpsertRowView::new(data, diff))
                 .collect();
             Ok(convert::to_js(&UpsertContentsView {
-                upper: convert::opt_ms(upper, "the upper")?,
+                upper: convert::frontier_out(&upper, "the upper")?,
                 as_of: convert::opt_ms(as_of, "the as-of")?,
                 rows,
             })?)

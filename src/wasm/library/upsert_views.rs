@@ -1,10 +1,10 @@
-//! The upsert pipeline's plain data as JavaScript sees it: its snapshot (replicas, counters,
-//! checker report) and the output shard's contents, with camelCase fields and times as numbers.
-//! Every field of the counters and the report is destructured, so a field the core adds fails
-//! to compile here until the view shows it. (Its events are the core's own
-//! [`crate::upsert::observe::UpsertEvent`], serialized: its serde attributes and
-//! [`crate::numbers`] give it the same conventions, and its tsify derive the type
-//! `UpsertEventView`.)
+//! The upsert pipeline's plain data as JavaScript sees it: its snapshot (replicas, checker
+//! report) and the output shard's contents, with camelCase fields and times as numbers. (Its
+//! events, its counters and its checker's report are the core's own
+//! [`crate::upsert::observe::UpsertEvent`], [`UpsertCounters`] and [`CheckerReport`],
+//! serialized: their serde attributes and [`crate::numbers`] give them the same conventions,
+//! and their tsify derives the types `UpsertEventView`, `UpsertCountersView` and
+//! `CheckerReportView`.)
 
 use serde::Serialize;
 use tsify::Tsify;
@@ -18,118 +18,10 @@ use crate::upsert::pipeline::PipelineSnapshot;
 use crate::upsert::reference::CheckerReport;
 use crate::upsert::types::DataflowError;
 
-/// Counters of every replica of a pipeline, added.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-#[allow(missing_docs)]
-pub struct UpsertCountersView {
-    pub source_staged: f64,
-    pub source_dropped_before_resume: f64,
-    pub persist_ingested: f64,
-    pub drains_to_upper: f64,
-    pub drains_at_time: f64,
-    pub partial_emissions: f64,
-    pub drains_skipped: f64,
-    pub stash_discarded: f64,
-    pub stash_superseded: f64,
-    pub skipped_by_order: f64,
-    pub emitted: f64,
-    pub provisional_written: f64,
-    pub provisional_overwritten: f64,
-    pub health_errors: f64,
-    pub fed_back: f64,
-    /// Successful compare_and_appends of the sinks.
-    pub sink_appends: f64,
-    /// Upper mismatches of the sinks: a peer replica won the range.
-    pub sink_mismatches: f64,
-    pub sink_dropped: f64,
-    pub restarts: f64,
-}
-
-impl From<UpsertCounters> for UpsertCountersView {
-    fn from(c: UpsertCounters) -> Self {
-        let UpsertCounters {
-            source_staged,
-            source_dropped_before_resume,
-            persist_ingested,
-            drains_to_upper,
-            drains_at_time,
-            partial_emissions,
-            drains_skipped,
-            stash_discarded,
-            stash_superseded,
-            skipped_by_order,
-            emitted,
-            provisional_written,
-            provisional_overwritten,
-            health_errors,
-            fed_back,
-            sink_appends,
-            sink_mismatches,
-            sink_dropped,
-            restarts,
-        } = c;
-        let n = |v: u64| v as f64;
-        UpsertCountersView {
-            source_staged: n(source_staged),
-            source_dropped_before_resume: n(source_dropped_before_resume),
-            persist_ingested: n(persist_ingested),
-            drains_to_upper: n(drains_to_upper),
-            drains_at_time: n(drains_at_time),
-            partial_emissions: n(partial_emissions),
-            drains_skipped: n(drains_skipped),
-            stash_discarded: n(stash_discarded),
-            stash_superseded: n(stash_superseded),
-            skipped_by_order: n(skipped_by_order),
-            emitted: n(emitted),
-            provisional_written: n(provisional_written),
-            provisional_overwritten: n(provisional_overwritten),
-            health_errors: n(health_errors),
-            fed_back: n(fed_back),
-            sink_appends: n(sink_appends),
-            sink_mismatches: n(sink_mismatches),
-            sink_dropped: n(sink_dropped),
-            restarts: n(restarts),
-        }
-    }
-}
-
-/// What the pipeline's checker found: it compares the shard with the reference model (per key,
-/// the upsert with the highest offset wins) at every upper the shard reaches.
-#[derive(Serialize, Tsify)]
-#[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
-pub struct CheckerReportView {
-    /// Uppers at which the shard was compared with the model.
-    pub checks: f64,
-    /// The last upper checked.
-    pub upper: Option<f64>,
-    /// Every difference found (empty: the shard always matched the model).
-    pub violations: Vec<String>,
-}
-
-impl CheckerReportView {
-    /// The view of `r`.
-    pub fn new(r: CheckerReport) -> LibResult<Self> {
-        let CheckerReport {
-            checks,
-            upper,
-            violations,
-            registered: _,
-        } = r;
-        Ok(CheckerReportView {
-            checks: checks as f64,
-            upper: opt_ms(upper, "the checker's upper")?,
-            violations,
-        })
-    }
-}
-
 /// One replica slot of a pipeline snapshot.
 #[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
+#[tsify(missing_as_null)]
 pub struct ReplicaView {
     /// Its name.
     pub name: String,
@@ -147,8 +39,9 @@ pub struct ReplicaView {
     pub sink_upper: Option<f64>,
     /// Updates its sink holds back.
     pub sink_buffered: f64,
-    /// Its counters.
-    pub counters: UpsertCountersView,
+    /// Its counters (counts as numbers).
+    #[tsify(type = "UpsertCountersView")]
+    pub counters: UpsertCounters,
     /// Why it stopped, if it did.
     pub halted: Option<String>,
 }
@@ -156,7 +49,7 @@ pub struct ReplicaView {
 /// A pipeline as plain data.
 #[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-#[tsify(missing_as_null, large_number_types_as_bigints)]
+#[tsify(missing_as_null)]
 pub struct PipelineSnapshotView {
     /// Every source message before this time is in the log.
     pub source_upper: f64,
@@ -164,8 +57,10 @@ pub struct PipelineSnapshotView {
     pub source_messages: f64,
     /// Each slot: its replica, or `null` while it is down.
     pub replicas: Vec<Option<ReplicaView>>,
-    /// What the checker found.
-    pub checker: CheckerReportView,
+    /// What the checker found: it compares the shard with the reference model (per key, the
+    /// upsert with the highest offset wins) at every upper the shard reaches.
+    #[tsify(type = "CheckerReportView")]
+    pub checker: CheckerReport,
 }
 
 /// One row of the output shard, or an error that took its key's place.
@@ -212,7 +107,7 @@ impl PipelineSnapshotView {
                         output_frontier: opt_ms(r.output_frontier, "a frontier")?,
                         sink_upper: opt_ms(r.sink.upper, "a sink's upper")?,
                         sink_buffered: r.sink.buffered as f64,
-                        counters: r.counters.into(),
+                        counters: r.counters,
                         halted: r.halted,
                     })
                 })
@@ -223,7 +118,7 @@ impl PipelineSnapshotView {
             source_upper: convert::ms(s.source_upper, "the source's upper")?,
             source_messages: s.source_messages as f64,
             replicas,
-            checker: CheckerReportView::new(s.checker)?,
+            checker: s.checker,
         })
     }
 }

@@ -21,7 +21,7 @@ use tsify::Tsify;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{self, Options};
-use super::ctx::ClientCtx;
+use super::ctx::{self, ClientCtx};
 use super::errors::{LibError, LibResult};
 use super::shard::{shard_id, JsPersistClient};
 use crate::persist::codec::{Datum, Diff, Row};
@@ -329,16 +329,7 @@ impl JsWriteTask {
         convert::promise(async move {
             let client = ctx.client.clone();
             let (upper, as_of, rows) = ctx
-                .call("snapshot", async move {
-                    let upper = client.inspect_state(&shard).await?.upper().clone();
-                    let mut reader = client.open_leased_reader::<Row, ()>(&shard).await?;
-                    let (as_of, rows) = match reader.contents_at_upper(&upper) {
-                        Some((as_of, read)) => (Some(as_of), read.await),
-                        None => (None, Ok(Vec::new())),
-                    };
-                    reader.expire().await;
-                    Ok((upper, as_of, rows?))
-                })
+                .call("snapshot", ctx::contents_now::<Row, ()>(&client, &shard))
                 .await?;
             let view = WriteTaskSnapshot {
                 upper: convert::frontier_out(&upper, "the upper")?,
