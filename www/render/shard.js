@@ -62,8 +62,14 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   }
   if (cells.length) {
     const last = cells.at(-1);
-    parts.push(svgEl("text", { x: last.x + last.w, y: 176, class: "tick-label", "text-anchor": "end" }, `head ${shard.seqno}`));
-    parts.push(svgEl("text", { x: cells[0].x, y: 176, class: "tick-label" }, `seqno ${cells[0].seqno}`));
+    // Two labels where there is room for both; one "seqnos a–b (head b)" where they would overlap.
+    if (last.x + last.w - cells[0].x >= 150) {
+      parts.push(svgEl("text", { x: last.x + last.w, y: 176, class: "tick-label", "text-anchor": "end" }, `head ${shard.seqno}`));
+      parts.push(svgEl("text", { x: cells[0].x, y: 176, class: "tick-label" }, `seqno ${cells[0].seqno}`));
+    } else {
+      const range = cells[0].seqno === shard.seqno ? `seqno ${shard.seqno}` : `seqnos ${cells[0].seqno}–${shard.seqno}`;
+      parts.push(svgEl("text", { x: cells[0].x, y: 176, class: "tick-label" }, `${range} (head ${shard.seqno})`));
+    }
     const gc = cells.find((c) => c.seqno === shard.seqnoSince);
     if (gc) parts.push(svgEl("line", { x1: gc.x, x2: gc.x, y1: 134, y2: 166, class: "gc-line" }, `<title>GC requested below seqno ${shard.seqnoSince}</title>`));
   }
@@ -84,14 +90,14 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     ["since", fmtFrontier(shard.since, t0)],
     ["batches", shard.batches.length],
     ["updates", shard.updates],
-    ["inline", fmtBytes(shard.inlineBytes)],
-    ["blob", fmtBytes(shard.blobBytes)],
+    ["inline", fmtBytes(shard.inlineBytes), "bytes of batch parts small enough to live inside the state version, in Consensus"],
+    ["in Blob", fmtBytes(shard.blobBytes), "bytes of batch parts written to Blob, each under its own key, which the state refers to"],
     ["rollups", shard.rollups.length],
     ["writers", shard.writers.length],
     ["readers", shard.readers.length],
   ];
   const statHtml = stats
-    .map(([k, v]) => `<span class="stat" data-stat="${k}"><span class="k">${k}</span> <span class="v mono">${esc(v)}</span></span>`)
+    .map(([k, v, title]) => `<span class="stat" data-stat="${k}"${title ? ` title="${esc(title)}"` : ""}><span class="k">${k}</span> <span class="v mono">${esc(v)}</span></span>`)
     .join("");
   const maint = shard.maintenance.slice(-6).reverse();
   const maintHtml = maint.length
@@ -137,5 +143,9 @@ function sinceHolds(shard, snapshot, t0) {
     const expiry = left > 0 ? `expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago`;
     return `reader ${esc(who)}, lease ${(h.handle.leaseMs / 1000).toFixed(0)} s, last heartbeat ${esc(fmtMs(h.handle.heartbeatMs, t0))}, ${expiry} (at ${esc(fmtMs(h.handle.expiresMs, t0))})`;
   });
-  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}</p>`;
+  const leased = holds.some((h) => h.kind !== "critical");
+  const lease = leased
+    ? ` <span class="muted">· a <b>lease</b> is a reader's hold on the since, renewed by each heartbeat; a reader that stops (a crash) keeps holding it until the lease expires</span>`
+    : "";
+  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}${lease}</p>`;
 }

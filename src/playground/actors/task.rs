@@ -24,8 +24,8 @@ use crate::playground::variants;
 use crate::runtime::JoinHandle;
 use crate::write_task::{
     now_fn, CommandSender, DifferentialIntrospectionConfig, DifferentialWriteTask, InitialDesired,
-    ReadHandleFuture, RetryPolicy, StorageWriteOp, WriteTaskConfig, WriteTaskError, WriteTaskEvent,
-    WriteTaskEventKind, WriteTaskLog,
+    ReadHandleFuture, RetryPolicy, SignedRows, StorageWriteOp, WriteTaskConfig, WriteTaskError,
+    WriteTaskEvent, WriteTaskEventKind, WriteTaskLog,
 };
 
 /// Reads one write-task event into the task's view. Returns the event's outcome for the log.
@@ -51,6 +51,11 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
         } => {
             t.desired_rows = *desired_rows;
             w.pending = *to_write_rows;
+            // `prepare` keeps every row here, and what it drops it retracts.
+            t.to_write = SignedRows {
+                retractions: *to_write_rows,
+                ..SignedRows::default()
+            };
             Outcome::Info
         }
         K::CommandReceived { error, .. } => {
@@ -68,8 +73,10 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             expected_upper,
             new_upper,
             updates,
+            rows,
             ..
         } => {
+            t.to_write = rows.clone();
             w.in_flight = Some(started(*expected_upper, *new_upper, *updates, e.at_ms));
             Outcome::Info
         }
@@ -81,6 +88,7 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             ..
         } => {
             t.desired_rows = *desired_rows;
+            t.last_written = Some(std::mem::take(&mut t.to_write));
             on_committed(w, e, (*expected_upper, *new_upper, *updates))
         }
         K::Mismatch {
@@ -105,9 +113,11 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             desired_rows,
             to_write_rows,
             snapshot_rows,
+            to_write,
             ..
         } => {
             t.resyncs += 1;
+            t.to_write = to_write.clone();
             w.cached_upper = *upper;
             w.pending = *to_write_rows;
             t.desired_rows = *desired_rows;
@@ -117,6 +127,7 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
                 shard_rows: *snapshot_rows,
                 desired_rows: *desired_rows,
                 to_write_rows: *to_write_rows,
+                to_write: to_write.clone(),
             });
             Outcome::Info
         }
@@ -296,11 +307,13 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
             upper,
             snapshot_rows,
             desired_rows,
-            to_write_rows,
+            to_write,
             ..
         } => format!(
-            "re-synced at upper {}: the shard holds {snapshot_rows} rows, desired                  {desired_rows}, {to_write_rows} updates to write",
-            f(*upper)
+            "re-synced at upper {}: the shard holds {snapshot_rows} rows, desired {desired_rows}, to_write +{} −{} rows",
+            f(*upper),
+            to_write.adds,
+            to_write.retractions
         ),
         K::ResyncFailed { reason } => format!("re-sync failed: {reason}"),
         K::AttemptTimedOut {
