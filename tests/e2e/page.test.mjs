@@ -367,7 +367,7 @@ test("upsert controls: add replicas, push upserts by hand, the generator, step t
   await waitForStatus(page, "ok", /pushed upsert: key 3 → "hello"/);
   // Queued for the (durable) source shard; one step later it is in the source log.
   assert.match(await page.getByTestId("upsert-source").textContent(), /source: 0 messages, 1 queued/);
-  const inLog = /source: 1 messages, 0 queued, frontier \d+, generator off/;
+  const inLog = /source: 1 message, 0 queued, frontier \d+, generator off/;
   for (let i = 0; i < 20 && !inLog.test(await page.getByTestId("upsert-source").textContent()); i++) {
     await page.getByTestId("step").click();
   }

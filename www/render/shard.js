@@ -137,7 +137,10 @@ function sinceHolds(shard, snapshot, t0) {
     return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}</p>`;
   }
   const items = holds.map((h) => {
-    const who = h.handle.actor ? `${h.handle.actor} (${h.handle.id})` : `${h.handle.id} (another tab)`;
+    // A handle no actor owns: in live mode another tab's; in seed mode the page's own checker
+    // (the upsert checker reads its output shard to compare it with the model).
+    const owner = snapshot.mode === "live" ? "another tab" : "no actor's: the page's checker";
+    const who = h.handle.actor ? `${h.handle.actor} (${h.handle.id})` : `${h.handle.id} (${owner})`;
     if (h.kind === "critical") return `critical reader ${esc(who)}, no lease: it holds the since until it moves it`;
     const left = h.handle.expiresMs - now;
     const expiry = left > 0 ? `expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago`;

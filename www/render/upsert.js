@@ -55,9 +55,11 @@ function stateTable(op, walkCell) {
   const cells = state.slice(0, 10).map((c) => {
     const prov = c.mode === "provisional";
     const value = prov ? (c.provisional_value ?? "⌫ delete") : (c.value ?? (c.mode === "tombstone" ? "⌫" : "–"));
-    return `<li class="${prov ? "provisional" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}"><span class="mono">${esc(c.key)}</span> ${prov ? "◌ " : ""}${esc(value)}${purposeNote(value)}</li>`;
+    // The key is shown by its row (key, value); its hash, the state's own key, only on hover.
+    return `<li class="${prov ? "provisional" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${esc(value)}${purposeNote(value)}</li>`;
   });
-  const stash = op.stash.slice(0, 6).map((e) => `<li><span class="mono">t${e.time} ${esc(e.key)}</span> ${esc(e.value ?? "⌫")}</li>`);
+  // A stashed value shows its row; a delete has no row, so its key's hash stands in.
+  const stash = op.stash.slice(0, 6).map((e) => `<li title="key hash ${esc(e.key)}"><span class="mono">t${e.time}</span> ${e.value != null ? esc(e.value) : `⌫ delete <span class="muted">(key hash ${esc(String(e.key).slice(0, 8))})</span>`}</li>`);
   return `<div class="up-cols"><div><h4>state per key (◌ provisional)</h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
     `<div><h4>stash (${op.stash.length})</h4><ul class="cells" data-testid="upsert-stash">${stash.join("") || `<li class="empty">empty</li>`}</ul></div></div>`;
 }
@@ -89,12 +91,12 @@ export function renderUpsert(el, snap, prev) {
   const check = checkerLine(snap);
   setHtml(
     el,
-    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} messages, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}</p>` +
+    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}</p>` +
       check +
       walkLine(u.walk, replicas) +
       diagram(snap, replicas, prev) +
       replicas.map((a) => replicaCard(a, u.walk)).join("") +
-      `<p class="legend-note small" data-testid="upsert-legend"><b>stash</b>: upserts read from the source, waiting until the shard is read back past their time · <b>◌ provisional</b>: a value the replica emitted before the shard confirmed it · <b>input upper</b>: how far the source has been read · <b>persist upper</b>: how far the shard has been read back · <b>worker steps</b>: runs of the replica's timely worker</p>` +
+      `<p class="legend-note small" data-testid="upsert-legend"><b>stash</b>: upserts read from the source, waiting until the shard is read back past their time · <b>◌ provisional</b>: a value the replica emitted before the shard confirmed it · <b>input upper</b>: how far the source has been read · <b>persist upper</b>: how far the shard has been read back · <b>worker steps</b>: runs of the replica's timely worker · <b>t3750</b>: a source time · <b>⌫</b>: a delete</p>` +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
   );
 }
@@ -103,7 +105,7 @@ export function renderUpsert(el, snap, prev) {
 function generatorNote(u) {
   if (!u.generating) return u.undecodable ? "" : " (no undecodable values)";
   return u.undecodable
-    ? ` <span class="muted">(about 1 in 20 of its values is undecodable on purpose, to show an error travelling through the pipeline: <i>Undecodable</i> under Upserts switches them off)</span>`
+    ? ` <span class="muted">(about 1 in 20 of its values is undecodable on purpose, to show an error travelling through the pipeline: untick “undecodable values” under Upserts to make none)</span>`
     : " (no undecodable values)";
 }
 

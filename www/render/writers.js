@@ -15,13 +15,13 @@ const READ_ONLY = `<span class="mark o-read-only" role="img" aria-label="read-on
 
 const rowsWord = (n) => `${n} row${n === 1 ? "" : "s"}`;
 
-/** A write task's `to_write` (or a write) in signed rows: "+2 rows, −1 row", or "nothing". */
+/** A write task's `to_write` (or a write) in signed rows: "+2 rows, −1 row", or "no rows". */
 export function signedRows(sr) {
-  if (!sr) return "nothing";
+  if (!sr || !(sr.adds || sr.retractions)) return "no rows";
   const parts = [];
   if (sr.adds) parts.push(`+${rowsWord(sr.adds)}`);
   if (sr.retractions) parts.push(`−${rowsWord(sr.retractions)}`);
-  return parts.join(", ") || "nothing";
+  return parts.join(", ");
 }
 
 /** The first rows of a signed-rows list, each with its diff: "+1 (T1-P1-1, 1)". */
@@ -73,7 +73,7 @@ function statusOf(a, w, t0) {
     const f = w.inFlight;
     const now = f.retrying
       ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? `, ${f.timeouts} timeouts so far` : ""}`
-      : `<span class="busy">writing</span> ${f.updates} at ${range(f)}`;
+      : `<span class="busy">writing</span> ${f.updates} update${f.updates === 1 ? "" : "s"} at ${range(f)}`;
     return now + lastText;
   }
   if (last) return `${mark(last.outcome, OUTCOMES)} ${esc(last.detail)}`;
@@ -113,7 +113,8 @@ function taskLines(t, w, t0) {
   const pending = w.pending ? `to_write ${signedRows(t.toWrite)}${shownRows(t.toWrite)}` : "to_write empty";
   lines.push(`<span data-kept="task">${desired} · ${pending}</span>`);
   if (t.lastWritten) {
-    lines.push(`<span data-kept="written">last write carried ${signedRows(t.lastWritten)}${shownRows(t.lastWritten)}</span>`);
+    const empty = !(t.lastWritten.adds || t.lastWritten.retractions);
+    lines.push(`<span data-kept="written">last write carried ${empty ? "no rows (an empty batch: the upper tick)" : signedRows(t.lastWritten)}${shownRows(t.lastWritten)}</span>`);
   }
   let resync = `${t.resyncs} re-sync${t.resyncs === 1 ? "" : "s"}`;
   if (t.lastResync) {
@@ -156,7 +157,7 @@ export function renderWriters(el, snap, t0) {
     : `<tbody><tr><td colspan="5" class="empty">No writers. Add one with + Writer (w).</td></tr></tbody>`;
   setHtml(
     el,
-    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="updates still to write (to_write)">pending</th><th title="writes committed / lost a race (UpperMismatch) / timed out with the outcome unknown">won/lost/?</th></tr></thead>${body}</table>${WRITERS_LEGEND}`,
+    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="updates still to write (to_write)">pending</th><th title="writes committed / lost a race (UpperMismatch) / timed out with the outcome unknown">won/lost/?</th></tr></thead>${body}</table>${rows.length ? WRITERS_LEGEND : ""}`,
   );
 }
 
