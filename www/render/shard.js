@@ -137,9 +137,9 @@ function sinceHolds(shard, snapshot, t0) {
     return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}</p>`;
   }
   const items = holds.map((h) => {
-    // A handle no actor owns: in live mode another tab's; in seed mode the page's own checker
-    // (the upsert checker reads its output shard to compare it with the model).
-    const owner = snapshot.mode === "live" ? "another tab" : "no actor's: the page's checker";
+    // A handle no actor owns: in live mode another tab's; in seed mode one the scenario opened
+    // for itself (the upsert checker's reader, a write task's re-sync reader).
+    const owner = snapshot.mode === "live" ? "another tab" : "not an actor's: a checker's or a re-sync's reader";
     const who = h.handle.actor ? `${h.handle.actor} (${h.handle.id})` : `${h.handle.id} (${owner})`;
     if (h.kind === "critical") return `critical reader ${esc(who)}, no lease: it holds the since until it moves it`;
     const left = h.handle.expiresMs - now;
