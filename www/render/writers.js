@@ -180,16 +180,17 @@ export function renderOracle(el, snap, t0) {
       return `<tr data-actor="${esc(a.id)}"><td>${chip(a.id, actorColour(a.colour))}</td><td class="mono num">${o?.epoch ?? ""}</td>` +
         `<td class="mono num" data-col="first-ts" title="the first write timestamp this instance handed out (after a restart: above every earlier one)">${o?.firstTs != null ? esc(fmtMs(o.firstTs, t0)) : "–"}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +
-        `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td>` +
-        `<td>${windows}</td></tr>` +
+        `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td></tr>` +
+        // The durable windows on a row of their own: in the table they were cut at the edge.
+        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small">durable windows, the newest ${Math.min(8, o.windows.length)} (each a range of timestamps made durable at once; the line is write_ts): ${windows}</td></tr>` : "") +
         // The state and its error on a row of their own, wrapped: a fenced instance's reason is
         // what the step is about, and the table is wider than the panel.
-        (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="8" style="white-space:normal">${state}</td></tr>` : "");
+        (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" style="white-space:normal">${state}</td></tr>` : "");
     })
     .join("");
   setHtml(
     el,
-    `${timelines}<table class="grid"><thead><tr><th>instance</th><th>epoch</th><th title="its first write timestamp in this incarnation">first ts</th><th>read_ts</th><th>write_ts</th><th title="the durable upper: nothing at or beyond it is handed out">durable</th><th title="write timestamps handed out">ts</th><th title="durable window allocations">windows</th></tr></thead><tbody>${rows}</tbody></table>`,
+    `${timelines}<table class="grid"><thead><tr><th>instance</th><th>epoch</th><th title="its first write timestamp in this incarnation">first ts</th><th>read_ts</th><th>write_ts</th><th title="the durable upper: nothing at or beyond it is handed out">durable</th><th title="write timestamps handed out">handed out</th></tr></thead><tbody>${rows}</tbody></table>`,
   );
 }
 
