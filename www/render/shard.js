@@ -39,7 +39,8 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   // Time ticks.
   for (const t of ticks(d0, d1, 7)) {
     parts.push(svgEl("line", { x1: x(t), x2: x(t), y1: 84, y2: 90, class: "tick" }));
-    parts.push(svgEl("text", { x: x(t), y: 102, class: "tick-label", "text-anchor": "middle" }, fmtMs(t, t0)));
+    // The last label would run past the panel's edge if centred on its tick.
+    parts.push(svgEl("text", { x: x(t), y: 102, class: "tick-label", "text-anchor": x(t) > W - RIGHT - 30 ? "end" : "middle" }, fmtMs(t, t0)));
   }
   parts.push(svgEl("line", { x1: LEFT, x2: W - RIGHT, y1: 84, y2: 84, class: "axis" }));
   // Since and upper.

@@ -96,7 +96,6 @@ export function renderUpsert(el, snap, prev) {
       walkLine(u.walk, replicas) +
       diagram(snap, replicas, prev) +
       replicas.map((a) => replicaCard(a, u.walk)).join("") +
-      `<p class="legend-note small" data-testid="upsert-legend"><b>stash</b>: upserts read from the source, waiting until the shard is read back past their time · <b>◌ provisional</b>: a value the replica emitted before the shard confirmed it · <b>input upper</b>: how far the source has been read · <b>persist upper</b>: how far the shard has been read back · <b>worker steps</b>: runs of the replica's timely worker · <b>t3750</b>: a source time · <b>⌫</b>: a delete</p>` +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
   );
 }

@@ -125,12 +125,6 @@ function taskLines(t, w, t0) {
   return lines;
 }
 
-/** What the Writers panel's columns and words mean, for a learner new to persist. */
-const WRITERS_LEGEND = `<p class="legend-note small" data-testid="writers-legend"><b>cached upper</b>: where the handle believes the shard's upper is · ` +
-  `<b>pending</b>: updates still to write (a task's to_write, + adds a row, − retracts one) · ` +
-  `<b>won/lost/?</b>: its writes that committed / lost a race to another writer (UpperMismatch) / timed out, outcome unknown · ` +
-  `<b>c&amp;a</b>: compare_and_append, which writes only if the shard's upper is the one it expects; <b>append</b> retries at the new upper</p>`;
-
 export function renderWriters(el, snap, t0) {
   const rows = [];
   for (const a of snap.actors) {
@@ -157,7 +151,7 @@ export function renderWriters(el, snap, t0) {
     : `<tbody><tr><td colspan="5" class="empty">No writers. Add one with + Writer (w).</td></tr></tbody>`;
   setHtml(
     el,
-    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="updates still to write (to_write)">pending</th><th title="writes committed / lost a race (UpperMismatch) / timed out with the outcome unknown">won/lost/?</th></tr></thead>${body}</table>${rows.length ? WRITERS_LEGEND : ""}`,
+    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="updates still to write (to_write)">pending</th><th title="writes committed / lost a race (UpperMismatch) / timed out with the outcome unknown">won/lost/?</th></tr></thead>${body}</table>`,
   );
 }
 
@@ -182,7 +176,7 @@ export function renderOracle(el, snap, t0) {
         `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td></tr>` +
         // The durable windows on a row of their own: in the table they were cut at the edge.
-        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small">durable windows, the newest ${Math.min(8, o.windows.length)} (each a range of timestamps made durable at once; the line is write_ts): ${windows}</td></tr>` : "") +
+        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, the newest ${Math.min(8, o.windows.length)} (each a range of timestamps made durable at once; the line is write_ts): ${windows}</td></tr>` : "") +
         // The state and its error on a row of their own, wrapped: a fenced instance's reason is
         // what the step is about, and the table is wider than the panel.
         (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" style="white-space:normal">${state}</td></tr>` : "");
