@@ -169,6 +169,10 @@ pub enum WriteTaskEventKind {
         responders: u64,
         /// The updates carried, in signed rows: how many add a row and how many retract one,
         /// with the first few rows (see [`SignedRows`]).
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "SignedRowsView")
+        )]
         rows: SignedRows,
     },
     /// The attempt committed: the shard at `new_upper - 1` equals `desired`.
@@ -227,6 +231,10 @@ pub enum WriteTaskEventKind {
         /// Updates in the new `to_write`.
         to_write_rows: u64,
         /// The new `to_write` in signed rows (see [`SignedRows`]).
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "SignedRowsView")
+        )]
         to_write: SignedRows,
     },
     /// A re-sync could not read the shard in time; the task keeps its old upper (so the next

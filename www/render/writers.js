@@ -193,7 +193,7 @@ function windowsSvg(o) {
   if (!ws.length) return "";
   const lo = ws[0].forTs;
   const hi = Math.max(ws.at(-1).durableUpper, o.writeTs);
-  const w = 110;
+  const w = 320;
   const x = (v) => ((v - lo) / (hi - lo || 1)) * w;
   const bars = ws
     .map((win, i) => `<rect x="${x(win.forTs).toFixed(1)}" y="${i % 2 ? 7 : 1}" width="${Math.max(1, x(win.durableUpper) - x(win.forTs)).toFixed(1)}" height="6" class="window"><title>window [${win.forTs}, ${win.durableUpper})</title></rect>`)
