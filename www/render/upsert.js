@@ -118,7 +118,7 @@ function checkerLine(snap) {
   const checker = snap.upsert.checker;
   let verdict;
   if (!rule || rule.checks === 0) verdict = `<span class="muted">not compared with the reference model yet (no upper reached)</span>`;
-  else if (rule.violations === 0) verdict = `<b class="ok">matches the reference model</b> at all ${rule.checks} uppers checked`;
+  else if (rule.violations === 0) verdict = `<b class="ok">matches the reference model</b> ${rule.checks === 1 ? "at the 1 upper checked" : `at all ${rule.checks} uppers checked`}`;
   else verdict = `<b class="err">differs from the reference model at ${rule.violations} of ${rule.checks} uppers checked</b>`;
   const last = checker.violations.at(-1);
   const diff = last ? `<br><span data-testid="upsert-diff">latest difference: ${renderDifference(last)}</span>` : "";
