@@ -141,7 +141,13 @@ function sinceHolds(shard, snapshot, t0) {
     // A handle no actor owns: in live mode another tab's; in seed mode one the scenario opened
     // for itself (the upsert checker's reader, a write task's re-sync reader).
     const owner = snapshot.mode === "live" ? "another tab" : "not an actor's: a checker's or a re-sync's reader";
-    const who = h.handle.actor ? `${h.handle.actor} (${h.handle.id})` : `${h.handle.id} (${owner})`;
+    // An actor restarted since it opened this handle: the holder is its old incarnation's.
+    const current = snapshot.actors.find((a) => a.id === h.handle.actor)?.handleId;
+    const who = !h.handle.actor
+      ? `${h.handle.id} (${owner})`
+      : current && current !== h.handle.id
+        ? `${h.handle.actor}'s old handle ${h.handle.id}, from before its process restarted (no heartbeat since)`
+        : `${h.handle.actor} (${h.handle.id})`;
     if (h.kind === "critical") return `critical reader ${esc(who)}, no lease: it holds the since until it moves it`;
     const left = h.handle.expiresMs - now;
     const expiry = left > 0 ? `expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago`;
