@@ -207,18 +207,24 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   return { failures, atOnce, snap, shownNow };
 }
 
+/** A fresh page at 1280x800 that records console errors and uncaught exceptions. */
+async function walkPage(t) {
+  const ctx = await launch(t);
+  const page = await ctx.newPage();
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
+  await page.setViewportSize(VIEWPORT);
+  page.setDefaultTimeout(STEP_TIMEOUT_MS);
+  page.errors = [];
+  page.on("console", (msg) => {
+    if (msg.type() === "error") page.errors.push(`console: ${msg.text()}`);
+  });
+  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  return page;
+}
+
 for (const [ti, tour] of tours.entries()) {
   test(`tour walk at 1280x800: "${tour.title}", every step shows what it names`, { timeout: 180_000 }, async (t) => {
-    const ctx = await launch(t);
-    const page = await ctx.newPage();
-  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
-    await page.setViewportSize(VIEWPORT);
-    page.setDefaultTimeout(STEP_TIMEOUT_MS);
-    page.errors = [];
-    page.on("console", (msg) => {
-      if (msg.type() === "error") page.errors.push(`console: ${msg.text()}`);
-    });
-    page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+    const page = await walkPage(t);
     await page.goto(server.url(`${tourSearch(tour.id, 1)}&animate=0`));
     const failures = [];
     let prevSnap = null;
@@ -286,13 +292,7 @@ test("every kind of Look at chip scrolls to its target and flashes it, the card 
 });
 
 test("what the learner walk found missing is shown: signed to_write rows, read-only, one upsert count, the lease", { timeout: 120_000 }, async (t) => {
-  const ctx = await launch(t);
-  const page = await ctx.newPage();
-  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
-  await page.setViewportSize(VIEWPORT);
-  page.setDefaultTimeout(STEP_TIMEOUT_MS);
-  page.errors = [];
-  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  const page = await walkPage(t);
   const open = async (id, step) => {
     await page.goto(server.url(`${tourSearch(id, step)}&animate=0`));
     await settled(page, id, step);
