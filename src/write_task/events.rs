@@ -67,6 +67,14 @@ impl SignedRows {
     /// How many updates are written out in `shown`.
     pub const SHOWN: usize = 4;
 
+    /// `n` retractions, none shown.
+    pub fn retracting(n: u64) -> Self {
+        SignedRows {
+            retractions: n,
+            ..SignedRows::default()
+        }
+    }
+
     /// `updates` in signed rows.
     pub fn of<R: std::fmt::Display>(updates: &[(R, i64)]) -> Self {
         let adds = updates.iter().filter(|(_, d)| *d > 0).count() as u64;

@@ -51,11 +51,8 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
         } => {
             t.desired_rows = *desired_rows;
             w.pending = *to_write_rows;
-            // `prepare` keeps every row here, and what it drops it retracts.
-            t.to_write = SignedRows {
-                retractions: *to_write_rows,
-                ..SignedRows::default()
-            };
+            // What `prepare` does not keep in desired, it retracts.
+            t.to_write = SignedRows::retracting(*to_write_rows);
             Outcome::Info
         }
         K::CommandReceived { error, .. } => {
@@ -94,20 +91,7 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
         K::Mismatch {
             expected_upper,
             current_upper,
-        } => {
-            w.mismatches += 1;
-            w.last_lost = Some(crate::playground::actor::LostRace {
-                at_ms: e.at_ms,
-                expected: expected_upper.unwrap_or(0),
-                actual: *current_upper,
-            });
-            let detail = format!(
-                "UpperMismatch: expected {}, shard at {}",
-                fmt_frontier(*expected_upper),
-                fmt_frontier(*current_upper)
-            );
-            finish(w, e, Outcome::Mismatch, (*expected_upper, None, 0), detail)
-        }
+        } => on_mismatch(w, e, *expected_upper, *current_upper),
         K::Resynced {
             upper,
             desired_rows,
@@ -116,32 +100,23 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             to_write,
             ..
         } => {
-            t.resyncs += 1;
-            t.to_write = to_write.clone();
-            w.cached_upper = *upper;
-            w.pending = *to_write_rows;
-            t.desired_rows = *desired_rows;
-            t.last_resync = Some(crate::playground::actor::Resync {
+            let resync = crate::playground::actor::Resync {
                 at_ms: e.at_ms,
                 upper: *upper,
                 shard_rows: *snapshot_rows,
                 desired_rows: *desired_rows,
                 to_write_rows: *to_write_rows,
                 to_write: to_write.clone(),
-            });
+            };
+            on_resynced(t, resync);
             Outcome::Info
         }
         K::ResyncFailed { .. } => Outcome::Retrying,
         K::AttemptTimedOut { expected_upper, .. } => {
             w.indeterminate += 1;
-            let detail = "the attempt timed out: it may or may not have committed".into();
-            finish(
-                w,
-                e,
-                Outcome::Indeterminate,
-                (*expected_upper, None, 0),
-                detail,
-            )
+            let detail = "the attempt timed out: it may or may not have committed";
+            let attempt = (*expected_upper, None, 0);
+            finish(w, e, Outcome::Indeterminate, attempt, detail.into())
         }
         K::GaveUp { .. } => {
             t.refused += 1;
@@ -149,6 +124,37 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
         }
         K::ShutDown { .. } | K::Ended { .. } => Outcome::Info,
     }
+}
+
+/// A lost race on the task's writer side: expected `expected`, the shard was at `current`.
+fn on_mismatch(
+    w: &mut WriterView,
+    e: &WriteTaskEvent,
+    expected_upper: Option<u64>,
+    current_upper: Option<u64>,
+) -> Outcome {
+    w.mismatches += 1;
+    w.last_lost = Some(crate::playground::actor::LostRace {
+        at_ms: e.at_ms,
+        expected: expected_upper.unwrap_or(0),
+        actual: current_upper,
+    });
+    let detail = format!(
+        "UpperMismatch: expected {}, shard at {}",
+        fmt_frontier(expected_upper),
+        fmt_frontier(current_upper)
+    );
+    finish(w, e, Outcome::Mismatch, (expected_upper, None, 0), detail)
+}
+
+/// A re-sync on the task's view: it adopted `r.upper` and `to_write = desired - shard`.
+fn on_resynced(t: &mut TaskView, r: crate::playground::actor::Resync) {
+    t.resyncs += 1;
+    t.to_write = r.to_write.clone();
+    t.writer.cached_upper = r.upper;
+    t.writer.pending = r.to_write_rows;
+    t.desired_rows = r.desired_rows;
+    t.last_resync = Some(r);
 }
 
 /// The write in flight from `since_ms`: `updates` over `[lower, upper)`.
