@@ -94,6 +94,7 @@ export function wireControls(dom, app) {
     app.send({ type: "pushUpsert", key, value: value === "" ? null : value });
   }));
   dom.generator.addEventListener("change", guarded(() => app.send({ type: "setGenerator", on: dom.generator.checked })));
+  dom.undecodable.addEventListener("change", guarded(() => app.send({ type: "setUndecodable", on: dom.undecodable.checked })));
   dom.stepReplicas.addEventListener("click", guarded(() => app.send({ type: "stepReplicas" })));
   dom.verify.addEventListener("click", guarded(() => app.send({ type: "verify" })));
   dom.faultsForm.addEventListener("submit", guarded((e) => {

@@ -178,6 +178,11 @@ pub struct TaskView {
     pub refused: u64,
     /// The latest re-sync, kept until the next one.
     pub last_resync: Option<Resync>,
+    /// `to_write` in signed rows, as last reported (by a re-sync or a write attempt; empty
+    /// once a write committed).
+    pub to_write: crate::write_task::SignedRows,
+    /// What the latest committed write carried, in signed rows, kept until the next one.
+    pub last_written: Option<crate::write_task::SignedRows>,
 }
 
 /// A write task's re-sync: `to_write = desired - snapshot(upper - 1)`.
@@ -194,6 +199,8 @@ pub struct Resync {
     pub desired_rows: u64,
     /// Rows of the difference it will write (`to_write`).
     pub to_write_rows: u64,
+    /// That difference in signed rows: what it adds and what it retracts.
+    pub to_write: crate::write_task::SignedRows,
 }
 
 /// One window of timestamps made durable.

@@ -43,6 +43,55 @@ pub enum WriteCause {
     TickPending,
 }
 
+/// A list of updates `(row, diff)` told in signed rows, for a reader who wants to see what a
+/// write adds and what it retracts: `adds` updates with a positive diff, `retractions` with a
+/// negative one (`adds + retractions` is the number of updates), and the first
+/// [`SignedRows::SHOWN`] of them as `"+1 (row)"` / `"-1 (row)"`, in `to_write`'s order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    all(feature = "library", target_arch = "wasm32"),
+    derive(tsify::Tsify),
+    tsify(missing_as_null, rename = "SignedRowsView")
+)]
+pub struct SignedRows {
+    /// Updates with a positive diff.
+    pub adds: u64,
+    /// Updates with a negative diff.
+    pub retractions: u64,
+    /// The first few updates, each as its signed diff and its row.
+    pub shown: Vec<String>,
+}
+
+impl SignedRows {
+    /// How many updates are written out in `shown`.
+    pub const SHOWN: usize = 4;
+
+    /// `n` retractions, none shown.
+    pub fn retracting(n: u64) -> Self {
+        SignedRows {
+            retractions: n,
+            ..SignedRows::default()
+        }
+    }
+
+    /// `updates` in signed rows.
+    pub fn of<R: std::fmt::Display>(updates: &[(R, i64)]) -> Self {
+        let adds = updates.iter().filter(|(_, d)| *d > 0).count() as u64;
+        let retractions = updates.iter().filter(|(_, d)| *d < 0).count() as u64;
+        let shown = updates
+            .iter()
+            .take(Self::SHOWN)
+            .map(|(row, d)| format!("{d:+} {row}"))
+            .collect();
+        SignedRows {
+            adds,
+            retractions,
+            shown,
+        }
+    }
+}
+
 /// One thing a write task did. As data: `type` names the variant in camelCase, fields are
 /// camelCase, times and frontiers numbers (`null`: the empty frontier), the fingerprint a
 /// `bigint` (see [`crate::numbers`]).
@@ -126,6 +175,13 @@ pub enum WriteTaskEventKind {
         updates: u64,
         /// Responders waiting on this write.
         responders: u64,
+        /// The updates carried, in signed rows: how many add a row and how many retract one,
+        /// with the first few rows (see [`SignedRows`]).
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "SignedRowsView")
+        )]
+        rows: SignedRows,
     },
     /// The attempt committed: the shard at `new_upper - 1` equals `desired`.
     #[serde(rename_all = "camelCase")]
@@ -182,6 +238,12 @@ pub enum WriteTaskEventKind {
         desired_rows: u64,
         /// Updates in the new `to_write`.
         to_write_rows: u64,
+        /// The new `to_write` in signed rows (see [`SignedRows`]).
+        #[cfg_attr(
+            all(feature = "library", target_arch = "wasm32"),
+            tsify(type = "SignedRowsView")
+        )]
+        to_write: SignedRows,
     },
     /// A re-sync could not read the shard in time; the task keeps its old upper (so the next
     /// attempt mismatches again and re-syncs again).

@@ -122,8 +122,8 @@ pub use config::{DifferentialIntrospectionConfig, InitialDesired, RetryPolicy, W
 pub use error::WriteTaskError;
 
 pub use events::{
-    check_event_order, events_of, EventOrderError, WriteCause, WriteTaskEvent, WriteTaskEventKind,
-    WriteTaskLog,
+    check_event_order, events_of, EventOrderError, SignedRows, WriteCause, WriteTaskEvent,
+    WriteTaskEventKind, WriteTaskLog,
 };
 pub use ops::{apply_write_op, derive_to_write, fingerprint, DiffOverflow, StorageWriteOp};
 

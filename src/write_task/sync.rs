@@ -8,8 +8,8 @@ use timely::progress::Antichain;
 
 use super::{
     derive_to_write, fingerprint, ops, opt, Attempt, DifferentialIntrospectionConfig,
-    DifferentialWriteTask, EndReason, InitialDesired, ReadHandleFuture, Resync, WriteCause,
-    WriteTaskError, WriteTaskEventKind,
+    DifferentialWriteTask, EndReason, InitialDesired, ReadHandleFuture, Resync, SignedRows,
+    WriteCause, WriteTaskError, WriteTaskEventKind,
 };
 use crate::persist::codec::{Diff, Row, Timestamp};
 use crate::persist::error::{InvalidUsage, PersistError};
@@ -138,6 +138,7 @@ where
             new_upper: Some(new_upper),
             updates: updates.len() as u64,
             responders: t.in_flight.len() as u64,
+            rows: SignedRows::of(&t.to_write),
         });
         let result = self
             .runtime
@@ -243,6 +244,7 @@ where
             snapshot_rows,
             desired_rows: t.desired.len() as u64,
             to_write_rows: t.to_write.len() as u64,
+            to_write: SignedRows::of(&t.to_write),
         });
         Continue(())
     }

@@ -38,6 +38,8 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
   await waitForStatus(page, "ok", /pushed upsert: key 3 → "hello"/);
 
   const said = [];
+  const u2Steps = [];
+  assert.match(await page.getByTestId("step-replicas").getAttribute("title"), /walks that upsert through one replica, one stage per press \(the other replicas wait until the walk ends\); a stage runs the scenario until its write or read completes, so the clock may move by seconds/);
   const provisional = () => page.locator(`${U1_STATE} li.provisional`).count();
   for (const [i, stage] of STAGES.entries()) {
     // Nothing is focused but the page: the key goes to the page's shortcuts.
@@ -48,6 +50,11 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     said.push(await page.locator("#status").textContent());
     const walk = page.getByTestId("upsert-walk");
     if (n < STAGES.length) {
+      // What the button's title promises: the walk moves one replica, the other waits, and a
+      // press may move the clock by seconds (the line says both).
+      const line = await walk.textContent();
+      assert.match(line, /through U1: .*the clock may move by seconds\. U2 waits until the walk ends\./s);
+      u2Steps.push(await page.evaluate(() => window.__playground.state.latest().actors.find((a) => a.id === "U2").detail.worker_steps));
       assert.match(await walk.textContent(), new RegExp(`▸ ${STAGES[n]}`), `the walk shows ${STAGES[n]} next`);
     } else {
       await waitFor(page, () => !document.querySelector("[data-testid=upsert-walk]"), "the walk's line gone when it is done");
@@ -60,6 +67,8 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     else assert.equal(p, 0, `no provisional value in U1's state at ${stage}`);
     await shot(page, `feedback-stage-${n}`, "#panel-upsert");
   }
+  assert.ok(u2Steps.length === 6 && u2Steps.every((x) => Number.isInteger(x) && x > 0), `U2's worker steps read: ${u2Steps}`);
+  assert.equal(new Set(u2Steps).size, 1, `U2's worker did not step while U1 was walked: ${u2Steps}`);
   // Each stage named once, in order.
   const named = said.map((s) => STAGES.find((st) => new RegExp(`stage \\d/7, ${st}: `).test(s)));
   assert.deepEqual(named, STAGES, said.join("\n"));

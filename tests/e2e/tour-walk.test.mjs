@@ -207,18 +207,24 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   return { failures, atOnce, snap, shownNow };
 }
 
+/** A fresh page at 1280x800 that records console errors and uncaught exceptions. */
+async function walkPage(t) {
+  const ctx = await launch(t);
+  const page = await ctx.newPage();
+  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
+  await page.setViewportSize(VIEWPORT);
+  page.setDefaultTimeout(STEP_TIMEOUT_MS);
+  page.errors = [];
+  page.on("console", (msg) => {
+    if (msg.type() === "error") page.errors.push(`console: ${msg.text()}`);
+  });
+  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  return page;
+}
+
 for (const [ti, tour] of tours.entries()) {
   test(`tour walk at 1280x800: "${tour.title}", every step shows what it names`, { timeout: 180_000 }, async (t) => {
-    const ctx = await launch(t);
-    const page = await ctx.newPage();
-  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
-    await page.setViewportSize(VIEWPORT);
-    page.setDefaultTimeout(STEP_TIMEOUT_MS);
-    page.errors = [];
-    page.on("console", (msg) => {
-      if (msg.type() === "error") page.errors.push(`console: ${msg.text()}`);
-    });
-    page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+    const page = await walkPage(t);
     await page.goto(server.url(`${tourSearch(tour.id, 1)}&animate=0`));
     const failures = [];
     let prevSnap = null;
@@ -282,5 +288,75 @@ test("every kind of Look at chip scrolls to its target and flashes it, the card 
   await page.locator('button.look-actor[data-actor="T2"]').click();
   assert.deepEqual(await seen('#panel-writers [data-actor="T2"]'), { inView: true, flashing: true }, "the T2 chip brings T2's row");
   assert.ok((await measure(page, [])).card, "the card stays on screen");
+  noErrors(page);
+});
+
+test("what the learner walk found missing is shown: signed to_write rows, read-only, one upsert count, the lease", { timeout: 120_000 }, async (t) => {
+  const page = await walkPage(t);
+  const open = async (id, step) => {
+    await page.goto(server.url(`${tourSearch(id, step)}&animate=0`));
+    await settled(page, id, step);
+  };
+  const rowText = (actor) => page.locator(`#panel-writers tbody[data-actor="${actor}"]`).innerText();
+
+  // write-task 3: the deleted row's −1, as a signed row, visible in the Writers panel.
+  await open("write-task", 3);
+  assert.match(await rowText("T1"), /last write carried −1 row: −1 \("T1-P\d+-1", 1\)/);
+  assert.ok(await textVisible(page, "panel-writers", ["last write carried −1 row"]), "the retraction is in view");
+  // write-task 5: each re-sync's to_write in signed rows, one task adding the row the other retracts.
+  await open("write-task", 5);
+  const [t1, t2] = [await rowText("T1"), await rowText("T2")];
+  const resync = /→ to_write ([+−])1 row: ([+−])1 \("T1-P\d+-4", 4\)/;
+  const [r1, r2] = [resync.exec(t1), resync.exec(t2)];
+  assert.ok(r1 && r1[1] === r1[2], `T1's re-sync in signed rows: ${t1}`);
+  assert.ok(r2 && r2[1] === r2[2], `T2's re-sync in signed rows: ${t2}`);
+  assert.notEqual(r1[1], r2[1], "one adds the row, the other retracts it");
+  // write-task 6: read-only has its own mark (drawn, not a glyph), a whole label, and no desired.
+  await open("write-task", 6);
+  assert.match(await rowText("T2"), /no desired rows: a read-only task does not read the shard/);
+  const ro = await page.evaluate(() => {
+    const body = document.querySelector('#panel-writers tbody[data-actor="T2"]');
+    const m = body.querySelector(".mark.o-read-only");
+    const before = getComputedStyle(m, "::before");
+    return {
+      label: m.getAttribute("aria-label"),
+      glyph: m.textContent,
+      bars: before.borderLeftStyle === "solid" && before.borderRightStyle === "solid" && parseFloat(before.height) > 4,
+      cut: [...body.querySelectorAll(".how")].filter((h) => h.scrollWidth > h.clientWidth + 1).map((h) => h.textContent),
+      how: [...body.querySelectorAll(".how")].map((h) => h.textContent),
+    };
+  });
+  assert.deepEqual(ro, { label: "read-only", glyph: "", bars: true, cut: [], how: ["task", "read-only"] });
+
+  // rule-upsert-feedback 2: the Upsert panel counts what Check counts (uppers that differ, of the
+  // uppers checked), the narration quotes that count, and the difference is rows, not JSON.
+  await open("rule-upsert-feedback", 2);
+  const counts = await page.evaluate(() => {
+    const rule = document.querySelector("[data-testid=check-rule-upsert-model]");
+    const m = /differs from the reference model at (\d+) of (\d+) uppers checked/.exec(document.querySelector("[data-testid=upsert-checker]").textContent);
+    const said = /counts the uppers at which the shard differs: (\d+) so far/.exec(document.querySelector("[data-testid=tour-narration]").textContent);
+    return {
+      check: [Number(rule.dataset.violations), Number(rule.dataset.checks)],
+      upsert: m && [Number(m[1]), Number(m[2])],
+      narration: said && Number(said[1]),
+      diff: document.querySelector("[data-testid=upsert-diff]")?.textContent ?? "",
+    };
+  });
+  assert.ok(counts.check[0] > 0, "the rule is broken at this step");
+  assert.deepEqual(counts.upsert, counts.check, "the Upsert panel and Check give one count");
+  assert.equal(counts.narration, counts.check[0], "the narration quotes the same count");
+  assert.match(counts.diff, /latest difference: at upper \d+, the shard holds \d+ rows? the model does not/);
+  assert.doesNotMatch(counts.diff, /\["|"\]/, "the difference is rendered, not a JSON dump");
+
+  // upsert-feedback 3: the Shard panel shows the replicas' output shard.
+  await open("upsert-feedback", 3);
+  assert.equal(await page.getByTestId("shard-pick").inputValue(), "upsert_out");
+
+  // durability 4: the since's holder, what a lease is and when it expires; no hidden controls.
+  await open("durability", 4);
+  const held = await page.getByTestId("since-held").innerText();
+  assert.match(held, /held by reader R1's old handle r[0-9a-f]+, from before its process restarted \(no heartbeat since\), lease 60 s, last heartbeat .*(expires in|expired) [\d.]+ s/);
+  assert.match(held, /a lease is a reader's hold on the since, renewed by each heartbeat/);
+  assert.doesNotMatch(await page.getByTestId("tour-narration").innerText(), /every control on the left works from here/);
   noErrors(page);
 });

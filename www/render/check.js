@@ -18,14 +18,18 @@ function seqLinks(seqs, cls) {
   return seqs.map((s) => `<a href="#" class="seq-link ${cls}" data-seq="${s}">#${s}</a>`).join(" ");
 }
 
+/** What one check of a rule is, where a plain "check" would leave the count unexplained. */
+const UNITS = { "upsert-model": "upper of the output shard" };
+
 function ruleLine(r) {
   const ok = r.violations === 0;
   const unverified = r.unverified ? ` <span class="muted">(${r.unverified} could not be checked)</span>` : "";
+  const unit = UNITS[r.rule] ? ` <span class="muted">(one check per ${UNITS[r.rule]}${ok ? "" : `: it differs at ${r.violations} of ${r.checks}`})</span>` : "";
   const verdict = ok
     ? `<span class="ok">${r.checks} checks, no break</span>`
     : `<b class="err">${r.violations} break${r.violations === 1 ? "" : "s"}</b> in ${r.checks} checks`;
   return `<li class="check-rule ${ok ? "ok" : "broken"}" data-testid="check-rule-${esc(r.rule)}" data-checks="${r.checks}" data-violations="${r.violations}">` +
-    `<span class="mark">${ok ? "✓" : "✕"}</span> <code>${esc(r.rule)}</code> <span class="title">${esc(r.title)}</span>: ${verdict}${unverified}</li>`;
+    `<span class="mark">${ok ? "✓" : "✕"}</span> <code>${esc(r.rule)}</code> <span class="title">${esc(r.title)}</span>: ${verdict}${unit}${unverified}</li>`;
 }
 
 function violationItem(v, i, t0) {

@@ -22,7 +22,7 @@ export function findDom(doc) {
     modeHint: $("mode-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"), oBurst: $("o-burst"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
-    upsertValue: $("u-value"), generator: $("u-generator"), stepReplicas: $("step-replicas"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    upsertValue: $("u-value"), generator: $("u-generator"), undecodable: $("u-undecodable"), stepReplicas: $("step-replicas"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
     rules: $("rules-view"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
@@ -142,6 +142,7 @@ export function renderAll(dom, state, view, force = false) {
   if (visible(dom.frontiers)) draw("frontiers", () => renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth));
   if (visible(dom.upsert)) draw("upsert", () => renderUpsert(dom.upsert, snap, state.history().at(-2)));
   dom.generator.checked = Boolean(snap.upsert?.generating);
+  if (snap.upsert) dom.undecodable.checked = Boolean(snap.upsert.undecodable);
   if (visible(dom.log)) draw("log", () => renderLog(dom, state.events(), snap, t0, view.eventsAfter));
   // The check panel (issue 11): the live check of the history, and its marks in the log view.
   if (dom.check && visible(dom.check)) draw("check", () => renderCheck(dom.check, snap, state, t0));

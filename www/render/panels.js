@@ -3,6 +3,9 @@
 import { OUTCOMES, actorColour, colourOf, fmtFrontier, fmtMs } from "../spec.js";
 import { chip, esc, mark, setHtml } from "./dom.js";
 
+/** A compare_and_set's outcome in a word, beside its mark in the summary. */
+const CAS_WORDS = { committed: "won", mismatch: "lost (seqno moved)", indeterminate: "unknown (timed out)", retrying: "failed, retried", error: "failed" };
+
 export function renderConsensus(el, snap, t0) {
   const rows = snap.consensus
     .slice(-16)
@@ -13,13 +16,15 @@ export function renderConsensus(el, snap, t0) {
       return `<tr><td class="mono">${esc(fmtMs(c.atMs, t0))}</td><td>${chip(c.process, colour)}</td>` +
         `<td class="mono key" title="${esc(c.key)}">${esc(c.key)}</td>` +
         `<td class="mono num">${c.expected ?? "none"} → ${c.newSeqno}</td><td class="mono num">${c.bytes}</td>` +
-        `<td>${mark(c.outcome, OUTCOMES)}${c.error ? ` <span class="err small">${esc(c.error)}</span>` : ""}</td></tr>`;
+        `<td>${mark(c.outcome, OUTCOMES)}</td></tr>` +
+        // The error on a wrapped row of its own: the table is as wide as the panel.
+        (c.error ? `<tr class="sub"><td colspan="6" class="err small" style="white-space:normal">${esc(c.error)}</td></tr>` : "");
     })
     .join("");
   const counts = {};
   for (const c of snap.consensus) counts[c.outcome] = (counts[c.outcome] ?? 0) + 1;
   const summary = Object.entries(counts)
-    .map(([o, n]) => `${mark(o, OUTCOMES)} ${n}`)
+    .map(([o, n]) => `${mark(o, OUTCOMES)} ${n} ${esc(CAS_WORDS[o] ?? o)}`)
     .join(" &nbsp; ");
   setHtml(
     el,

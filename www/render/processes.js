@@ -35,7 +35,7 @@ function describe(a, snap) {
   if (s.kind === "writer") return `writer on ${s.shard}, keys ${s.keyLo}–${s.keyHi - 1}, ${s.mode === "append" ? "append" : "compare_and_append"}`;
   if (s.kind === "reader") return `reader on ${s.shard}${s.hold ? ", holding its since" : ""}`;
   if (s.kind === "task") return `write task on ${s.shard}${s.readOnly ? ", read-only" : ""}`;
-  if (s.kind === "replica") return `upsert replica on ${snap.upsert?.shard ?? "the upsert shard"}, ${s.readBatch} messages per step`;
+  if (s.kind === "replica") return `upsert replica on ${snap.upsert?.shard ?? "the upsert shard"}, ${s.readBatch} message${s.readBatch === 1 ? "" : "s"} per step`;
   return `oracle instance on ${s.timeline}, window ${s.persistIntervalMs} ms${s.burst > 1 ? `, ${s.burst} timestamps a tick` : ""}`;
 }
 
@@ -59,7 +59,7 @@ export function renderProcesses(el, snap, rules) {
       .filter(Boolean)
       .map((a) => {
         const state = a.state === "running" ? "" : ` <span class="state s-${a.state}">${esc(a.state)}</span>`;
-        const handle = a.handleId ? ` <span class="mono handle" title="its persist handle id in this process">${esc(a.handleId)}</span>` : "";
+        const handle = a.handleId ? ` <span class="muted small">handle id</span> <span class="mono handle" title="its persist handle id (w…: a writer, r…: a reader), registered in the shard's state; a restarted process gets a new one">${esc(a.handleId)}</span>` : "";
         return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a, snap))}</span>${handle}${variantBadge(a, rules)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
       })
       .join("");

@@ -39,7 +39,8 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   // Time ticks.
   for (const t of ticks(d0, d1, 7)) {
     parts.push(svgEl("line", { x1: x(t), x2: x(t), y1: 84, y2: 90, class: "tick" }));
-    parts.push(svgEl("text", { x: x(t), y: 102, class: "tick-label", "text-anchor": "middle" }, fmtMs(t, t0)));
+    // The last label would run past the panel's edge if centred on its tick.
+    parts.push(svgEl("text", { x: x(t), y: 102, class: "tick-label", "text-anchor": x(t) > W - RIGHT - 30 ? "end" : "middle" }, fmtMs(t, t0)));
   }
   parts.push(svgEl("line", { x1: LEFT, x2: W - RIGHT, y1: 84, y2: 84, class: "axis" }));
   // Since and upper.
@@ -62,8 +63,14 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   }
   if (cells.length) {
     const last = cells.at(-1);
-    parts.push(svgEl("text", { x: last.x + last.w, y: 176, class: "tick-label", "text-anchor": "end" }, `head ${shard.seqno}`));
-    parts.push(svgEl("text", { x: cells[0].x, y: 176, class: "tick-label" }, `seqno ${cells[0].seqno}`));
+    // Two labels where there is room for both; one "seqnos a–b (head b)" where they would overlap.
+    if (last.x + last.w - cells[0].x >= 150) {
+      parts.push(svgEl("text", { x: last.x + last.w, y: 176, class: "tick-label", "text-anchor": "end" }, `head ${shard.seqno}`));
+      parts.push(svgEl("text", { x: cells[0].x, y: 176, class: "tick-label" }, `seqno ${cells[0].seqno}`));
+    } else {
+      const range = cells[0].seqno === shard.seqno ? `seqno ${shard.seqno}` : `seqnos ${cells[0].seqno}–${shard.seqno}`;
+      parts.push(svgEl("text", { x: cells[0].x, y: 176, class: "tick-label" }, `${range} (head ${shard.seqno})`));
+    }
     const gc = cells.find((c) => c.seqno === shard.seqnoSince);
     if (gc) parts.push(svgEl("line", { x1: gc.x, x2: gc.x, y1: 134, y2: 166, class: "gc-line" }, `<title>GC requested below seqno ${shard.seqnoSince}</title>`));
   }
@@ -84,14 +91,14 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     ["since", fmtFrontier(shard.since, t0)],
     ["batches", shard.batches.length],
     ["updates", shard.updates],
-    ["inline", fmtBytes(shard.inlineBytes)],
-    ["blob", fmtBytes(shard.blobBytes)],
+    ["inline", fmtBytes(shard.inlineBytes), "bytes of batch parts small enough to live inside the state version, in Consensus"],
+    ["in Blob", fmtBytes(shard.blobBytes), "bytes of batch parts written to Blob, each under its own key, which the state refers to"],
     ["rollups", shard.rollups.length],
     ["writers", shard.writers.length],
     ["readers", shard.readers.length],
   ];
   const statHtml = stats
-    .map(([k, v]) => `<span class="stat" data-stat="${k}"><span class="k">${k}</span> <span class="v mono">${esc(v)}</span></span>`)
+    .map(([k, v, title]) => `<span class="stat" data-stat="${k}"${title ? ` title="${esc(title)}"` : ""}><span class="k">${k}</span> <span class="v mono">${esc(v)}</span></span>`)
     .join("");
   const maint = shard.maintenance.slice(-6).reverse();
   const maintHtml = maint.length
@@ -131,11 +138,24 @@ function sinceHolds(shard, snapshot, t0) {
     return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}</p>`;
   }
   const items = holds.map((h) => {
-    const who = h.handle.actor ? `${h.handle.actor} (${h.handle.id})` : `${h.handle.id} (another tab)`;
+    // A handle no actor owns: in live mode another tab's; in seed mode one the scenario opened
+    // for itself (the upsert checker's reader, a write task's re-sync reader).
+    const owner = snapshot.mode === "live" ? "another tab" : "not an actor's: a checker's or a re-sync's reader";
+    // An actor restarted since it opened this handle: the holder is its old incarnation's.
+    const current = snapshot.actors.find((a) => a.id === h.handle.actor)?.handleId;
+    const who = !h.handle.actor
+      ? `${h.handle.id} (${owner})`
+      : current && current !== h.handle.id
+        ? `${h.handle.actor}'s old handle ${h.handle.id}, from before its process restarted (no heartbeat since)`
+        : `${h.handle.actor} (${h.handle.id})`;
     if (h.kind === "critical") return `critical reader ${esc(who)}, no lease: it holds the since until it moves it`;
     const left = h.handle.expiresMs - now;
     const expiry = left > 0 ? `expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago`;
     return `reader ${esc(who)}, lease ${(h.handle.leaseMs / 1000).toFixed(0)} s, last heartbeat ${esc(fmtMs(h.handle.heartbeatMs, t0))}, ${expiry} (at ${esc(fmtMs(h.handle.expiresMs, t0))})`;
   });
-  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}</p>`;
+  const leased = holds.some((h) => h.kind !== "critical");
+  const lease = leased
+    ? ` <span class="muted">· a <b>lease</b> is a reader's hold on the since, renewed by each heartbeat; a reader that stops (a crash) keeps holding it until the lease expires</span>`
+    : "";
+  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}${lease}</p>`;
 }

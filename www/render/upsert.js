@@ -55,9 +55,11 @@ function stateTable(op, walkCell) {
   const cells = state.slice(0, 10).map((c) => {
     const prov = c.mode === "provisional";
     const value = prov ? (c.provisional_value ?? "⌫ delete") : (c.value ?? (c.mode === "tombstone" ? "⌫" : "–"));
-    return `<li class="${prov ? "provisional" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}"><span class="mono">${esc(c.key)}</span> ${prov ? "◌ " : ""}${esc(value)}${purposeNote(value)}</li>`;
+    // The key is shown by its row (key, value); its hash, the state's own key, only on hover.
+    return `<li class="${prov ? "provisional" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${esc(value)}${purposeNote(value)}</li>`;
   });
-  const stash = op.stash.slice(0, 6).map((e) => `<li><span class="mono">t${e.time} ${esc(e.key)}</span> ${esc(e.value ?? "⌫")}</li>`);
+  // A stashed value shows its row; a delete has no row, so its key's hash stands in.
+  const stash = op.stash.slice(0, 6).map((e) => `<li title="key hash ${esc(e.key)}"><span class="mono">t${e.time}</span> ${e.value != null ? esc(e.value) : `⌫ delete <span class="muted">(key hash ${esc(String(e.key).slice(0, 8))})</span>`}</li>`);
   return `<div class="up-cols"><div><h4>state per key (◌ provisional)</h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
     `<div><h4>stash (${op.stash.length})</h4><ul class="cells" data-testid="upsert-stash">${stash.join("") || `<li class="empty">empty</li>`}</ul></div></div>`;
 }
@@ -69,7 +71,7 @@ function replicaCard(a, walk) {
   const op = r.operator;
   const c = r.counters;
   const frontiers = `input upper <b class="mono">${fmtT(op?.input_upper)}</b> · persist upper <b class="mono">${fmtT(op?.persist_upper)}</b> · output <b class="mono">${fmtT(r.output_frontier)}</b> · sink at <b class="mono">${fmtT(r.sink.upper)}</b>`;
-  const counts = `emitted <b>${c.emitted}</b> · discarded <b>${c.stashDiscarded}</b> · fed back <b>${c.fedBack}</b> · partial <b>${c.partialEmissions}</b> · lost races <b>${c.sinkMismatches}</b> · timely steps <b data-testid="worker-steps">${r.worker_steps}</b>`;
+  const counts = `<span title="updates the operator emitted to its sink">emitted <b>${c.emitted}</b></span> · <span title="stashed upserts dropped because a peer had already written their time">discarded <b>${c.stashDiscarded}</b></span> · <span title="updates read back from the shard into state">fed back <b>${c.fedBack}</b></span> · <span title="emissions at the input frontier before the shard caught up (provisional values)">partial <b>${c.partialEmissions}</b></span> · <span title="sink writes that lost to another replica (UpperMismatch)">lost races <b>${c.sinkMismatches}</b></span> · <span title="times the replica's timely worker ran its operators once (worker.step())">worker steps <b data-testid="worker-steps">${r.worker_steps}</b></span>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} gen ${r.generation}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
     `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${stateTable(op, walk?.replica === a.id ? walk.cell : null)}</div>`;
 }
@@ -86,26 +88,71 @@ export function renderUpsert(el, snap, prev) {
     .reverse()
     .map((m) => `<li><span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → ${esc(m.value ?? "⌫ delete")}${purposeNote(m.value)}</li>`)
     .join("");
-  const check = u.checker.violations.length
-    ? `<b class="err">${u.checker.violations.length} differences from the reference model</b>: ${esc(u.checker.violations[0])}`
-    : `<b class="ok">matches the reference model</b> at ${u.checker.checks} uppers`;
+  const check = checkerLine(snap);
   setHtml(
     el,
-    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} messages, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${u.undecodable ? "" : " (no undecodable values)"} · shard ${check}</p>` +
-      walkLine(u.walk) +
+    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}</p>` +
+      check +
+      walkLine(u.walk, replicas) +
       diagram(snap, replicas, prev) +
       replicas.map((a) => replicaCard(a, u.walk)).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
   );
 }
 
+/** The generator's undecodable values, said where the source is. */
+function generatorNote(u) {
+  if (!u.generating) return u.undecodable ? "" : " (no undecodable values)";
+  return u.undecodable
+    ? ` <span class="muted">(about 1 in 20 of its values is undecodable on purpose, to show an error travelling through the pipeline: untick “undecodable values” under Upserts to make none)</span>`
+    : " (no undecodable values)";
+}
+
+/**
+ * The shard against the reference model, counted once: the Check panel's `upsert-model` rule
+ * (uppers of the output shard at which its contents differ from the model, of the uppers
+ * checked). Below it, the latest difference the replicas' own checker saw, as rows.
+ */
+function checkerLine(snap) {
+  const rule = snap.check?.rules?.find((r) => r.rule === "upsert-model");
+  const checker = snap.upsert.checker;
+  let verdict;
+  if (!rule || rule.checks === 0) verdict = `<span class="muted">not compared with the reference model yet (no upper reached)</span>`;
+  else if (rule.violations === 0) verdict = `<b class="ok">matches the reference model</b> ${rule.checks === 1 ? "at the 1 upper checked" : `at all ${rule.checks} uppers checked`}`;
+  else verdict = `<b class="err">differs from the reference model at ${rule.violations} of ${rule.checks} uppers checked</b>`;
+  const last = checker.violations.at(-1);
+  const diff = last ? `<br><span data-testid="upsert-diff">latest difference: ${renderDifference(last)}</span>` : "";
+  return `<p class="small" data-testid="upsert-checker">shard ${esc(snap.upsert.shard)} (the Check panel's <code>upsert-model</code>, counting uppers): ${verdict}${diff}</p>`;
+}
+
+/** A checker's difference ("at upper U: the shard holds [..], the model [..]") as rows. */
+export function renderDifference(text) {
+  const m = /^at upper (\d+): the shard holds (\[.*\]), the model (\[.*\])$/s.exec(text);
+  let shard, model;
+  try {
+    [shard, model] = m ? [JSON.parse(m[2]), JSON.parse(m[3])] : [];
+  } catch {
+    shard = undefined;
+  }
+  if (!Array.isArray(shard) || !Array.isArray(model)) return esc(text);
+  const extra = shard.filter((r) => !model.includes(r));
+  const missing = model.filter((r) => !shard.includes(r));
+  const rows = (list) => list.slice(0, 4).map((r) => `<span class="mono">${esc(r.replace(/x(-?\d+)$/, " ×$1"))}</span>`).join(", ") + (list.length > 4 ? ` and ${list.length - 4} more` : "");
+  const parts = [];
+  if (extra.length) parts.push(`the shard holds ${extra.length} row${extra.length === 1 ? "" : "s"} the model does not (${rows(extra)})`);
+  if (missing.length) parts.push(`it lacks ${missing.length} the model has (${rows(missing)})`);
+  return `at upper ${m[1]}, ${parts.join("; ") || "the same rows with other counts"}`;
+}
+
 const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedback read", "state"];
 
 /** The stage-by-stage walk of Step replicas (j), while one runs: the stages done and the next. */
-function walkLine(walk) {
+function walkLine(walk, replicas) {
   if (!walk) return "";
+  const held = replicas.map((a) => a.id).filter((id) => id !== walk.replica);
+  const waiting = held.length ? ` ${held.join(", ")} ${held.length === 1 ? "waits" : "wait"} until the walk ends.` : "";
   const at = STAGES.indexOf(walk.nextName);
   const stages = STAGES.map((s, i) => `<span class="${i < at ? "done" : i === at ? "next" : "muted"}">${i < at ? "✓ " : i === at ? "▸ " : ""}${esc(s)}</span>`).join(" → ");
   const what = walk.key !== null ? `key ${walk.key} at t${walk.ts}` : "the pushed upsert";
-  return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}</p>`;
+  return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}. <span class="muted">Each press runs the scenario until that stage's write or read completes, so the clock may move by seconds.${esc(waiting)}</span></p>`;
 }

@@ -9,8 +9,31 @@ import { OUTCOMES, actorColour, fmtFrontier, fmtMs, lagBar } from "../spec.js";
 import { chip, esc, mark, setHtml } from "./dom.js";
 
 const LAG_W = 70;
-/** Read-only is not an error: its own mark. */
-const READ_ONLY = `<span class="mark o-read-only" title="read-only: desired is kept, nothing is written">⏸</span>`;
+/** Read-only is not an error: its own mark, drawn in CSS (two bars; Chromium's fonts have no
+ * ⏸), named for screen readers. */
+const READ_ONLY = `<span class="mark o-read-only" role="img" aria-label="read-only" title="read-only: desired is kept, nothing is written"></span>`;
+
+const rowsWord = (n) => `${n} row${n === 1 ? "" : "s"}`;
+
+/** A write task's `to_write` (or a write) in signed rows: "+2 rows, −1 row", or "no rows". */
+export function signedRows(sr) {
+  if (!sr || !(sr.adds || sr.retractions)) return "no rows";
+  const parts = [];
+  if (sr.adds) parts.push(`+${rowsWord(sr.adds)}`);
+  if (sr.retractions) parts.push(`−${rowsWord(sr.retractions)}`);
+  return parts.join(", ");
+}
+
+/** The first rows of a signed-rows list, each with its diff: "+1 (T1-P1-1, 1)". */
+function shownRows(sr) {
+  if (!sr?.shown?.length) return "";
+  const more = sr.adds + sr.retractions - sr.shown.length;
+  const rows = sr.shown.map((r) => `<span class="mono signed ${r.startsWith("-") ? "minus" : "plus"}">${esc(r.replace(/^-/, "−"))}</span>`);
+  return `: ${rows.join(" ")}${more > 0 ? ` and ${more} more` : ""}`;
+}
+
+/** `to_write` in a table cell: "+2 −2". */
+const signedShort = (sr) => [sr?.adds ? `+${sr.adds}` : "", sr?.retractions ? `−${sr.retractions}` : ""].filter(Boolean).join(" ") || "0";
 
 function writerSide(a) {
   const d = a.detail;
@@ -50,7 +73,7 @@ function statusOf(a, w, t0) {
     const f = w.inFlight;
     const now = f.retrying
       ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? `, ${f.timeouts} timeouts so far` : ""}`
-      : `<span class="busy">writing</span> ${f.updates} at ${range(f)}`;
+      : `<span class="busy">writing</span> ${f.updates} update${f.updates === 1 ? "" : "s"} at ${range(f)}`;
     return now + lastText;
   }
   if (last) return `${mark(last.outcome, OUTCOMES)} ${esc(last.detail)}`;
@@ -74,17 +97,32 @@ function keptLines(a, w, t0) {
   if (w && (w.timeouts || w.resolvedByToken)) {
     lines.push(`<span data-kept="timeouts">${w.timeouts} storage timeouts met, ${w.resolvedByToken} writes resolved by the idempotency token</span>`);
   }
-  if (a.detail.kind === "task") {
-    const t = a.detail;
-    let task = `desired ${t.desiredRows} rows · to_write ${w.pending} · ${t.resyncs} re-syncs`;
-    if (t.lastResync) {
-      const r = t.lastResync;
-      task += ` (last at ${esc(fmtMs(r.atMs, t0))}: desired ${r.desiredRows} rows − shard ${r.shardRows} rows at ${esc(fmtFrontier(r.upper, t0))} → to_write ${r.toWriteRows} rows)`;
-    }
-    lines.push(`<span data-kept="task">${task}</span>`);
-  }
+  if (a.detail.kind === "task") lines.push(...taskLines(a.detail, w, t0));
   // Kept lines wrap: none of them is cut.
   return lines.length ? `<tr class="sub kept"><td colspan="4" style="white-space:normal">${lines.join("<br>")}</td></tr>` : "";
+}
+
+/** A write task's lines: desired, to_write in signed rows, its latest write, its re-syncs. */
+function taskLines(t, w, t0) {
+  const lines = [];
+  const desired = t.readOnly
+    ? (t.desiredRows
+      ? `desired ${rowsWord(t.desiredRows)} (only the commands it was sent: a read-only task does not read the shard)`
+      : `no desired rows: a read-only task does not read the shard, it keeps only the commands it is sent`)
+    : `desired ${rowsWord(t.desiredRows)}`;
+  const pending = w.pending ? `to_write ${signedRows(t.toWrite)}${shownRows(t.toWrite)}` : "to_write empty";
+  lines.push(`<span data-kept="task">${desired} · ${pending}</span>`);
+  if (t.lastWritten) {
+    const empty = !(t.lastWritten.adds || t.lastWritten.retractions);
+    lines.push(`<span data-kept="written">last write carried ${empty ? "no rows (an empty batch: the upper tick)" : signedRows(t.lastWritten)}${shownRows(t.lastWritten)}</span>`);
+  }
+  let resync = `${t.resyncs} re-sync${t.resyncs === 1 ? "" : "s"}`;
+  if (t.lastResync) {
+    const r = t.lastResync;
+    resync += `, the last at ${esc(fmtMs(r.atMs, t0))}: desired ${rowsWord(r.desiredRows)} − shard ${rowsWord(r.shardRows)} at ${esc(fmtFrontier(r.upper, t0))} → to_write ${signedRows(r.toWrite)}${shownRows(r.toWrite)}`;
+  }
+  if (!t.readOnly || t.resyncs) lines.push(`<span data-kept="resync">${resync}</span>`);
+  return lines;
 }
 
 export function renderWriters(el, snap, t0) {
@@ -96,11 +134,14 @@ export function renderWriters(el, snap, t0) {
     const su = shard?.upper ?? null;
     const c = actorColour(a.colour);
     const kept = keptLines(a, w, t0);
-    const kind = a.spec.kind === "task" ? `task${a.detail.readOnly ? " (read-only)" : ""}` : a.spec.mode === "append" ? "append" : "c&a";
+    const kind = a.spec.kind === "task"
+      ? `<span class="how">task</span>${a.detail.readOnly ? `<span class="how">read-only</span>` : ""}`
+      : `<span class="how">${a.spec.mode === "append" ? "append" : "c&amp;a"}</span>`;
+    const pending = !w ? "" : a.detail.kind === "task" && w.pending ? esc(signedShort(a.detail.toWrite)) : w.pending;
     rows.push(
-      `<tbody data-actor="${esc(a.id)}"><tr><td rowspan="${kept ? 3 : 2}">${chip(a.id, c)}<span class="how">${esc(kind)}</span></td>` +
+      `<tbody data-actor="${esc(a.id)}"><tr><td rowspan="${kept ? 3 : 2}">${chip(a.id, c)}${kind}</td>` +
         `<td class="mono">${w && (w.last || w.committed) ? esc(fmtFrontier(w.cachedUpper, t0)) : "–"}</td>${lagCell(w?.cachedUpper, w?.sharedUpper, su)}` +
-        `<td class="mono num" data-col="pending">${w ? w.pending : ""}</td>` +
+        `<td class="mono num" data-col="pending">${pending}</td>` +
         `<td class="mono num">${w ? `${w.committed}/${w.mismatches}/${w.indeterminate}` : ""}</td></tr>` +
         `<tr class="sub"><td colspan="4" class="last" data-col="last">${statusOf(a, w, t0)}</td></tr>${kept}</tbody>`,
     );
@@ -110,7 +151,7 @@ export function renderWriters(el, snap, t0) {
     : `<tbody><tr><td colspan="5" class="empty">No writers. Add one with + Writer (w).</td></tr></tbody>`;
   setHtml(
     el,
-    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="to_write">pending</th><th title="committed / lost races / indeterminate">ok/✕/?</th></tr></thead>${body}</table>`,
+    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="updates still to write (to_write)">pending</th><th title="writes committed / lost a race (UpperMismatch) / timed out with the outcome unknown">won/lost/?</th></tr></thead>${body}</table>`,
   );
 }
 
@@ -133,16 +174,17 @@ export function renderOracle(el, snap, t0) {
       return `<tr data-actor="${esc(a.id)}"><td>${chip(a.id, actorColour(a.colour))}</td><td class="mono num">${o?.epoch ?? ""}</td>` +
         `<td class="mono num" data-col="first-ts" title="the first write timestamp this instance handed out (after a restart: above every earlier one)">${o?.firstTs != null ? esc(fmtMs(o.firstTs, t0)) : "–"}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +
-        `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td>` +
-        `<td>${windows}</td></tr>` +
+        `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td></tr>` +
+        // The durable windows on a row of their own: in the table they were cut at the edge.
+        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, the newest ${Math.min(8, o.windows.length)} (each a range of timestamps made durable at once; the line is write_ts): ${windows}</td></tr>` : "") +
         // The state and its error on a row of their own, wrapped: a fenced instance's reason is
         // what the step is about, and the table is wider than the panel.
-        (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="8" style="white-space:normal">${state}</td></tr>` : "");
+        (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" style="white-space:normal">${state}</td></tr>` : "");
     })
     .join("");
   setHtml(
     el,
-    `${timelines}<table class="grid"><thead><tr><th>instance</th><th>epoch</th><th title="its first write timestamp in this incarnation">first ts</th><th>read_ts</th><th>write_ts</th><th title="the durable upper: nothing at or beyond it is handed out">durable</th><th title="write timestamps handed out">ts</th><th title="durable window allocations">windows</th></tr></thead><tbody>${rows}</tbody></table>`,
+    `${timelines}<table class="grid"><thead><tr><th>instance</th><th>epoch</th><th title="its first write timestamp in this incarnation">first ts</th><th>read_ts</th><th>write_ts</th><th title="the durable upper: nothing at or beyond it is handed out">durable</th><th title="write timestamps handed out">handed out</th></tr></thead><tbody>${rows}</tbody></table>`,
   );
 }
 
@@ -151,7 +193,7 @@ function windowsSvg(o) {
   if (!ws.length) return "";
   const lo = ws[0].forTs;
   const hi = Math.max(ws.at(-1).durableUpper, o.writeTs);
-  const w = 110;
+  const w = 320;
   const x = (v) => ((v - lo) / (hi - lo || 1)) * w;
   const bars = ws
     .map((win, i) => `<rect x="${x(win.forTs).toFixed(1)}" y="${i % 2 ? 7 : 1}" width="${Math.max(1, x(win.durableUpper) - x(win.forTs)).toFixed(1)}" height="6" class="window"><title>window [${win.forTs}, ${win.durableUpper})</title></rect>`)

@@ -24,8 +24,8 @@ use crate::playground::variants;
 use crate::runtime::JoinHandle;
 use crate::write_task::{
     now_fn, CommandSender, DifferentialIntrospectionConfig, DifferentialWriteTask, InitialDesired,
-    ReadHandleFuture, RetryPolicy, StorageWriteOp, WriteTaskConfig, WriteTaskError, WriteTaskEvent,
-    WriteTaskEventKind, WriteTaskLog,
+    ReadHandleFuture, RetryPolicy, SignedRows, StorageWriteOp, WriteTaskConfig, WriteTaskError,
+    WriteTaskEvent, WriteTaskEventKind, WriteTaskLog,
 };
 
 /// Reads one write-task event into the task's view. Returns the event's outcome for the log.
@@ -51,6 +51,8 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
         } => {
             t.desired_rows = *desired_rows;
             w.pending = *to_write_rows;
+            // What `prepare` does not keep in desired, it retracts.
+            t.to_write = SignedRows::retracting(*to_write_rows);
             Outcome::Info
         }
         K::CommandReceived { error, .. } => {
@@ -68,8 +70,10 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             expected_upper,
             new_upper,
             updates,
+            rows,
             ..
         } => {
+            t.to_write = rows.clone();
             w.in_flight = Some(started(*expected_upper, *new_upper, *updates, e.at_ms));
             Outcome::Info
         }
@@ -81,6 +85,7 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             ..
         } => {
             t.desired_rows = *desired_rows;
+            t.last_written = Some(std::mem::take(&mut t.to_write));
             on_committed(w, e, (*expected_upper, *new_upper, *updates))
         }
         K::Mismatch {
@@ -92,6 +97,7 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
             desired_rows,
             to_write_rows,
             snapshot_rows,
+            to_write,
             ..
         } => {
             on_resynced(
@@ -102,6 +108,7 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
                     shard_rows: *snapshot_rows,
                     desired_rows: *desired_rows,
                     to_write_rows: *to_write_rows,
+                    to_write: to_write.clone(),
                 },
             );
             Outcome::Info
@@ -109,14 +116,9 @@ pub fn apply_task_event(view: &mut ActorView, e: &WriteTaskEvent) -> Outcome {
         K::ResyncFailed { .. } => Outcome::Retrying,
         K::AttemptTimedOut { expected_upper, .. } => {
             w.indeterminate += 1;
-            let detail = "the attempt timed out: it may or may not have committed".into();
-            finish(
-                w,
-                e,
-                Outcome::Indeterminate,
-                (*expected_upper, None, 0),
-                detail,
-            )
+            let detail = "the attempt timed out: it may or may not have committed";
+            let attempt = (*expected_upper, None, 0);
+            finish(w, e, Outcome::Indeterminate, attempt, detail.into())
         }
         K::GaveUp { .. } => {
             t.refused += 1;
@@ -184,6 +186,7 @@ fn on_lost(
 /// still has to write from what the shard holds.
 fn on_resynced(t: &mut TaskView, resync: Resync) {
     t.resyncs += 1;
+    t.to_write = resync.to_write.clone();
     t.writer.cached_upper = resync.upper;
     t.writer.pending = resync.to_write_rows;
     t.desired_rows = resync.desired_rows;
@@ -314,11 +317,13 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
             upper,
             snapshot_rows,
             desired_rows,
-            to_write_rows,
+            to_write,
             ..
         } => format!(
-            "re-synced at upper {}: the shard holds {snapshot_rows} rows, desired                  {desired_rows}, {to_write_rows} updates to write",
-            f(*upper)
+            "re-synced at upper {}: the shard holds {snapshot_rows} rows, desired {desired_rows}, to_write +{} −{} rows",
+            f(*upper),
+            to_write.adds,
+            to_write.retractions
         ),
         K::ResyncFailed { reason } => format!("re-sync failed: {reason}"),
         K::AttemptTimedOut {

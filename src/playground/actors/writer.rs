@@ -294,8 +294,10 @@ fn settle(
             ctx.writer_view(|w| w.mismatches += 1);
             fact_current = current;
             let detail = format!(
-                "UpperMismatch: expected {lo}, shard at {}; {count} updates stay pending",
-                fmt_frontier(current)
+                "UpperMismatch: expected {lo}, shard at {}; {} {} pending",
+                fmt_frontier(current),
+                plural(count, "update"),
+                if count == 1 { "stays" } else { "stay" }
             );
             (Outcome::Mismatch, detail)
         }
