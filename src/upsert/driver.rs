@@ -35,7 +35,7 @@ use super::observe::UpsertLog;
 use super::operator::ShutdownButton;
 use super::persist_source::run_persist_source;
 use super::replica::{Replica, ReplicaConfig};
-use super::sink::append;
+use super::sink::{append, SinkWrite};
 use super::source::SourceLog;
 use super::types::SourceData;
 use crate::persist::codec::Timestamp;
@@ -168,25 +168,13 @@ async fn drive(
             write.expire().await;
             return ReplicaExit::Stopped;
         }
-        // SUBTLE: no borrow of the replica or the source is held across an await.
-        let next = {
-            let mut r = replica.borrow_mut();
-            if let Some(e) = r.halted() {
-                return ReplicaExit::Halted(e);
+        let w = match turn(&replica, &source) {
+            Turn::Halted(e) => return ReplicaExit::Halted(e),
+            Turn::Idle => {
+                runtime.sleep(tick_ms).await;
+                continue;
             }
-            let (step, write) = r.driver_turn();
-            if step {
-                r.step(&source.borrow());
-            }
-            if write {
-                r.next_write()
-            } else {
-                None
-            }
-        };
-        let Some(w) = next else {
-            runtime.sleep(tick_ms).await;
-            continue;
+            Turn::Write(w) => w,
         };
         match runtime
             .timeout(caa_timeout_ms, append(&mut write, &w))
@@ -210,6 +198,34 @@ async fn drive(
     }
 }
 
+/// What one turn of a replica's driver found to do.
+pub(crate) enum Turn {
+    /// The replica stopped on this error.
+    Halted(String),
+    /// Nothing to write now: wait a tick.
+    Idle,
+    /// A range to `compare_and_append`.
+    Write(SinkWrite),
+}
+
+/// One turn of a replica's driver, with no await in it (SUBTLE: so no borrow of the replica or
+/// the source is held across one): steps the replica if its turn says so, then takes the write
+/// its sink offers.
+pub(crate) fn turn(replica: &RefCell<Replica>, source: &RefCell<SourceLog>) -> Turn {
+    let mut r = replica.borrow_mut();
+    if let Some(e) = r.halted() {
+        return Turn::Halted(e);
+    }
+    let (step, write) = r.driver_turn();
+    if step {
+        r.step(&source.borrow());
+    }
+    match write.then(|| r.next_write()).flatten() {
+        Some(w) => Turn::Write(w),
+        None => Turn::Idle,
+    }
+}
+
 /// The back-off of a sink whose write timed out: 50 ms doubling to 1 s, so a replica is
 /// writing again within about a second of the fault ending.
 pub(crate) fn sink_backoff() -> Backoff {
@@ -220,7 +236,7 @@ pub(crate) fn sink_backoff() -> Backoff {
 /// driver's next turn offers it again (see the module docs).
 pub(crate) async fn sink_timed_out(
     replica: &RefCell<Replica>,
-    w: &super::sink::SinkWrite,
+    w: &SinkWrite,
     after_ms: u64,
     backoff: &mut Backoff,
     runtime: &Runtime,

@@ -101,25 +101,13 @@ async fn drive(
     };
     let mut backoff = driver::sink_backoff();
     loop {
-        // SUBTLE: no borrow of the replica or the source is held across an await.
-        let next = {
-            let mut r = replica.borrow_mut();
-            if r.halted().is_some() {
-                return;
+        let w = match driver::turn(&replica, &source) {
+            driver::Turn::Halted(_) => return,
+            driver::Turn::Idle => {
+                runtime.sleep(tick_ms).await;
+                continue;
             }
-            let (step, write) = r.driver_turn();
-            if step {
-                r.step(&source.borrow());
-            }
-            if write {
-                r.next_write()
-            } else {
-                None
-            }
-        };
-        let Some(w) = next else {
-            runtime.sleep(tick_ms).await;
-            continue;
+            driver::Turn::Write(w) => w,
         };
         let result = match runtime
             .timeout(caa_timeout_ms, append(&mut write, &w))
