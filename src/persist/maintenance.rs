@@ -290,9 +290,6 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
                 let q = machine.maintenance.borrow();
                 (q.collected.clone(), q.rolled.clone())
             };
-            if already_collected(machine, &req, collected.as_deref()) {
-                continue;
-            }
             let hints = GcHints {
                 states: [known.as_deref(), rolled.as_deref(), collected.as_deref()]
                     .into_iter()
@@ -307,29 +304,6 @@ async fn maintenance_rounds(machine: &Machine) -> Result<(), PermanentError> {
             }
         }
     }
-}
-
-/// Whether a routine collection for `req` has nothing to do because this process already
-/// collected as far as it would go: routine collections go up to the newest listed rollup at or
-/// below their target (`gc.rs`), and `collected` is the state at this process's last target.
-/// The GC trigger fires every `log2(seqno)` seqnos but rollups come every `rollup_threshold`,
-/// so most requests between two rollups find nothing new; without this each would still spend
-/// a Consensus scan to learn that. Skipping is always safe: garbage waits for the next one.
-fn already_collected(machine: &Machine, req: &GcReq, collected: Option<&State>) -> bool {
-    let Some(collected) = collected else {
-        return false;
-    };
-    if machine.cfg.rollup_threshold == 0 {
-        // Without routine rollups a collection goes to its target itself.
-        return false;
-    }
-    machine.state_ref(|s| {
-        s.collections
-            .rollups
-            .range(..=req.new_seqno_since)
-            .next_back()
-            .is_none_or(|(newest, _)| *newest <= collected.seqno)
-    })
 }
 
 /// A routine collection up to `state` (a rollup due at `req.new_seqno_since`) that writes and
