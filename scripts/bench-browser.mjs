@@ -1,7 +1,8 @@
 // Runs www/bench.html in headless Chromium (playwright-core) through scripts/serve.sh and prints
-// the result. Usage: node scripts/bench-browser.mjs [ops] [rounds] [maintenance: off|on]
+// the result. Usage: node scripts/bench-browser.mjs [ops] [rounds] [maintenance: off|on|compaction|gc]
 // (build pkg-bench/ first: `bash scripts/build.sh --bench`, the build with BenchWriter). "off"
-// measures the write path alone; "on" runs compaction, rollups and GC.
+// measures the write path alone; "on" runs compaction, rollups and GC; "compaction" and "gc" run
+// compaction alone and rollups with GC alone.
 import { spawn } from "node:child_process";
 import net from "node:net";
 import { chromium } from "playwright-core";

@@ -98,6 +98,9 @@ fn cfg() -> PersistConfig {
     PersistConfig {
         // Small parts, so big batches span several Blob parts.
         part_max_updates: 64,
+        // A rollup and a collection cycle every 16 seqnos (the default is 128), so that short
+        // runs go through many cycles.
+        rollup_threshold: 16,
         ..PersistConfig::default()
     }
 }

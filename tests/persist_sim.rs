@@ -453,6 +453,9 @@ fn cfg(seed: u64) -> PersistConfig {
         backoff_max_ms: 64,
         // Most batches go to Blob parts, so cancelled writes can leak them.
         inline_writes_single_max_bytes: 48,
+        // Rollup and collection cycles every 16 seqnos (the default is 128): short runs go
+        // through many of them, and the faults and crashes land inside them.
+        rollup_threshold: 16,
         ..PersistConfig::default()
     }
 }

@@ -10,8 +10,12 @@ import init, { BenchWriter } from "../pkg-bench/persist_playground.js";
 const params = new URLSearchParams(location.search);
 const OPS = Number(params.get("ops") ?? 300);
 const ROUNDS = Number(params.get("rounds") ?? 5);
-// "off": compaction, rollups and GC off (the write path alone); "on": the defaults.
-const MAINTENANCE = params.get("maintenance") === "on";
+// "off": compaction, rollups and GC off (the write path alone); "on": the defaults;
+// "compaction": compaction alone; "gc": rollups and GC alone.
+const MODE = params.get("maintenance") ?? "off";
+const MAINTENANCE = MODE === "on";
+const COMPACTION = MODE === "on" || MODE === "compaction";
+const ROLLUPS_AND_GC = MODE === "on" || MODE === "gc";
 const out = document.getElementById("out");
 
 function request(req) {
@@ -70,7 +74,7 @@ async function main() {
     }
     const rawMs = (performance.now() - t0) / OPS;
     // A fresh shard per round, so every round's trace starts empty.
-    const writer = await BenchWriter.open("bench-persist", `s-bench-${r}`, MAINTENANCE);
+    const writer = await BenchWriter.openParts("bench-persist", `s-bench-${r}`, COMPACTION, ROLLUPS_AND_GC);
     t0 = performance.now();
     await writer.casMany(`cas-${r}`, OPS);
     const casMs = (performance.now() - t0) / OPS;
@@ -85,7 +89,7 @@ async function main() {
   const caaMs = median(rows.map((x) => x.caaMs));
   const casMs = median(rows.map((x) => x.casMs));
   window.benchResult = {
-    ops: OPS, rounds: ROUNDS, maintenance: MAINTENANCE, rows, rawMs, casMs, caaMs,
+    ops: OPS, rounds: ROUNDS, maintenance: MAINTENANCE, mode: MODE, rows, rawMs, casMs, caaMs,
     ratio: caaMs / rawMs, caaPerSecond: 1000 / caaMs,
   };
   out.textContent = JSON.stringify(window.benchResult, null, 1);

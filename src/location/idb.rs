@@ -431,6 +431,33 @@ async fn head_seqno_in(os: &IdbObjectStore, key: &str) -> Result<Option<SeqNo>, 
     Ok(newest(&req).await?.map(|(_, seqno)| seqno))
 }
 
+/// Whether the head of `key` is exactly `expected`, inside `tx`. For `Some(s)`, one forward
+/// request for at most two keys from `s` on: the head is `s` iff the first is `s` and there is
+/// no second (seqnos may skip, so "`s` exists and `s + 1` does not" would not do). A forward
+/// seek costs less than the reverse cursor [`head_seqno_in`] opens, and this runs on every
+/// compare_and_set.
+async fn head_is_in(
+    os: &IdbObjectStore,
+    key: &str,
+    expected: Option<SeqNo>,
+) -> Result<bool, ExternalError> {
+    let Some(expected) = expected else {
+        return Ok(head_seqno_in(os, key).await?.is_none());
+    };
+    let range = key_range(key, expected, SeqNo(u64::MAX), false)?;
+    let req = os
+        .get_all_keys_with_key_and_limit(&range, 2)
+        .map_err(|e| js_err("consensus compare_and_set", e))?;
+    let keys: Array = await_request(&req, "consensus compare_and_set")
+        .await?
+        .unchecked_into();
+    if keys.length() != 1 {
+        return Ok(false);
+    }
+    let (_, first) = split_consensus_key(&keys.get(0))?;
+    Ok(first == expected)
+}
+
 #[async_trait(?Send)]
 impl Consensus for IdbConsensus {
     async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
@@ -455,8 +482,7 @@ impl Consensus for IdbConsensus {
         let os = store(&tx, CONSENSUS)?;
         // SUBTLE: between this read and the put below, await nothing but this transaction's own
         // requests, or the transaction auto-commits and the compare-and-set is no longer atomic.
-        let current = head_seqno_in(&os, key).await?;
-        if current != expected {
+        if !head_is_in(&os, key, expected).await? {
             // Nothing was written; the transaction commits empty on its own.
             return Ok(CaSResult::ExpectationMismatch);
         }

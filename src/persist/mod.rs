@@ -149,7 +149,10 @@ pub struct PersistConfig {
     /// its merges; 0 commits every merge on its own at once.
     pub compaction_carry_wait_ms: u64,
     /// A rollup of the whole state is written every this many seqnos (see `maintenance.rs`); 0
-    /// writes none routinely (GC still writes the ones it needs).
+    /// writes none routinely (GC still writes the ones it needs). Routine collections go up to
+    /// the newest rollup, so this also sets the pace of GC: each cycle costs a fixed handful of
+    /// storage calls (a rollup written, one compare_and_set, a scan, a truncate, the deletes),
+    /// which the default, 128 (the original's), spreads over that many commits.
     pub rollup_threshold: u64,
     /// Whether commands trigger garbage collection of blobs and Consensus versions in the
     /// background (see `gc.rs`).
@@ -177,7 +180,7 @@ impl Default for PersistConfig {
             compaction_min_inputs: 8,
             compaction_min_updates: 1024,
             compaction_carry_wait_ms: 20,
-            rollup_threshold: 16,
+            rollup_threshold: 128,
             gc_enabled: true,
         }
     }

@@ -481,6 +481,12 @@ impl<K: Codec, V: Codec> Listen<K, V> {
         Ok(events)
     }
 
+    /// Heartbeats the listen's reader without moving its since: a listen that is not being
+    /// consumed (its since held) keeps its lease this way.
+    pub async fn heartbeat(&mut self) -> Result<(), PersistError> {
+        self.handle.heartbeat().await
+    }
+
     /// Ends the listen, expiring its reader.
     pub async fn expire(self) {
         self.handle.expire().await;

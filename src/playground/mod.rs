@@ -146,14 +146,26 @@ pub struct Scenario {
     walk: Option<walk::Walk>,
 }
 
+/// The writer and reader lease of every playground process: a crashed one's handles expire,
+/// and what they wrote and never committed is swept, this long after their last heartbeat.
+pub const PLAYGROUND_LEASE_MS: u64 = 10_000;
+
 /// The configuration every playground process uses.
 pub fn persist_config() -> PersistConfig {
     PersistConfig {
-        writer_lease_duration_ms: 60_000,
-        reader_lease_duration_ms: 60_000,
+        // Short leases (the default is 60 s), so that a crashed process's writers and readers
+        // expire within seconds and the learner sees the sweep delete what they left behind.
+        // Running actors keep theirs: writers commit at least once a second, listens downgrade
+        // their since as they go, and a held reader heartbeats (`actors/reader.rs`). An outage
+        // longer than this expires them, as it would in the original.
+        writer_lease_duration_ms: PLAYGROUND_LEASE_MS,
+        reader_lease_duration_ms: PLAYGROUND_LEASE_MS,
         // Every merge commits as its own version (none waits for an append to carry it), so
         // that the page shows each one, and the tours' races keep their timing.
         compaction_carry_wait_ms: 0,
+        // A rollup and a collection every 16 seqnos (not the default 128), so that a learner
+        // sees GC cycles within seconds.
+        rollup_threshold: 16,
         ..PersistConfig::default()
     }
 }

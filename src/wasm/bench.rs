@@ -35,19 +35,28 @@ impl BenchWriter {
         shard: String,
         maintenance: bool,
     ) -> Promise {
+        BenchWriter::open_parts(db_name, shard, maintenance, maintenance)
+    }
+
+    /// [`BenchWriter::open`] with compaction and rollups+GC switched apart (to tell which part
+    /// of maintenance costs what): each at its default when on.
+    #[wasm_bindgen(js_name = openParts, unchecked_return_type = "Promise<BenchWriter>")]
+    pub fn open_parts(
+        #[wasm_bindgen(js_name = dbName)] db_name: String,
+        shard: String,
+        compaction: bool,
+        #[wasm_bindgen(js_name = rollupsAndGc)] rollups_and_gc: bool,
+    ) -> Promise {
         future_to_promise(async move {
             check_db_name(&db_name)?;
             let shard = ShardId::new(&shard).map_err(js_error)?;
             let location = IdbLocation::open(&db_name).await.map_err(js_error)?;
-            let cfg = if maintenance {
-                PersistConfig::default()
-            } else {
-                PersistConfig {
-                    compaction_enabled: false,
-                    rollup_threshold: 0,
-                    gc_enabled: false,
-                    ..PersistConfig::default()
-                }
+            let d = PersistConfig::default();
+            let cfg = PersistConfig {
+                compaction_enabled: compaction,
+                rollup_threshold: if rollups_and_gc { d.rollup_threshold } else { 0 },
+                gc_enabled: rollups_and_gc,
+                ..d
             };
             let seed = random_seed()?;
             let client =

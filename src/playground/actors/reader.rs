@@ -54,10 +54,20 @@ pub async fn run_reader(ctx: Rc<ActorCtx>, spec: ReaderSpec, hold: Rc<Cell<bool>
         r.updates_seen = seen;
         r.frontier = frontier(listen.frontier());
     });
+    // A held reader consumes nothing, so nothing heartbeats its lease: it does so itself,
+    // every half lease, or the lease (short in the playground) would run out while held.
+    let half_lease_ms = (ctx.client.cfg().reader_lease_duration_ms / 2).max(1);
+    let mut beat_ms = rt.now_ms();
     loop {
         let holding = hold.get();
         ctx.reader_view(|r| r.hold = holding);
         if holding {
+            if rt.now_ms().saturating_sub(beat_ms) >= half_lease_ms {
+                if let Err(e) = listen.heartbeat().await {
+                    return ctx.fail("reader", "heartbeat", e);
+                }
+                beat_ms = rt.now_ms();
+            }
             rt.sleep(100).await;
             continue;
         }
@@ -66,6 +76,8 @@ pub async fn run_reader(ctx: Rc<ActorCtx>, spec: ReaderSpec, hold: Rc<Cell<bool>
             Ok(e) => e,
             Err(e) => return ctx.fail("reader", "listen", e),
         };
+        // Each step downgrades the since, which heartbeats.
+        beat_ms = rt.now_ms();
         for event in events {
             match event {
                 ListenEvent::Updates(u) => seen += u.len() as u64,
