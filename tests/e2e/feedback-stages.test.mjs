@@ -7,18 +7,13 @@
 //
 // Run: node --test tests/e2e/feedback-stages.test.mjs     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  checkBuilt, launch, noErrors, openPage, shot, startServer, stopServer, waitFor, waitForStatus,
+  launch, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-});
-after(() => stopServer(server));
+const server = serveForTests();
 
 const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedback read", "state"];
 const U1_STATE = '#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-state]';

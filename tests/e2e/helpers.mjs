@@ -1,6 +1,11 @@
 // Shared helpers of the page's end-to-end tests and benchmark: serve the repository with
 // scripts/serve.sh, launch Debian's Chromium through playwright-core with a fresh profile, collect
 // console errors, and wait for what the page shows.
+//
+// The start-up every test file shares: `const server = serveForTests()` at the top of the file
+// (one server per file, on its own free port, so files may run concurrently), `launch(t)` for a
+// browser context with its own profile, then `openPage` (waits for "ready") or `newPage` + goto
+// (a tour or a bad link replaces the ready status), and `tourSettled` for a tour's step.
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -9,6 +14,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { after, before } from "node:test";
 import { chromium } from "playwright-core";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -79,6 +85,28 @@ export async function startServer() {
   }
 }
 
+/**
+ * The file's server, started in a `before` hook (after `checkBuilt`, and after making `dirs`) and
+ * stopped in an `after` hook. Its `url(query)` is the page's address; it answers only once the
+ * hook ran, i.e. inside tests.
+ */
+export function serveForTests({ dirs = [] } = {}) {
+  let server = null;
+  const handle = {
+    url(q = "") {
+      assert.ok(server, "the server starts in the file's before() hook: call url() inside a test");
+      return server.url(q);
+    },
+  };
+  before(async () => {
+    checkBuilt();
+    for (const dir of dirs) mkdirSync(dir, { recursive: true });
+    server = await startServer();
+  });
+  after(() => (server ? stopServer(server) : undefined));
+  return handle;
+}
+
 export async function stopServer(server) {
   const { child } = server;
   if (child.exitCode !== null || child.signalCode !== null) return;
@@ -129,8 +157,11 @@ export async function launch(t) {
   return context;
 }
 
-/** A page that records console errors and uncaught exceptions. */
-export async function openPage(context, url, viewport) {
+/**
+ * A new page, not yet navigated, that records uncaught exceptions in `page.errors` and, unless
+ * `consoleErrors` is false, console errors too.
+ */
+export async function newPage(context, { viewport = null, consoleErrors = true } = {}) {
   const page = await context.newPage();
   if (viewport) await page.setViewportSize(viewport);
   page.setDefaultTimeout(STEP_TIMEOUT_MS);
@@ -138,13 +169,34 @@ export async function openPage(context, url, viewport) {
   // than a step.
   page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
   page.errors = [];
-  page.on("console", (msg) => {
-    if (msg.type() === "error") page.errors.push(`console: ${msg.text()} (${msg.location().url})`);
-  });
+  if (consoleErrors) {
+    page.on("console", (msg) => {
+      if (msg.type() === "error") page.errors.push(`console: ${msg.text()} (${msg.location().url})`);
+    });
+  }
   page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  return page;
+}
+
+/** A page on `url` that records console errors and uncaught exceptions, once it says "ready". */
+export async function openPage(context, url, viewport) {
+  const page = await newPage(context, { viewport });
   await page.goto(url);
   await waitFor(page, () => /^ready/.test(document.getElementById("status")?.textContent ?? ""), "the page to be ready");
   return page;
+}
+
+/** Waits until the tour card shows step `step` of tour `id`, its run finished. */
+export function tourSettled(page, id, step) {
+  return waitFor(
+    page,
+    ([i, s]) => {
+      const c = document.querySelector("[data-testid=tour-card]");
+      return c?.dataset.tour === i && c.dataset.step === String(s) && c.dataset.state === "settled" && window.__playground?.tours?.()?.settled === true;
+    },
+    `tour ${id} step ${step} to settle`,
+    [id, step],
+  );
 }
 
 /** What the page shows, for failure messages. */
