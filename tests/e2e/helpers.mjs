@@ -53,9 +53,22 @@ export function freePort() {
   });
 }
 
-/** Starts `bash scripts/serve.sh PORT` in its own process group; resolves once it answers. */
+/**
+ * Starts `bash scripts/serve.sh PORT` in its own process group; resolves once it answers. Files
+ * run concurrently (scripts/test.sh), each with its own server: if another took the free port
+ * first (the server exits at once, unable to bind), it tries a new port, up to three times.
+ */
 export async function startServer() {
-  const port = await freePort();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startServerOn(await freePort());
+    } catch (err) {
+      if (attempt >= 3 || !err.exitedEarly) throw err;
+    }
+  }
+}
+
+async function startServerOn(port) {
   const child = spawn("bash", ["scripts/serve.sh", String(port)], {
     cwd: ROOT,
     detached: true,
@@ -69,7 +82,9 @@ export async function startServer() {
   const server = { child, port, url: (q = "") => `http://127.0.0.1:${port}/index.html${q}` };
   const deadline = Date.now() + 15_000;
   for (;;) {
-    if (exited) throw new Error(`scripts/serve.sh exited early (${JSON.stringify(exited)}):\n${output}`);
+    if (exited) {
+      throw Object.assign(new Error(`scripts/serve.sh exited early (${JSON.stringify(exited)}):\n${output}`), { exitedEarly: true });
+    }
     try {
       const res = await fetch(server.url());
       await res.arrayBuffer();
