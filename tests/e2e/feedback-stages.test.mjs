@@ -10,7 +10,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  launch, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
+  launch, openTwoReplicas, noErrors, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
 const server = serveForTests();
@@ -20,12 +20,7 @@ const U1_STATE = '#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-
 
 test("Push, then Step replicas (j) seven times: each stage named once, in order, with ◌ in state before the feedback read overwrites it", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
-  const page = await openPage(ctx, server.url("?seed=10&empty=1&autoplay=0"));
-  await page.getByTestId("add-replica").click();
-  await waitForStatus(page, "ok", /added U1 to P1 on upsert_out/);
-  await page.keyboard.press("u");
-  await waitForStatus(page, "ok", /added U2 to P2/);
-  for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
+  const page = await openTwoReplicas(ctx, server);
   assert.equal(await page.getByTestId("u-generator").isChecked(), false, "the generator is off");
   await page.getByTestId("u-key").fill("3");
   await page.getByTestId("u-value").fill("hello");

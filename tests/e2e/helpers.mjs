@@ -201,6 +201,21 @@ export async function openPage(context, url, viewport) {
   return page;
 }
 
+/**
+ * The upsert start-up of the page and feedback-stages tests: seed 10, no default actors, paused;
+ * two replicas added (U1 by its button, U2 by the `u` key, each in its own process, on
+ * upsert_out), then five steps of the run.
+ */
+export async function openTwoReplicas(context, server) {
+  const page = await openPage(context, server.url("?seed=10&empty=1&autoplay=0"));
+  await page.getByTestId("add-replica").click();
+  await waitForStatus(page, "ok", /added U1 to P1 on upsert_out/);
+  await page.keyboard.press("u");
+  await waitForStatus(page, "ok", /added U2 to P2/);
+  for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
+  return page;
+}
+
 /** Waits until the tour card shows step `step` of tour `id`, its run finished. */
 export function tourSettled(page, id, step) {
   return waitFor(
