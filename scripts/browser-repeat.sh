@@ -28,10 +28,8 @@ if grep -q -- "--user-data-dir" webdriver.json 2>/dev/null; then
   exit 2
 fi
 
-tests=()
-for f in tests/browser_*.rs; do
-  tests+=(--test "$(basename "$f" .rs)")
-done
+# The browser tests are one binary (tests/browser.rs, every tests/browser_*.rs a module of it).
+tests=(--test browser)
 out="target/browser-repeat"
 rm -rf "$out"
 mkdir -p "$out"

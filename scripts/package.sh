@@ -46,12 +46,19 @@ echo "[package] cargo build --lib --target wasm32-unknown-unknown ${cargo_profil
 cargo build --lib --target wasm32-unknown-unknown "${cargo_profile[@]}" --features library \
   >"$build/cargo.log" 2>&1 || { cat "$build/cargo.log" >&2; exit 1; }
 built="$root/target/wasm32-unknown-unknown/$cargo_dir/$crate.wasm"
-for target in web bundler nodejs; do
+# The three wasm-bindgen runs read the same .wasm and write to their own directories: they run
+# side by side (each is single threaded).
+targets=(web bundler nodejs)
+bindgen_pids=()
+for target in "${targets[@]}"; do
   echo "[package] wasm-bindgen --target $target"
   wasm-bindgen "$built" --out-dir "$root/$build/$target" --typescript --weak-refs \
     --target "$target" --out-name "$crate" "${bindgen_profile[@]}" \
-    >"$build/$target.log" 2>&1 \
-    || { cat "$build/$target.log" >&2; exit 1; }
+    >"$build/$target.log" 2>&1 &
+  bindgen_pids+=("$!")
+done
+for i in "${!targets[@]}"; do
+  wait "${bindgen_pids[$i]}" || { cat "$build/${targets[$i]}.log" >&2; exit 1; }
 done
 
 # Their .wasm files are the same bytes, so the package ships one. It stays in bundler/, because

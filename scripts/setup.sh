@@ -32,7 +32,23 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown
 fi
 
-# 2. wasm-pack and wasm-bindgen-cli at the exact versions the crate needs.
+# 2. Chromium and its driver, from Debian. On a fresh machine the download and unpacking (mostly
+# waiting on the network and the disk) run in the background while cargo compiles the tools
+# below; the script waits for it before step 4.
+apt_pid=""
+apt_log="$(mktemp)"
+trap 'rm -f "$apt_log"' EXIT
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  log "installing Debian's chromium and chromium-driver (in the background)"
+  sudo_cmd=""
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
+  ( $sudo_cmd apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium chromium-driver ) \
+    >"$apt_log" 2>&1 &
+  apt_pid=$!
+fi
+
+# 3. wasm-pack and wasm-bindgen-cli at the exact versions the crate needs.
 have_version() { # tool expected-version
   command -v "$1" >/dev/null 2>&1 && "$1" --version 2>/dev/null | grep -q " $2\$\| $2 "
 }
@@ -46,13 +62,14 @@ if ! have_version wasm-bindgen "$WASM_BINDGEN_VERSION"; then
   cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force
 fi
 
-# 3. Chromium and its driver, from Debian.
-if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
-  log "installing Debian's chromium and chromium-driver"
-  sudo_cmd=""
-  if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium chromium-driver
+
+if [ -n "$apt_pid" ]; then
+  if ! wait "$apt_pid"; then
+    cat "$apt_log" >&2
+    echo "[setup] installing chromium and chromium-driver failed" >&2
+    exit 1
+  fi
+  log "chromium and chromium-driver installed"
 fi
 
 # 4. npm dev dependencies (playwright-core; binaryen, whose wasm-opt build.sh runs). Reinstalled only when package-lock.json changed.

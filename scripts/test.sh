@@ -22,6 +22,11 @@
 #
 # Each layer prints its time; the summary lists them.
 #
+# Work that repeats nothing: the integration tests are two binaries (tests/native.rs,
+# tests/browser.rs), so the crate is linked once per layer, not once per file; the page's e2e
+# files run E2E_CONCURRENCY (default 2) at a time; the npm package's release build runs in the
+# background while they do.
+#
 # A browser test file without wasm_bindgen_test_configure!(run_in_browser) is silently skipped by
 # the runner, and a layer can "pass" having run nothing; so each layer's count is checked against
 # the number of tests its files declare.
@@ -34,7 +39,9 @@ t_start=$SECONDS
 bash scripts/setup.sh
 
 logs="$(mktemp -d)"
-trap 'rm -rf "$logs"' EXIT
+package_pid=""
+# A failing layer leaves no background build behind (the package build runs in its own process group).
+trap 'if [ -n "$package_pid" ]; then kill -- "-$package_pid" 2>/dev/null || true; fi; rm -rf "$logs"' EXIT
 times=""
 t_layer=$SECONDS
 layer_done() { # name
@@ -53,11 +60,26 @@ sum_passed() { # cargo/libtest summaries: "test result: ok. N passed; ..."
   grep -aoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$1" | awk '{s += $4} END {print s + 0}'
 }
 
+# The integration tests are two binaries (Cargo.toml: autotests = false): tests/native.rs and
+# tests/browser.rs, each tests/NAME.rs a module of one of them. A file listed in neither would not
+# be built at all, so every file must be (browser_*.rs in browser.rs, the others in native.rs).
+for f in tests/*.rs; do
+  name="$(basename "$f")"
+  case "$name" in native.rs | browser.rs) continue ;; browser_*) group=tests/browser.rs ;; *) group=tests/native.rs ;; esac
+  grep -qxF "#[path = \"$name\"]" "$group" \
+    || fail "$f is not a module of $group: with autotests = false it would never be built or run"
+done
+
 echo "[test] 1/4 native: cargo test"
 cargo test --all-targets 2>&1 | tee "$logs/native.log"
 cargo test --doc 2>&1 | tee -a "$logs/native.log"
 native=$(sum_passed "$logs/native.log")
-[ "$native" -gt 0 ] || fail "native layer ran no test"
+# Declared: the #[test]s of src/ (unit tests) and of tests/*.rs but the native_* files (their
+# tests are #[ignore]d until the native backends layer); the doc tests come on top.
+native_expected=$(( $(grep -rhE '^\s*#\[test\]' src | wc -l) \
+  + $(find tests -maxdepth 1 -name '*.rs' ! -name 'native_*' -exec cat {} + | grep -cE '^\s*#\[test\]' || true) ))
+[ "$native" -ge "$native_expected" ] && [ "$native" -gt 0 ] \
+  || fail "native layer passed $native tests; src/ and tests/ declare $native_expected (and the doc tests)"
 layer_done "native"
 
 echo "[test] 2/4 browser: wasm-pack test --headless --chrome"
@@ -73,10 +95,13 @@ browser_expected=$(cat tests/*.rs | grep -cE '^\s*#\[wasm_bindgen_test\]' || tru
 if grep -rqE '#\[wasm_bindgen_test\]' src; then
   fail "src/ has #[wasm_bindgen_test]s: the browser layer runs tests/ targets only (add them there)"
 fi
-browser_targets=()
+# Every browser test file is a module of the one browser test binary (tests/browser.rs).
 for f in tests/*.rs; do
-  if grep -qE '^\s*#\[wasm_bindgen_test\]' "$f"; then browser_targets+=(--test "$(basename "$f" .rs)"); fi
+  if grep -qE '^\s*#\[wasm_bindgen_test\]' "$f" && [[ "$(basename "$f")" != browser_* ]]; then
+    fail "$f has browser tests but is not a tests/browser_*.rs module of tests/browser.rs"
+  fi
 done
+browser_targets=(--test browser)
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-120}"
 wasm-pack test --mode no-install --headless --chrome --chromedriver /usr/bin/chromedriver \
   -- "${browser_targets[@]}" 2>&1 | tee "$logs/browser.log"
@@ -105,7 +130,13 @@ e2e_expected=$(cat tests/e2e/*.test.mjs | grep -cE '^\s*test\(' || true)
 # above), and a11y.test.mjs one per tour plus seed mode: count the tours.
 tours=$(node -e 'console.log(require("./www/tours/index.json").tours.length)')
 e2e_expected=$((e2e_expected + 2 * (tours - 1) + 1))
-node --test --test-reporter=tap tests/e2e/ 2>&1 | tee "$logs/e2e.log"
+# The npm package's release build (scripts/package.sh: one more LTO build of the crate, single
+# threaded at its end) runs while the page's tests drive Chromium; the package layer waits for it.
+setsid bash scripts/package.sh --release >"$logs/package-build.log" 2>&1 &
+package_pid=$!
+# The e2e files share nothing (each starts its own server on a free port, and every browser
+# context has its own fresh profile): they run E2E_CONCURRENCY at a time.
+node --test --test-concurrency="${E2E_CONCURRENCY:-2}" --test-reporter=tap tests/e2e/ 2>&1 | tee "$logs/e2e.log"
 e2e=$(grep -aoE '^# pass [0-9]+' "$logs/e2e.log" | awk '{print $3}' | tail -n1)
 e2e=${e2e:-0}
 [ "$e2e" -ge "$e2e_expected" ] && [ "$e2e" -gt 0 ] \
@@ -113,7 +144,9 @@ e2e=${e2e:-0}
 layer_done "page"
 
 echo "[test] package: npm pack the library, install it in examples/node, run it with no Rust on PATH"
-bash scripts/package.sh --release
+wait "$package_pid" || { cat "$logs/package-build.log" >&2; package_pid=""; fail "scripts/package.sh --release failed"; }
+package_pid=""
+cat "$logs/package-build.log"
 # Top-level test() calls, plus one test per bad( case of the bad-input list.
 pkg_expected=$(( $(cat examples/node/test/*.test.mjs | grep -cE '^test\(' || true) \
   + $(cat examples/node/test/*.test.mjs | grep -cE '^\s*bad\(' || true) ))
@@ -152,11 +185,10 @@ layer_done "package"
 
 echo "[test] 4/4 native backends: PostgreSQL + S3 emulator, tests/native_*.rs"
 backends_expected=$(cat tests/native_*.rs | grep -cE '^\s*#\[test\]' || true)
-backend_targets=()
-for f in tests/native_*.rs; do backend_targets+=(--test "$(basename "$f" .rs)"); done
-# Built by the native layer already (the same features): `-- --ignored` runs the tests that need
-# the services, which a plain `cargo test` skips.
-cargo test "${backend_targets[@]}" -- --ignored 2>&1 | tee "$logs/backends.log"
+# Built by the native layer already (the same binary, tests/native.rs): `-- --ignored` runs the
+# tests that need the services (the native_* modules' #[ignore]d tests), which a plain
+# `cargo test` skips.
+cargo test --test native -- --ignored 2>&1 | tee "$logs/backends.log"
 backends=$(sum_passed "$logs/backends.log")
 [ "$backends" -ge "$backends_expected" ] && [ "$backends" -gt 0 ] \
   || fail "native-backends layer passed $backends tests; the test files declare $backends_expected"
@@ -164,6 +196,6 @@ layer_done "native backends"
 services_stop
 
 total=$((native + browser + e2e + pkg + backends))
-echo "[test] native $native, browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared), package $pkg (of $pkg_expected declared), native backends $backends (of $backends_expected declared)"
+echo "[test] native $native (of $native_expected declared, plus doc tests), browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared), package $pkg (of $pkg_expected declared), native backends $backends (of $backends_expected declared)"
 echo "[test] times:${times%,}; total $((SECONDS - t_start))s"
 echo "test: $total passed, 0 failed"

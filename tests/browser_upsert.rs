@@ -160,7 +160,7 @@ async fn two_upsert_replicas_race_over_indexeddb() {
 /// operator alone, the whole pipeline over in-memory persist, and differential's
 /// `arrange_from_upsert`, each run twice, the second ("warm") run reported. The full
 /// workload (200,000 upserts) runs in release builds
-/// (`wasm-pack test --release ... --test browser_upsert -- --nocapture`); a debug build runs a
+/// (`wasm-pack test --release ... --test browser -- --nocapture browser_upsert::`); a debug build runs a
 /// tenth of it, to keep the test suite quick.
 #[wasm_bindgen_test]
 async fn upsert_benchmark_in_the_browser() {

@@ -3,7 +3,7 @@
 //! values. Any change to a stored format shows up here as a diff of a golden file (and needs a
 //! new magic, so that stored bytes of the old format are refused rather than misread).
 //!
-//! `PERSIST_BLESS=1 cargo test --test persist_golden` rewrites the files after a deliberate
+//! `PERSIST_BLESS=1 cargo test --test native persist_golden::` rewrites the files after a deliberate
 //! format change; without it a missing or different file fails the test.
 #![cfg(not(target_arch = "wasm32"))]
 

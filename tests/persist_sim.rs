@@ -917,7 +917,7 @@ fn randomized_shard_with_faults_crashes_and_races() {
     let mut total = Counts::default();
     for seed in 0..seeds {
         let counts = std::panic::catch_unwind(|| run_seed(seed)).unwrap_or_else(|_| {
-            panic!("seed {seed} failed; replay it with PERSIST_SIM_SEED={seed} cargo test --test persist_sim")
+            panic!("seed {seed} failed; replay it with PERSIST_SIM_SEED={seed} cargo test --test native persist_sim::")
         });
         total.faults += counts.faults;
         total.mismatches += counts.mismatches;

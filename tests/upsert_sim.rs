@@ -288,7 +288,7 @@ fn randomized_replicas_with_faults_and_crashes_match_the_model() {
     let mut total = Totals::default();
     for seed in 0..seeds {
         let t = std::panic::catch_unwind(|| run_seed(seed)).unwrap_or_else(|_| {
-            panic!("seed {seed} failed; replay it with UPSERT_SIM_SEED={seed} cargo test --test upsert_sim")
+            panic!("seed {seed} failed; replay it with UPSERT_SIM_SEED={seed} cargo test --test native upsert_sim::")
         });
         total.counters.add(&t.counters);
         total.faults += t.faults;

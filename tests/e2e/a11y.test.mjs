@@ -7,21 +7,16 @@
 //
 // Run: node --test tests/e2e/a11y.test.mjs     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ROOT, checkBuilt, launch, noErrors, openPage, startServer, stopServer, waitFor, NAVIGATION_TIMEOUT_MS } from "./helpers.mjs";
+import { ROOT, launch, noErrors, openPage, waitFor, NAVIGATION_TIMEOUT_MS, serveForTests } from "./helpers.mjs";
 
 const AXE = join(ROOT, "node_modules", "axe-core", "axe.min.js");
 /** Rules checked at every impact, beside every serious or critical one. */
 const ALWAYS = ["label", "select-name", "color-contrast", "heading-order", "region", "scrollable-region-focusable", "empty-table-header"];
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-});
-after(() => stopServer(server));
+const server = serveForTests();
 
 /** axe's violations that matter here, as readable lines. */
 async function axeFindings(page) {

@@ -5,16 +5,11 @@
 //
 // Run: node --test tests/e2e/check.test.mjs     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { checkBuilt, launch, noErrors, openPage, shot, startServer, stopServer, waitFor } from "./helpers.mjs";
+import { launch, noErrors, openPage, shot, waitFor, serveForTests } from "./helpers.mjs";
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-});
-after(() => stopServer(server));
+const server = serveForTests();
 
 const RULES = [
   "append-chain", "frontier-regress", "ack-lost", "ack-duplicate", "task-desired",

@@ -7,30 +7,20 @@
 //
 // Run: node --test tests/e2e/feedback-stages.test.mjs     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  checkBuilt, launch, noErrors, openPage, shot, startServer, stopServer, waitFor, waitForStatus,
+  launch, openTwoReplicas, noErrors, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-});
-after(() => stopServer(server));
+const server = serveForTests();
 
 const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedback read", "state"];
 const U1_STATE = '#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-state]';
 
 test("Push, then Step replicas (j) seven times: each stage named once, in order, with ◌ in state before the feedback read overwrites it", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
-  const page = await openPage(ctx, server.url("?seed=10&empty=1&autoplay=0"));
-  await page.getByTestId("add-replica").click();
-  await waitForStatus(page, "ok", /added U1 to P1 on upsert_out/);
-  await page.keyboard.press("u");
-  await waitForStatus(page, "ok", /added U2 to P2/);
-  for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
+  const page = await openTwoReplicas(ctx, server);
   assert.equal(await page.getByTestId("u-generator").isChecked(), false, "the generator is off");
   await page.getByTestId("u-key").fill("3");
   await page.getByTestId("u-value").fill("hello");

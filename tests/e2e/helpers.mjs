@@ -1,6 +1,11 @@
 // Shared helpers of the page's end-to-end tests and benchmark: serve the repository with
 // scripts/serve.sh, launch Debian's Chromium through playwright-core with a fresh profile, collect
 // console errors, and wait for what the page shows.
+//
+// The start-up every test file shares: `const server = serveForTests()` at the top of the file
+// (one server per file, on its own free port, so files may run concurrently), `launch(t)` for a
+// browser context with its own profile, then `openPage` (waits for "ready") or `newPage` + goto
+// (a tour or a bad link replaces the ready status), and `tourSettled` for a tour's step.
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -9,6 +14,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { after, before } from "node:test";
 import { chromium } from "playwright-core";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -24,7 +30,13 @@ const CHROMIUM_ARGS = [
   "--disable-quic",
   "--no-first-run",
 ];
-export const STEP_TIMEOUT_MS = 15_000;
+/**
+ * How long one wait on the page may take before the test fails. It bounds failures only: a wait
+ * returns as soon as the page shows what it waits for. scripts/test.sh runs two files at a time
+ * on a 2-core machine, where a 15 s bound failed waits that pass alone (a busy machine, not a
+ * slow page).
+ */
+export const STEP_TIMEOUT_MS = 30_000;
 export const NAVIGATION_TIMEOUT_MS = 45_000;
 
 export function checkBuilt() {
@@ -47,9 +59,22 @@ export function freePort() {
   });
 }
 
-/** Starts `bash scripts/serve.sh PORT` in its own process group; resolves once it answers. */
+/**
+ * Starts `bash scripts/serve.sh PORT` in its own process group; resolves once it answers. Files
+ * run concurrently (scripts/test.sh), each with its own server: if another took the free port
+ * first (the server exits at once, unable to bind), it tries a new port, up to three times.
+ */
 export async function startServer() {
-  const port = await freePort();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startServerOn(await freePort());
+    } catch (err) {
+      if (attempt >= 3 || !err.exitedEarly) throw err;
+    }
+  }
+}
+
+async function startServerOn(port) {
   const child = spawn("bash", ["scripts/serve.sh", String(port)], {
     cwd: ROOT,
     detached: true,
@@ -63,7 +88,9 @@ export async function startServer() {
   const server = { child, port, url: (q = "") => `http://127.0.0.1:${port}/index.html${q}` };
   const deadline = Date.now() + 15_000;
   for (;;) {
-    if (exited) throw new Error(`scripts/serve.sh exited early (${JSON.stringify(exited)}):\n${output}`);
+    if (exited) {
+      throw Object.assign(new Error(`scripts/serve.sh exited early (${JSON.stringify(exited)}):\n${output}`), { exitedEarly: true });
+    }
     try {
       const res = await fetch(server.url());
       await res.arrayBuffer();
@@ -77,6 +104,28 @@ export async function startServer() {
     }
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/**
+ * The file's server, started in a `before` hook (after `checkBuilt`, and after making `dirs`) and
+ * stopped in an `after` hook. Its `url(query)` is the page's address; it answers only once the
+ * hook ran, i.e. inside tests.
+ */
+export function serveForTests({ dirs = [] } = {}) {
+  let server = null;
+  const handle = {
+    url(q = "") {
+      assert.ok(server, "the server starts in the file's before() hook: call url() inside a test");
+      return server.url(q);
+    },
+  };
+  before(async () => {
+    checkBuilt();
+    for (const dir of dirs) mkdirSync(dir, { recursive: true });
+    server = await startServer();
+  });
+  after(() => (server ? stopServer(server) : undefined));
+  return handle;
 }
 
 export async function stopServer(server) {
@@ -129,8 +178,11 @@ export async function launch(t) {
   return context;
 }
 
-/** A page that records console errors and uncaught exceptions. */
-export async function openPage(context, url, viewport) {
+/**
+ * A new page, not yet navigated, that records uncaught exceptions in `page.errors` and, unless
+ * `consoleErrors` is false, console errors too.
+ */
+export async function newPage(context, { viewport = null, consoleErrors = true } = {}) {
   const page = await context.newPage();
   if (viewport) await page.setViewportSize(viewport);
   page.setDefaultTimeout(STEP_TIMEOUT_MS);
@@ -138,13 +190,49 @@ export async function openPage(context, url, viewport) {
   // than a step.
   page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
   page.errors = [];
-  page.on("console", (msg) => {
-    if (msg.type() === "error") page.errors.push(`console: ${msg.text()} (${msg.location().url})`);
-  });
+  if (consoleErrors) {
+    page.on("console", (msg) => {
+      if (msg.type() === "error") page.errors.push(`console: ${msg.text()} (${msg.location().url})`);
+    });
+  }
   page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  return page;
+}
+
+/** A page on `url` that records console errors and uncaught exceptions, once it says "ready". */
+export async function openPage(context, url, viewport) {
+  const page = await newPage(context, { viewport });
   await page.goto(url);
   await waitFor(page, () => /^ready/.test(document.getElementById("status")?.textContent ?? ""), "the page to be ready");
   return page;
+}
+
+/**
+ * The upsert start-up of the page and feedback-stages tests: seed 10, no default actors, paused;
+ * two replicas added (U1 by its button, U2 by the `u` key, each in its own process, on
+ * upsert_out), then five steps of the run.
+ */
+export async function openTwoReplicas(context, server) {
+  const page = await openPage(context, server.url("?seed=10&empty=1&autoplay=0"));
+  await page.getByTestId("add-replica").click();
+  await waitForStatus(page, "ok", /added U1 to P1 on upsert_out/);
+  await page.keyboard.press("u");
+  await waitForStatus(page, "ok", /added U2 to P2/);
+  for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
+  return page;
+}
+
+/** Waits until the tour card shows step `step` of tour `id`, its run finished. */
+export function tourSettled(page, id, step) {
+  return waitFor(
+    page,
+    ([i, s]) => {
+      const c = document.querySelector("[data-testid=tour-card]");
+      return c?.dataset.tour === i && c.dataset.step === String(s) && c.dataset.state === "settled" && window.__playground?.tours?.()?.settled === true;
+    },
+    `tour ${id} step ${step} to settle`,
+    [id, step],
+  );
 }
 
 /** What the page shows, for failure messages. */

@@ -4,18 +4,13 @@
 //
 // These tests wait on what the page shows, never on elapsed time.
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  checkBuilt, launch, latest, noErrors, openPage, shot, startServer, stopServer, waitFor, waitForStatus,
+  launch, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-});
-after(() => stopServer(server));
+const server = serveForTests();
 
 const shardOf = (snap, name) => snap.shards.find((s) => s.name === name);
 

@@ -10,16 +10,11 @@
 //
 // Run: node --test tests/e2e/log.test.mjs     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { checkBuilt, launch, latest, noErrors, openPage, startServer, stopServer, waitFor, waitForStatus, NAVIGATION_TIMEOUT_MS } from "./helpers.mjs";
+import { launch, latest, noErrors, openPage, waitFor, waitForStatus, NAVIGATION_TIMEOUT_MS, serveForTests } from "./helpers.mjs";
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-});
-after(() => stopServer(server));
+const server = serveForTests();
 
 /** The seqs the log shows, newest first. */
 const shownSeqs = (page) => page.locator("#log-view li[data-seq]").evaluateAll((lis) => lis.map((li) => Number(li.dataset.seq)));

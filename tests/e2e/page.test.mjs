@@ -4,18 +4,13 @@
 //
 // Run: node --test tests/e2e/     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  checkBuilt, launch, latest, noErrors, openPage, shot, startServer, stopServer, waitFor, waitForStatus,
+  launch, openTwoReplicas, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-});
-after(() => stopServer(server));
+const server = serveForTests();
 
 const PANELS = ["shard", "writers", "processes", "consensus", "oracle", "frontiers", "upsert", "log"];
 
@@ -354,12 +349,7 @@ test("eight writers over a thousand keys at full speed, then every acknowledged 
 
 test("upsert controls: add replicas, push upserts by hand, the generator, step the replicas, crash one", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
-  const page = await openPage(ctx, server.url("?seed=10&empty=1&autoplay=0"));
-  await page.getByTestId("add-replica").click();
-  await waitForStatus(page, "ok", /added U1 to P1 on upsert_out/);
-  await page.keyboard.press("u");
-  await waitForStatus(page, "ok", /added U2 to P2/);
-  for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
+  const page = await openTwoReplicas(ctx, server);
   // By hand: key 3 -> "hello", then step the replicas (one driver step each) while paused.
   await page.getByTestId("u-key").fill("3");
   await page.getByTestId("u-value").fill("hello");

@@ -9,18 +9,13 @@
 //
 // Run: node --test tests/e2e/rules.test.mjs     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  checkBuilt, launch, latest, noErrors, openPage, shot, startServer, stopServer, waitFor, waitForStatus,
+  launch, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-});
-after(() => stopServer(server));
+const server = serveForTests();
 
 const RULES = ["idempotency-token", "oracle-durable-bound", "upsert-feedback", "task-resync"];
 

@@ -7,20 +7,15 @@
 //
 // Run: node --test tests/e2e/time.test.mjs     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { deflateRawSync } from "node:zlib";
 import {
-  checkBuilt, launch, noErrors, openPage, shot, startServer, stopServer, waitFor, waitForStatus,
+  launch, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-});
-after(() => stopServer(server));
+const server = serveForTests();
 
 const digest = (page) => page.getByTestId("digest").textContent();
 const present = (page) => page.evaluate(() => {

@@ -19,11 +19,11 @@
 //
 // Run: node --test tests/e2e/tour-walk.test.mjs     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ARTIFACTS, ROOT, checkBuilt, launch, latest, noErrors, startServer, stopServer, waitFor, STEP_TIMEOUT_MS, NAVIGATION_TIMEOUT_MS } from "./helpers.mjs";
+import { ARTIFACTS, ROOT, launch, latest, newPage, noErrors, serveForTests, tourSettled } from "./helpers.mjs";
 import { checkTour, tourSearch, valueAt } from "../../www/tours/engine.js";
 import { fmtMs } from "../../www/spec.js";
 
@@ -79,27 +79,9 @@ async function valueShown(page, places, value) {
   return false;
 }
 
-let server;
+const server = serveForTests({ dirs: [SHOTS] });
 const tally = { steps: 0, atOnce: 0, notAtOnce: [] };
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-  mkdirSync(SHOTS, { recursive: true });
-});
-after(() => stopServer(server));
-
-/** Waits until the tour card shows step `step` of `id`, its run finished. */
-function settled(page, id, step) {
-  return waitFor(
-    page,
-    ([i, s]) => {
-      const c = document.querySelector("[data-testid=tour-card]");
-      return c?.dataset.tour === i && c.dataset.step === String(s) && c.dataset.state === "settled" && window.__playground?.tours?.()?.settled === true;
-    },
-    `tour ${id} step ${step} to settle`,
-    [id, step],
-  );
-}
+const settled = tourSettled;
 
 /** What the window shows of the card and of `panels`: each panel's visible height and full height. */
 function measure(page, panels) {
@@ -210,16 +192,7 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
 /** A fresh page at 1280x800 that records console errors and uncaught exceptions. */
 async function walkPage(t) {
   const ctx = await launch(t);
-  const page = await ctx.newPage();
-  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
-  await page.setViewportSize(VIEWPORT);
-  page.setDefaultTimeout(STEP_TIMEOUT_MS);
-  page.errors = [];
-  page.on("console", (msg) => {
-    if (msg.type() === "error") page.errors.push(`console: ${msg.text()}`);
-  });
-  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
-  return page;
+  return newPage(ctx, { viewport: VIEWPORT });
 }
 
 for (const [ti, tour] of tours.entries()) {
@@ -254,11 +227,7 @@ test(`at least ${AT_ONCE_SHARE * 100}% of the settled steps show every panel the
 
 test("every kind of Look at chip scrolls to its target and flashes it, the card staying on screen", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
-  const page = await ctx.newPage();
-  page.setDefaultNavigationTimeout(NAVIGATION_TIMEOUT_MS);
-  await page.setViewportSize(VIEWPORT);
-  page.errors = [];
-  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  const page = await newPage(ctx, { viewport: VIEWPORT, consoleErrors: false });
   // write-task step 4 names the shard mz_task, the Writers panel and the actors T1 and T2.
   await page.goto(server.url(`${tourSearch("write-task", 4)}&animate=0`));
   await settled(page, "write-task", 4);

@@ -7,11 +7,11 @@
 //
 // Run: node --test tests/e2e/tours.test.mjs     (needs pkg/: bash scripts/build.sh)
 
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ARTIFACTS, ROOT, checkBuilt, launch, latest, noErrors, startServer, stopServer, waitFor, STEP_TIMEOUT_MS } from "./helpers.mjs";
+import { ARTIFACTS, ROOT, launch, latest, newPage, noErrors, serveForTests, tourSettled, waitFor } from "./helpers.mjs";
 import { checkTour, evalSnapCheck, fillNarration, tourSearch, valueAt } from "../../www/tours/engine.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
@@ -20,39 +20,16 @@ const tours = JSON.parse(readFileSync(join(TOURS_DIR, "index.json"), "utf8")).to
   checkTour(JSON.parse(readFileSync(join(TOURS_DIR, `${id}.json`), "utf8"))),
 );
 
-let server;
-before(async () => {
-  checkBuilt();
-  server = await startServer();
-  mkdirSync(SHOTS, { recursive: true });
-});
-after(() => stopServer(server));
+const server = serveForTests({ dirs: [SHOTS] });
 
 /** A page on `search` that records console errors (the tour's own status replaces "ready"). */
 async function open(ctx, search) {
-  const page = await ctx.newPage();
-  page.setDefaultTimeout(STEP_TIMEOUT_MS);
-  page.errors = [];
-  page.on("console", (msg) => {
-    if (msg.type() === "error") page.errors.push(`console: ${msg.text()} (${msg.location().url})`);
-  });
-  page.on("pageerror", (err) => page.errors.push(`pageerror: ${err}`));
+  const page = await newPage(ctx);
   await page.goto(server.url(search));
   return page;
 }
 
-/** Waits until the tour card shows step `step` of `id`, its run finished. */
-function settled(page, id, step) {
-  return waitFor(
-    page,
-    ([i, s]) => {
-      const c = document.querySelector("[data-testid=tour-card]");
-      return c?.dataset.tour === i && c.dataset.step === String(s) && c.dataset.state === "settled" && window.__playground?.tours?.()?.settled === true;
-    },
-    `tour ${id} step ${step} to settle`,
-    [id, step],
-  );
-}
+const settled = tourSettled;
 
 const digest = (page) => page.evaluate(() => window.__playground.pg().digest());
 const plain = (s) => s.replace(/\*\*([^*]+)\*\*/g, "$1").replace(/`([^`]+)`/g, "$1").replace(/\[([^\]]+)\]\([^)]*\)/g, "$1").replace(/\s+/g, " ").trim();

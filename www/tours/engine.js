@@ -24,7 +24,7 @@
 // tests/tours.rs evaluates the same `snap` checks natively (keep the two in step).
 //
 // To add a tour: write www/tours/<id>.json and list it in index.json (a `group: "rules"` tour
-// goes on the picker's second row). `cargo test --test tours` replays it natively and
+// goes on the picker's second row). `cargo test --test native tours::` replays it natively and
 // tests/e2e/tours.test.mjs clicks through it; find the run lengths that show what a step says
 // by probing the engine (the state is a function of the seed and the steps, so they stay put).
 
