@@ -43,6 +43,8 @@ mod playground_check_runs;
 mod playground_heal;
 #[path = "playground_rules.rs"]
 mod playground_rules;
+#[path = "playground_sweep.rs"]
+mod playground_sweep;
 #[path = "playground_tabs.rs"]
 mod playground_tabs;
 #[path = "playground_time.rs"]
