@@ -80,6 +80,8 @@ pub struct Machine {
     /// What each version this process committed or decoded inserts into Blob, by seqno (see
     /// `gc.rs`): forgotten below each truncate, and bounded by [`SEEN_CAPACITY`].
     pub(crate) seen: Rc<RefCell<VecMap<SeqNo, Vec<String>>>>,
+    /// This process's commands on the shard take their compare_and_sets in turns (`turns.rs`).
+    pub(crate) turns: super::turns::Turns,
 }
 
 /// How many versions `Machine::seen` remembers at most (the oldest are forgotten first: a
@@ -494,6 +496,13 @@ impl Machine {
     ) -> Result<(SeqNo, ControlFlow<(), ()>), ExternalError> {
         let mut backoff = self.cfg.backoff();
         loop {
+            // With `command_turns`, one attempt at a time per shard in this process (`turns.rs`):
+            // it computes on the outcome of the one before instead of racing it. Released before
+            // any back-off.
+            let turn = match self.cfg.command_turns {
+                true => Some(self.turns.take().await),
+                false => None,
+            };
             self.check_broken()?;
             let now = self.runtime.now_ms();
             // Compute under a borrow of the cache: one clone of the state per attempt.
@@ -618,6 +627,7 @@ impl Machine {
                     );
                     if let Err(err) = fetched {
                         self.transient(err)?;
+                        drop(turn);
                         backoff.wait(&self.runtime).await;
                     }
                 }
@@ -627,6 +637,7 @@ impl Machine {
                     }
                     drop(carried);
                     self.record_command(cmd, old_seqno, old_seqno, retry_outcome(&err), None);
+                    drop(turn);
                     backoff.wait(&self.runtime).await;
                 }
                 Err(err) => {
