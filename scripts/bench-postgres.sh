@@ -22,11 +22,11 @@ trap 'rm -rf "$blob_dir"; services_stop' EXIT
 url="$PERSIST_TEST_POSTGRES_URL"
 
 echo "== 1 process: compare_and_append beside a raw INSERT of the same bytes (interleaved rounds)"
-"$bin" --consensus "$url" --blob "file://$blob_dir/one" --seed 1 bench --shard s-bench-1 --count "$count" --rounds 5
+"$bin" --consensus "$url" --blob "file://$blob_dir/one" --seed 1 bench --shard s-bench-1 --count "$count" --rounds 20
 
 echo "== 1 process, maintenance off (--gc false --compaction false): the write path alone"
 "$bin" --consensus "$url" --blob "file://$blob_dir/alone" --seed 2 --gc false --compaction false \
-  bench --shard s-bench-alone --count "$count" --rounds 5
+  bench --shard s-bench-alone --count "$count" --rounds 20
 
 echo "== 4 processes on one shard (each retries on a lost race; acked CaA counted)"
 start=$(date +%s%N)

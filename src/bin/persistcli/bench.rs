@@ -191,9 +191,9 @@ impl Raw {
         // Unique per run, so a second run on one database does not collide.
         let id = format!("raw-{}-{}", ctx.seed, ctx.rt.now_ms());
         let payload = vec![7u8; payload_bytes];
-        let cas = "INSERT INTO bench_cas (shard, sequence_number, data) SELECT $1, $2, $3 \
-                   WHERE (SELECT sequence_number FROM bench_cas WHERE shard = $1 \
-                   ORDER BY sequence_number DESC LIMIT 1) = $4 ON CONFLICT DO NOTHING";
+        // PostgresConsensus's own statement, on a table of its own.
+        let cas = persist_playground::location::postgres::CAS_SOME.replace("consensus", "bench_cas");
+        let cas = cas.as_str();
         let first = "INSERT INTO bench_cas VALUES ($1, 0, $2)";
         for (client, tag) in [(&rc, "rc"), (&s, "s")] {
             let key = format!("{id}-{tag}");
