@@ -66,7 +66,8 @@ fn run(seed: u64, turns: bool) -> Run {
         w.expire().await;
         r.expire().await;
         snap
-    });
+    })
+    .expect("the run does not deadlock");
     let counts = counter.counts();
     let mismatches = client
         .events()
