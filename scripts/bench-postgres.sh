@@ -5,6 +5,8 @@
 # Like with like: the raw INSERT, PostgresConsensus's compare_and_set and pgbench all commit on
 # the same cluster (fsync off for all of them); the bench's counts line shows the Blob calls a
 # compare_and_append adds (a small update is inlined in the state diff: no blob part written).
+# Each bench line runs 20 interleaved rounds and prints every kind's median rate, the median of
+# the per-round ratios, and each kind's median latency of one call.
 #
 #   bash scripts/bench-postgres.sh [COUNT]      (COUNT compare_and_appends per process, default 2000)
 set -euo pipefail
@@ -22,11 +24,19 @@ trap 'rm -rf "$blob_dir"; services_stop' EXIT
 url="$PERSIST_TEST_POSTGRES_URL"
 
 echo "== 1 process: compare_and_append beside a raw INSERT of the same bytes (interleaved rounds)"
-"$bin" --consensus "$url" --blob "file://$blob_dir/one" --seed 1 bench --shard s-bench-1 --count "$count" --rounds 5
+"$bin" --consensus "$url" --blob "file://$blob_dir/one" --seed 1 bench --shard s-bench-1 --count "$count" --rounds 20
+
+echo "== 1 process, --command-turns false: its own background commands race its appends (as before turns)"
+"$bin" --consensus "$url" --blob "file://$blob_dir/race" --seed 3 --command-turns false \
+  bench --shard s-bench-race --count "$count" --rounds 20
+
+echo "== 1 process, --rollup-threshold 128 (the original's, and branch maint3's default)"
+"$bin" --consensus "$url" --blob "file://$blob_dir/r128" --seed 4 --rollup-threshold 128 \
+  bench --shard s-bench-r128 --count "$count" --rounds 20
 
 echo "== 1 process, maintenance off (--gc false --compaction false): the write path alone"
 "$bin" --consensus "$url" --blob "file://$blob_dir/alone" --seed 2 --gc false --compaction false \
-  bench --shard s-bench-alone --count "$count" --rounds 5
+  bench --shard s-bench-alone --count "$count" --rounds 20
 
 echo "== 4 processes on one shard (each retries on a lost race; acked CaA counted)"
 start=$(date +%s%N)

@@ -1,7 +1,7 @@
 # Throwaway services for the native-backends tests (issue 18). Source this file, then:
 #
-#   services_start   installs what is missing (Debian's `postgresql`, moto's server mode from
-#                    PyPI), initdb's a PostgreSQL cluster in a temporary directory, starts it on a
+#   services_start   installs what is missing (Debian's `postgresql`; moto's server mode from
+#                    PyPI, into a venv of its own: see _svc_install_moto), initdb's a PostgreSQL cluster in a temporary directory, starts it on a
 #                    free loopback port, starts the S3 emulator (moto, an emulator for tests, not
 #                    a store) on another, creates the database and the bucket, and exports:
 #                      PERSIST_TEST_POSTGRES_URL  postgres://persist:PASSWORD@127.0.0.1:PORT/persist
@@ -43,16 +43,40 @@ _svc_install_postgres() {
   [ -n "$(_svc_pg_bindir)" ] || { _svc_log "postgresql installed but no initdb under /usr/lib/postgresql"; return 1; }
 }
 
+# The Python that runs moto: python3 itself if it already has moto's server mode, else a venv of
+# our own (PERSIST_TEST_VENV, default ~/.cache/persist-playground/moto-venv), made once and then
+# reused. A venv, not `pip install` into the system: Debian's python3 is externally managed
+# (PEP 668) and has no pip; the venv needs only Debian's python3-venv.
+SVC_PY=
+
+_svc_venv_dir() { echo "${PERSIST_TEST_VENV:-${HOME:-/root}/.cache/persist-playground/moto-venv}"; }
+
 _svc_install_moto() {
-  if python3 -c 'import moto.server, boto3, flask' >/dev/null 2>&1; then return 0; fi
-  _svc_log "installing moto's server mode from PyPI"
-  if ! python3 -m pip --version >/dev/null 2>&1; then
+  local check='import moto.server, boto3, flask'
+  if ! command -v python3 >/dev/null 2>&1; then
+    _svc_log "installing Debian's python3"
     _svc_sudo apt-get update -qq
-    _svc_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip
+    _svc_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
   fi
-  python3 -m pip install -q 'moto[server]' \
-    || python3 -m pip install -q --break-system-packages 'moto[server]'
-  python3 -c 'import moto.server, boto3' || { _svc_log "moto did not install"; return 1; }
+  if python3 -c "$check" >/dev/null 2>&1; then SVC_PY=python3; return 0; fi
+  local venv; venv=$(_svc_venv_dir)
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+    SVC_PY="$venv/bin/python"; return 0
+  fi
+  _svc_log "installing moto's server mode from PyPI into the venv $venv"
+  rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    # Debian splits venv (and the pip it bootstraps) into python3-venv.
+    rm -rf "$venv"
+    _svc_sudo apt-get update -qq
+    _svc_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$venv" || { _svc_log "python3 -m venv failed"; return 1; }
+  fi
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check 'moto[server]' \
+    || { _svc_log "pip could not install moto[server] into $venv"; return 1; }
+  "$venv/bin/python" -c "$check" || { _svc_log "moto did not install"; return 1; }
+  SVC_PY="$venv/bin/python"
 }
 
 _svc_append_exit_trap() {
@@ -113,12 +137,12 @@ EOF
 
   # --- The S3 emulator (moto's server mode), on another free loopback port.
   local s3_port; s3_port=$(_svc_free_port)
-  python3 -m moto.server -H 127.0.0.1 -p "$s3_port" >"$SVC_DIR/moto.log" 2>&1 &
+  "$SVC_PY" -m moto.server -H 127.0.0.1 -p "$s3_port" >"$SVC_DIR/moto.log" 2>&1 &
   SVC_MOTO_PID=$!
   export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
   export PERSIST_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port"
   export PERSIST_TEST_S3_BUCKET=persist-test
-  python3 - "$PERSIST_TEST_S3_ENDPOINT" "$PERSIST_TEST_S3_BUCKET" <<'EOF' || { cat "$SVC_DIR/moto.log" >&2; return 1; }
+  "$SVC_PY" - "$PERSIST_TEST_S3_ENDPOINT" "$PERSIST_TEST_S3_BUCKET" <<'EOF' || { cat "$SVC_DIR/moto.log" >&2; return 1; }
 import sys, time, boto3
 endpoint, bucket = sys.argv[1], sys.argv[2]
 s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
@@ -131,7 +155,7 @@ for _ in range(300):
         time.sleep(0.1)
 s3.create_bucket(Bucket=bucket)
 EOF
-  _svc_log "S3 emulator (moto $(python3 -c 'import moto; print(moto.__version__)')) on $PERSIST_TEST_S3_ENDPOINT, bucket $PERSIST_TEST_S3_BUCKET"
+  _svc_log "S3 emulator (moto $("$SVC_PY" -c 'import moto; print(moto.__version__)')) on $PERSIST_TEST_S3_ENDPOINT, bucket $PERSIST_TEST_S3_BUCKET"
 }
 
 services_stop() {

@@ -44,8 +44,8 @@ use super::background::MaintenanceIds;
 use super::encoding::{decode_part, encode_part, EncodedUpdate};
 use super::events::{frontier, PersistEvent};
 use super::machine::{Machine, PendingMerge};
-use super::state::{BatchPart, Description, HollowBatch};
 use super::state::trace::{ApplyMergeResult, FueledMergeReq};
+use super::state::{BatchPart, Description, HollowBatch};
 use super::{PersistClient, ShardId};
 use crate::location::{BrokenAt, PermanentError, PermanentKind, SeqNo};
 
@@ -391,7 +391,11 @@ async fn commit_output(
         Some(carried) => (carried, Continue(ApplyMergeResult::AppliedExact)),
         None => (seqno, result),
     };
-    Ok((seqno, result, maybe_committed || pending.maybe_carried.get()))
+    Ok((
+        seqno,
+        result,
+        maybe_committed || pending.maybe_carried.get(),
+    ))
 }
 
 /// Runs every outstanding merge request of the shard's trace now, in this task, until the spine

@@ -238,14 +238,20 @@ pub(crate) fn start_workers(machine: &Machine, start_worker: bool, start_compact
         let worker: futures::future::LocalBoxFuture<'static, ()> = Box::pin(async move {
             compaction_worker(&worker_machine).await;
         });
-        machine.runtime.spawn("persist: compaction", worker).detach();
+        machine
+            .runtime
+            .spawn("persist: compaction", worker)
+            .detach();
     }
     if start_worker && machine_is_usable(machine) {
         let worker_machine = machine.clone();
         let worker: futures::future::LocalBoxFuture<'static, ()> = Box::pin(async move {
             maintenance_worker(&worker_machine).await;
         });
-        machine.runtime.spawn("persist: maintenance", worker).detach();
+        machine
+            .runtime
+            .spawn("persist: maintenance", worker)
+            .detach();
     }
 }
 

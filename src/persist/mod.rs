@@ -81,6 +81,7 @@ pub mod state;
 pub mod stats;
 /// The trace lives in `state/` (it is part of the state); re-exported at its old path.
 pub use state::trace;
+pub(crate) mod turns;
 pub mod write;
 
 use crate::location::Location;
@@ -157,6 +158,12 @@ pub struct PersistConfig {
     /// Whether commands trigger garbage collection of blobs and Consensus versions in the
     /// background (see `gc.rs`).
     pub gc_enabled: bool,
+    /// Whether this process's commands on one shard take their compare_and_sets in turns, first
+    /// come first served (see `turns.rs`), instead of racing each other. Off (the original's
+    /// way: every command races and retries on a mismatch, which the simulator's tests exercise);
+    /// `persistcli` turns it on: against PostgreSQL a writer's own background commands otherwise
+    /// lose race after race to its appends, each loss a compare_and_set and a scan.
+    pub command_turns: bool,
 }
 
 impl PersistConfig {
@@ -182,6 +189,7 @@ impl Default for PersistConfig {
             compaction_carry_wait_ms: 20,
             rollup_threshold: 128,
             gc_enabled: true,
+            command_turns: false,
         }
     }
 }
@@ -231,6 +239,7 @@ struct ShardCache {
     maintenance: Rc<RefCell<machine::MaintenanceQueue>>,
     broken: Rc<RefCell<Option<crate::location::PermanentError>>>,
     seen: Rc<RefCell<VecMap<crate::location::SeqNo, Vec<String>>>>,
+    turns: turns::Turns,
 }
 
 impl PersistClient {
@@ -317,6 +326,7 @@ impl PersistClient {
                 maintenance: Rc::default(),
                 broken: Rc::default(),
                 seen: Rc::default(),
+                turns: turns::Turns::default(),
             })
             .clone();
         Machine {
@@ -331,6 +341,7 @@ impl PersistClient {
             start_workers: maintenance::start_workers,
             broken: shared.broken,
             seen: shared.seen,
+            turns: shared.turns,
         }
     }
 

@@ -59,19 +59,35 @@ pub fn fresh_database(tag: &str) -> String {
         .enable_all()
         .build()
         .unwrap();
+    // Another test of the run may be restarting the server (`pg_ctl restart`): retry for up to
+    // about 30 s (the test's own pacing, not an assertion). A retry after a create whose reply
+    // was lost finds the database there (42P04), which is just as good.
     rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
-            .await
-            .expect("connect to the test PostgreSQL");
-        let conn = tokio::spawn(conn);
-        client
-            .batch_execute(&format!("CREATE DATABASE {db}"))
-            .await
-            .expect("create a test database");
-        drop(client);
-        let _ = conn.await;
+        let mut last = String::new();
+        for _ in 0..300 {
+            match create_database(&base, &db).await {
+                Ok(()) => return,
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE) => {
+                    return
+                }
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("could not create a test database {db}: {last}");
     });
     with_database(&base, &db)
+}
+
+async fn create_database(base: &str, db: &str) -> Result<(), tokio_postgres::Error> {
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls).await?;
+    let conn = tokio::spawn(conn);
+    let created = client
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await;
+    drop(client);
+    let _ = conn.await;
+    created
 }
 
 /// Runs SQL on `url` (its own runtime and connection).

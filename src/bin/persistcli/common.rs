@@ -34,8 +34,12 @@ impl Ctx {
     }
 
     /// A persist client on `location` with the run's knobs.
+    /// A client over `location` with this process's runtime, config and seed. Its event log is
+    /// off: no subcommand reads it, and recording every command is work a long-running writer
+    /// would pay on each compare_and_append.
     pub(crate) fn client_on(&self, location: Location) -> PersistClient {
         PersistClient::new(location, self.rt.clone(), self.cfg.clone(), self.seed)
+            .with_events(persist_playground::persist::events::EventLog::disabled())
     }
 
     /// Every version of `shard` Consensus holds, oldest first; an error if it holds none.

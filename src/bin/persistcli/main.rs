@@ -83,6 +83,10 @@ struct Args {
     /// Write a rollup of the whole state every this many seqnos (0: only those GC needs).
     #[arg(long, global = true, default_value_t = PersistConfig::default().rollup_threshold)]
     rollup_threshold: u64,
+    /// This process's commands on a shard take their compare_and_sets in turns instead of
+    /// racing each other (`PersistConfig::command_turns`; false: the original's racing).
+    #[arg(long, global = true, default_value_t = true, action = clap::ArgAction::Set)]
+    command_turns: bool,
     /// Print progress every this many operations.
     #[arg(long, global = true, default_value_t = 100)]
     progress_every: u64,
@@ -144,6 +148,7 @@ async fn run(args: Args, rt: persist_playground::runtime::Runtime) -> Result<(),
             gc_enabled: args.gc,
             compaction_enabled: args.compaction,
             rollup_threshold: args.rollup_threshold,
+            command_turns: args.command_turns,
             ..PersistConfig::default()
         },
         stop,

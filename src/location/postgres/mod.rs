@@ -12,13 +12,17 @@
 //!
 //! **compare_and_set, the common case, is one statement at READ COMMITTED**: an
 //! `INSERT ... SELECT` that inserts the new row only if the key's greatest seqno is still the
-//! expected one (for `expected = None`: if the key has no row), with `ON CONFLICT DO NOTHING`.
-//! It committed iff it inserted a row. When the new seqno is the *successor* (`expected + 1`,
+//! expected one (for `expected = None`: if the key has no row). It committed iff it inserted a
+//! row; a unique violation (`23505`: the new seqno's row exists) is a mismatch too, since the
+//! statement ran alone and rolled back. When the new seqno is the *successor* (`expected + 1`,
 //! or `1` over an absent key, which is all persist and the oracle ever write), the primary key
 //! alone makes it safe: every racer over one expected head inserts the same
-//! `(shard, sequence_number)`, so a second racer waits for the first and then does nothing (or,
-//! if the first rolled back, inserts). A racer whose statement snapshot is stale sees an old head
-//! and so inserts a seqno that already exists: it conflicts and does nothing.
+//! `(shard, sequence_number)`, so a second racer waits for the first and then fails on the key
+//! (or, if the first rolled back, inserts). A racer whose statement snapshot is stale sees an
+//! old head and so inserts a seqno that already exists: it fails on the key and inserts nothing.
+//! No `ON CONFLICT DO NOTHING`: its speculative insertion made every statement a quarter slower
+//! (measured beside a plain INSERT, `scripts/bench-postgres.sh`) to spare the rare lost race an
+//! error.
 //!
 //! Two things could still fork the chain at READ COMMITTED, and both take
 //! `LOCK TABLE consensus IN SHARE ROW EXCLUSIVE MODE` in a transaction of their own:
@@ -55,9 +59,9 @@
 //! **CockroachDB** speaks the same wire protocol, runs every transaction `SERIALIZABLE` and has
 //! no `LOCK TABLE`: a connection that finds `CockroachDB` in `version()` sets SERIALIZABLE, and
 //! then a jump and a truncate are single statements like the rest (a racer that would fork the
-//! chain gets a serialization failure, which is determinate and retried). The statements use
-//! nothing beyond `ON CONFLICT DO NOTHING` and a CTE with a `DELETE ... RETURNING`, which
-//! CockroachDB supports. Only PostgreSQL 15 was tested: CockroachDB is not installable here.
+//! chain gets a serialization failure, which is determinate and retried; one that hits the key
+//! gets `23505` there too). The statements use nothing beyond `INSERT ... SELECT` and a CTE with
+//! a `DELETE ... RETURNING`, which CockroachDB supports. Only PostgreSQL 15 was tested: CockroachDB is not installable here.
 
 mod session;
 
@@ -91,16 +95,16 @@ const COLUMNS: &str = "SELECT column_name::text, data_type::text FROM informatio
 const HEAD: &str = "SELECT sequence_number, data FROM consensus
     WHERE shard = $1 ORDER BY sequence_number DESC LIMIT 1";
 
-const CAS_SOME: &str = "INSERT INTO consensus (shard, sequence_number, data)
+/// The compare_and_set statement over an existing head (`$4`), as sent; public so that
+/// `persistcli bench` times exactly this statement as its raw baseline.
+pub const CAS_SOME: &str = "INSERT INTO consensus (shard, sequence_number, data)
     SELECT $1, $2, $3
     WHERE (SELECT sequence_number FROM consensus WHERE shard = $1
-           ORDER BY sequence_number DESC LIMIT 1) = $4
-    ON CONFLICT DO NOTHING";
+           ORDER BY sequence_number DESC LIMIT 1) = $4";
 
 const CAS_NONE: &str = "INSERT INTO consensus (shard, sequence_number, data)
     SELECT $1, $2, $3
-    WHERE NOT EXISTS (SELECT 1 FROM consensus WHERE shard = $1)
-    ON CONFLICT DO NOTHING";
+    WHERE NOT EXISTS (SELECT 1 FROM consensus WHERE shard = $1)";
 
 const SCAN: &str = "SELECT sequence_number, data FROM consensus
     WHERE shard = $1 AND sequence_number >= $2 ORDER BY sequence_number ASC LIMIT $3";
@@ -121,7 +125,7 @@ const LIST_KEYS: &str = "SELECT DISTINCT shard FROM consensus";
 
 /// Taken by a jump and a truncate (see the module docs): conflicts with itself and with the
 /// ROW EXCLUSIVE lock every insert and delete takes.
-const LOCK: &str = "LOCK TABLE consensus IN SHARE ROW EXCLUSIVE MODE";
+const BEGIN_LOCK: &str = "BEGIN; LOCK TABLE consensus IN SHARE ROW EXCLUSIVE MODE";
 
 /// Consensus on a PostgreSQL table. See the module docs. Clones share the connections.
 #[derive(Clone)]
@@ -275,10 +279,19 @@ impl PostgresConsensus {
         let client = session.client(link).await?;
         let st = session.statement(link, &client, sql).await?;
         let mut guard = DiscardOnDrop(Some(session));
-        timed(link, client.batch_execute("BEGIN")).await?;
-        timed(link, client.batch_execute(LOCK)).await?;
-        let out = timed(link, call(Rc::clone(&client), st)).await?;
-        timed(link, client.batch_execute("COMMIT")).await?;
+        // Two round trips: BEGIN with the lock in one simple query, then the statement and its
+        // COMMIT pipelined (after a failed statement the server answers COMMIT with a rollback).
+        timed(link, client.batch_execute(BEGIN_LOCK)).await?;
+        let statement_then_commit = async {
+            let (out, commit) = futures::join!(
+                call(Rc::clone(&client), st),
+                client.batch_execute("COMMIT")
+            );
+            let out = out?;
+            commit?;
+            Ok::<T, tokio_postgres::Error>(out)
+        };
+        let out = timed(link, statement_then_commit).await?;
         guard.0 = None;
         Ok(out)
     }
@@ -431,7 +444,11 @@ impl Consensus for PostgresConsensus {
             })
             .await
         }
-        .map_err(|e| self.map_err(key, e))?;
+        .or_else(|e| match e {
+            // The new seqno's row exists: someone else's version is there; nothing was written.
+            CallError::Pg(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => Ok(0),
+            e => Err(self.map_err(key, e)),
+        })?;
         Ok(if inserted == 1 {
             CaSResult::Committed
         } else {

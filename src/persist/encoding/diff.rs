@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 
 use super::super::codec::Timestamp;
+use super::super::state::trace::Trace;
 use super::super::state::{
     CriticalReaderId, CriticalReaderState, HollowBatch, HollowRollup, LeasedReaderId,
     LeasedReaderState, Schema, SchemaId, State, WriterId, WriterState,
 };
-use super::super::state::trace::Trace;
 use super::super::ShardId;
 use super::{decode_framed, encode_framed, DecodeError, MAGIC_DIFF};
 use crate::location::SeqNo;

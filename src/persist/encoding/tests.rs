@@ -3,17 +3,17 @@
 
 use super::*;
 use crate::location::SeqNo;
-use crate::persist::state::{HollowBatch, HollowRollup, State, WriterId};
-use crate::persist::ShardId;
-use serde::Serialize;
-use std::rc::Rc;
-use timely::progress::Antichain;
 use crate::persist::state::{
     BatchPart, Description, IdempotencyToken, LeasedReaderId, StateCollections,
 };
+use crate::persist::state::{HollowBatch, HollowRollup, State, WriterId};
+use crate::persist::ShardId;
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::Serialize;
 use std::ops::ControlFlow::Continue;
+use std::rc::Rc;
+use timely::progress::Antichain;
 
 fn f(t: u64) -> Antichain<u64> {
     Antichain::from_elem(t)
@@ -68,39 +68,33 @@ fn states() -> Vec<State> {
     );
     let mut out = vec![state.clone()];
     for i in 0..12u64 {
-        let Continue(((), next)) =
-            state.clone_apply(10 + i, &mut |_, c: &mut StateCollections| {
-                let parts = if i % 2 == 0 {
-                    vec![BatchPart::Inline {
-                        encoded: encode_part(&[((vec![i as u8], vec![]), i, 1)]),
-                    }]
-                } else {
-                    vec![BatchPart::Hollow {
-                        key: format!("s-prop/w/p{i}"),
-                        encoded_size_bytes: 100 + i,
-                    }]
-                };
-                let batch = HollowBatch {
-                    desc: Description::new(f(i), f(i + 1)),
-                    len: 1,
-                    parts,
-                };
-                let _ = c.register_leased_reader(
-                    &LeasedReaderId(format!("r{}", i % 3)),
-                    SeqNo(i),
-                    100,
-                    i,
-                );
-                c.compare_and_append(
-                    &batch,
-                    &WriterId(format!("w{}", i % 2)),
-                    i,
-                    100,
-                    &IdempotencyToken(format!("i{i}")),
-                )
-                .map_break(|_| ())
-            })
-        else {
+        let Continue(((), next)) = state.clone_apply(10 + i, &mut |_, c: &mut StateCollections| {
+            let parts = if i % 2 == 0 {
+                vec![BatchPart::Inline {
+                    encoded: encode_part(&[((vec![i as u8], vec![]), i, 1)]),
+                }]
+            } else {
+                vec![BatchPart::Hollow {
+                    key: format!("s-prop/w/p{i}"),
+                    encoded_size_bytes: 100 + i,
+                }]
+            };
+            let batch = HollowBatch {
+                desc: Description::new(f(i), f(i + 1)),
+                len: 1,
+                parts,
+            };
+            let _ =
+                c.register_leased_reader(&LeasedReaderId(format!("r{}", i % 3)), SeqNo(i), 100, i);
+            c.compare_and_append(
+                &batch,
+                &WriterId(format!("w{}", i % 2)),
+                i,
+                100,
+                &IdempotencyToken(format!("i{i}")),
+            )
+            .map_break(|_| ())
+        }) else {
             panic!("transition {i} broke")
         };
         out.push(next.clone());

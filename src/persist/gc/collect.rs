@@ -222,7 +222,8 @@ async fn list_rollup_at(
     } else {
         Some(write_rollup_blob(machine, state_at_new, ids).await?)
     };
-    let listed = unlist_rollups(machine, rollup.as_ref().map(|r| (new, r)), earliest, report).await?;
+    let listed =
+        unlist_rollups(machine, rollup.as_ref().map(|r| (new, r)), earliest, report).await?;
     if let (Some(rollup), Some((listed, maybe_committed))) = (&rollup, listed) {
         settle_rollup(machine, (new, rollup), listed, maybe_committed, "gc").await?;
     }

@@ -99,10 +99,10 @@ mod leak;
 mod sweep;
 mod walk;
 
-pub use leak::{leaked_blobs, live_references};
-pub(crate) use sweep::sweep_now;
 /// The request type lives with the trigger that makes it (`state/upkeep.rs`).
 pub use super::state::GcReq;
+pub use leak::{leaked_blobs, live_references};
+pub(crate) use sweep::sweep_now;
 
 /// What one collection did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

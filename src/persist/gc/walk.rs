@@ -31,7 +31,9 @@ pub(super) enum Walk {
     },
 }
 
-pub(super) async fn scan_all_retrying(machine: &Machine) -> Result<Vec<VersionedData>, PermanentError> {
+pub(super) async fn scan_all_retrying(
+    machine: &Machine,
+) -> Result<Vec<VersionedData>, PermanentError> {
     scan_retrying(machine, SCAN_ALL).await
 }
 
@@ -242,7 +244,10 @@ fn read_diffs(
 }
 
 /// The shard's blobs under `<shard>/<sub>`.
-pub(super) async fn list_retrying(machine: &Machine, sub: &str) -> Result<Vec<BlobMetadata>, PermanentError> {
+pub(super) async fn list_retrying(
+    machine: &Machine,
+    sub: &str,
+) -> Result<Vec<BlobMetadata>, PermanentError> {
     let blob = &machine.location.blob;
     let prefix = format!("{}/{sub}", machine.shard_id.0);
     machine

@@ -56,6 +56,13 @@ impl Machine {
     ) -> Result<(SeqNo, ControlFlow<(), ()>), ExternalError> {
         let mut backoff = self.cfg.backoff();
         loop {
+            // With `command_turns`, one attempt at a time per shard in this process (`turns.rs`):
+            // it computes on the outcome of the one before instead of racing it. Released before
+            // any back-off.
+            let mut turn = match self.cfg.command_turns {
+                true => Some(self.turns.take().await),
+                false => None,
+            };
             self.check_broken()?;
             let now = self.runtime.now_ms();
             let attempt = match self.compute_attempt(cmd, work, now)? {
@@ -75,7 +82,10 @@ impl Machine {
                     },
                 )
                 .await;
-            if let Some(done) = self.settle_attempt(cmd, attempt, result, &mut backoff).await? {
+            if let Some(done) = self
+                .settle_attempt(cmd, attempt, result, &mut backoff, &mut turn)
+                .await?
+            {
                 return Ok(done);
             }
         }
@@ -168,6 +178,7 @@ impl Machine {
         attempt: Attempt,
         result: Result<CaSResult, ExternalError>,
         backoff: &mut crate::retry::Backoff,
+        turn: &mut Option<crate::persist::turns::Turn>,
     ) -> Result<Option<(SeqNo, ControlFlow<(), ()>)>, ExternalError> {
         let Attempt {
             new,
@@ -216,6 +227,7 @@ impl Machine {
                 );
                 if let Err(err) = fetched {
                     self.transient(err)?;
+                    drop(turn.take());
                     backoff.wait(&self.runtime).await;
                 }
                 Ok(None)
@@ -226,6 +238,7 @@ impl Machine {
                 }
                 drop(carried);
                 self.record_command(cmd, old_seqno, old_seqno, retry_outcome(&err), None);
+                drop(turn.take());
                 backoff.wait(&self.runtime).await;
                 Ok(None)
             }

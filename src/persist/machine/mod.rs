@@ -92,6 +92,8 @@ pub struct Machine {
     /// What each version this process committed or decoded inserts into Blob, by seqno (see
     /// `gc.rs`): forgotten below each truncate, and bounded by [`SEEN_CAPACITY`].
     pub(crate) seen: Rc<RefCell<VecMap<SeqNo, Vec<String>>>>,
+    /// This process's commands on the shard take their compare_and_sets in turns (`turns.rs`).
+    pub(crate) turns: crate::persist::turns::Turns,
 }
 
 /// How many versions `Machine::seen` remembers at most (the oldest are forgotten first: a

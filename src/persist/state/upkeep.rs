@@ -35,8 +35,10 @@ impl StateCollections {
         &mut self,
         req: &crate::persist::state::trace::FueledMergeReq,
         output: &HollowBatch,
-    ) -> ControlFlow<crate::persist::state::trace::ApplyMergeResult, crate::persist::state::trace::ApplyMergeResult>
-    {
+    ) -> ControlFlow<
+        crate::persist::state::trace::ApplyMergeResult,
+        crate::persist::state::trace::ApplyMergeResult,
+    > {
         // SUBTLE: an output of routine maintenance assigned before the oldest listed rollup may
         // have been swept by GC (see `maintenance_output_seqno`): it must not be committed.
         let oldest = self.oldest_rollup();
@@ -186,20 +188,11 @@ impl StateCollections {
     /// [`StateCollections::maybe_gc`] for a version that is also due a rollup: fires as soon as
     /// the seqno since moved at all, so that the collection can list that rollup in its own
     /// command (`maintenance.rs`).
-    pub fn maybe_gc_with_rollup(
-        &mut self,
-        is_write: bool,
-        seqno: SeqNo,
-    ) -> Option<GcReq> {
+    pub fn maybe_gc_with_rollup(&mut self, is_write: bool, seqno: SeqNo) -> Option<GcReq> {
         self.request_gc(is_write, seqno, 1)
     }
 
-    fn request_gc(
-        &mut self,
-        is_write: bool,
-        seqno: SeqNo,
-        threshold: u64,
-    ) -> Option<GcReq> {
+    fn request_gc(&mut self, is_write: bool, seqno: SeqNo, threshold: u64) -> Option<GcReq> {
         let seqno_since = self.seqno_since(seqno);
         let moved = seqno_since.0.saturating_sub(self.last_gc_req.0);
         if moved < threshold || !(is_write || self.writers.is_empty()) {

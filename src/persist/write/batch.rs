@@ -110,4 +110,3 @@ pub(super) async fn delete_parts(client: &PersistClient, batch: &HollowBatch) {
         let _ = retry_transient(client.runtime(), &mut backoff, delete, |_, _| {}).await;
     }
 }
-

@@ -3,8 +3,8 @@
 use super::*;
 use crate::persist::state::{
     BatchPart, CompareAndAppendBreak, CriticalReaderId, CriticalReaderState, Description,
-    HollowBatch, HollowRollup, IdempotencyToken, LeasedReaderId, ReaderExpired, Schema,
-    SchemaId, State, StateCollections, WriterId, INLINE_WRITES_TOTAL_MAX_BYTES,
+    HollowBatch, HollowRollup, IdempotencyToken, LeasedReaderId, ReaderExpired, Schema, SchemaId,
+    State, StateCollections, WriterId, INLINE_WRITES_TOTAL_MAX_BYTES,
 };
 use crate::persist::ShardId;
 

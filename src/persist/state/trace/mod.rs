@@ -62,8 +62,8 @@ use serde::{Deserialize, Serialize};
 use timely::progress::Antichain;
 use timely::PartialOrder;
 
-use crate::persist::codec::Timestamp;
 use super::{Description, HollowBatch};
+use crate::persist::codec::Timestamp;
 
 /// A request to merge adjacent batches into one, compacted to `desc.since`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
