@@ -33,6 +33,8 @@ mod persist_sim;
 mod persist_spine;
 #[path = "persist_tombstone.rs"]
 mod persist_tombstone;
+#[path = "persist_turns.rs"]
+mod persist_turns;
 #[path = "playground.rs"]
 mod playground;
 #[path = "playground_check.rs"]

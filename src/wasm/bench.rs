@@ -54,7 +54,11 @@ impl BenchWriter {
             let d = PersistConfig::default();
             let cfg = PersistConfig {
                 compaction_enabled: compaction,
-                rollup_threshold: if rollups_and_gc { d.rollup_threshold } else { 0 },
+                rollup_threshold: if rollups_and_gc {
+                    d.rollup_threshold
+                } else {
+                    0
+                },
                 gc_enabled: rollups_and_gc,
                 ..d
             };

@@ -67,7 +67,9 @@ pub fn fresh_database(tag: &str) -> String {
         for _ in 0..300 {
             match create_database(&base, &db).await {
                 Ok(()) => return,
-                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE) => {
+                Err(e)
+                    if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE) =>
+                {
                     return
                 }
                 Err(e) => last = e.to_string(),
@@ -82,9 +84,7 @@ pub fn fresh_database(tag: &str) -> String {
 async fn create_database(base: &str, db: &str) -> Result<(), tokio_postgres::Error> {
     let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls).await?;
     let conn = tokio::spawn(conn);
-    let created = client
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .await;
+    let created = client.batch_execute(&format!("CREATE DATABASE {db}")).await;
     drop(client);
     let _ = conn.await;
     created

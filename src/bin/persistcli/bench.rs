@@ -59,7 +59,6 @@ const KINDS: [&str; 4] = [
 ];
 
 pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
-
     let shard = shard_id(&a.shard)?;
     let (location, counter) = CountingLocation::wrap(ctx.location.clone());
     let client = ctx.client_on(location.clone());
@@ -206,7 +205,8 @@ impl Raw {
         let id = format!("raw-{}-{}", ctx.seed, ctx.rt.now_ms());
         let payload = vec![7u8; payload_bytes];
         // PostgresConsensus's own statement, on a table of its own.
-        let cas = persist_playground::location::postgres::CAS_SOME.replace("consensus", "bench_cas");
+        let cas =
+            persist_playground::location::postgres::CAS_SOME.replace("consensus", "bench_cas");
         let cas = cas.as_str();
         let first = "INSERT INTO bench_cas VALUES ($1, 0, $2)";
         for (client, tag) in [(&rc, "rc"), (&s, "s")] {

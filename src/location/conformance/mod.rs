@@ -147,8 +147,8 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::location::CaSResult;
     use crate::location::mem::{MemBlob, MemConsensus};
+    use crate::location::CaSResult;
     use crate::runtime::sim::Simulator;
 
     /// A Consensus that writes whatever the head: it breaks compare_and_set's contract.

@@ -283,10 +283,8 @@ impl PostgresConsensus {
         // COMMIT pipelined (after a failed statement the server answers COMMIT with a rollback).
         timed(link, client.batch_execute(BEGIN_LOCK)).await?;
         let statement_then_commit = async {
-            let (out, commit) = futures::join!(
-                call(Rc::clone(&client), st),
-                client.batch_execute("COMMIT")
-            );
+            let (out, commit) =
+                futures::join!(call(Rc::clone(&client), st), client.batch_execute("COMMIT"));
             let out = out?;
             commit?;
             Ok::<T, tokio_postgres::Error>(out)
