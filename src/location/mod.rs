@@ -41,6 +41,8 @@ pub mod idb;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod object_store;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod open_error;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod postgres;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod url;

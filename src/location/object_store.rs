@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
 
-use super::url::{redact_url, LocationError};
+use super::open_error::{redact_url, LocationError};
 use super::{Blob, BlobMetadata, ExternalError};
 
 /// A Blob over an [`ObjectStore`]. See the module docs.

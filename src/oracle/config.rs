@@ -1,5 +1,5 @@
 //! How a [`DurableTimestampOracle`](super::DurableTimestampOracle) behaves: its configuration
-//! and the constants of the window protocol and the clock guard (see the [`super::durable`]
+//! and the constants of the window protocol and the clock guard (see the `durable`
 //! module docs).
 
 use serde::Serialize;

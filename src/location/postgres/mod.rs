@@ -75,7 +75,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, Statement};
 
 use self::session::{pg_message, timed, CallError, Dialect, Link, Session, CALL_TIMEOUT_MS};
-use super::url::{redact_url, LocationError};
+use super::open_error::{redact_url, LocationError};
 use super::{
     validate_compare_and_set, BrokenAt, CaSResult, Consensus, ExternalError, PermanentKind, SeqNo,
     VersionedData,
