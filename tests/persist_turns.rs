@@ -35,9 +35,12 @@ fn run(seed: u64, turns: bool) -> Run {
     let rt = sim.runtime();
     let location = Location {
         blob: Rc::new(MemBlob::new().with_latency(Latency::new(rt.clone(), seed ^ 0xb1, 0, 3))),
-        consensus: Rc::new(
-            MemConsensus::new().with_latency(Latency::new(rt.clone(), seed ^ 0xc0, 1, 3)),
-        ),
+        consensus: Rc::new(MemConsensus::new().with_latency(Latency::new(
+            rt.clone(),
+            seed ^ 0xc0,
+            1,
+            3,
+        ))),
     };
     let (location, counter) = CountingLocation::wrap(location);
     let cfg = PersistConfig {
@@ -49,25 +52,29 @@ fn run(seed: u64, turns: bool) -> Run {
     };
     let client = PersistClient::new(location, rt.clone(), cfg, seed);
     let c = client.clone();
-    let contents = sim.block_on(async move {
-        let shard = ShardId::new("s-turns").unwrap();
-        let mut w = c.open_writer::<String, ()>(&shard).await.unwrap();
-        let f = Antichain::from_elem;
-        for t in 0..APPENDS {
-            let u = [((format!("k{t}"), ()), t, 1i64)];
-            w.compare_and_append(&u, f(t), f(t + 1))
+    let contents = sim
+        .block_on(async move {
+            let shard = ShardId::new("s-turns").unwrap();
+            let mut w = c.open_writer::<String, ()>(&shard).await.unwrap();
+            let f = Antichain::from_elem;
+            for t in 0..APPENDS {
+                let u = [((format!("k{t}"), ()), t, 1i64)];
+                w.compare_and_append(&u, f(t), f(t + 1))
+                    .await
+                    .expect("no invalid usage")
+                    .expect("nobody else writes the shard");
+            }
+            let mut r = c.open_leased_reader::<String, ()>(&shard).await.unwrap();
+            let mut snap = r
+                .snapshot_and_fetch(f(APPENDS - 1))
                 .await
-                .expect("no invalid usage")
-                .expect("nobody else writes the shard");
-        }
-        let mut r = c.open_leased_reader::<String, ()>(&shard).await.unwrap();
-        let mut snap = r.snapshot_and_fetch(f(APPENDS - 1)).await.expect("readable");
-        snap.sort();
-        w.expire().await;
-        r.expire().await;
-        snap
-    })
-    .expect("the run does not deadlock");
+                .expect("readable");
+            snap.sort();
+            w.expire().await;
+            r.expire().await;
+            snap
+        })
+        .expect("the run does not deadlock");
     let counts = counter.counts();
     let mismatches = client
         .events()

@@ -18,8 +18,8 @@ use std::rc::Rc;
 
 use super::mem::{MemBlob, MemConsensus};
 use super::object_store::ObjectStoreBlob;
-use super::postgres::PostgresConsensus;
 pub use super::open_error::{redact_url, LocationError};
+use super::postgres::PostgresConsensus;
 use super::{Blob, Consensus, Location};
 use crate::runtime::Runtime;
 

@@ -79,11 +79,11 @@ pub mod read;
 pub(crate) mod rollup;
 pub mod state;
 pub mod stats;
+pub use config::PersistConfig;
 /// The trace lives in `state/` (it is part of the state); re-exported at its old path.
 pub use state::trace;
-pub use config::PersistConfig;
-pub(crate) mod turns;
 mod config;
+pub(crate) mod turns;
 pub mod write;
 
 use crate::location::Location;
