@@ -54,6 +54,8 @@ export function renderFrontiers(el, history, t0, width = 940) {
   for (const l of spreadLabels(labels, TOP + 4, H - 4, 11)) {
     parts.push(svgEl("text", { x: W - RIGHT + 6, y: (l.y + 3).toFixed(1), class: "series-label", fill: l.colour }, `${l.dashed ? "┄ " : "— "}${l.text}`));
   }
-  parts.push(svgEl("text", { x: LEFT, y: TOP + 2, class: "axis-label" }, "lag behind the clock"));
+  // The axes named, and the vertical scale said: it is not linear.
+  parts.push(svgEl("text", { x: LEFT + 4, y: TOP + 2, class: "axis-label" }, "↑ lag behind the clock (ms, square-root scale: small lags spread out)"));
+  parts.push(svgEl("text", { x: LEFT - 6, y: H - 6, class: "axis-label", "text-anchor": "end" }, "clock →"));
   setHtml(el, `<svg viewBox="0 0 ${W} ${H}" class="frontiers-svg" role="img" aria-label="frontier lags over time">${parts.join("")}</svg>`);
 }

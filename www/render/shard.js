@@ -23,17 +23,32 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   parts.push(svgEl("text", { x: 4, y: 160, class: "axis-label" }, "seqnos"));
   parts.push(svgEl("text", { x: 4, y: 212, class: "axis-label" }, "parts"));
   // Batches.
+  let spansSince = false;
   for (const r of batchRects(shard, x, 24, 26)) {
     const b = r.batch;
-    const title = `batch [${fmtFrontier(b.lower, t0)}, ${fmtFrontier(b.upper, t0)}) since ${fmtFrontier(b.since, t0)}: ${b.len} updates in ${b.parts.length} parts`;
+    const retracts = (b.retractions ?? 0) > 0;
+    const signs = b.adds === null || b.adds === undefined ? "" : ` (${b.adds} added, ${b.retractions} retracted)`;
+    const where = b.parts.length === 0 ? "" : r.inline ? ", inline in the state" : `, in Blob`;
+    const title = `batch [${fmtFrontier(b.lower, t0)}, ${fmtFrontier(b.upper, t0)}) since ${fmtFrontier(b.since, t0)}: ${b.len} updates${signs} in ${b.parts.length} parts${where}`;
+    if (shard.since !== null && b.lower !== null && b.lower < shard.since && (b.upper === null || b.upper > shard.since)) spansSince = true;
     parts.push(
       svgEl("rect", {
         x: r.x.toFixed(1), y: r.y.toFixed(1), width: r.w.toFixed(1), height: r.h.toFixed(1),
-        class: `batch${r.inline ? " inline" : ""}${b.len === 0 ? " empty-batch" : ""}`,
+        class: `batch${r.inline ? " inline" : ""}${b.len === 0 ? " empty-batch" : ""}${retracts ? " retracts" : ""}`,
       }, `<title>${esc(title)}</title>`),
     );
-    if (r.w > 34 && b.len > 0) {
-      parts.push(svgEl("text", { x: (r.x + 3).toFixed(1), y: (r.y + r.h - 4).toFixed(1), class: "batch-label" }, String(b.len)));
+    // Its effect: +adds −retractions where the observer has read it (its length otherwise); a
+    // batch too narrow for its label gets one beside it when it retracts (a retraction is rare
+    // and is what a step talks about).
+    const label = b.adds === null || b.adds === undefined
+      ? String(b.len)
+      : [b.adds ? `+${b.adds}` : "", b.retractions ? `−${b.retractions}` : ""].filter(Boolean).join(" ");
+    if (b.len > 0 && (r.w > 8 * label.length + 6 || retracts)) {
+      const inside = r.w > 8 * label.length + 6;
+      parts.push(svgEl("text", {
+        x: (inside ? r.x + 3 : r.x + r.w + 2).toFixed(1), y: (r.y + r.h - 4).toFixed(1),
+        class: `batch-label${retracts ? " retract" : ""}`,
+      }, esc(label)));
     }
   }
   // Time ticks.
@@ -53,7 +68,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     const anchor = px > W - 150 ? "end" : "start";
     parts.push(svgEl("text", { x: px + (anchor === "end" ? -4 : 4), y: dy, class: `${cls}-label`, "text-anchor": anchor }, text));
   };
-  frontierLine(shard.since, "since", "since", 12);
+  frontierLine(shard.since, "since", spansSince ? "since (a merged batch may span it)" : "since", 12);
   frontierLine(shard.upper, "upper", "upper", 122);
   // Seqno strip.
   const cells = seqnoCells(shard, LEFT, W - LEFT - RIGHT, 50);
@@ -83,6 +98,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     parts.push(svgEl("rect", { x: px.toFixed(1), y: 196, width: w.toFixed(1), height: 22, class: p.key ? "part blob" : "part inline" }, `<title>${esc(p.key ?? "inline part")}: ${fmtBytes(p.bytes)}</title>`));
     px += w + 2;
   }
+  if (!allParts.length) parts.push(svgEl("text", { x: LEFT, y: 211, class: "tick-label" }, "no parts: every batch is empty"));
   const svg = `<svg viewBox="0 0 ${W} ${H}" class="shard-svg" role="img" aria-label="batches of shard ${esc(shard.name)}">${parts.join("")}</svg>`;
 
   const stats = [
@@ -119,11 +135,11 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   const sweepHtml = sw
     ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${sw.count} ${esc(sw.kind.replace("sweep: ", ""))}${sw.writers.length ? ` (${esc(sw.writers.join(", "))})` : ""}</p>`
     : "";
-  const holdHtml = sinceHolds(shard, snapshot, t0);
+  const holdHtml = sinceHolds(shard, snapshot, t0) + (spansSince ? SPAN_NOTE : "");
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
   setHtml(
     el,
-    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
+    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}${blobParts(allParts)}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
   );
 }
 
@@ -158,4 +174,22 @@ function sinceHolds(shard, snapshot, t0) {
     ? ` <span class="muted">· a <b>lease</b> is a reader's hold on the since, renewed by each heartbeat; a reader that stops (a crash) keeps holding it until the lease expires</span>`
     : "";
   return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}${lease}</p>`;
+}
+
+/** Why a batch may be drawn across the since line. */
+const SPAN_NOTE = `<p class="small muted" data-testid="since-span">A batch drawn across the since line is no broken rule: compaction merged batches from both sides of it, and it only moves times <i>below</i> the since up to the since; every time at or after the since stays as written.</p>`;
+
+/** The newest Blob parts, with their keys and sizes: what the shard keeps outside Consensus. */
+function blobParts(all) {
+  const blob = all.filter((p) => p.key);
+  if (!blob.length) {
+    return `<p class="small muted" data-testid="blob-parts">No part in Blob: every batch is small enough to be kept inline in the state.</p>`;
+  }
+  const shown = blob.slice(-3).reverse().map((p) => `<code title="${esc(p.key)}">${esc(shortKey(p.key))}</code> ${esc(fmtBytes(p.bytes))}`);
+  return `<p class="small" data-testid="blob-parts">${blob.length} part${blob.length === 1 ? "" : "s"} in Blob, each under its own key (newest first): ${shown.join(", ")}</p>`;
+}
+
+/** A Blob key without its long ids in the middle (the whole key on hover). */
+function shortKey(key) {
+  return key.length > 34 ? `${key.slice(0, 16)}…${key.slice(-14)}` : key;
 }
