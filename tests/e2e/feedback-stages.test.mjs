@@ -51,7 +51,7 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       await waitFor(page, () => !document.querySelector("[data-testid=upsert-walk]") && document.querySelector("[data-testid=upsert-walk-done]"), "the walk's done line");
       assert.match(await page.getByTestId("upsert-walk-done").textContent(), /✓ done: key 3 = \(3, "hello"\) at t\d+ confirmed: U1's state holds what the shard holds, no longer provisional/);
     }
-    if (stage === "sink" || stage === "shard") {
+    if (stage === "partial emission" || stage === "sink") {
       // Stage 3 wrote an empty range up to the upsert's time if it had to: the line says the
       // uppers reading that time do not mean the upsert is in.
       const snap = await page.evaluate(() => window.__playground.state.latest().upsert.walk);

@@ -38,17 +38,17 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
       }, `<title>${esc(title)}</title>`),
     );
     // Its effect: +adds −retractions where the observer has read it (its length otherwise); a
-    // batch too narrow for its label gets one beside it when it retracts (a retraction is rare
-    // and is what a step talks about).
+    // batch too narrow for its label gets one on its left when it retracts (a retraction is rare
+    // and is what a step talks about; the upper's line is on its right).
     const label = b.adds === null || b.adds === undefined
       ? String(b.len)
       : [b.adds ? `+${b.adds}` : "", b.retractions ? `−${b.retractions}` : ""].filter(Boolean).join(" ");
     if (b.len > 0 && (r.w > 8 * label.length + 6 || retracts)) {
       const inside = r.w > 8 * label.length + 6;
       parts.push(svgEl("text", {
-        x: (inside ? r.x + 3 : r.x + r.w + 2).toFixed(1), y: (r.y + r.h - 4).toFixed(1),
-        class: `batch-label${retracts ? " retract" : ""}`,
-      }, esc(label)));
+        x: (inside ? r.x + 3 : r.x - 3).toFixed(1), y: (r.y + r.h - 4).toFixed(1),
+        class: `batch-label${retracts ? " retract" : ""}`, "text-anchor": inside ? null : "end",
+      }, esc(inside ? label : `${label} (${b.retractions === 1 ? "a retraction" : "retractions"}) ▸`)));
     }
   }
   // Time ticks.
@@ -59,16 +59,16 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   }
   parts.push(svgEl("line", { x1: LEFT, x2: W - RIGHT, y1: 84, y2: 84, class: "axis" }));
   // Since and upper.
-  const frontierLine = (value, cls, label, dy) => {
+  const frontierLine = (value, cls, label, dy, note = "") => {
     if (value === null || value === undefined) return;
     const off = value < d0;
     const px = off ? LEFT : x(value);
     parts.push(svgEl("line", { x1: px, x2: px, y1: 14, y2: 92, class: cls }));
-    const text = off ? `◀ ${label} ${fmtMs(value, t0)}` : `${label} ${fmtMs(value, t0)}`;
+    const text = `${off ? "◀ " : ""}${label} ${fmtMs(value, t0)}${note}`;
     const anchor = px > W - 150 ? "end" : "start";
     parts.push(svgEl("text", { x: px + (anchor === "end" ? -4 : 4), y: dy, class: `${cls}-label`, "text-anchor": anchor }, text));
   };
-  frontierLine(shard.since, "since", spansSince ? "since (a merged batch may span it)" : "since", 12);
+  frontierLine(shard.since, "since", "since", 12, spansSince ? " · a merged batch may span it (see above)" : "");
   frontierLine(shard.upper, "upper", "upper", 122);
   // Seqno strip.
   const cells = seqnoCells(shard, LEFT, W - LEFT - RIGHT, 50);
