@@ -68,7 +68,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     const anchor = px > W - 150 ? "end" : "start";
     parts.push(svgEl("text", { x: px + (anchor === "end" ? -4 : 4), y: dy, class: `${cls}-label`, "text-anchor": anchor }, text));
   };
-  frontierLine(shard.since, "since", "since", 12, spansSince ? " · a merged batch may span it (see above)" : "");
+  frontierLine(shard.since, "since", "since", 12, spansSince ? " · a merged batch may span it" : "");
   frontierLine(shard.upper, "upper", "upper", 122);
   // Seqno strip.
   const cells = seqnoCells(shard, LEFT, W - LEFT - RIGHT, 50);
@@ -98,7 +98,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     parts.push(svgEl("rect", { x: px.toFixed(1), y: 196, width: w.toFixed(1), height: 22, class: p.key ? "part blob" : "part inline" }, `<title>${esc(p.key ?? "inline part")}: ${fmtBytes(p.bytes)}</title>`));
     px += w + 2;
   }
-  if (!allParts.length) parts.push(svgEl("text", { x: LEFT, y: 211, class: "tick-label" }, "no parts: every batch is empty"));
+  parts.push(blobPartsText(allParts, allParts.length ? px + 8 : LEFT, 211, W - RIGHT - px - 8));
   const svg = `<svg viewBox="0 0 ${W} ${H}" class="shard-svg" role="img" aria-label="batches of shard ${esc(shard.name)}">${parts.join("")}</svg>`;
 
   const stats = [
@@ -135,23 +135,23 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   const sweepHtml = sw
     ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${sw.count} ${esc(sw.kind.replace("sweep: ", ""))}${sw.writers.length ? ` (${esc(sw.writers.join(", "))})` : ""}</p>`
     : "";
-  const holdHtml = sinceHolds(shard, snapshot, t0) + (spansSince ? SPAN_NOTE : "");
+  const holdHtml = sinceHolds(shard, snapshot, t0, spansSince ? SPAN_NOTE : "");
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
   setHtml(
     el,
-    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}${blobParts(allParts)}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
+    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
   );
 }
 
 /** Who holds the since where it is: each reader whose since is the shard's, with its lease. */
-function sinceHolds(shard, snapshot, t0) {
+function sinceHolds(shard, snapshot, t0, span = "") {
   const holds = shard.sinceHeldBy ?? [];
   const now = snapshot.nowMs;
   if (!holds.length) {
     const why = shard.readers.length || shard.criticalReaders?.length
       ? "no reader is at it (it moved since the readers were read)"
       : "no reader: nothing holds it";
-    return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}</p>`;
+    return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}${span}</p>`;
   }
   const items = holds.map((h) => {
     // A handle no actor owns: in live mode another tab's; in seed mode one the scenario opened
@@ -173,20 +173,23 @@ function sinceHolds(shard, snapshot, t0) {
   const lease = leased
     ? ` <span class="muted">· a <b>lease</b> is a reader's hold on the since, renewed by each heartbeat; a reader that stops (a crash) keeps holding it until the lease expires</span>`
     : "";
-  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}${lease}</p>`;
+  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}${lease}${span}</p>`;
 }
 
 /** Why a batch may be drawn across the since line. */
-const SPAN_NOTE = `<p class="small muted" data-testid="since-span">A batch drawn across the since line is no broken rule: compaction merged batches from both sides of it, and it only moves times <i>below</i> the since up to the since; every time at or after the since stays as written.</p>`;
+const SPAN_NOTE = ` <span data-testid="since-span">· A batch across the since line is no broken rule: compaction merged batches from both sides, moving only the times <i>below</i> the since up to it.</span>`;
 
-/** The newest Blob parts, with their keys and sizes: what the shard keeps outside Consensus. */
-function blobParts(all) {
+/** The newest Blob parts, with their keys and sizes (what the shard keeps outside Consensus),
+ * as a line of the drawing's parts row, right of the part blocks. */
+function blobPartsText(all, x, y, room) {
   const blob = all.filter((p) => p.key);
-  if (!blob.length) {
-    return `<p class="small muted" data-testid="blob-parts">No part in Blob: every batch is small enough to be kept inline in the state.</p>`;
-  }
-  const shown = blob.slice(-3).reverse().map((p) => `<code title="${esc(p.key)}">${esc(shortKey(p.key))}</code> ${esc(fmtBytes(p.bytes))}`);
-  return `<p class="small" data-testid="blob-parts">${blob.length} part${blob.length === 1 ? "" : "s"} in Blob, each under its own key (newest first): ${shown.join(", ")}</p>`;
+  if (!all.length) return svgEl("text", { x, y, class: "tick-label" }, "no parts: every batch is empty");
+  if (!blob.length) return svgEl("text", { x, y, class: "tick-label", "data-testid": "blob-parts" }, "no part in Blob: each is small enough to be inline in the state");
+  // About 6.3 px a character: as many of the newest keys as fit.
+  const shown = blob.slice(-2).reverse().map((p) => `${shortKey(p.key)} ${fmtBytes(p.bytes)}`).slice(0, room > 560 ? 2 : room > 330 ? 1 : 0);
+  const all2 = blob.map((p) => `${p.key} ${fmtBytes(p.bytes)}`).join("\n");
+  return svgEl("text", { x, y, class: "tick-label blob-parts", "data-testid": "blob-parts" },
+    `${esc(`${blob.length} part${blob.length === 1 ? "" : "s"} in Blob${shown.length ? `, newest: ${shown.join(", ")}` : ""}`)}<title>${esc(all2)}</title>`);
 }
 
 /** A Blob key without its long ids in the middle (the whole key on hover). */
