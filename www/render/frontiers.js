@@ -3,11 +3,11 @@
 import { lagSeries, linear, pathOf, ticks, fmtMs } from "../spec.js";
 import { esc, setHtml, svgEl } from "./dom.js";
 
-const H = 204;
+const H = 190;
 const LEFT = 60;
 const RIGHT = 240; // room for the longest label, "— W1 cached upper 1234 ms behind"
 const TOP = 10;
-const BOTTOM = 38; // the time ticks, and under them the axis's name
+const BOTTOM = 24;
 
 /** Moves labels (sorted by y) apart by `gap`, keeping them within [top, bottom] where they fit. */
 export function spreadLabels(labels, top, bottom, gap) {
@@ -40,7 +40,7 @@ export function renderFrontiers(el, history, t0, width = 940) {
     parts.push(svgEl("text", { x: LEFT - 6, y: y(v) + 4, class: "tick-label", "text-anchor": "end" }, `${v} ms`));
   }
   for (const t of ticks(tMin, tMax, 6)) {
-    parts.push(svgEl("text", { x: x(t), y: H - 22, class: "tick-label", "text-anchor": "middle" }, fmtMs(t, t0)));
+    parts.push(svgEl("text", { x: x(t), y: H - 6, class: "tick-label", "text-anchor": "middle" }, fmtMs(t, t0)));
   }
   const labels = [];
   for (const s of series) {
@@ -51,11 +51,12 @@ export function renderFrontiers(el, history, t0, width = 940) {
     const [, lastLag] = s.points.at(-1);
     labels.push({ y: y(lastLag), text: `${s.label} ${Math.round(lastLag)} ms behind`, colour: s.colour, dashed: s.dashed });
   }
-  for (const l of spreadLabels(labels, TOP + 4, H - 4, 11)) {
+  for (const l of spreadLabels(labels, TOP + 4, H - 18, 11)) {
     parts.push(svgEl("text", { x: W - RIGHT + 6, y: (l.y + 3).toFixed(1), class: "series-label", fill: l.colour }, `${l.dashed ? "┄ " : "— "}${l.text}`));
   }
   // The axes named, and the vertical scale said: it is not linear.
   parts.push(svgEl("text", { x: LEFT + 4, y: TOP + 2, class: "axis-label" }, "↑ lag behind the clock (ms, square-root scale: small lags spread out)"));
-  parts.push(svgEl("text", { x: (LEFT + W - RIGHT) / 2, y: H - 4, class: "axis-label", "text-anchor": "middle" }, "the run's clock →"));
+  // The time axis's name, at its right end on the ticks' row (the series labels keep above it).
+  parts.push(svgEl("text", { x: W - RIGHT + 6, y: H - 6, class: "axis-label" }, "→ the run's clock"));
   setHtml(el, `<svg viewBox="0 0 ${W} ${H}" class="frontiers-svg" role="img" aria-label="frontier lags over time">${parts.join("")}</svg>`);
 }
