@@ -800,8 +800,27 @@ fn step_replicas_walks_a_pushed_upsert_one_stage_at_a_time() {
     assert!(said[0].contains("key 3 = "), "{}", said[0]);
     assert!(said[2].contains("provisional value ◌"), "{}", said[2]);
     assert!(said[4].contains("committed"), "{}", said[4]);
+    // The panel keeps a line for the finished walk: the key, confirmed, with its value.
+    let done = s.snapshot().upsert.unwrap().walk_done.expect("a done line");
+    assert_eq!((done.replica.as_str(), done.key), ("U1", Some(3)));
+    assert!(
+        done.value.as_deref().is_some_and(|v| v.contains("hello")),
+        "{done:?}"
+    );
+    // A press with nothing left to walk says what it did instead, and keeps the line.
+    let next = s.apply(Command::StepReplicas).unwrap().message;
+    assert!(
+        next.starts_with("stepped U1") && next.contains("nothing new for the first replica"),
+        "{next}"
+    );
+    assert!(s.snapshot().upsert.unwrap().walk_done.is_some());
     // Back with their drivers: the pipeline goes on by itself and matches the model.
     s.run_for(1_000).unwrap();
+    assert_eq!(
+        s.snapshot().upsert.unwrap().walk_done,
+        None,
+        "the run moved on"
+    );
     let up = s.snapshot().upsert.unwrap();
     assert!(
         up.checker.checks > 0 && up.checker.violations.is_empty(),

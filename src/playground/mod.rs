@@ -144,11 +144,16 @@ pub struct Scenario {
     rules: rules::Rules,
     /// The stage-by-stage walk of the replicas in progress ([`walk`]).
     walk: Option<walk::Walk>,
+    /// The walk that finished last, until the run moves on or another command runs.
+    walk_done: Option<walk::WalkDoneView>,
 }
 
 /// The writer and reader lease of every playground process: a crashed one's handles expire,
 /// and what they wrote and never committed is swept, this long after their last heartbeat.
 pub const PLAYGROUND_LEASE_MS: u64 = 10_000;
+
+/// The largest batch part a playground process keeps inline in the state; bigger ones go to Blob.
+pub const PLAYGROUND_INLINE_MAX_BYTES: u64 = 384;
 
 /// The configuration every playground process uses.
 pub fn persist_config() -> PersistConfig {
@@ -166,6 +171,11 @@ pub fn persist_config() -> PersistConfig {
         // A rollup and a collection every 16 seqnos (not the default 128), so that a learner
         // sees GC cycles within seconds.
         rollup_threshold: 16,
+        // Parts up to 384 bytes stay inline in the state (the default keeps up to 4 KiB there,
+        // which in the playground would be every batch): a writer's write of a few updates is
+        // inline, a bigger one and compaction's merges go to Blob under a key of their own, so
+        // the Shard panel shows both stores at work.
+        inline_writes_single_max_bytes: PLAYGROUND_INLINE_MAX_BYTES,
         ..PersistConfig::default()
     }
 }
@@ -227,6 +237,7 @@ impl Scenario {
             upsert: None,
             rules: rules::Rules::default(),
             walk: None,
+            walk_done: None,
         };
         scenario.journal.borrow_mut().live = !scenario.is_seeded();
         scenario.observe_shard(DEFAULT_SHARD);

@@ -6,6 +6,7 @@
 //! than as a reader retrying forever.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use serde::Serialize;
@@ -29,6 +30,36 @@ pub struct ShardObservation {
     /// Whether the observer keeps the shard's contents (a write task writes it): see
     /// [`super::versions`].
     pub keep_contents: bool,
+    /// The signs of each batch's updates, `(adds, retractions)`, by the batch's lower, upper and
+    /// length (a batch is immutable: read once, kept while the trace holds it).
+    pub signs: BTreeMap<BatchId, (u64, u64)>,
+}
+
+/// A batch of a shard's trace, as the observer tells batches apart: lower, upper, length.
+pub type BatchId = (Option<u64>, Option<u64>, u64);
+
+fn batch_id(b: &HollowBatch) -> BatchId {
+    (frontier(&b.desc.lower), frontier(&b.desc.upper), b.len)
+}
+
+/// Reads the updates of every batch of `state` not yet in `signs` and counts their signs;
+/// forgets batches the trace no longer holds. A part that cannot be read leaves its batch out.
+async fn count_signs(
+    location: &crate::location::Location,
+    state: &State,
+    signs: BTreeMap<BatchId, (u64, u64)>,
+) -> BTreeMap<BatchId, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    for b in state.collections.trace.batches() {
+        let id = batch_id(b);
+        if let Some(known) = signs.get(&id) {
+            out.insert(id, *known);
+        } else if let Some(updates) = super::versions::read_batch(location, b).await {
+            let adds = updates.iter().filter(|u| u.2 > 0).count() as u64;
+            out.insert(id, (adds, updates.len() as u64 - adds));
+        }
+    }
+    out
 }
 
 /// The latest observation of one oracle timeline's durable record.
@@ -85,10 +116,20 @@ pub async fn observe_shard(
         witness
             .pass(client.location(), &shard.0, state.as_ref(), &journal, now)
             .await;
+        let signs = match &state {
+            Some(state) => {
+                let known = cell.borrow().signs.clone();
+                Some(count_signs(client.location(), state, known).await)
+            }
+            None => None,
+        };
         {
             let mut obs = cell.borrow_mut();
             if let Some(state) = state {
                 obs.state = Some(state);
+            }
+            if let Some(signs) = signs {
+                obs.signs = signs;
             }
             obs.error = error;
         }
@@ -161,6 +202,10 @@ pub struct BatchView {
     pub since: Option<u64>,
     /// Its updates.
     pub len: u64,
+    /// How many of them add (diff > 0), once the observer has read them.
+    pub adds: Option<u64>,
+    /// How many retract (diff < 0), once the observer has read them.
+    pub retractions: Option<u64>,
     /// Its parts.
     pub parts: Vec<PartView>,
 }
@@ -283,7 +328,12 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
     view.upper = frontier(state.upper());
     view.since = frontier(state.since());
     view.seqno_since = c.last_gc_req.0;
-    view.batches = c.trace.batches().iter().map(|b| batch_view(b)).collect();
+    view.batches = c
+        .trace
+        .batches()
+        .iter()
+        .map(|b| batch_view(b, obs.signs.get(&batch_id(b))))
+        .collect();
     for b in &view.batches {
         view.updates += b.len;
         for p in &b.parts {
@@ -308,7 +358,7 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
 }
 
 /// A batch of the trace, with its parts (a Blob key and its size, or inline bytes).
-fn batch_view(b: &HollowBatch) -> BatchView {
+fn batch_view(b: &HollowBatch, signs: Option<&(u64, u64)>) -> BatchView {
     let parts = b
         .parts
         .iter()
@@ -331,6 +381,8 @@ fn batch_view(b: &HollowBatch) -> BatchView {
         upper: frontier(&b.desc.upper),
         since: frontier(&b.desc.since),
         len: b.len,
+        adds: signs.map(|s| s.0),
+        retractions: signs.map(|s| s.1),
         parts,
     }
 }

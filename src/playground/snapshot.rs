@@ -287,6 +287,7 @@ impl Scenario {
             upsert: self.upsert.as_ref().map(|h| {
                 let mut v = h.view();
                 v.walk = self.walk.as_ref().map(|w| w.view());
+                v.walk_done = self.walk_done.clone();
                 v
             }),
             rules: self.rules,

@@ -55,7 +55,7 @@ fn is_beyond(upper: Option<u64>, than: Option<u64>) -> bool {
 
 /// Every update of `batch` inside its interval, as `(encoded key, encoded value, diff)`, or
 /// `None` if a part is gone or does not decode.
-async fn read_batch(
+pub(super) async fn read_batch(
     location: &Location,
     batch: &HollowBatch,
 ) -> Option<Vec<(Vec<u8>, Vec<u8>, i64)>> {

@@ -93,6 +93,7 @@ pub(crate) struct Walk {
     next: Stage,
     message: Option<(u64, i64, u64)>,
     cell: Option<String>,
+    empty_range: bool,
 }
 
 /// The walk as the upsert panel shows it.
@@ -113,6 +114,24 @@ pub struct WalkView {
     pub ts: Option<u64>,
     /// Its key as the replica's stash and state cells name it, once stashed.
     pub cell: Option<String>,
+    /// Whether the partial emission had the sink write an empty range first, up to the
+    /// upsert's time (then every upper reads that time before the upsert is written).
+    pub empty_range: bool,
+}
+
+/// A walk that went through all seven stages, as the upsert panel's last line keeps it until
+/// the run moves on, another command runs, or a new walk starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WalkDoneView {
+    /// The replica walked.
+    pub replica: String,
+    /// The upsert's key, time and value as its state now holds it (confirmed by the shard).
+    pub key: Option<i64>,
+    /// Its time.
+    pub ts: Option<u64>,
+    /// What the replica's state holds for the key now (`None`: a delete, or not found).
+    pub value: Option<String>,
 }
 
 impl Walk {
@@ -125,6 +144,7 @@ impl Walk {
             key: self.message.map(|m| m.1),
             ts: self.message.map(|m| m.2),
             cell: self.cell.clone(),
+            empty_range: self.empty_range,
         }
     }
 }
@@ -136,11 +156,19 @@ impl Scenario {
         let hub = self.upsert_hub();
         let walkable = !hub.view().generating;
         if self.walk.is_none() && (!walkable || !self.is_seeded() || !self.has_unread()) {
-            return self.step_timely_all();
+            let why = if !self.is_seeded() {
+                "live mode walks no stages: one worker step of every replica"
+            } else if !walkable {
+                "the generator is on, so there is no one upsert to walk: one worker step of every replica"
+            } else {
+                "nothing new for the first replica to walk (push an upsert to walk it): one worker step of every replica, each reading what it has not read yet"
+            };
+            return self.step_timely_all(why);
         }
         if self.walk.is_none() {
+            self.walk_done = None;
             let Some(actor) = self.walk_replica().map(|(id, _)| id) else {
-                return self.step_timely_all();
+                return self.step_timely_all("no running replica to walk");
             };
             self.hold_replicas(Manual::Hold);
             self.walk = Some(Walk {
@@ -148,6 +176,7 @@ impl Scenario {
                 next: Stage::Source,
                 message: None,
                 cell: None,
+                empty_range: false,
             });
         }
         let Some(walk) = self.walk.clone() else {
@@ -168,11 +197,15 @@ impl Scenario {
                     w.next = next;
                 }
             }
-            None => self.end_walk(),
+            None => {
+                self.end_walk();
+                self.walk_done = Some(self.done_view(&walk, &replica));
+            }
         }
-        let tail = stage.next().map_or("; the walk is done".into(), |n| {
-            format!(" (next: {})", n.name())
-        });
+        let tail = stage.next().map_or(
+            "; the walk is done: the next press takes one worker step of every replica".into(),
+            |n| format!(" (next: {})", n.name()),
+        );
         Ok(applied(
             Some(&walk.actor),
             None,
@@ -180,7 +213,24 @@ impl Scenario {
         ))
     }
 
-    fn step_timely_all(&mut self) -> Result<Applied, CommandError> {
+    /// What the panel keeps of a finished walk: the key and the value the state now holds.
+    fn done_view(&mut self, walk: &Walk, r: &Rc<RefCell<Replica>>) -> WalkDoneView {
+        let source = Rc::clone(&self.upsert_hub().source);
+        let value = walk.cell.as_ref().and_then(|cell| {
+            let snap = r.borrow().snapshot(&source.borrow());
+            let op = snap.operator?;
+            op.state.into_iter().find(|c| &c.key == cell)?.value
+        });
+        WalkDoneView {
+            replica: walk.actor.clone(),
+            key: walk.message.map(|m| m.1),
+            ts: walk.message.map(|m| m.2),
+            value,
+        }
+    }
+
+    /// One timely step of every replica; the message ends with `why` it was not a stage.
+    fn step_timely_all(&mut self, why: &str) -> Result<Applied, CommandError> {
         let source = Rc::clone(&self.upsert_hub().source);
         let mut stepped = Vec::new();
         for a in &self.actors {
@@ -198,7 +248,7 @@ impl Scenario {
         Ok(applied(
             None,
             None,
-            format!("stepped {}", stepped.join("; ")),
+            format!("stepped {} ({why})", stepped.join("; ")),
         ))
     }
 
@@ -236,7 +286,9 @@ impl Scenario {
         }
     }
 
+    /// Ends a walk in progress, and forgets the line of a finished one.
     pub(super) fn end_walk(&mut self) {
+        self.walk_done = None;
         if self.walk.take().is_some() {
             self.hold_replicas(Manual::Auto);
         }
@@ -409,10 +461,17 @@ impl Scenario {
             caught_up = true;
         }
         let made = r.borrow().counters().provisional_written > before;
+        if let Some(w) = &mut self.walk {
+            w.empty_range = caught_up;
+        }
         let how = if caught_up {
-            " (its sink first wrote the empty range up to it, so the shard's upper reached it)"
+            format!(
+                " (its sink first wrote an empty range, no updates, to move the shard's upper to \
+                 {ts}: the uppers now read {ts}, and an upper {ts} means every time before {ts} \
+                 is complete, not {ts} itself; the upsert at {ts} is not in the shard yet)"
+            )
         } else {
-            ""
+            String::new()
         };
         Ok(if made {
             format!("{} drained at its input frontier {ts}{how}: key {key} is in its state as a provisional value ◌, not yet in the shard", walk.actor)

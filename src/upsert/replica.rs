@@ -118,6 +118,40 @@ pub struct ReplicaSnapshot {
     pub sink_timeouts: u64,
     /// While the sink backs off after a timeout: what timed out and when it retries.
     pub retrying: Option<SinkRetry>,
+    /// The latest output the operator handed to the sink (none yet: `None`).
+    pub last_emitted: Option<Emitted>,
+}
+
+/// One hand-over of output updates to the sink, as signed rows: what the operator emitted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Emitted {
+    /// Updates with a positive diff.
+    pub adds: u64,
+    /// Updates with a negative diff (retractions).
+    pub retractions: u64,
+    /// The first [`Emitted::SHOWN`] updates, each as `+1 (1, "banana") at t5`.
+    pub shown: Vec<String>,
+}
+
+impl Emitted {
+    /// How many updates are written out in `shown`.
+    pub const SHOWN: usize = 4;
+
+    fn of(out: &[super::worker::OutputUpdate]) -> Self {
+        let shown = out
+            .iter()
+            .take(Self::SHOWN)
+            .map(|(data, t, d)| match data {
+                Ok(row) => format!("{d:+} {row} at t{t}"),
+                Err(e) => format!("{d:+} error ({e}) at t{t}"),
+            })
+            .collect();
+        Emitted {
+            adds: out.iter().filter(|u| u.2 > 0).count() as u64,
+            retractions: out.iter().filter(|u| u.2 < 0).count() as u64,
+            shown,
+        }
+    }
 }
 
 /// A sink write that timed out and waits for its retry.
@@ -152,6 +186,7 @@ pub struct Replica {
     halted: Option<String>,
     sink_timeouts: u64,
     retrying: Option<SinkRetry>,
+    last_emitted: Option<Emitted>,
     manual: Manual,
     _persist_source: Option<ShutdownButton>,
     step_clock: Option<StepClock>,
@@ -237,6 +272,7 @@ impl Replica {
             halted: None,
             sink_timeouts: 0,
             retrying: None,
+            last_emitted: None,
             manual: Manual::Auto,
             _persist_source: persist_source,
             step_clock: None,
@@ -391,6 +427,9 @@ impl Replica {
     fn collect(&mut self) -> u64 {
         let out = self.worker.take_output();
         let n = out.len() as u64;
+        if n > 0 {
+            self.last_emitted = Some(Emitted::of(&out));
+        }
         let dropped = self.sink.ingest(out, self.worker.output_frontier());
         self.counters.sink_dropped += dropped;
         n
@@ -521,6 +560,7 @@ impl Replica {
             worker_steps: self.worker.steps(),
             sink_timeouts: self.sink_timeouts,
             retrying: self.retrying.clone(),
+            last_emitted: self.last_emitted.clone(),
         }
     }
 }

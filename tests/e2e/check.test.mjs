@@ -7,7 +7,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { launch, noErrors, openPage, shot, waitFor, serveForTests } from "./helpers.mjs";
+import { launch, newPage, noErrors, openPage, shot, tourSettled, waitFor, serveForTests } from "./helpers.mjs";
 
 const server = serveForTests();
 
@@ -165,5 +165,39 @@ test("live mode, the default actors across a reload: the check starts again from
   const shown = await checksShown(page);
   for (const r of RULES) assert.equal(shown[r].violations, 0, `${r}: ${shown[r].text}`);
   await shot(page, "check-panel-live-after-reload", "#panel-check");
+  noErrors(page);
+});
+
+test("a tour step with many breaks: the newest are shown whole (no list box clips them), the older fold away", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await newPage(ctx);
+  await page.goto(server.url("?tour=rule-idempotency-token&step=2&animate=0"));
+  await tourSettled(page, "rule-idempotency-token", 2);
+  const seen = await page.evaluate(() => {
+    const panel = document.getElementById("panel-check");
+    const list = panel.querySelector("[data-testid=check-violations]");
+    const p = panel.getBoundingClientRect();
+    const items = [...list.querySelectorAll(":scope > li")].map((li) => {
+      const r = li.getBoundingClientRect();
+      return { top: r.top, bottom: r.bottom, text: li.textContent };
+    });
+    return {
+      total: Number(panel.querySelector("[data-testid=check-summary]").dataset.violations),
+      shownLine: panel.querySelector("[data-testid=check-shown]")?.textContent ?? "",
+      scrolls: list.scrollHeight > list.clientHeight + 1,
+      panelBottom: p.bottom,
+      items,
+      older: panel.querySelectorAll("[data-testid=check-violations-older] > li").length,
+      olderOpen: panel.querySelector(".check-older")?.open ?? null,
+    };
+  });
+  assert.ok(seen.total > 4, `the broken run has breaks: ${seen.total}`);
+  assert.equal(seen.items.length, 4, "the newest 4 in full");
+  assert.match(seen.shownLine, new RegExp(`the newest 4 of ${seen.total} breaks, newest first`));
+  assert.equal(seen.scrolls, false, "the list is no box that scrolls (nothing cut at its edge)");
+  for (const it of seen.items) assert.ok(it.bottom <= seen.panelBottom, `inside the panel: ${it.text}`);
+  assert.equal(seen.older, Math.min(12, seen.total - 4), "the older ones fold away");
+  assert.equal(seen.olderOpen, false);
+  await shot(page, "check-panel-many-breaks", "#panel-check");
   noErrors(page);
 });

@@ -47,7 +47,15 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       u2Steps.push(await page.evaluate(() => window.__playground.state.latest().actors.find((a) => a.id === "U2").detail.worker_steps));
       assert.match(await walk.textContent(), new RegExp(`▸ ${STAGES[n]}`), `the walk shows ${STAGES[n]} next`);
     } else {
-      await waitFor(page, () => !document.querySelector("[data-testid=upsert-walk]"), "the walk's line gone when it is done");
+      // The walk's line gives way to a final one: done, the key confirmed, and what a press does now.
+      await waitFor(page, () => !document.querySelector("[data-testid=upsert-walk]") && document.querySelector("[data-testid=upsert-walk-done]"), "the walk's done line");
+      assert.match(await page.getByTestId("upsert-walk-done").textContent(), /✓ done: key 3 = \(3, "hello"\) at t\d+ confirmed: U1's state holds what the shard holds, no longer provisional/);
+    }
+    if (stage === "partial emission" || stage === "sink") {
+      // Stage 3 wrote an empty range up to the upsert's time if it had to: the line says the
+      // uppers reading that time do not mean the upsert is in.
+      const snap = await page.evaluate(() => window.__playground.state.latest().upsert.walk);
+      if (snap.emptyRange) assert.match(await walk.textContent(), new RegExp(`The uppers read ${snap.ts} now: to get there the sink wrote an empty range \\(no updates\\)\\. An upper ${snap.ts} says every time before ${snap.ts} is complete; the upsert at t${snap.ts} is not in the shard until stage 5\\.`));
     }
     if (stage === "partial emission") {
       await waitFor(page, (sel) => /◌\s*\(3, "hello"\)/.test(document.querySelector(sel)?.textContent ?? ""), "◌ hello in U1's state", U1_STATE);
@@ -55,6 +63,18 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     const p = await provisional();
     if (n >= 3 && n <= 6) assert.equal(p, 1, `◌ in U1's state at ${stage}`);
     else assert.equal(p, 0, `no provisional value in U1's state at ${stage}`);
+    await shot(page, `feedback-stage-${n}`, "#panel-upsert");
+  }
+  // Presses 8 and 9: nothing left to walk. Each says what it did (one worker step of every
+  // replica, and why), and the done line stays, naming what U2 has not read yet.
+  const steps = (id) => page.evaluate((a) => window.__playground.state.latest().actors.find((x) => x.id === a).detail.worker_steps, id);
+  for (const n of [8, 9]) {
+    const before = await steps("U1");
+    await page.evaluate(() => document.activeElement?.blur());
+    await page.keyboard.press("j");
+    await waitFor(page, (b) => window.__playground.state.latest().actors.find((x) => x.id === "U1").detail.worker_steps > b, `press ${n} stepped U1`, before);
+    await waitForStatus(page, "ok", /^stepped U1: .*; U2: .* \(nothing new for the first replica to walk \(push an upsert to walk it\): one worker step of every replica, each reading what it has not read yet\)$/s);
+    assert.match(await page.getByTestId("upsert-walk-done").textContent(), /Step replicas \(j\) has nothing left to walk: each further press takes one worker step of every replica/);
     await shot(page, `feedback-stage-${n}`, "#panel-upsert");
   }
   assert.ok(u2Steps.length === 6 && u2Steps.every((x) => Number.isInteger(x) && x > 0), `U2's worker steps read: ${u2Steps}`);

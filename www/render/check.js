@@ -8,11 +8,15 @@ import { esc, setHtml } from "./dom.js";
 import { fmtMs } from "../spec.js";
 import { revealInLog } from "./log.js";
 
-/** How many violations the panel lists (the newest). */
-const SHOWN = 8;
+/** How many violations the panel lists in full (the newest); older ones, up to [`OLDER`], fold
+ * into a "more" list the reader opens. Nothing is clipped: the panel grows with what it shows. */
+const SHOWN = 4;
+const OLDER = 12;
 
 /** The violation the user clicked, and the events it cites (looked up once). */
 let focus = null;
+/** Whether the reader opened the older breaks. */
+let openOlder = false;
 
 function seqLinks(seqs, cls) {
   return seqs.map((s) => `<a href="#" class="seq-link ${cls}" data-seq="${s}">#${s}</a>`).join(" ");
@@ -58,6 +62,10 @@ export function renderCheck(el, snap, state, t0) {
   if (!el.__wired) {
     el.__wired = true;
     el.addEventListener("click", (ev) => onClick(ev, el, state));
+    // The older breaks stay open across redraws once opened.
+    el.addEventListener("toggle", (ev) => {
+      if (ev.target.classList?.contains("check-older")) openOlder = ev.target.open;
+    }, true);
   }
   const checks = c.rules.reduce((n, r) => n + r.checks, 0);
   const summary = c.violationsTotal === 0
@@ -65,13 +73,22 @@ export function renderCheck(el, snap, state, t0) {
     : `<b class="err">${c.violationsTotal} break${c.violationsTotal === 1 ? "" : "s"}</b> found in ${checks} checks over ${c.events} events`;
   const shown = c.violations.slice(-SHOWN).reverse();
   const list = shown.map((v, i) => violationItem(v, c.violations.length - 1 - i, t0)).join("");
-  const more = c.violationsTotal > shown.length ? `<p class="muted">showing the newest ${shown.length} of ${c.violationsTotal}</p>` : "";
+  const older = c.violations.slice(-(SHOWN + OLDER), -SHOWN).reverse();
+  const olderList = older.map((v, i) => violationItem(v, c.violations.length - 1 - SHOWN - i, t0)).join("");
+  const rest = c.violationsTotal - shown.length - older.length;
+  const more = !older.length
+    ? ""
+    : `<details class="check-older"${openOlder ? " open" : ""}><summary class="muted">${older.length} older break${older.length === 1 ? "" : "s"}${rest > 0 ? ` (the ${rest} before them are counted, not listed)` : ""}</summary>` +
+      `<ol class="check-violations" data-testid="check-violations-older" start="${SHOWN + 1}">${olderList}</ol></details>`;
+  const head = c.violationsTotal > shown.length
+    ? `<p class="muted small" data-testid="check-shown">the newest ${shown.length} of ${c.violationsTotal} breaks, newest first</p>`
+    : "";
   el.__violations = c.violations;
   setHtml(
     el,
     `<p class="check-summary" data-testid="check-summary" data-violations="${c.violationsTotal}">${summary}</p>` +
       `<ul class="check-rules" data-testid="check-rules">${c.rules.map(ruleLine).join("")}</ul>` +
-      (list ? `<ol class="check-violations" data-testid="check-violations" tabindex="0" aria-label="Breaks, newest first">${list}</ol>${more}` : "") +
+      (list ? `${head}<ol class="check-violations" data-testid="check-violations" tabindex="0" aria-label="Breaks, newest first">${list}</ol>${more}` : "") +
       evidence(t0),
   );
 }

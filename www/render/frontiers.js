@@ -51,9 +51,12 @@ export function renderFrontiers(el, history, t0, width = 940) {
     const [, lastLag] = s.points.at(-1);
     labels.push({ y: y(lastLag), text: `${s.label} ${Math.round(lastLag)} ms behind`, colour: s.colour, dashed: s.dashed });
   }
-  for (const l of spreadLabels(labels, TOP + 4, H - 4, 11)) {
+  for (const l of spreadLabels(labels, TOP + 4, H - 18, 11)) {
     parts.push(svgEl("text", { x: W - RIGHT + 6, y: (l.y + 3).toFixed(1), class: "series-label", fill: l.colour }, `${l.dashed ? "┄ " : "— "}${l.text}`));
   }
-  parts.push(svgEl("text", { x: LEFT, y: TOP + 2, class: "axis-label" }, "lag behind the clock"));
+  // The axes named, and the vertical scale said: it is not linear.
+  parts.push(svgEl("text", { x: LEFT + 4, y: TOP + 2, class: "axis-label" }, "↑ lag behind the clock (ms, square-root scale: small lags spread out)"));
+  // The time axis's name, at its right end on the ticks' row (the series labels keep above it).
+  parts.push(svgEl("text", { x: W - RIGHT + 6, y: H - 6, class: "axis-label" }, "→ the run's clock"));
   setHtml(el, `<svg viewBox="0 0 ${W} ${H}" class="frontiers-svg" role="img" aria-label="frontier lags over time">${parts.join("")}</svg>`);
 }

@@ -23,17 +23,32 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   parts.push(svgEl("text", { x: 4, y: 160, class: "axis-label" }, "seqnos"));
   parts.push(svgEl("text", { x: 4, y: 212, class: "axis-label" }, "parts"));
   // Batches.
+  let spansSince = false;
   for (const r of batchRects(shard, x, 24, 26)) {
     const b = r.batch;
-    const title = `batch [${fmtFrontier(b.lower, t0)}, ${fmtFrontier(b.upper, t0)}) since ${fmtFrontier(b.since, t0)}: ${b.len} updates in ${b.parts.length} parts`;
+    const retracts = (b.retractions ?? 0) > 0;
+    const signs = b.adds === null || b.adds === undefined ? "" : ` (${b.adds} added, ${b.retractions} retracted)`;
+    const where = b.parts.length === 0 ? "" : r.inline ? ", inline in the state" : `, in Blob`;
+    const title = `batch [${fmtFrontier(b.lower, t0)}, ${fmtFrontier(b.upper, t0)}) since ${fmtFrontier(b.since, t0)}: ${b.len} updates${signs} in ${b.parts.length} parts${where}`;
+    if (shard.since !== null && b.lower !== null && b.lower < shard.since && (b.upper === null || b.upper > shard.since)) spansSince = true;
     parts.push(
       svgEl("rect", {
         x: r.x.toFixed(1), y: r.y.toFixed(1), width: r.w.toFixed(1), height: r.h.toFixed(1),
-        class: `batch${r.inline ? " inline" : ""}${b.len === 0 ? " empty-batch" : ""}`,
+        class: `batch${r.inline ? " inline" : ""}${b.len === 0 ? " empty-batch" : ""}${retracts ? " retracts" : ""}`,
       }, `<title>${esc(title)}</title>`),
     );
-    if (r.w > 34 && b.len > 0) {
-      parts.push(svgEl("text", { x: (r.x + 3).toFixed(1), y: (r.y + r.h - 4).toFixed(1), class: "batch-label" }, String(b.len)));
+    // Its effect: +adds −retractions where the observer has read it (its length otherwise); a
+    // batch too narrow for its label gets one on its left when it retracts (a retraction is rare
+    // and is what a step talks about; the upper's line is on its right).
+    const label = b.adds === null || b.adds === undefined
+      ? String(b.len)
+      : [b.adds ? `+${b.adds}` : "", b.retractions ? `−${b.retractions}` : ""].filter(Boolean).join(" ");
+    if (b.len > 0 && (r.w > 8 * label.length + 6 || retracts)) {
+      const inside = r.w > 8 * label.length + 6;
+      parts.push(svgEl("text", {
+        x: (inside ? r.x + 3 : r.x - 3).toFixed(1), y: (r.y + r.h - 4).toFixed(1),
+        class: `batch-label${retracts ? " retract" : ""}`, "text-anchor": inside ? null : "end",
+      }, esc(inside ? label : `${label} (${b.retractions === 1 ? "a retraction" : "retractions"}) ▸`)));
     }
   }
   // Time ticks.
@@ -44,16 +59,16 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   }
   parts.push(svgEl("line", { x1: LEFT, x2: W - RIGHT, y1: 84, y2: 84, class: "axis" }));
   // Since and upper.
-  const frontierLine = (value, cls, label, dy) => {
+  const frontierLine = (value, cls, label, dy, note = "") => {
     if (value === null || value === undefined) return;
     const off = value < d0;
     const px = off ? LEFT : x(value);
     parts.push(svgEl("line", { x1: px, x2: px, y1: 14, y2: 92, class: cls }));
-    const text = off ? `◀ ${label} ${fmtMs(value, t0)}` : `${label} ${fmtMs(value, t0)}`;
+    const text = `${off ? "◀ " : ""}${label} ${fmtMs(value, t0)}${note}`;
     const anchor = px > W - 150 ? "end" : "start";
     parts.push(svgEl("text", { x: px + (anchor === "end" ? -4 : 4), y: dy, class: `${cls}-label`, "text-anchor": anchor }, text));
   };
-  frontierLine(shard.since, "since", "since", 12);
+  frontierLine(shard.since, "since", "since", 12, spansSince ? " · a merged batch may span it" : "");
   frontierLine(shard.upper, "upper", "upper", 122);
   // Seqno strip.
   const cells = seqnoCells(shard, LEFT, W - LEFT - RIGHT, 50);
@@ -83,6 +98,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     parts.push(svgEl("rect", { x: px.toFixed(1), y: 196, width: w.toFixed(1), height: 22, class: p.key ? "part blob" : "part inline" }, `<title>${esc(p.key ?? "inline part")}: ${fmtBytes(p.bytes)}</title>`));
     px += w + 2;
   }
+  parts.push(blobPartsText(allParts, allParts.length ? px + 8 : LEFT, 211, W - RIGHT - px - 8));
   const svg = `<svg viewBox="0 0 ${W} ${H}" class="shard-svg" role="img" aria-label="batches of shard ${esc(shard.name)}">${parts.join("")}</svg>`;
 
   const stats = [
@@ -119,7 +135,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   const sweepHtml = sw
     ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${sw.count} ${esc(sw.kind.replace("sweep: ", ""))}${sw.writers.length ? ` (${esc(sw.writers.join(", "))})` : ""}</p>`
     : "";
-  const holdHtml = sinceHolds(shard, snapshot, t0);
+  const holdHtml = sinceHolds(shard, snapshot, t0, spansSince ? SPAN_NOTE : "");
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
   setHtml(
     el,
@@ -128,14 +144,14 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
 }
 
 /** Who holds the since where it is: each reader whose since is the shard's, with its lease. */
-function sinceHolds(shard, snapshot, t0) {
+function sinceHolds(shard, snapshot, t0, span = "") {
   const holds = shard.sinceHeldBy ?? [];
   const now = snapshot.nowMs;
   if (!holds.length) {
     const why = shard.readers.length || shard.criticalReaders?.length
       ? "no reader is at it (it moved since the readers were read)"
       : "no reader: nothing holds it";
-    return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}</p>`;
+    return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))}: ${why}${span}</p>`;
   }
   const items = holds.map((h) => {
     // A handle no actor owns: in live mode another tab's; in seed mode one the scenario opened
@@ -157,5 +173,26 @@ function sinceHolds(shard, snapshot, t0) {
   const lease = leased
     ? ` <span class="muted">· a <b>lease</b> is a reader's hold on the since, renewed by each heartbeat; a reader that stops (a crash) keeps holding it until the lease expires</span>`
     : "";
-  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}${lease}</p>`;
+  return `<p class="since-held small" data-testid="since-held">since ${esc(fmtFrontier(shard.since, t0))} held by ${items.join("; ")}${lease}${span}</p>`;
+}
+
+/** Why a batch may be drawn across the since line. */
+const SPAN_NOTE = ` <span data-testid="since-span">· A batch across the since line is no broken rule: compaction merged batches from both sides, moving only the times <i>below</i> the since up to it.</span>`;
+
+/** The newest Blob parts, with their keys and sizes (what the shard keeps outside Consensus),
+ * as a line of the drawing's parts row, right of the part blocks. */
+function blobPartsText(all, x, y, room) {
+  const blob = all.filter((p) => p.key);
+  if (!all.length) return svgEl("text", { x, y, class: "tick-label" }, "no parts: every batch is empty");
+  if (!blob.length) return svgEl("text", { x, y, class: "tick-label", "data-testid": "blob-parts" }, "no part in Blob: each is small enough to be inline in the state");
+  // About 6.3 px a character: as many of the newest keys as fit.
+  const shown = blob.slice(-2).reverse().map((p) => `${shortKey(p.key)} ${fmtBytes(p.bytes)}`).slice(0, room > 560 ? 2 : room > 330 ? 1 : 0);
+  const all2 = blob.map((p) => `${p.key} ${fmtBytes(p.bytes)}`).join("\n");
+  return svgEl("text", { x, y, class: "tick-label blob-parts", "data-testid": "blob-parts" },
+    `${esc(`${blob.length} part${blob.length === 1 ? "" : "s"} in Blob${shown.length ? `, newest: ${shown.join(", ")}` : ""}`)}<title>${esc(all2)}</title>`);
+}
+
+/** A Blob key without its long ids in the middle (the whole key on hover). */
+function shortKey(key) {
+  return key.length > 34 ? `${key.slice(0, 16)}…${key.slice(-14)}` : key;
 }

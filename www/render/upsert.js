@@ -33,7 +33,7 @@ function diagram(snap, replicas, prev) {
     // The feedback edge: from the shard back into the replica, below the forward edge.
     parts.push(`<path d="M${W - 92},${midY + 10} C${W - 150},${y + 22} 300,${y + 14} 280,${y + 8}" class="up-feedback${active ? " active" : ""}" stroke="${c}"><title>feedback: ${a.id} reads back what the shard holds</title></path>`);
     parts.push(`<rect x="170" y="${y - 13}" width="110" height="26" rx="5" class="up-box" stroke="${c}" style="stroke-width:2"/>`);
-    parts.push(`<text x="225" y="${y + 4}" class="up-label" text-anchor="middle">${esc(a.id)}${r ? ` #${r.generation}` : ""}${a.state !== "running" ? ` (${esc(a.state)})` : ""}</text>`);
+    parts.push(`<text x="225" y="${y + 4}" class="up-label" text-anchor="middle">${esc(a.id)}${r ? ` gen ${r.generation}` : ""}${a.state !== "running" ? ` (${esc(a.state)})` : ""}<title>${esc(a.id)}${r ? `, generation ${r.generation}: ${r.generation === 0 ? "its first start" : `restarted ${r.generation}×, each time rehydrated from the shard`}` : ""}</title></text>`);
   });
   return `<svg viewBox="0 0 ${W} ${H}" class="upsert-svg" role="img" aria-label="the upsert pipeline with its feedback edge">${parts.join("")}</svg>`;
 }
@@ -70,10 +70,20 @@ function replicaCard(a, walk) {
   if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
   const op = r.operator;
   const c = r.counters;
-  const frontiers = `input upper <b class="mono">${fmtT(op?.input_upper)}</b> · persist upper <b class="mono">${fmtT(op?.persist_upper)}</b> · output <b class="mono">${fmtT(r.output_frontier)}</b> · sink at <b class="mono">${fmtT(r.sink.upper)}</b>`;
+  const frontiers = `<span title="how far the operator has read the source: every source time before it is in">input upper <b class="mono">${fmtT(op?.input_upper)}</b></span> · <span title="how far the operator has read the shard back (feedback): it knows the shard's contents before this time">persist upper <b class="mono">${fmtT(op?.persist_upper)}</b></span> · <span title="the operator's output frontier: it has emitted every update before this time to its sink">emitted up to <b class="mono">${fmtT(r.output_frontier)}</b></span> · <span title="the shard's upper as this replica's sink last saw it: its next compare_and_append starts here">sink's upper <b class="mono">${fmtT(r.sink.upper)}</b></span>`;
   const counts = `<span title="updates the operator emitted to its sink">emitted <b>${c.emitted}</b></span> · <span title="stashed upserts dropped because a peer had already written their time">discarded <b>${c.stashDiscarded}</b></span> · <span title="updates read back from the shard into state">fed back <b>${c.fedBack}</b></span> · <span title="emissions at the input frontier before the shard caught up (provisional values)">partial <b>${c.partialEmissions}</b></span> · <span title="sink writes that lost to another replica (UpperMismatch)">lost races <b>${c.sinkMismatches}</b></span> · <span title="times the replica's timely worker ran its operators once (worker.step())">worker steps <b data-testid="worker-steps">${r.worker_steps}</b></span>`;
-  return `<div class="up-replica" data-actor="${esc(a.id)}">${head} gen ${r.generation}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
-    `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${stateTable(op, walk?.replica === a.id ? walk.cell : null)}</div>`;
+  const gen = `<span title="which start of the replica this is: 0 its first; each restart adds 1 and rehydrates its state from the shard">generation ${r.generation}</span>`;
+  return `<div class="up-replica" data-actor="${esc(a.id)}">${head} ${gen}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
+    `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${emittedLine(r.last_emitted)}${stateTable(op, walk?.replica === a.id ? walk.cell : null)}</div>`;
+}
+
+/** The updates the operator last handed to its sink, each with its sign: the effect of an upsert. */
+function emittedLine(e) {
+  if (!e) return `<div class="small muted" data-testid="upsert-emitted">emitted nothing yet</div>`;
+  const rows = e.shown.map((u) => `<span class="mono ${u.startsWith("-") ? "retract" : "add"}">${esc(u.replace(/^-/, "−"))}</span>`).join(", ");
+  const total = e.adds + e.retractions;
+  const more = total > e.shown.length ? ` and ${total - e.shown.length} more` : "";
+  return `<div class="small" data-testid="upsert-emitted" title="the updates the operator last handed to its sink: +1 adds a row to the shard, −1 retracts one">last emitted: ${rows}${more}</div>`;
 }
 
 export function renderUpsert(el, snap, prev) {
@@ -93,7 +103,7 @@ export function renderUpsert(el, snap, prev) {
     el,
     `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}</p>` +
       check +
-      walkLine(u.walk, replicas) +
+      (u.walk ? walkLine(u.walk, replicas) : doneLine(u.walkDone, replicas)) +
       diagram(snap, replicas, prev) +
       replicas.map((a) => replicaCard(a, u.walk)).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
@@ -154,5 +164,22 @@ function walkLine(walk, replicas) {
   const at = STAGES.indexOf(walk.nextName);
   const stages = STAGES.map((s, i) => `<span class="${i < at ? "done" : i === at ? "next" : "muted"}">${i < at ? "✓ " : i === at ? "▸ " : ""}${esc(s)}</span>`).join(" → ");
   const what = walk.key !== null ? `key ${walk.key} at t${walk.ts}` : "the pushed upsert";
-  return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}. <span class="muted">Each press runs the scenario until that stage's write or read completes, so the clock may move by seconds.${esc(waiting)}</span></p>`;
+  // After the partial emission the sink wrote an empty range up to the upsert's time: every
+  // upper now reads that time, which looks like the end of the road but is not.
+  const emptyRange = walk.emptyRange && at >= 3 && at <= 4 && walk.ts !== null
+    ? ` <span class="walk-note">The uppers read ${walk.ts} now: to get there the sink wrote an empty range (no updates). An upper ${walk.ts} says every time <i>before</i> ${walk.ts} is complete; the upsert at t${walk.ts} is not in the shard until stage 5.</span>`
+    : "";
+  return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}.${emptyRange} <span class="muted">Each press runs the scenario until that stage's write or read completes, so the clock may move by seconds.${esc(waiting)}</span></p>`;
+}
+
+/** The walk just finished: what it confirmed, and what the next press does. */
+function doneLine(done, replicas) {
+  if (!done) return "";
+  const value = done.value ? `= ${done.value}` : "(deleted)";
+  const behind = replicas
+    .filter((a) => a.id !== done.replica && a.detail.kind === "replica" && a.detail.source_unread > 0)
+    .map((a) => `${a.id} has ${a.detail.source_unread} source message${a.detail.source_unread === 1 ? "" : "s"} unread`);
+  const others = behind.length ? ` (${behind.join(", ")}: its steps read ${behind.length === 1 ? "it" : "them"}; the value is in the shard already, so ${behind.length === 1 ? "it finds" : "they find"} it written)` : "";
+  return `<p class="small walk" data-testid="upsert-walk-done"><span class="done">✓ done: key ${esc(done.key ?? "?")} ${esc(value)} at t${esc(done.ts ?? "?")} confirmed</span>: ${esc(done.replica)}'s state holds what the shard holds, no longer provisional (◌). ` +
+    `<span class="muted">Step replicas (j) has nothing left to walk: each further press takes one worker step of every replica${esc(others)}. Push another upsert to walk it.</span></p>`;
 }

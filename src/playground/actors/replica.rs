@@ -82,6 +82,8 @@ pub struct UpsertView {
     pub checker: CheckerReport,
     /// The stage-by-stage walk of **Step replicas**, while one runs.
     pub walk: Option<crate::playground::walk::WalkView>,
+    /// The walk that finished last, while the panel keeps its line.
+    pub walk_done: Option<crate::playground::walk::WalkDoneView>,
 }
 
 /// The shared source, generator, log and checker of a scenario's replicas.
@@ -209,6 +211,7 @@ impl UpsertHub {
             recent,
             checker: self.report.borrow().clone(),
             walk: None,
+            walk_done: None,
         }
     }
 
