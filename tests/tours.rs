@@ -246,7 +246,10 @@ fn every_tour_replays_and_every_step_shows_what_it_says() {
                 .unwrap_or(&[])
             {
                 let h = h.as_str().unwrap();
-                assert!(!hidden.contains(&h), "{at}: it names {h}, which the tour hides");
+                assert!(
+                    !hidden.contains(&h),
+                    "{at}: it names {h}, which the tour hides"
+                );
                 if let Some(panel) = h.strip_prefix("panel-") {
                     assert!(
                         html.contains(&format!("id=\"panel-{panel}\"")),
@@ -278,9 +281,13 @@ fn every_tour_replays_and_every_step_shows_what_it_says() {
 
 /// A tour's `hide`: panels of index.html it never uses (hidden while it is open).
 fn hidden_panels<'a>(tour: &'a Value, html: &str) -> Vec<&'a str> {
-    let list: Vec<&str> = (tour["hide"].as_array().map(Vec::as_slice).unwrap_or(&[]).iter())
-        .map(|h| h.as_str().expect("hide lists panel ids"))
-        .collect();
+    let list: Vec<&str> = (tour["hide"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter())
+    .map(|h| h.as_str().expect("hide lists panel ids"))
+    .collect();
     for h in &list {
         assert!(
             h.starts_with("panel-") && html.contains(&format!("id=\"{h}\"")),
