@@ -108,6 +108,8 @@ fn segment(v: &Value, seg: &str) -> Option<Value> {
         .find(|e| {
             e.get(k).is_some_and(|f| match f {
                 Value::String(s) => s == want,
+                // A number, bool or null matches its JSON text ("5" picks 5), as in engine.js.
+                #[allow(clippy::cmp_owned)]
                 other => other.to_string() == want,
             })
         })
