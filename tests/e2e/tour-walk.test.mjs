@@ -1,6 +1,6 @@
 // The tour walk: every step of every tour, settled at 1280x800, as a learner sees it. For each
 // step it asserts that
-//   - the tour card is on screen (its title and its Next button inside the window);
+//   - the tour card is on screen, all of it (its title, narration, Next button and foot);
 //   - the step's first named panel intersects the window (highlights are ordered so the first is
 //     where the step's change happens);
 //   - every other named panel is in view, or its "Look at" chip brings it into view with the card
@@ -99,7 +99,7 @@ function measure(page, panels) {
     };
     const card = document.querySelector("[data-testid=tour-card]");
     return {
-      card: Boolean(card) && inside(card.querySelector("[data-testid=tour-title]")) && inside(card.querySelector("[data-testid=tour-next]")),
+      card: Boolean(card) && inside(card) && inside(card.querySelector("[data-testid=tour-title]")) && inside(card.querySelector("[data-testid=tour-next]")),
       panels: Object.fromEntries(ids.map((id) => {
         const r = document.getElementById(id).getBoundingClientRect();
         return [id, { visible: vis(r), height: r.height }];
@@ -159,7 +159,7 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   const panels = namedPanels(step.highlight);
   const snap = await latest(page);
   const m = await measure(page, panels);
-  if (!m.card) failures.push(`${where}: the tour card is not on screen`);
+  if (!m.card) failures.push(`${where}: the tour card is not wholly on screen`);
   if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
   const atOnce = m.card && panels.every((id) => inView(m.panels[id]));
   const shard = shardOf(tour, step);
