@@ -11,9 +11,12 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import {
-  launch, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
+  ROOT, launch, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
+import { stepOf } from "../../www/tours/engine.js";
 
 const server = serveForTests();
 
@@ -21,13 +24,14 @@ const RULES = ["idempotency-token", "oracle-durable-bound", "upsert-feedback", "
 
 /**
  * Opens a preset by clicking its link in the Rules control (www/render/rules.js `presetQuery`): the
- * rule's tour at its broken step (the last before the tour starts over: 2 of 4) or at its
- * intact step (the last, 4), settled; the URL becomes the step's own.
+ * rule's tour at its broken step (the last before the tour starts over) or at its intact step
+ * (the last), settled; the URL becomes the step's own.
  */
 async function openPreset(ctx, rule, on) {
   const page = await openPage(ctx, server.url("?seed=1&empty=1&autoplay=0"));
   await page.locator(`[data-testid=preset-${rule}-${on ? "on" : "off"}]`).click();
-  const step = on ? 4 : 2;
+  const tour = JSON.parse(readFileSync(join(ROOT, "www", "tours", `rule-${rule}.json`), "utf8"));
+  const step = stepOf(tour, on ? "intact" : "broken");
   await waitFor(
     page,
     ([id, s]) => {

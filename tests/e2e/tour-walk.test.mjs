@@ -1,6 +1,6 @@
 // The tour walk: every step of every tour, settled at 1280x800, as a learner sees it. For each
 // step it asserts that
-//   - the tour card is on screen (its title and its Next button inside the window);
+//   - the tour card is on screen, all of it (its title, narration, Next button and foot);
 //   - the step's first named panel intersects the window (highlights are ordered so the first is
 //     where the step's change happens);
 //   - every other named panel is in view, or its "Look at" chip brings it into view with the card
@@ -10,6 +10,9 @@
 //     chip was pressed if the panel was not in view. A `{{prev:path}}` value (the previous step's)
 //     may instead have been visible so at the previous step, where the learner saw it. The clock
 //     (`nowMs`) is not a panel's: it shows on the tour card.
+// All of it is checked HOLD_MS after the step settled, as the learner reads the card: a settled
+// step holds still (the run is paused during a tour), so what the card quotes stays shown. The
+// Shard panel shows the step's shard (engine.js `shardOf`), and the panels a tour hides are hidden.
 // A panel is "in view" when at least min(its height, MIN_VISIBLE_PX) of it is inside the window.
 // "Named" panels are the step's `panel-*` highlights and, for a `shard:NAME` highlight, the Shard
 // panel (showing that shard). Steps that show all their named panels at once, with no click,
@@ -24,7 +27,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ARTIFACTS, ROOT, launch, latest, newPage, noErrors, serveForTests, tourSettled } from "./helpers.mjs";
-import { checkTour, tourSearch, valueAt } from "../../www/tours/engine.js";
+import { checkTour, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
 import { fmtMs } from "../../www/spec.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
@@ -34,6 +37,8 @@ const VIEWPORT = { width: 1280, height: 800 };
 const MIN_VISIBLE_PX = 200;
 /** The share of settled steps that must show all their named panels at once. */
 const AT_ONCE_SHARE = 0.9;
+/** How long after a step settles the walk looks at it (a learner reading the card). */
+const HOLD_MS = 2000;
 
 const tours = JSON.parse(readFileSync(join(TOURS_DIR, "index.json"), "utf8")).tours.map((id) =>
   checkTour(JSON.parse(readFileSync(join(TOURS_DIR, `${id}.json`), "utf8"))),
@@ -94,7 +99,7 @@ function measure(page, panels) {
     };
     const card = document.querySelector("[data-testid=tour-card]");
     return {
-      card: Boolean(card) && inside(card.querySelector("[data-testid=tour-title]")) && inside(card.querySelector("[data-testid=tour-next]")),
+      card: Boolean(card) && inside(card) && inside(card.querySelector("[data-testid=tour-title]")) && inside(card.querySelector("[data-testid=tour-next]")),
       panels: Object.fromEntries(ids.map((id) => {
         const r = document.getElementById(id).getBoundingClientRect();
         return [id, { visible: vis(r), height: r.height }];
@@ -154,11 +159,14 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   const panels = namedPanels(step.highlight);
   const snap = await latest(page);
   const m = await measure(page, panels);
-  if (!m.card) failures.push(`${where}: the tour card is not on screen`);
+  if (!m.card) failures.push(`${where}: the tour card is not wholly on screen`);
   if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
   const atOnce = m.card && panels.every((id) => inView(m.panels[id]));
-  const shard = (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6);
+  const shard = shardOf(tour, step);
   if (shard && (await page.getByTestId("shard-pick").inputValue()) !== shard) failures.push(`${where}: the Shard panel does not show ${shard}`);
+  for (const id of tour.hide ?? []) {
+    if (await page.locator(`#${id}`).isVisible()) failures.push(`${where}: ${id}, which the tour hides, is shown`);
+  }
   // Panels out of view: the chip must bring them in, with the card still on screen.
   for (const id of panels.slice(1)) {
     if (inView(m.panels[id])) continue;
@@ -205,6 +213,17 @@ for (const [ti, tour] of tours.entries()) {
     for (let i = 0; i < tour.steps.length; i++) {
       if (i > 0) await page.getByTestId("tour-next").click();
       await settled(page, tour.id, i + 1);
+      // The learner reads the card: the step must hold still meanwhile.
+      const clock = () => page.evaluate(() => {
+        const s = window.__playground.state.latest();
+        return { nowMs: s.nowMs, lastSeq: s.lastSeq };
+      });
+      const atSettle = await clock();
+      await page.waitForTimeout(HOLD_MS);
+      const later = await clock();
+      if (later.nowMs !== atSettle.nowMs || later.lastSeq !== atSettle.lastSeq) {
+        failures.push(`${tour.id} step ${i + 1}: the run moved on after the step settled (${JSON.stringify(atSettle)} → ${JSON.stringify(later)})`);
+      }
       await page.screenshot({ path: join(SHOTS, `${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}.png`) });
       const r = await walkStep(page, tour, i, prevSnap, seenPrev);
       prevSnap = r.snap;
@@ -321,8 +340,8 @@ test("what the learner walk found missing is shown: signed to_write rows, read-o
   await open("upsert-feedback", 3);
   assert.equal(await page.getByTestId("shard-pick").inputValue(), "upsert_out");
 
-  // durability 4: the since's holder, what a lease is and when it expires; no hidden controls.
-  await open("durability", 4);
+  // durability 5: the since's holder, what a lease is and when it expires; no hidden controls.
+  await open("durability", 5);
   const held = await page.getByTestId("since-held").innerText();
   assert.match(held, /held by reader R1's old handle r[0-9a-f]+, from before its process restarted \(no heartbeat since\), lease \d+ s, last heartbeat .*(expires in|expired) [\d.]+ s/);
   assert.match(held, /a lease is a reader's hold on the since, renewed by each heartbeat/);

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ARTIFACTS, ROOT, launch, latest, newPage, noErrors, serveForTests, tourSettled, waitFor } from "./helpers.mjs";
-import { checkTour, evalSnapCheck, fillNarration, tourSearch, valueAt } from "../../www/tours/engine.js";
+import { checkTour, evalSnapCheck, fillNarration, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
 const SHOTS = join(ARTIFACTS, "tours");
@@ -62,8 +62,10 @@ async function checkStep(page, tour, index, prevSnap) {
     }
   }
   assert.equal(await page.getByTestId("tour-warn").count(), 0, `${where}: no failed-check warning on the card`);
-  // The shard a step names is the one the Shard panel shows.
-  const shard = (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6);
+  // The step's shard (the one it names, else its own or its tour's `shard`) is the one the Shard
+  // panel shows, and the panels the tour hides are hidden.
+  const shard = shardOf(tour, step);
+  for (const id of tour.hide ?? []) assert.equal(await page.locator(`#${id}`).isVisible(), false, `${where}: ${id} hidden during the tour`);
   if (shard) assert.equal(await page.getByTestId("shard-pick").inputValue(), shard, `${where}: the Shard panel shows ${shard}`);
   // The highlighted panels are outlined.
   for (const h of (step.highlight ?? []).filter((x) => x.startsWith("panel-"))) {
@@ -102,7 +104,13 @@ for (const [ti, tour] of tours.entries()) {
       }
       if (i < tour.steps.length - 1) await next();
     }
-    for (let i = 1; i < digests.length; i++) assert.notEqual(digests[i], digests[i - 1], `step ${i + 1} changes the state`);
+    // A step with no command and no run only moves the learner's focus to another panel: the
+    // state stays; every other step changes it.
+    for (let i = 1; i < digests.length; i++) {
+      const s = tour.steps[i];
+      if (!s.reset && !(s.commands ?? []).length && !s.runMs) assert.equal(digests[i], digests[i - 1], `step ${i + 1} only moves the focus`);
+      else assert.notEqual(digests[i], digests[i - 1], `step ${i + 1} changes the state`);
+    }
     // Finish: the tour closes, the picker is back, the run stays.
     assert.match(await page.getByTestId("tour-next").textContent(), /Finish/);
     await page.getByTestId("tour-next").click();

@@ -105,10 +105,11 @@ export function renderTourCard(el, at) {
 /**
  * Outlines the highlighted panels and actors (ids as in the snapshot: W1, T2, ...) and, during a
  * tour, puts the named panels first in the panel grid, in the step's order, so that they sit
- * together beside the tour card (the other panels follow in their usual order).
+ * together beside the tour card (the other panels follow in their usual order). `hidden`: the
+ * panels the tour never uses, hidden while it is open.
  */
-export function renderHighlights(styleEl, highlight) {
-  const rules = [];
+export function renderHighlights(styleEl, highlight, hidden = []) {
+  const rules = hidden.map((id) => `.layout.touring #${CSS.escape(id)} { display: none; }`);
   namedPanels(highlight).forEach((id, i) => {
     rules.push(`.layout.touring #${CSS.escape(id)} { order: ${i - 20}; }`);
     rules.push(`#${CSS.escape(id)} { outline: 3px solid var(--accent); outline-offset: 1px; }`);

@@ -5,7 +5,7 @@
 // closes and the page is free play again. Drawing is render/tour.js's; this file holds no
 // protocol state, only where the learner is.
 
-import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, stepOf, tourParams, tourSearch } from "./engine.js";
+import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, shardOf, stepOf, tourParams, tourSearch } from "./engine.js";
 import { PICKER_KEY, flash, namedPanels, renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
 
 /** Animation pace: a step's run is spread over at most this many frames. */
@@ -64,12 +64,15 @@ export function startTours(host, tours) {
     const failed = settled ? failedChecks(at.tour, at.step - 1, host.latest(), at.prevSnap) : [];
     for (const f of failed) console.warn(`tour ${at.tour.id} step ${at.step}: ${f.text}`);
     renderTourCard(els.card, { tour: at.tour, index: at.step - 1, settled, failed, snap: host.latest(), prevSnap: at.prevSnap });
-    renderHighlights(els.style, step.highlight ?? []);
+    renderHighlights(els.style, step.highlight ?? [], at.tour.hide ?? []);
   }
 
-  /** Shows the shard a step names (`shard:NAME`) in the Shard panel; true if that changed it. */
+  /**
+   * Shows the step's shard in the Shard panel (engine.js `shardOf`: the one it names, else the
+   * step's or the tour's `shard`); true if that changed it.
+   */
   function pickShard(step) {
-    const want = (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6);
+    const want = shardOf(at.tour, step);
     const sel = host.dom.shardPick;
     if (!want || sel.value === want || ![...sel.options].some((o) => o.value === want)) return false;
     sel.value = want;
@@ -95,6 +98,15 @@ export function startTours(host, tours) {
     if (!panel) return;
     const top = panel.getBoundingClientRect().top;
     if (Math.abs(top - VIEW_MARGIN_PX) > 1) window.scrollTo({ top: window.scrollY + top - VIEW_MARGIN_PX, behavior: "instant" });
+    // A step whose first highlight is an actor is about that actor's row or card in the first
+    // panel: scroll on until it is wholly in the window (the panel's top going up, if need be).
+    const first = step.highlight?.[0];
+    if (!first || !/^[A-Z]\d+$/.test(first)) return;
+    const row = [...panel.querySelectorAll(`[data-actor="${CSS.escape(first)}"]`)].find((el) => el.getClientRects().length);
+    if (!row) return;
+    const r = row.getBoundingClientRect();
+    const below = r.bottom - (window.innerHeight - VIEW_MARGIN_PX);
+    if (below > 0) window.scrollBy({ top: Math.min(below, r.top - VIEW_MARGIN_PX), behavior: "instant" });
   }
 
   /** A "Look at" chip: shows its shard, scrolls its panel or actor into view, and flashes it. */

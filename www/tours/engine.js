@@ -8,6 +8,11 @@
 // page draws them; the engine's state does not depend on how often it is pulled). Opening a
 // step's URL rebuilds exactly that; Back rebuilds to step k-1.
 //
+// What the Shard panel shows at a step: the shard it names (`shard:NAME` in `highlight`), else the
+// step's `shard`, else the tour's `shard` (the one its actors write), so a step never shows an
+// unrelated empty shard. A tour's `hide` lists panels it never uses (the oracle tours have no
+// shard): they are hidden while the tour is open, and come back when the learner leaves it.
+//
 // A step with `reset: true` starts over on a fresh playground (same seed) before its commands:
 // the contrast step of a broken-rule tour replays the scenario with the rule on. Rebuilding step k
 // then starts from the last reset at or before it.
@@ -74,6 +79,13 @@ export function tourSearch(id, step, free = false) {
   return `?${p}`;
 }
 
+/** The shard the Shard panel shows at `step` of `tour` (see the top of this file), or undefined. */
+export function shardOf(tour, step) {
+  return (step.highlight ?? []).find((h) => h.startsWith("shard:"))?.slice(6) ?? step.shard ?? tour.shard;
+}
+
+const SHARD_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+
 /** Checks a tour's shape; throws an Error naming the first problem. */
 export function checkTour(tour) {
   const where = `tour ${JSON.stringify(tour?.id)}`;
@@ -81,11 +93,15 @@ export function checkTour(tour) {
   if (typeof tour.title !== "string" || !tour.title) throw new Error(`${where}: no title`);
   if (!/^\d{1,20}$/.test(String(tour.seed))) throw new Error(`${where}: the seed must be a whole number`);
   if (!Array.isArray(tour.steps) || tour.steps.length === 0) throw new Error(`${where}: no steps`);
+  if ("shard" in tour && !SHARD_NAME.test(tour.shard)) throw new Error(`${where}: shard must be a shard's name`);
+  if ("hide" in tour && !(Array.isArray(tour.hide) && tour.hide.every((h) => /^panel-[a-z]+$/.test(h)))) throw new Error(`${where}: hide must be a list of panel ids (panel-...)`);
   tour.steps.forEach((s, i) => {
     const at = `${where} step ${i + 1}`;
     if (typeof s.title !== "string" || !s.title) throw new Error(`${at}: no title`);
     if (!Array.isArray(s.narration) || !s.narration.length) throw new Error(`${at}: no narration`);
     if (!Array.isArray(s.commands ?? [])) throw new Error(`${at}: commands must be a list`);
+    if ("shard" in s && !SHARD_NAME.test(s.shard)) throw new Error(`${at}: shard must be a shard's name`);
+    for (const h of s.highlight ?? []) if ((tour.hide ?? []).includes(h)) throw new Error(`${at}: it names ${h}, which the tour hides`);
     if ("reset" in s && typeof s.reset !== "boolean") throw new Error(`${at}: reset must be true or false`);
     if (!Number.isInteger(s.runMs ?? 0) || (s.runMs ?? 0) < 0 || s.runMs > 60_000) throw new Error(`${at}: runMs must be 0 to 60000`);
     for (const e of s.expect ?? []) if (e.prev && i === 0) throw new Error(`${at}: the first step has no previous step`);
