@@ -72,7 +72,11 @@ struct CompactionGuard<'a>(&'a Machine);
 
 impl Drop for CompactionGuard<'_> {
     fn drop(&mut self) {
-        self.0.maintenance.borrow_mut().compacting = false;
+        let mut q = self.0.maintenance.borrow_mut();
+        q.compacting = false;
+        // An append waiting under the spine back-pressure looks again (and restarts the worker
+        // if the trace is still over the bound).
+        q.wake_spine_waiters();
     }
 }
 
@@ -81,14 +85,14 @@ impl Drop for CompactionGuard<'_> {
 async fn compaction_worker(machine: &Machine) {
     let _guard = CompactionGuard(machine);
     loop {
-        let seqno = {
+        let ids = {
             let mut q = machine.maintenance.borrow_mut();
             if !std::mem::take(&mut q.compaction) {
                 return;
             }
-            q.compaction_seqno
+            let seqno = q.compaction_seqno;
+            q.compaction_ids(seqno)
         };
-        let ids = MaintenanceIds::for_commit(seqno);
         let mut reqs = machine.state_ref(|s| s.collections.trace.merge_reqs());
         // The smallest first: each merge removes all but one of its inputs from the trace, and
         // small ones are quick, so the batch count falls fastest this way (a big merge in
