@@ -33,9 +33,18 @@
 //! collection never holds back the merges a fast writer needs. And a merge must not lose the
 //! race for the next seqno forever to a writer that commits in a tight loop: while its output
 //! waits to be committed (`PendingMerge`, in `machine/plan.rs`), every compare_and_append of the same process applies
-//! it on top of its own append (if it still applies) and commits both in one version. Together
-//! these keep the trace within the spine bound (`trace::spine_bound`) however fast one writer
-//! commits (`tests/persist_spine.rs`, `tests/browser_spine.rs`).
+//! it on top of its own append (if it still applies) and commits both in one version.
+//!
+//! That keeps up with a writer most of the time, but not by construction: while a merge of
+//! Blob parts runs, the appends behind it pile up in proportion to its duration. So the bound
+//! (`trace::spine_bound`) is enforced by the write path instead (the argument is in
+//! `state/trace/mod.rs`): an append that would commit a state over it, even with the pending
+//! merges carried, breaks before its compare_and_set and waits (`Machine::await_spine_relief`,
+//! `machine/plan.rs`), setting this worker to merge every planned group now. The worker wakes
+//! it whenever a merge becomes pending (the retried append carries it), is done, or the worker
+//! ends. Each round's output keys continue the counter of the commit they are named after
+//! (`MaintenanceQueue::compaction_ids`), since a round the back-pressure starts may have no
+//! newer commit to be named after (`tests/persist_spine.rs`, `tests/browser_spine.rs`).
 //!
 //! This module is the workers only: the plan and the queue live in `machine/plan.rs`, the steps
 //! in `background.rs` (ids, Blob writes and deletes) and `rollup.rs`, the work in `compact.rs`

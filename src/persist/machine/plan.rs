@@ -11,6 +11,11 @@
 //! and the highest new seqno since); a [`PendingMerge`] is carried by an append only while no
 //! other command carried it, and every carrying attempt that does not learn its outcome leaves
 //! it maybe committed (so its output is never deleted).
+//!
+//! The spine back-pressure lives here too, beside the merges it counts on: compare_and_append
+//! (`apply.rs`) runs [`Machine::spine_backpressure`] after its transition, and on a break
+//! [`Machine::await_spine_relief`] before trying again; see `state/trace/mod.rs` for why that
+//! bounds the batches whatever the write rate.
 
 use std::rc::Rc;
 
