@@ -181,11 +181,11 @@ struct PendingGuard<'a> {
 
 impl<'a> PendingGuard<'a> {
     fn new(machine: &'a Machine, merge: &Rc<PendingMerge>) -> Self {
-        machine
-            .maintenance
-            .borrow_mut()
-            .pending_merges
-            .push(Rc::clone(merge));
+        let mut q = machine.maintenance.borrow_mut();
+        q.pending_merges.push(Rc::clone(merge));
+        // An append waiting under the spine back-pressure may now carry it.
+        q.wake_spine_waiters();
+        drop(q);
         PendingGuard {
             machine,
             merge: Rc::clone(merge),
@@ -195,11 +195,10 @@ impl<'a> PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        self.machine
-            .maintenance
-            .borrow_mut()
-            .pending_merges
-            .retain(|m| !Rc::ptr_eq(m, &self.merge));
+        let mut q = self.machine.maintenance.borrow_mut();
+        q.pending_merges.retain(|m| !Rc::ptr_eq(m, &self.merge));
+        // Committed (or given up): a waiting append looks at the state again.
+        q.wake_spine_waiters();
     }
 }
 

@@ -33,9 +33,18 @@
 //! collection never holds back the merges a fast writer needs. And a merge must not lose the
 //! race for the next seqno forever to a writer that commits in a tight loop: while its output
 //! waits to be committed (`PendingMerge`, in `machine/plan.rs`), every compare_and_append of the same process applies
-//! it on top of its own append (if it still applies) and commits both in one version. Together
-//! these keep the trace within the spine bound (`trace::spine_bound`) however fast one writer
-//! commits (`tests/persist_spine.rs`, `tests/browser_spine.rs`).
+//! it on top of its own append (if it still applies) and commits both in one version.
+//!
+//! That keeps up with a writer most of the time, but not by construction: while a merge of
+//! Blob parts runs, the appends behind it pile up in proportion to its duration. So the bound
+//! (`trace::spine_bound`) is enforced by the write path instead (the argument is in
+//! `state/trace/mod.rs`): an append that would commit a state over it, even with the pending
+//! merges carried, breaks before its compare_and_set and waits (`Machine::await_spine_relief`,
+//! `machine/plan.rs`), setting this worker to merge every planned group now. The worker wakes
+//! it whenever a merge becomes pending (the retried append carries it), is done, or the worker
+//! ends. Each round's output keys continue the counter of the commit they are named after
+//! (`MaintenanceQueue::compaction_ids`), since a round the back-pressure starts may have no
+//! newer commit to be named after (`tests/persist_spine.rs`, `tests/browser_spine.rs`).
 //!
 //! This module is the workers only: the plan and the queue live in `machine/plan.rs`, the steps
 //! in `background.rs` (ids, Blob writes and deletes) and `rollup.rs`, the work in `compact.rs`
@@ -72,7 +81,11 @@ struct CompactionGuard<'a>(&'a Machine);
 
 impl Drop for CompactionGuard<'_> {
     fn drop(&mut self) {
-        self.0.maintenance.borrow_mut().compacting = false;
+        let mut q = self.0.maintenance.borrow_mut();
+        q.compacting = false;
+        // An append waiting under the spine back-pressure looks again (and restarts the worker
+        // if the trace is still over the bound).
+        q.wake_spine_waiters();
     }
 }
 
@@ -81,14 +94,14 @@ impl Drop for CompactionGuard<'_> {
 async fn compaction_worker(machine: &Machine) {
     let _guard = CompactionGuard(machine);
     loop {
-        let seqno = {
+        let ids = {
             let mut q = machine.maintenance.borrow_mut();
             if !std::mem::take(&mut q.compaction) {
                 return;
             }
-            q.compaction_seqno
+            let seqno = q.compaction_seqno;
+            q.compaction_ids(seqno)
         };
-        let ids = MaintenanceIds::for_commit(seqno);
         let mut reqs = machine.state_ref(|s| s.collections.trace.merge_reqs());
         // The smallest first: each merge removes all but one of its inputs from the trace, and
         // small ones are quick, so the batch count falls fastest this way (a big merge in

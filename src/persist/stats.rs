@@ -51,6 +51,8 @@ pub struct PersistStats {
     pub merge_write_bytes: u64,
     /// Blobs deleted by a sweep (unreferenced, and no write in flight can commit them).
     pub swept_blobs: u64,
+    /// Times an append waited under the spine back-pressure (`trace/mod.rs`).
+    pub spine_backpressure_waits: u64,
 }
 
 thread_local! {

@@ -141,6 +141,15 @@ impl Machine {
                 // An append carries the merges that wait to be committed (see
                 // `maintenance.rs`, `PendingMerge`).
                 let carried = self.carry_pending_merges(cmd, &mut new);
+                // The spine back-pressure let this append through with these carries.
+                debug_assert!(
+                    cmd != "compare_and_append"
+                        || !self.cfg.compaction_enabled
+                        || new.collections.trace.within_spine_bound()
+                        || new.collections.is_tombstone(),
+                    "an append would commit {} batches, over the spine bound",
+                    new.collections.trace.batches().len()
+                );
                 // Maintenance hook (plan.rs): the GC trigger, and the background
                 // work this version assigns to us if it commits.
                 let maintenance =
@@ -283,7 +292,9 @@ impl Machine {
         loop {
             let result = self
                 .apply_unbatched_cmd("compare_and_append", &mut |_, now, c| {
-                    c.compare_and_append(batch, writer_id, now, lease, token)
+                    c.compare_and_append(batch, writer_id, now, lease, token)?;
+                    // The spine back-pressure (`trace/mod.rs`): commit only within the bound.
+                    self.spine_backpressure(c)
                 })
                 .await;
             match result {
@@ -295,6 +306,11 @@ impl Machine {
                 }
                 Ok((_, Break(CompareAndAppendBreak::InlineBackpressure))) => {
                     return Ok(CaaOutcome::InlineBackpressure)
+                }
+                Ok((_, Break(CompareAndAppendBreak::SpineBackpressure))) => {
+                    // Nothing committed: wait for this process's compactor, then try again
+                    // (same token: an earlier indeterminate attempt is still told apart).
+                    self.await_spine_relief().await;
                 }
                 Ok((_, Break(CompareAndAppendBreak::InvalidUsage(e)))) => {
                     if indeterminate_seen.is_some() {

@@ -11,12 +11,18 @@
 //! and the highest new seqno since); a [`PendingMerge`] is carried by an append only while no
 //! other command carried it, and every carrying attempt that does not learn its outcome leaves
 //! it maybe committed (so its output is never deleted).
+//!
+//! The spine back-pressure lives here too, beside the merges it counts on: compare_and_append
+//! (`apply.rs`) runs [`Machine::spine_backpressure`] after its transition, and on a break
+//! [`Machine::await_spine_relief`] before trying again; see `state/trace/mod.rs` for why that
+//! bounds the batches whatever the write rate.
 
 use std::rc::Rc;
 
+use super::super::background::MaintenanceIds;
 use super::super::events::PersistEvent;
 use super::super::state::trace::FueledMergeReq;
-use super::super::state::{GcReq, State};
+use super::super::state::{CompareAndAppendBreak, GcReq, State, StateCollections};
 use super::Machine;
 use crate::location::SeqNo;
 
@@ -128,6 +134,13 @@ pub(crate) struct MaintenanceQueue {
     pub(crate) sweep: bool,
     /// Merges waiting to be committed, which this process's appends carry.
     pub(crate) pending_merges: Vec<Rc<PendingMerge>>,
+    /// The ids the compaction worker names its outputs with, and the commit they derive from:
+    /// kept across the worker's rounds (and workers), so that rounds started by the spine
+    /// back-pressure without a newer commit never reuse a key.
+    pub(crate) compaction_ids: Option<(SeqNo, Rc<MaintenanceIds>)>,
+    /// Appends waiting under the spine back-pressure: woken whenever a merge becomes pending,
+    /// stops pending, or the compaction worker ends (see [`Machine::await_spine_relief`]).
+    pub(crate) spine_waiters: Vec<futures::channel::oneshot::Sender<()>>,
     /// The state at the target of this process's last collection: the earliest live version
     /// after it, where the next collection starts (saves reading that rollup back).
     pub(crate) collected: Option<Rc<State>>,
@@ -136,7 +149,81 @@ pub(crate) struct MaintenanceQueue {
     pub(crate) rolled: Option<Rc<State>>,
 }
 
+impl MaintenanceQueue {
+    /// Wakes the appends waiting under the spine back-pressure: something that may relieve it
+    /// happened (they check again, and wait again if it did not).
+    pub(crate) fn wake_spine_waiters(&mut self) {
+        for waiter in self.spine_waiters.drain(..) {
+            let _ = waiter.send(());
+        }
+    }
+
+    /// The ids for a compaction round assigned by the commit of `seqno`: the same ones (the
+    /// counter going on) while `seqno` is the same.
+    pub(crate) fn compaction_ids(&mut self, seqno: SeqNo) -> Rc<MaintenanceIds> {
+        match &self.compaction_ids {
+            Some((at, ids)) if *at == seqno => Rc::clone(ids),
+            _ => {
+                let ids = Rc::new(MaintenanceIds::for_commit(seqno));
+                self.compaction_ids = Some((seqno, Rc::clone(&ids)));
+                ids
+            }
+        }
+    }
+}
+
+/// How long an append under the spine back-pressure waits for a wake-up before it looks again
+/// anyway (a guard: every change that may relieve it wakes it).
+const SPINE_RECHECK_MS: u64 = 100;
+
 impl Machine {
+    /// The spine back-pressure on an append's new collections `c` (see `trace/mod.rs`): breaks
+    /// if the trace would hold more batches than the spine bound, even with this process's
+    /// waiting merges carried along as the attempt will carry them (`apply.rs`). Cheap when
+    /// within the bound (one pass over the batches); a scratch copy is made only beyond it.
+    pub(crate) fn spine_backpressure(
+        &self,
+        c: &StateCollections,
+    ) -> std::ops::ControlFlow<CompareAndAppendBreak, ()> {
+        use std::ops::ControlFlow::{Break, Continue};
+        if !self.cfg.compaction_enabled || c.trace.within_spine_bound() {
+            return Continue(());
+        }
+        let pending = self.maintenance.borrow().pending_merges.clone();
+        let mut carried = c.clone();
+        for merge in pending.iter().filter(|m| m.carried.get().is_none()) {
+            let _ = carried.apply_merge_res(&merge.req, &merge.output);
+        }
+        if carried.trace.within_spine_bound() {
+            Continue(())
+        } else {
+            Break(CompareAndAppendBreak::SpineBackpressure)
+        }
+    }
+
+    /// Waits until something may relieve the spine back-pressure: asks this process's
+    /// compaction worker to merge every planned group now (starting it if idle; its outputs
+    /// named after the newest seqno known, so none is refused as stale), and waits until a
+    /// merge becomes pending (the retried append carries it), a merge is done, or the worker
+    /// ends. The caller then tries its append again.
+    pub(crate) async fn await_spine_relief(&self) {
+        let (start, woken) = {
+            let mut q = self.maintenance.borrow_mut();
+            q.compaction = true;
+            q.compaction_seqno = q.compaction_seqno.max(self.seqno());
+            let start = !q.compacting;
+            q.compacting = true;
+            let (tx, rx) = futures::channel::oneshot::channel();
+            q.spine_waiters.push(tx);
+            (start, rx)
+        };
+        super::super::stats::count(|s| s.spine_backpressure_waits += 1);
+        if start {
+            (self.start_workers)(self, false, true);
+        }
+        let _ = self.runtime.timeout(SPINE_RECHECK_MS, woken).await;
+    }
+
     /// The hook on a version about to be committed (after the transition and lease expiry,
     /// before validation and the compare_and_set): runs the GC trigger, which moves
     /// `last_gc_req` in `new`, and returns the work this version assigns to us if it commits

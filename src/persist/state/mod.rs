@@ -312,6 +312,11 @@ pub enum CompareAndAppendBreak {
     AlreadyCommitted,
     /// The state's inline budget would be exceeded: write the parts to Blob and retry.
     InlineBackpressure,
+    /// The state would hold more batches than the spine bound allows, even with the merges
+    /// this process has waiting carried along (`trace/mod.rs`, the spine back-pressure): wait
+    /// for compaction and retry. Never seen by the state transition itself: the command loop's
+    /// compare_and_append adds it after the transition (`machine/plan.rs`).
+    SpineBackpressure,
     /// A misuse.
     InvalidUsage(InvalidUsage),
     /// The stored state contradicts this retry (its token committed with another upper): the
@@ -334,6 +339,7 @@ impl std::fmt::Debug for CompareAndAppendBreak {
             ),
             CompareAndAppendBreak::AlreadyCommitted => write!(f, "AlreadyCommitted"),
             CompareAndAppendBreak::InlineBackpressure => write!(f, "InlineBackpressure"),
+            CompareAndAppendBreak::SpineBackpressure => write!(f, "SpineBackpressure"),
             CompareAndAppendBreak::InvalidUsage(e) => write!(f, "InvalidUsage({e})"),
             CompareAndAppendBreak::Inconsistent(e) => write!(f, "Inconsistent({e})"),
         }

@@ -32,8 +32,38 @@
 //! completed). A request that is lost (its compactor crashed, or lost a race) is picked up again
 //! when a later carry reaches its batches, or by anyone who asks for [`Trace::merge_reqs`].
 //!
-//! [`spine_bound`] is the most batches the trace should hold while compaction keeps up: two per
-//! level, as in differential's spine, up to the level of all the updates together.
+//! [`spine_bound`] is the most batches the trace holds: two per level, as in differential's
+//! spine, up to the level of all the updates together.
+//!
+//! # The spine bound, by construction
+//!
+//! Merges are asynchronous, and a merge whose inputs are in Blob takes round trips; a writer
+//! committing in a tight loop appends batches all the while. Left alone, the count grows with
+//! the merge's duration times the write rate: with the default thresholds the tail of one-update
+//! batches is requested only at 8 inputs, and then as a carry through every level below it (a
+//! merge of thousands of updates, in Blob), while the compactor, busy with it, merges nothing
+//! newer. Whether the bound held depended on the latencies. So appends are back-pressured:
+//! - a trace that is *tidy* holds at most `level(n) + 1` batches (`n` its updates): each batch
+//!   holds at most `n` updates, so its level is in `0..=level(n)`, and the levels strictly
+//!   decrease;
+//! - a trace that is not tidy has a planned group of two or more batches (the plan fuses groups
+//!   until their levels strictly decrease; if every group is one batch, the batches themselves
+//!   strictly decrease). So a trace over the bound (`spine_bound(n) = 2 * (level(n) + 1)`) always
+//!   has a merge to do, and every merge that applies removes at least one batch;
+//! - only a compare_and_append adds a batch. It commits only a state within the bound
+//!   ([`Trace::within_spine_bound`]), counting the merges its process has waiting to be carried
+//!   (`machine/plan.rs`, `Machine::spine_backpressure`); otherwise it breaks with
+//!   `SpineBackpressure` before any compare_and_set, and the writer waits for its process's
+//!   compactor, which then merges every planned group whatever the thresholds, and tries again;
+//! - merges, since downgrades and every other command never add batches.
+//!
+//! Hence every version an append commits holds at most `spine_bound(n)` batches, whatever the
+//! write rate, the latencies or the schedule (asserted in debug builds where the append
+//! commits). A merge that consolidates updates away can lower `n`, and so the bound, faster
+//! than it removes batches; then the next append waits until the merges catch up (the trace is
+//! over the bound, so not tidy, so there is a merge to do). The check costs one pass over the
+//! batches (`O(log n)`), and it waits only at the bound: compaction keeping up leaves the trace
+//! near `level(n)` batches, half the bound.
 //!
 //! Consecutive empty batches (a writer moving the upper without data) are fused when appended: an
 //! empty batch carries no parts, so extending the previous one is free and needs no compaction.
@@ -108,9 +138,9 @@ pub fn level(len: u64) -> u32 {
     u64::BITS - len.leading_zeros()
 }
 
-/// The most batches a trace of `updates` updates holds while compaction keeps up (see the module
-/// docs): two per level, as in differential's spine, over the levels up to the one of all the
-/// updates together.
+/// The most batches a trace of `updates` updates holds (see the module docs): two per level, as
+/// in differential's spine, over the levels up to the one of all the updates together. Twice
+/// what a tidy trace can hold.
 pub fn spine_bound(updates: u64) -> usize {
     2 * (level(updates) as usize + 1)
 }
@@ -164,6 +194,28 @@ impl Trace {
     /// The batches, in time order.
     pub fn batches(&self) -> &[Rc<HollowBatch>] {
         &self.batches
+    }
+
+    /// The number of updates in the batches.
+    pub fn updates(&self) -> u64 {
+        self.batches
+            .iter()
+            .map(|b| b.len)
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Whether the trace holds at most [`spine_bound`] of its updates' batches: what every
+    /// version an append commits satisfies (see the module docs).
+    pub fn within_spine_bound(&self) -> bool {
+        self.batches.len() <= spine_bound(self.updates())
+    }
+
+    /// Whether the trace is tidy: read oldest to newest, the batches' levels strictly decrease
+    /// (the plan merges nothing). A tidy trace is within [`spine_bound`] with room to spare.
+    pub fn is_tidy(&self) -> bool {
+        self.batches
+            .windows(2)
+            .all(|w| level(w[0].len) > level(w[1].len))
     }
 
     /// Appends a batch at the upper. The caller checked `batch.lower == upper` and that the

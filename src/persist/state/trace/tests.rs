@@ -251,3 +251,46 @@ fn validate_catches_broken_traces() {
         "upper"
     );
 }
+
+/// The premises of the spine back-pressure (module docs), over many seeded traces: a tidy trace
+/// is within the bound with room to spare, a trace the plan merges nothing of is tidy, so one
+/// over the bound always has a merge to do; and merging its whole plan makes it tidy.
+#[test]
+fn a_trace_over_the_spine_bound_always_has_a_merge_to_do() {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |m: u64| {
+        // xorshift64: deterministic, no dependency.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let mut over = 0;
+    for _ in 0..2_000 {
+        let n = 1 + next(60) as usize;
+        // Mostly small batches, some empty, a few big ones.
+        let lens: Vec<u64> = (0..n)
+            .map(|_| match next(10) {
+                0 => 0,
+                1 => next(5_000),
+                _ => 1 + next(4),
+            })
+            .collect();
+        let mut t = trace(&lens);
+        let tidy_cap = level(t.updates()) as usize + 1;
+        assert_eq!(t.is_tidy(), t.merge_reqs().is_empty(), "{lens:?}");
+        if t.is_tidy() {
+            assert!(t.batches().len() <= tidy_cap, "{lens:?}");
+            assert!(t.within_spine_bound());
+        }
+        if !t.within_spine_bound() {
+            over += 1;
+            assert!(!t.merge_reqs().is_empty(), "{lens:?}");
+        }
+        for req in t.merge_reqs() {
+            assert!(t.apply_merge_res(&req, &output(&req)).applied());
+        }
+        assert!(t.is_tidy() && t.within_spine_bound(), "{lens:?}");
+    }
+    assert!(over > 100, "the draw reaches over the bound: {over}");
+}
