@@ -2,7 +2,9 @@
 //! (counted by persist's own `CountingLocation`), and beside it, on a `postgres://` Consensus,
 //! the raw baselines on the same server: a prepared single-row INSERT of the same bytes, and the
 //! conditional insert PostgresConsensus sends, alone, at READ COMMITTED (what it runs) and at
-//! SERIALIZABLE (what it ran before). Measures; asserts nothing.
+//! SERIALIZABLE (what it ran before), and that statement through `PostgresConsensus` itself (on
+//! a key of its own: the Consensus layer's cost without persist above it). Measures; asserts
+//! nothing.
 //!
 //! The kinds run interleaved, in `--rounds` rounds of `count / rounds` calls each (compare_and_
 //! append, then each baseline), so a slower moment of a shared machine falls on all of them;
@@ -26,7 +28,7 @@ use timely::progress::Antichain;
 use tokio_postgres::{Client, Statement};
 
 use persist_playground::location::{
-    CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData,
+    CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData, SCAN_ALL,
 };
 use persist_playground::persist::stats::{CountingLocation, LocationCounts};
 use persist_playground::persist::write::WriteHandle;
@@ -92,11 +94,7 @@ pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
     caa_round(&ctx.rt, &mut write, 0, 50, &mut Vec::new()).await?;
     let versions = location
         .consensus
-        .scan(
-            &shard.0,
-            before.next(),
-            persist_playground::location::SCAN_ALL,
-        )
+        .scan(&shard.0, before.next(), SCAN_ALL)
         .await
         .map_err(|e| e.to_string())?;
     let warm = versions.iter().map(|v| v.data.len()).sum::<usize>() / versions.len().max(1);
@@ -216,7 +214,8 @@ struct TimedConsensus {
 }
 
 thread_local! {
-    /// Scans seen by the bench's Consensus: (limited scans, full scans, rows returned).
+    /// Scans seen by the bench's Consensus: (scans with a limit, scans of every version from
+    /// their start, versions returned).
     static SCANS: std::cell::Cell<(u64, u64, u64)> = const { std::cell::Cell::new((0, 0, 0)) };
 }
 
@@ -264,9 +263,10 @@ impl Consensus for TimedConsensus {
         let rows = r.as_ref().map_or(0, |v| v.len() as u64);
         SCANS.with(|s| {
             let (l, f, n) = s.get();
-            match limit < 1000 {
-                true => s.set((l + 1, f, n + rows)),
-                false => s.set((l, f + 1, n + rows)),
+            if limit < SCAN_ALL {
+                s.set((l + 1, f, n + rows));
+            } else {
+                s.set((l, f + 1, n + rows));
             }
         });
         r
