@@ -26,6 +26,23 @@ fn sleep_completes_at_or_after_its_deadline_and_the_clock_never_goes_back() {
 }
 
 #[test]
+fn the_microsecond_clock_never_goes_back_and_moves_across_a_sleep() {
+    TokioRuntime::block_on(|rt| async move {
+        let mut last = rt.now_us();
+        for _ in 0..1000 {
+            let now = rt.now_us();
+            assert!(now >= last, "now_us went back: {last} -> {now}");
+            last = now;
+        }
+        // It moves forward across a sleep (ordering only, no bound on how far).
+        let before = rt.now_us();
+        rt.sleep(2).await;
+        assert!(rt.now_us() > before);
+    })
+    .unwrap();
+}
+
+#[test]
 fn spawned_tasks_run_and_a_dropped_handle_aborts() {
     TokioRuntime::block_on(|rt| async move {
         // A !Send task sharing an Rc.

@@ -12,8 +12,12 @@
 //!   current-thread runtime with a `LocalSet`, for the command-line tool and the tests against
 //!   PostgreSQL and S3.
 //!
-//! Semantics shared by both:
+//! Semantics shared by all:
 //! - [`Runtime::now_ms`] never goes back.
+//! - [`Runtime::now_us`] is a monotonic microsecond reading for timing work (benchmarks): it
+//!   never goes back, counts from an origin of its own (not comparable with `now_ms`), and is as
+//!   fine as the implementation's clock allows (microseconds natively; the simulator's and the
+//!   browser's millisecond clock times 1,000).
 //! - [`Runtime::sleep`] completes at or after `now + ms`.
 //! - [`Runtime::interval`] ticks every period; ticks missed while the owner was busy collapse
 //!   into one, never a burst.
@@ -47,6 +51,12 @@ pub mod tokio;
 pub trait RuntimeImpl {
     /// Milliseconds on this runtime's clock. Never decreases.
     fn now_ms(&self) -> u64;
+    /// Microseconds on a monotonic clock, from an origin of the implementation's own. Never
+    /// decreases. By default the millisecond clock times 1,000 (the simulator's virtual time, the
+    /// browser's `Date.now()`); the native runtime reads a monotonic clock.
+    fn now_us(&self) -> u64 {
+        self.now_ms().saturating_mul(1_000)
+    }
     /// A future that completes once `now_ms() >= deadline_ms`.
     fn sleep_until(&self, deadline_ms: u64) -> LocalBoxFuture<'static, ()>;
     /// Runs `fut` to completion in the background. `name` labels the task in traces.
@@ -84,6 +94,12 @@ impl Runtime {
     /// Milliseconds on this runtime's clock (virtual under the simulator). Never decreases.
     pub fn now_ms(&self) -> u64 {
         self.inner.now_ms()
+    }
+
+    /// Microseconds on a monotonic clock, for timing work (see the module docs): never decreases;
+    /// only differences between two readings mean anything.
+    pub fn now_us(&self) -> u64 {
+        self.inner.now_us()
     }
 
     /// Completes after at least `ms` milliseconds. `sleep(0)` completes at once.

@@ -12,13 +12,15 @@
 //!   [`TokioRuntime::block_on`] runs a future inside one. Spawning outside it panics in tokio,
 //!   so `spawn_boxed` is only reachable from inside `block_on` (every component gets its
 //!   [`Runtime`] there).
+//! - [`RuntimeImpl::now_us`] reads the monotonic clock (`Instant`), in microseconds since the
+//!   runtime was made: for timing work, never for timestamps.
 //!
 //! This is the only place natively where a clock is read.
 
 use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::future::LocalBoxFuture;
 
@@ -30,9 +32,19 @@ pub struct TokioRuntime {
 }
 
 /// The clamped wall clock, shared by the runtime and its pending sleeps.
-#[derive(Default)]
 struct Clock {
     last_ms: Cell<u64>,
+    /// The origin of `now_us`.
+    origin: Instant,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock {
+            last_ms: Cell::new(0),
+            origin: Instant::now(),
+        }
+    }
 }
 
 impl Clock {
@@ -77,6 +89,11 @@ impl TokioRuntime {
 impl RuntimeImpl for TokioRuntime {
     fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    fn now_us(&self) -> u64 {
+        // Instant never goes back; saturate after half a million years.
+        u64::try_from(self.clock.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     fn sleep_until(&self, deadline_ms: u64) -> LocalBoxFuture<'static, ()> {

@@ -2,24 +2,37 @@
 //! (counted by persist's own `CountingLocation`), and beside it, on a `postgres://` Consensus,
 //! the raw baselines on the same server: a prepared single-row INSERT of the same bytes, and the
 //! conditional insert PostgresConsensus sends, alone, at READ COMMITTED (what it runs) and at
-//! SERIALIZABLE (what it ran before). Measures; asserts nothing.
+//! SERIALIZABLE (what it ran before), and that statement through `PostgresConsensus` itself (on
+//! a key of its own: the Consensus layer's cost without persist above it). Measures; asserts
+//! nothing.
 //!
 //! The kinds run interleaved, in `--rounds` rounds of `count / rounds` calls each (compare_and_
 //! append, then each baseline), so a slower moment of a shared machine falls on all of them;
 //! each round gives a ratio, and the report gives every kind's median rate and the median ratio.
-//! Every call is also timed on its own (the bench's own wall clock, `Instant`, outside the
-//! crate's code paths): the median of one call's latency is what the preempted moments of a
+//! Every call is also timed on its own (the runtime's monotonic microsecond clock,
+//! `Runtime::now_us`): the median of one call's latency is what the preempted moments of a
 //! shared machine move least, so the report adds the ratio of the two kinds' median latencies.
+//! The compare_and_sets a compare_and_append sends are timed too (a decorator on the
+//! Consensus), so the report splits one compare_and_append into its statement and the rest,
+//! persist's own work in this process.
 //!
 //! Like with like: the raw INSERT and the compare_and_set pay the same server, WAL and commit;
 //! what a compare_and_append adds is persist's own work (state, encoding, maintenance) and
 //! whatever Blob calls it makes, which the counts line shows.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use async_trait::async_trait;
 use timely::progress::Antichain;
 use tokio_postgres::{Client, Statement};
 
+use persist_playground::location::{
+    CaSResult, Consensus, ExternalError, Location, SeqNo, VersionedData, SCAN_ALL,
+};
 use persist_playground::persist::stats::{CountingLocation, LocationCounts};
 use persist_playground::persist::write::WriteHandle;
+use persist_playground::runtime::Runtime;
 
 use crate::common::{shard_id, Ctx};
 
@@ -47,20 +60,24 @@ struct Raw {
     cas_s: Statement,
     id: String,
     payload: Vec<u8>,
+    /// The bench's Consensus without persist above it (its own key).
+    consensus: Rc<dyn Consensus>,
     /// The next row of each kind.
     next: i64,
 }
 
-const KINDS: [&str; 4] = [
+const KINDS: [&str; 5] = [
     "caa",
     "raw insert (prepared)",
     "raw compare_and_set statement (prepared, READ COMMITTED)",
     "raw compare_and_set statement (prepared, SERIALIZABLE)",
+    "PostgresConsensus::compare_and_set alone (the same statement through the Consensus)",
 ];
 
 pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
     let shard = shard_id(&a.shard)?;
-    let (location, counter) = CountingLocation::wrap(ctx.location.clone());
+    let (timed, cas_micros) = TimedConsensus::wrap(ctx.location.clone(), &ctx.rt);
+    let (location, counter) = CountingLocation::wrap(timed);
     let client = ctx.client_on(location.clone());
     let mut write = client
         .open_writer::<String, String>(&shard)
@@ -74,14 +91,10 @@ pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?
         .seqno;
-    caa_round(&mut write, 0, 50, &mut Vec::new()).await?;
+    caa_round(&ctx.rt, &mut write, 0, 50, &mut Vec::new()).await?;
     let versions = location
         .consensus
-        .scan(
-            &shard.0,
-            before.next(),
-            persist_playground::location::SCAN_ALL,
-        )
+        .scan(&shard.0, before.next(), SCAN_ALL)
         .await
         .map_err(|e| e.to_string())?;
     let warm = versions.iter().map(|v| v.data.len()).sum::<usize>() / versions.len().max(1);
@@ -99,29 +112,37 @@ pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
         }
     );
     counter.reset();
+    cas_micros.borrow_mut().clear();
+    SCANS.with(|s| s.set((0, 0, 0)));
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
     let mut calls: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
     let mut ratios = Vec::new();
     for round in 0..rounds {
-        let start = std::time::Instant::now();
-        caa_round(&mut write, 50 + round * per, per, &mut calls[0]).await?;
-        rates[0].push(rate(per, start));
+        let start = ctx.rt.now_us();
+        caa_round(&ctx.rt, &mut write, 50 + round * per, per, &mut calls[0]).await?;
+        rates[0].push(rate(per, start, ctx.rt.now_us()));
         if let Some(raw) = raw.as_mut() {
             for (kind, r) in rates.iter_mut().enumerate().skip(1) {
-                let start = std::time::Instant::now();
-                raw.round(kind, per, &mut calls[kind]).await?;
-                r.push(rate(per, start));
+                let start = ctx.rt.now_us();
+                raw.round(&ctx.rt, kind, per, &mut calls[kind]).await?;
+                r.push(rate(per, start, ctx.rt.now_us()));
             }
             ratios.push(rates[0][round as usize] / rates[1][round as usize]);
         }
     }
     let counts = counter.counts();
+    let mut cas = std::mem::take(&mut *cas_micros.borrow_mut());
     write.expire().await;
     println!(
         "storage calls per compare_and_append: {}",
         per_call(&counts, rounds * per)
     );
     println!("({warm} bytes of state diff per compare_and_append; the raw rows carry as many)");
+    let (limited, full, rows) = SCANS.with(|s| s.get());
+    println!(
+        "scans: {limited} limited, {full} of every version, {rows} versions read in all ({:.1} per compare_and_append)",
+        rows as f64 / (rounds * per).max(1) as f64
+    );
     for ((kind, r), c) in KINDS.iter().zip(rates.iter_mut()).zip(calls.iter_mut()) {
         if !r.is_empty() {
             println!(
@@ -130,6 +151,15 @@ pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
                 median(c)
             );
         }
+    }
+    if !cas.is_empty() {
+        let (all, statement) = (median(&mut calls[0]), median(&mut cas));
+        println!(
+            "caa one call: median {all:.0} us = its compare_and_set statement(s) (median {statement:.0} us \
+             over {} sent) + the rest in this process (~{:.0} us)",
+            cas.len(),
+            (all - statement).max(0.0)
+        );
     }
     if !calls[1].is_empty() {
         // Per call, the median is what a preempted moment of a shared machine moves least.
@@ -151,13 +181,14 @@ pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
 
 /// `n` compare_and_appends of one small update each, keys from `first`.
 async fn caa_round(
+    rt: &Runtime,
     write: &mut WriteHandle<String, String>,
     first: u64,
     n: u64,
     micros: &mut Vec<f64>,
 ) -> Result<(), String> {
     for i in first..first + n {
-        let start = std::time::Instant::now();
+        let start = rt.now_us();
         let lower = write.upper().as_option().copied().ok_or("shard finished")?;
         let upd = vec![((format!("k{i}"), "v".to_string()), lower, 1i64)];
         let lo = Antichain::from_elem(lower);
@@ -169,9 +200,83 @@ async fn caa_round(
         {
             return Err("another writer moved the shard: use a fresh --shard".into());
         }
-        micros.push(start.elapsed().as_secs_f64() * 1e6);
+        micros.push(rt.now_us().saturating_sub(start) as f64);
     }
     Ok(())
+}
+
+/// A Consensus that times every compare_and_set it passes on (microseconds, the runtime's
+/// clock) into a shared list; every other call passes straight through.
+struct TimedConsensus {
+    inner: Rc<dyn Consensus>,
+    rt: Runtime,
+    micros: Rc<RefCell<Vec<f64>>>,
+}
+
+thread_local! {
+    /// Scans seen by the bench's Consensus: (scans with a limit, scans of every version from
+    /// their start, versions returned).
+    static SCANS: std::cell::Cell<(u64, u64, u64)> = const { std::cell::Cell::new((0, 0, 0)) };
+}
+
+impl TimedConsensus {
+    /// `location` with its Consensus timed, and the list the times go to.
+    fn wrap(location: Location, rt: &Runtime) -> (Location, Rc<RefCell<Vec<f64>>>) {
+        let micros = Rc::new(RefCell::new(Vec::new()));
+        let consensus = Rc::new(TimedConsensus {
+            inner: location.consensus,
+            rt: rt.clone(),
+            micros: Rc::clone(&micros),
+        });
+        let location = Location {
+            blob: location.blob,
+            consensus,
+        };
+        (location, micros)
+    }
+}
+
+#[async_trait(?Send)]
+impl Consensus for TimedConsensus {
+    async fn head(&self, key: &str) -> Result<Option<VersionedData>, ExternalError> {
+        self.inner.head(key).await
+    }
+    async fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<SeqNo>,
+        new: VersionedData,
+    ) -> Result<CaSResult, ExternalError> {
+        let start = self.rt.now_us();
+        let r = self.inner.compare_and_set(key, expected, new).await;
+        let took = self.rt.now_us().saturating_sub(start);
+        self.micros.borrow_mut().push(took as f64);
+        r
+    }
+    async fn scan(
+        &self,
+        key: &str,
+        from: SeqNo,
+        limit: usize,
+    ) -> Result<Vec<VersionedData>, ExternalError> {
+        let r = self.inner.scan(key, from, limit).await;
+        let rows = r.as_ref().map_or(0, |v| v.len() as u64);
+        SCANS.with(|s| {
+            let (l, f, n) = s.get();
+            if limit < SCAN_ALL {
+                s.set((l + 1, f, n + rows));
+            } else {
+                s.set((l, f + 1, n + rows));
+            }
+        });
+        r
+    }
+    async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
+        self.inner.truncate(key, seqno).await
+    }
+    async fn list_keys(&self) -> Result<Vec<String>, ExternalError> {
+        self.inner.list_keys().await
+    }
 }
 
 impl Raw {
@@ -213,6 +318,15 @@ impl Raw {
             let key = format!("{id}-{tag}");
             client.execute(first, &[&key, &payload]).await.map_err(e)?;
         }
+        let consensus = Rc::clone(&ctx.location.consensus);
+        let v0 = VersionedData {
+            seqno: SeqNo(0),
+            data: payload.clone().into(),
+        };
+        consensus
+            .compare_and_set(&format!("{id}-pc"), None, v0)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(Raw {
             insert: rc
                 .prepare("INSERT INTO bench_raw (id, n, data) VALUES ($1, $2, $3)")
@@ -224,16 +338,23 @@ impl Raw {
             s,
             id,
             payload,
+            consensus,
             next: 1,
         })
     }
 
     /// `n` calls of baseline `kind` (an index into [`KINDS`]).
-    async fn round(&mut self, kind: usize, n: u64, micros: &mut Vec<f64>) -> Result<(), String> {
+    async fn round(
+        &mut self,
+        rt: &Runtime,
+        kind: usize,
+        n: u64,
+        micros: &mut Vec<f64>,
+    ) -> Result<(), String> {
         let e = |e: tokio_postgres::Error| e.to_string();
         let from = self.next;
         for row in from..from + n as i64 {
-            let start = std::time::Instant::now();
+            let start = rt.now_us();
             match kind {
                 1 => {
                     let key = &self.id;
@@ -241,6 +362,18 @@ impl Raw {
                         .execute(&self.insert, &[key, &row, &self.payload])
                         .await
                         .map_err(e)?;
+                }
+                4 => {
+                    let key = format!("{}-pc", self.id);
+                    let new = VersionedData {
+                        seqno: SeqNo(row as u64),
+                        data: self.payload.clone().into(),
+                    };
+                    let expected = Some(SeqNo(row as u64 - 1));
+                    let done = self.consensus.compare_and_set(&key, expected, new).await;
+                    if done.map_err(|e| e.to_string())? != CaSResult::Committed {
+                        return Err("bench: a compare_and_set lost to nobody".into());
+                    }
                 }
                 _ => {
                     let (client, st, key) = match kind {
@@ -256,7 +389,7 @@ impl Raw {
                     }
                 }
             }
-            micros.push(start.elapsed().as_secs_f64() * 1e6);
+            micros.push(rt.now_us().saturating_sub(start) as f64);
         }
         // Each kind has its own key (or id), so the rows of one round follow on for all.
         if kind == KINDS.len() - 1 {
@@ -282,10 +415,10 @@ fn per_call(c: &LocationCounts, count: u64) -> String {
     )
 }
 
-/// Calls per second since `start` (the bench's own clock: a round of fast calls lasts a few
-/// milliseconds, finer than the runtime's millisecond clock).
-fn rate(count: u64, start: std::time::Instant) -> f64 {
-    count as f64 / start.elapsed().as_secs_f64().max(1e-9)
+/// Calls per second between two readings of `Runtime::now_us` (a round of fast calls lasts a
+/// few milliseconds, finer than the runtime's millisecond clock).
+fn rate(count: u64, start_us: u64, end_us: u64) -> f64 {
+    count as f64 * 1e6 / (end_us.saturating_sub(start_us) as f64).max(1e-3)
 }
 
 /// The median (sorts `v`).
