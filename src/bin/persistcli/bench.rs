@@ -20,7 +20,7 @@
 //! what a compare_and_append adds is persist's own work (state, encoding, maintenance) and
 //! whatever Blob calls it makes, which the counts line shows.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use async_trait::async_trait;
@@ -76,7 +76,7 @@ const KINDS: [&str; 5] = [
 
 pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
     let shard = shard_id(&a.shard)?;
-    let (timed, cas_micros) = TimedConsensus::wrap(ctx.location.clone(), &ctx.rt);
+    let (timed, cas_micros, scans) = TimedConsensus::wrap(ctx.location.clone(), &ctx.rt);
     let (location, counter) = CountingLocation::wrap(timed);
     let client = ctx.client_on(location.clone());
     let mut write = client
@@ -113,7 +113,7 @@ pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
     );
     counter.reset();
     cas_micros.borrow_mut().clear();
-    SCANS.with(|s| s.set((0, 0, 0)));
+    scans.set(ScanTally::default());
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
     let mut calls: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
     let mut ratios = Vec::new();
@@ -138,7 +138,11 @@ pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
         per_call(&counts, rounds * per)
     );
     println!("({warm} bytes of state diff per compare_and_append; the raw rows carry as many)");
-    let (limited, full, rows) = SCANS.with(|s| s.get());
+    let ScanTally {
+        limited,
+        full,
+        rows,
+    } = scans.get();
     println!(
         "scans: {limited} limited, {full} of every version, {rows} versions read in all ({:.1} per compare_and_append)",
         rows as f64 / (rounds * per).max(1) as f64
@@ -206,33 +210,45 @@ async fn caa_round(
 }
 
 /// A Consensus that times every compare_and_set it passes on (microseconds, the runtime's
-/// clock) into a shared list; every other call passes straight through.
+/// clock) into a shared list and tallies the scans; every other call passes straight through.
 struct TimedConsensus {
     inner: Rc<dyn Consensus>,
     rt: Runtime,
     micros: Rc<RefCell<Vec<f64>>>,
+    scans: Rc<Cell<ScanTally>>,
 }
 
-thread_local! {
-    /// Scans seen by the bench's Consensus: (scans with a limit, scans of every version from
-    /// their start, versions returned).
-    static SCANS: std::cell::Cell<(u64, u64, u64)> = const { std::cell::Cell::new((0, 0, 0)) };
+/// Scans seen by the bench's Consensus.
+#[derive(Clone, Copy, Default)]
+struct ScanTally {
+    /// Scans with a limit.
+    limited: u64,
+    /// Scans of every version from their start.
+    full: u64,
+    /// Versions returned by all of them.
+    rows: u64,
 }
 
 impl TimedConsensus {
-    /// `location` with its Consensus timed, and the list the times go to.
-    fn wrap(location: Location, rt: &Runtime) -> (Location, Rc<RefCell<Vec<f64>>>) {
+    /// `location` with its Consensus timed, the list the times go to, and the scan tally.
+    #[allow(clippy::type_complexity)]
+    fn wrap(
+        location: Location,
+        rt: &Runtime,
+    ) -> (Location, Rc<RefCell<Vec<f64>>>, Rc<Cell<ScanTally>>) {
         let micros = Rc::new(RefCell::new(Vec::new()));
+        let scans = Rc::new(Cell::new(ScanTally::default()));
         let consensus = Rc::new(TimedConsensus {
             inner: location.consensus,
             rt: rt.clone(),
             micros: Rc::clone(&micros),
+            scans: Rc::clone(&scans),
         });
         let location = Location {
             blob: location.blob,
             consensus,
         };
-        (location, micros)
+        (location, micros, scans)
     }
 }
 
@@ -261,14 +277,14 @@ impl Consensus for TimedConsensus {
     ) -> Result<Vec<VersionedData>, ExternalError> {
         let r = self.inner.scan(key, from, limit).await;
         let rows = r.as_ref().map_or(0, |v| v.len() as u64);
-        SCANS.with(|s| {
-            let (l, f, n) = s.get();
-            if limit < SCAN_ALL {
-                s.set((l + 1, f, n + rows));
-            } else {
-                s.set((l, f + 1, n + rows));
-            }
-        });
+        let mut t = self.scans.get();
+        if limit < SCAN_ALL {
+            t.limited += 1;
+        } else {
+            t.full += 1;
+        }
+        t.rows += rows;
+        self.scans.set(t);
         r
     }
     async fn truncate(&self, key: &str, seqno: SeqNo) -> Result<usize, ExternalError> {
