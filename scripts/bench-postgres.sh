@@ -7,6 +7,8 @@
 # compare_and_append adds (a small update is inlined in the state diff: no blob part written).
 # Each bench line runs 20 interleaved rounds and prints every kind's median rate, the median of
 # the per-round ratios, and each kind's median latency of one call.
+# The "ceiling" line is the raw INSERT against the conditional insert alone: a compare_and_append
+# sends that statement, so its ratio to the raw INSERT can never exceed the ceiling.
 #
 #   bash scripts/bench-postgres.sh [COUNT]      (COUNT compare_and_appends per process, default 2000)
 set -euo pipefail

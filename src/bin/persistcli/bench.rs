@@ -11,7 +11,9 @@
 //! each round gives a ratio, and the report gives every kind's median rate and the median ratio.
 //! Every call is also timed on its own (the runtime's monotonic microsecond clock,
 //! `Runtime::now_us`): the median of one call's latency is what the preempted moments of a
-//! shared machine move least, so the report adds the ratio of the two kinds' median latencies.
+//! shared machine move least, so the report adds the ratio of the two kinds' median latencies,
+//! and the ceiling of that ratio: the raw INSERT against the conditional insert alone, which
+//! every compare_and_append sends.
 //! The compare_and_sets a compare_and_append sends are timed too (a decorator on the
 //! Consensus), so the report splits one compare_and_append into its statement and the rest,
 //! persist's own work in this process.
