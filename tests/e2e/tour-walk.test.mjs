@@ -428,7 +428,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
       summary: document.querySelector("#consensus-view .summary")?.textContent ?? "",
       rows: [...document.querySelectorAll("#consensus-view [data-testid=cas-taken]")].map((r) => r.textContent),
     }));
-    assert.match(got.summary, /✕ \d+ lost \(seqno moved by [^)]*(compaction|rollup|garbage collection|since downgrade|heartbeat|registration|expiry|write)/, `${id} ${step}: ${got.summary}`);
+    assert.match(got.summary, /✕ \d+ lost \(seqno moved by [^)]*(compaction|rollup|garbage collection|since downgrade|heartbeat|registration|expiry|write|timed out but had landed)/, `${id} ${step}: ${got.summary}`);
     assert.ok(got.rows.length > 0, `${id} ${step}: a lost attempt is listed`);
     for (const r of got.rows) assert.match(r, /was written first by (\S+'s [a-z ]+ \([a-z_]+\)|an earlier attempt of \S+ that timed out)[^.]*, in (this same|another) process/, `${id} ${step}: ${r}`);
   }
