@@ -6,13 +6,17 @@ import { chip, esc, mark, setHtml } from "./dom.js";
 /** A compare_and_set's outcome in a word, beside its mark in the summary. */
 const CAS_WORDS = { committed: "won", mismatch: "lost (seqno moved)", indeterminate: "timed out (unknown at the time)", retrying: "failed, retried", error: "failed" };
 
+/** A version no process's command wrote: the page's own checkers (the upsert checker's reader, the
+ * acked-writes check's) read and register on storage directly, outside the processes. */
+const UNLOGGED = "the page's own checker (it reads storage directly, outside the processes)";
+
 /** What took a lost attempt's seqno, short: "W1's compaction (merge_res)". */
-const takenShort = (c) => (c.takenBy ? c.takenBy.replace(/(: an earlier attempt that timed out.*|, in (this same|another) process)$/, (m) => (m.startsWith(":") ? ", timed out but landed" : "")) : "a command not logged here");
+const takenShort = (c) => (c.takenBy ? c.takenBy.replace(/(: an earlier attempt that timed out.*|, in (this same|another) process)$/, (m) => (m.startsWith(":") ? ", timed out but landed" : "")) : "the page's own checker");
 
 /** A lost attempt's line: which version it wanted and what wrote that version first. */
 function takenLine(c) {
   const seqno = (c.expected ?? 0) + 1;
-  return `✕ lost: version ${seqno} was written first by ${c.takenBy ?? "a command not logged here"}. The seqno moved, so its command re-reads the state and applies itself again.`;
+  return `✕ lost: version ${seqno} was written first by ${c.takenBy ?? UNLOGGED}. The seqno moved, so its command re-reads the state and applies itself again.`;
 }
 
 /** The summary's word for lost attempts, with what moved the seqno: "lost (seqno moved by W1's compaction ×2, W2's write)". */
