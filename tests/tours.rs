@@ -77,6 +77,21 @@ fn run_ms(step: &Value) -> u64 {
     step["runMs"].as_u64().unwrap_or(0)
 }
 
+/// A step's run in pieces of `chunk` ms, as `chunksOf` in www/tours/engine.js cuts it: a step
+/// of no time is one run of 0 ms (what its commands started, a check say, runs at that instant).
+fn chunks(run_ms: u64, chunk: u64) -> Vec<u64> {
+    if run_ms == 0 {
+        return vec![0];
+    }
+    let mut out = Vec::new();
+    let mut left = run_ms;
+    while left > 0 {
+        out.push(left.min(chunk));
+        left -= left.min(chunk);
+    }
+    out
+}
+
 /// One path segment: `name`, `name[N]` (negative from the end), `name[k=v]`, or a final `length`.
 fn segment(v: &Value, seg: &str) -> Option<Value> {
     let (name, pick) = match seg.find('[') {
@@ -209,11 +224,8 @@ fn every_tour_replays_and_every_step_shows_what_it_says() {
                 s = Scenario::seeded(seed(&tour));
             }
             apply_commands(&mut s, &tour, i);
-            let mut left = run_ms(step);
-            while left > 0 {
-                let ms = left.min(CHUNK_MS);
+            for ms in chunks(run_ms(step), CHUNK_MS) {
                 s.run_for(ms).unwrap();
-                left -= ms;
             }
             let snap = snapshot_json(&mut s);
             for p in narration {
@@ -314,11 +326,8 @@ fn digests(tour: &Value, chunk: u64, pull: bool) -> Vec<String> {
             s.snapshot();
             let _ = s.events_after(0, 10);
         }
-        let mut left = run_ms(step);
-        while left > 0 {
-            let ms = left.min(chunk);
+        for ms in chunks(run_ms(step), chunk) {
             s.run_for(ms).unwrap();
-            left -= ms;
             if pull {
                 s.snapshot();
             }

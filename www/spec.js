@@ -99,6 +99,102 @@ export function batchRects(shard, x, top, laneHeight) {
   });
 }
 
+/** A label's box around its baseline (10 px text): above it the ascent, below it the descent. */
+const LABEL_ASCENT = 9;
+const LABEL_DESCENT = 3;
+
+const boxesMeet = (a, b) => a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1;
+
+/** A batch's effect as its label says it: "+3 −1", or its length before the observer read it. */
+export function batchEffect(b) {
+  if (b.adds === null || b.adds === undefined) return String(b.len);
+  return [b.adds ? `+${b.adds}` : "", b.retractions ? `−${b.retractions}` : ""].filter(Boolean).join(" ");
+}
+
+/**
+ * The batch labels of the shard drawing, laid out so that no two of their boxes intersect, nor
+ * any of `reserved` (other text in the drawing), whatever the number of batches: every label is
+ * placed only where it meets nothing placed before it, and one that fits nowhere is left out
+ * (its batch keeps its outline and its tooltip).
+ *
+ * A batch wide enough for its label gets it inside. A narrow batch that retracts gets one on its
+ * side ("−1 (a retraction) ▸", to its left): a retraction is what a step talks about, so these
+ * are placed first. Narrow retracting batches of a lane whose labels would meet are labelled
+ * together, once ("3 batches: +2 −5 (retractions) ▸", left of the first), then that label tries
+ * the left, a short form, then the right of the last batch.
+ *
+ * `rects`: [`batchRects`]; `textWidth(text, bold)`: the text's width in drawing units;
+ * `minX`/`maxX`: where labels may go. Returns `[{ x, y, text, retract, box }]` (x, y: the start
+ * of the baseline; box: `{ x0, x1, y0, y1 }`).
+ */
+export function batchLabels(rects, { textWidth = (s) => 7 * [...s].length, minX = 0, maxX = Infinity, reserved = [] } = {}) {
+  const placed = [...reserved];
+  const out = [];
+  const boxAt = (x, y, w) => ({ x0: x - 1, x1: x + w + 1, y0: y - LABEL_ASCENT, y1: y + LABEL_DESCENT });
+  const tryPlace = (x, y, text, retract) => {
+    const box = boxAt(x, y, textWidth(text, retract));
+    if (box.x0 < minX || box.x1 > maxX || placed.some((p) => boxesMeet(p, box))) return false;
+    placed.push(box);
+    out.push({ x, y, text, retract, box });
+    return true;
+  };
+  const baseline = (r) => r.y + r.h - 4;
+  const inside = [];
+  const narrow = [];
+  for (const r of rects) {
+    const b = r.batch;
+    if (!(b.len > 0)) continue;
+    const label = batchEffect(b);
+    if (r.w > textWidth(label, (b.retractions ?? 0) > 0) + 6) inside.push({ r, label });
+    else if ((b.retractions ?? 0) > 0) narrow.push(r);
+  }
+  // Narrow retracting batches, right to left per lane, gathered where their labels would meet.
+  const clusters = [];
+  const last = new Map();
+  const sideText = (members) => {
+    if (members.length === 1) {
+      const b = members[0].batch;
+      return `${batchEffect(b)} (${b.retractions === 1 ? "a retraction" : "retractions"}) ▸`;
+    }
+    const sum = { adds: 0, retractions: 0, len: 0 };
+    for (const m of members) {
+      sum.adds += m.batch.adds ?? 0;
+      sum.retractions += m.batch.retractions ?? 0;
+    }
+    return `${members.length} batches: ${batchEffect(sum)} (retractions) ▸`;
+  };
+  for (const r of [...narrow].sort((a, b) => b.x - a.x)) {
+    const y = baseline(r);
+    const own = boxAt(r.x - 3 - textWidth(sideText([r]), true), y, textWidth(sideText([r]), true));
+    const prev = last.get(y);
+    if (prev && boxesMeet(own, prev.box)) {
+      prev.members.unshift(r);
+      const w = textWidth(sideText(prev.members), true);
+      prev.box = boxAt(r.x - 3 - w, y, w);
+    } else {
+      const c = { y, members: [r], box: own };
+      clusters.push(c);
+      last.set(y, c);
+    }
+  }
+  for (const c of clusters) {
+    const first = c.members[0];
+    const end = c.members.at(-1);
+    const long = sideText(c.members);
+    const short = `${batchEffect({ adds: c.members.reduce((n, m) => n + (m.batch.adds ?? 0), 0), retractions: c.members.reduce((n, m) => n + (m.batch.retractions ?? 0), 0) })} ▸`;
+    const right = (t) => `◂ ${t.replace(/ ▸$/, "")}`;
+    const tries = [
+      [first.x - 3 - textWidth(long, true), long],
+      [first.x - 3 - textWidth(short, true), short],
+      [end.x + end.w + 3, right(long)],
+      [end.x + end.w + 3, right(short)],
+    ];
+    tries.some(([x, text]) => tryPlace(x, c.y, text, true));
+  }
+  for (const { r, label } of inside) tryPlace(r.x + 3, baseline(r), label, (r.batch.retractions ?? 0) > 0);
+  return out;
+}
+
 /** Evenly spaced ticks over a domain, at "nice" steps. */
 export function ticks(d0, d1, count = 6) {
   const span = d1 - d0;

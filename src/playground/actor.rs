@@ -139,8 +139,19 @@ pub struct WriterView {
     pub last_lost: Option<LostRace>,
     /// The latest write that met a storage timeout, kept until the next one.
     pub last_timed_out: Option<TimedOutWrite>,
-    /// Storage timeouts its commands met (each an indeterminate compare_and_set).
+    /// Storage timeouts its writes met (each an indeterminate compare_and_set of a
+    /// compare_and_append); one write may meet several.
     pub timeouts: u64,
+    /// Writes that met at least one timeout: their outcome was unknown (`?`) until persist read
+    /// the state back and looked for the write's idempotency token. Each then ended as
+    /// committed (`resolved_by_token`), lost the race (`timed_out_then_lost`) or, without a
+    /// token, stayed unknown (counted in `indeterminate`).
+    pub timed_out_writes: u64,
+    /// Writes that met a timeout, found their token absent, retried and lost the race.
+    pub timed_out_then_lost: u64,
+    /// Storage timeouts its handle's other commands met (heartbeats, compaction, rollups: the
+    /// process's upkeep, which retries them itself); not writes.
+    pub other_timeouts: u64,
     /// Attempts that met a timeout and then committed: the idempotency token resolved them.
     pub resolved_by_token: u64,
 }

@@ -45,7 +45,28 @@ pub struct Journal {
     pub own_versions: VecDeque<(String, u64)>,
     /// Live mode: other tabs may write the shards, and the Consensus panel lists their versions.
     pub live: bool,
+    /// Who wrote each recent version of a shard: `(key, seqno)` → the command and its handle,
+    /// so a lost compare_and_set can name what took its seqno ([`Journal::taken_by`]).
+    pub writers_of: VecDeque<VersionWriter>,
 }
+
+/// A version of a shard and the persist command that wrote it (from its `Command` event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionWriter {
+    /// The Consensus key (the shard).
+    pub key: String,
+    /// The version it wrote.
+    pub seqno: u64,
+    /// The process whose handle ran it.
+    pub process: String,
+    /// The handle (a writer's or reader's id) that ran it.
+    pub who: String,
+    /// The command's name (`compare_and_append`, `merge_res`, ...).
+    pub cmd: String,
+}
+
+/// How many versions [`Journal::writers_of`] remembers.
+pub const VERSION_WRITERS_KEPT: usize = 4_096;
 
 /// How many of this page's compare_and_sets [`Journal::own_versions`] keeps.
 pub const OWN_VERSIONS_KEPT: usize = 4_096;
@@ -83,6 +104,86 @@ impl Journal {
         self.push_cas(attempt);
     }
 
+    /// Notes that `cmd`, run by handle `who` of `process`, wrote version `seqno` of `key`.
+    pub fn note_version_writer(
+        &mut self,
+        key: &str,
+        seqno: u64,
+        process: &str,
+        who: &str,
+        cmd: &str,
+    ) {
+        if self.writers_of.len() == VERSION_WRITERS_KEPT {
+            self.writers_of.pop_front();
+        }
+        self.writers_of.push_back(VersionWriter {
+            key: key.to_string(),
+            seqno,
+            process: process.to_string(),
+            who: who.to_string(),
+            cmd: cmd.to_string(),
+        });
+    }
+
+    /// What took version `expected + 1` of the attempt's key, for a lost compare_and_set, in
+    /// words: "W1's compaction (merge_res), in this same process", "W2's write
+    /// (compare_and_append), in another process", an earlier attempt that timed out but had
+    /// landed, or another tab (`None`: the attempt did not lose, or nothing remembered wrote it).
+    pub fn taken_by(&self, a: &CasAttempt) -> Option<String> {
+        if a.outcome != Outcome::Mismatch {
+            return None;
+        }
+        let seqno = a.expected.map_or(1, |s| s + 1);
+        let same = |process: &str| {
+            if process == a.process {
+                "in this same process"
+            } else {
+                "in another process"
+            }
+        };
+        // An attempt at that version that timed out: it landed after all (nothing else wrote it).
+        let timed_out = self.cas.iter().rev().find(|c| {
+            c.key == a.key && c.new_seqno == seqno && c.outcome == Outcome::Indeterminate
+        });
+        let landed = |p: &str| {
+            format!(
+                "an earlier attempt that timed out but had landed, {}",
+                same(p)
+            )
+        };
+        if let Some(w) = self
+            .writers_of
+            .iter()
+            .rev()
+            .find(|w| w.seqno == seqno && w.key == a.key)
+        {
+            let who = self
+                .ids
+                .get(&w.who)
+                .cloned()
+                .unwrap_or_else(|| w.who.clone());
+            let what = format!("{who}'s {} ({})", command_words(&w.cmd), w.cmd);
+            return Some(match timed_out.filter(|c| c.process == w.process) {
+                Some(_) => format!("{what}: {}", landed(&w.process)),
+                None => format!("{what}, {}", same(&w.process)),
+            });
+        }
+        let committed =
+            self.cas.iter().rev().find(|c| {
+                c.key == a.key && c.new_seqno == seqno && c.outcome == Outcome::Committed
+            });
+        match (committed, timed_out) {
+            (Some(c), _) if c.process == FOREIGN_PROCESS => Some(FOREIGN_PROCESS.to_string()),
+            (Some(c), _) => Some(format!("a command of {}, {}", c.process, same(&c.process))),
+            (None, Some(c)) => Some(format!(
+                "an earlier attempt of {} that timed out but had landed, {}",
+                c.process,
+                same(&c.process)
+            )),
+            (None, None) => None,
+        }
+    }
+
     /// Whether a compare_and_set of this page may have written version `seqno` of `key`.
     pub fn is_own_version(&self, key: &str, seqno: u64) -> bool {
         self.own_versions
@@ -103,6 +204,7 @@ impl Journal {
             bytes,
             outcome: Outcome::Committed,
             error: None,
+            taken_by: None,
         });
     }
 
@@ -153,6 +255,27 @@ pub struct CasAttempt {
     pub outcome: Outcome,
     /// The error, if any.
     pub error: Option<String>,
+    /// A lost attempt (`mismatch`): what took the seqno it expected to write, in words, filled in
+    /// by the snapshot ([`Journal::taken_by`]): with one writer, its own process's maintenance.
+    #[serde(default)]
+    pub taken_by: Option<String>,
+}
+
+/// A persist command's name as a learner reads it.
+pub fn command_words(cmd: &str) -> &'static str {
+    match cmd {
+        "compare_and_append" => "write",
+        "merge_res" => "compaction",
+        "add_rollup" => "rollup",
+        "add_and_remove_rollups" => "garbage collection",
+        "downgrade_since" | "compare_and_downgrade_since" => "since downgrade",
+        "heartbeat_leased_reader" | "heartbeat_writer" => "lease heartbeat",
+        "register_writer" | "register_leased_reader" | "register_critical_reader" => "registration",
+        "register_schema" => "schema registration",
+        "expire_writer" | "expire_leased_reader" | "expire_critical_reader" => "expiry",
+        "finalize_shard" => "finalization",
+        _ => "command",
+    }
 }
 
 /// The merged log's event of a compare_and_set attempt.

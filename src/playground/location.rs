@@ -375,6 +375,7 @@ impl Consensus for ProcessGate {
             bytes,
             outcome,
             error,
+            taken_by: None,
         };
         self.journal.borrow_mut().record_cas(attempt);
         result

@@ -5,11 +5,12 @@
 //! history for scrubbing) and compare them. [`Snapshot::digest`] is a stable fingerprint of one,
 //! for the determinism check (same seed and stamped commands, same digest).
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::actor::{ActorDetail, ActorView};
+use super::actor::{Acked, ActorDetail, ActorView};
 use super::actors::task::{apply_task_event, task_record};
 use super::command::{ActorSpec, WriteMode};
 use super::journal::{CasAttempt, Notice, COMMITS_KEPT};
@@ -32,10 +33,13 @@ pub const CAS_IN_SNAPSHOT: usize = 32;
 pub struct VerifyWriter {
     /// The writer.
     pub actor: String,
-    /// Its acknowledged compare_and_append updates.
+    /// Its acknowledged compare_and_append updates (as of the check's `seqno`).
     pub acked: u64,
     /// How many of them the shard holds.
     pub found: u64,
+    /// The writes (compare_and_appends) it had won by then, which carried them: the Writers
+    /// row's "won" at the same moment.
+    pub writes: u64,
 }
 
 /// The result of [`super::Command::Verify`].
@@ -46,6 +50,9 @@ pub struct VerifyView {
     pub at_ms: u64,
     /// The shard.
     pub shard: String,
+    /// The state version it checked: every update acknowledged by then (and only those) is
+    /// checked, with the writers' counts of that moment.
+    pub seqno: Option<u64>,
     /// The time it read at (`upper - 1`).
     pub as_of: Option<u64>,
     /// Rows (with multiplicity) in the shard at `as_of`.
@@ -158,23 +165,43 @@ impl Scenario {
         for p in &self.processes {
             for e in p.client.events().take() {
                 // A storage error inside a command: the writer's attempt is now retrying.
+                // Only the write's own command (compare_and_append) is the write's: the handle's
+                // upkeep (heartbeats, compaction, rollups) retries its own timeouts.
                 if let PersistEvent::Command {
                     who,
+                    cmd,
                     outcome: outcome @ (CasOutcome::Indeterminate(_) | CasOutcome::Determinate(_)),
                     ..
                 } = &e
                 {
                     let timed_out = matches!(outcome, CasOutcome::Indeterminate(_));
+                    let write = cmd == "compare_and_append";
                     let actor = journal.ids.get(who).cloned();
                     if let Some(a) = actor.and_then(|id| self.actors.iter().find(|a| a.id == id)) {
                         if let ActorDetail::Writer(w) = &mut a.view.borrow_mut().detail {
-                            w.timeouts += u64::from(timed_out);
-                            if let Some(f) = &mut w.in_flight {
-                                f.retrying = true;
-                                f.timeouts += u32::from(timed_out);
+                            if !write {
+                                w.other_timeouts += u64::from(timed_out);
+                            } else {
+                                w.timeouts += u64::from(timed_out);
+                                if let Some(f) = &mut w.in_flight {
+                                    f.retrying = true;
+                                    f.timeouts += u32::from(timed_out);
+                                }
                             }
                         }
                     }
+                }
+                // A version this command wrote: a compare_and_set that loses it can name it.
+                if let PersistEvent::Command {
+                    who,
+                    shard,
+                    cmd,
+                    reached,
+                    outcome: CasOutcome::Committed,
+                    ..
+                } = &e
+                {
+                    journal.note_version_writer(shard, reached.0, &p.id, who, cmd);
                 }
                 if let Some(pending) = persist_event(&mut journal, &p.id, e) {
                     journal.log.record(pending);
@@ -280,7 +307,15 @@ impl Scenario {
                 .collect(),
             shards,
             timelines,
-            consensus: journal.cas.iter().skip(skip).cloned().collect(),
+            consensus: journal
+                .cas
+                .iter()
+                .skip(skip)
+                .map(|c| CasAttempt {
+                    taken_by: journal.taken_by(c),
+                    ..c.clone()
+                })
+                .collect(),
             faults: self.faults.view(),
             verify: self.verify.borrow().clone(),
             notices: journal.notices.iter().cloned().collect(),
@@ -300,7 +335,7 @@ impl Scenario {
     /// value. The result lands in the snapshot's `verify`.
     pub(crate) fn start_verify(&mut self) {
         let shard_name = super::DEFAULT_SHARD.to_string();
-        let mut acked: Vec<(String, Vec<String>)> = Vec::new();
+        let mut writers: Vec<CheckedWriter> = Vec::new();
         let mut unchecked = Vec::new();
         for a in &self.actors {
             if let ActorSpec::Writer(w) = &a.spec {
@@ -310,7 +345,7 @@ impl Scenario {
                 if w.mode == WriteMode::Append {
                     unchecked.push(a.id.clone());
                 } else {
-                    acked.push((a.id.clone(), a.acked.borrow().values.clone()));
+                    writers.push((a.id.clone(), Rc::clone(&a.acked), Rc::clone(&a.view)));
                 }
             }
         }
@@ -323,6 +358,7 @@ impl Scenario {
                 let mut view = VerifyView {
                     at_ms: rt.now_ms(),
                     shard: shard_name.clone(),
+                    seqno: None,
                     as_of: None,
                     rows: 0,
                     foreign_rows: 0,
@@ -335,14 +371,32 @@ impl Scenario {
                     unchecked_append_writers: unchecked,
                     error: None,
                 };
-                if let Err(e) = verify(&client, &shard_name, &acked, &known, &mut view).await {
+                if let Err(e) = verify(&client, &shard_name, &writers, &known, &mut view).await {
                     view.error = Some(e.to_string());
+                    view.at_ms = rt.now_ms();
                 }
-                view.at_ms = rt.now_ms();
                 *cell.borrow_mut() = Some(view);
             })
             .detach();
     }
+}
+
+/// A writer the check looks at: its id, its acknowledged values and its panel data (read when
+/// the check reads the shard's state, so its figures are of that moment).
+type CheckedWriter = (String, Rc<RefCell<Acked>>, Rc<RefCell<ActorView>>);
+
+/// Each writer's acknowledged values and won writes, now.
+fn acked_now(writers: &[CheckedWriter]) -> Vec<(String, Vec<String>, u64)> {
+    writers
+        .iter()
+        .map(|(id, acked, view)| {
+            let writes = match &view.borrow().detail {
+                ActorDetail::Writer(w) => w.committed,
+                _ => 0,
+            };
+            (id.clone(), acked.borrow().values.clone(), writes)
+        })
+        .collect()
 }
 
 /// Why the acknowledged-writes check could not read the shard.
@@ -368,12 +422,17 @@ enum VerifyError {
 async fn verify(
     client: &crate::persist::PersistClient,
     shard: &str,
-    acked: &[(String, Vec<String>)],
+    writers: &[CheckedWriter],
     known: &[String],
     view: &mut VerifyView,
 ) -> Result<(), VerifyError> {
     let shard = ShardId::new(shard).map_err(VerifyError::BadShard)?;
     let state = client.inspect_state(&shard).await?;
+    // What the writers were told had committed by now is in this state (or an older one): the
+    // check and the Writers panel count as of this moment.
+    let acked = acked_now(writers);
+    view.seqno = Some(state.seqno.0);
+    view.at_ms = client.runtime().now_ms();
     let Some(upper) = crate::persist::events::frontier(state.upper()) else {
         return Err(VerifyError::Finished);
     };
@@ -410,11 +469,12 @@ async fn verify(
         }
         same
     });
-    for (actor, values) in acked {
+    for (actor, values, writes) in &acked {
         let mut w = VerifyWriter {
             actor: actor.clone(),
             acked: values.len() as u64,
             found: 0,
+            writes: *writes,
         };
         for v in values {
             let copies = held

@@ -143,6 +143,22 @@ function textVisible(page, id, needles) {
   }, [id, needles]);
 }
 
+/** The pairs of texts in the Shard panel's batch rows (batch labels and the axis label) whose
+ * boxes intersect, as drawn: e.g. `["−1 (a retraction) ▸" × "−2 (retractions) ▸"]`. */
+function batchLabelOverlaps(page) {
+  return page.evaluate(() => {
+    const texts = [...document.querySelectorAll("#panel-shard svg.shard-svg text.batch-label, #panel-shard svg.shard-svg text.axis-label")];
+    const boxes = texts.map((t) => ({ text: t.textContent, r: t.getBoundingClientRect() })).filter((b) => b.r.width > 0);
+    const out = [];
+    // Boxes that only touch (within half a pixel) do not overlap.
+    const meet = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+    for (let i = 0; i < boxes.length; i++) {
+      for (let j = i + 1; j < boxes.length; j++) if (meet(boxes[i].r, boxes[j].r)) out.push(`${boxes[i].text} × ${boxes[j].text}`);
+    }
+    return out;
+  });
+}
+
 /** Presses the step's chip for panel `id` (the shard chip for the Shard panel if it has one). */
 async function pressChip(page, id) {
   const chip = page.locator(`[data-testid=tour-card] button.look[data-panel="${id}"]`).first();
@@ -164,6 +180,9 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   const atOnce = m.card && panels.every((id) => inView(m.panels[id]));
   const shard = shardOf(tour, step);
   if (shard && (await page.getByTestId("shard-pick").inputValue()) !== shard) failures.push(`${where}: the Shard panel does not show ${shard}`);
+  // The Shard panel's labels never overlap (rule-upsert-feedback 4 drew a pile of "(retractions)").
+  const overlaps = await batchLabelOverlaps(page);
+  if (overlaps.length) failures.push(`${where}: batch labels in the Shard panel overlap: ${overlaps.slice(0, 4).join("; ")}${overlaps.length > 4 ? ` and ${overlaps.length - 4} more` : ""}`);
   for (const id of tour.hide ?? []) {
     if (await page.locator(`#${id}`).isVisible()) failures.push(`${where}: ${id}, which the tour hides, is shown`);
   }
@@ -346,5 +365,72 @@ test("what the learner walk found missing is shown: signed to_write rows, read-o
   assert.match(held, /held by reader R1's old handle r[0-9a-f]+, from before its process restarted \(no heartbeat since\), lease \d+ s, last heartbeat .*(expires in|expired) [\d.]+ s/);
   assert.match(held, /a lease is a reader's hold on the since, renewed by each heartbeat/);
   assert.doesNotMatch(await page.getByTestId("tour-narration").innerText(), /every control on the left works from here/);
+  noErrors(page);
+});
+
+test("the counts a step puts side by side agree, and a lost compare_and_set names what took its seqno", { timeout: 150_000 }, async (t) => {
+  const page = await walkPage(t);
+  const open = async (id, step) => {
+    await page.goto(server.url(`${tourSearch(id, step)}&animate=0`));
+    await settled(page, id, step);
+  };
+  // Check acked writes counts as of the moment the Writers rows show: each writer's won writes in
+  // the check's line are its row's "won", and the updates it checked are the ones acknowledged.
+  for (const [id, step] of [["writers-race", 5], ["rule-idempotency-token", 2], ["rule-idempotency-token", 4]]) {
+    await open(id, step);
+    const got = await page.evaluate(() => {
+      const snap = window.__playground.state.latest();
+      const won = Object.fromEntries([...document.querySelectorAll("#panel-writers tbody[data-actor]")].map((b) => [b.dataset.actor, b.querySelector("tr td.num:last-child")?.textContent.split("/")[0]]));
+      const checked = [...document.querySelectorAll("#verify-view [data-verify-writer]")].map((s) => ({ actor: s.dataset.verifyWriter, writes: s.dataset.writes, acked: Number(s.dataset.acked) }));
+      const acked = Object.fromEntries(snap.actors.filter((a) => a.detail.kind === "writer").map((a) => [a.id, a.detail.ackedUpdates]));
+      return { won, checked, acked, line: document.querySelector("#verify-view .verify")?.textContent ?? "", seqno: snap.verify?.seqno };
+    });
+    assert.ok(got.checked.length > 0, `${id} ${step}: the check lists its writers: ${got.line}`);
+    for (const c of got.checked) {
+      assert.equal(c.writes, got.won[c.actor], `${id} ${step}: ${c.actor}'s won writes, in the check and in its row (${got.line})`);
+      assert.equal(c.acked, got.acked[c.actor], `${id} ${step}: ${c.actor}'s acknowledged updates, checked and counted`);
+    }
+    assert.match(got.line, new RegExp(`as of seqno ${got.seqno} `), "the check says which version it read");
+    assert.doesNotMatch(got.line, /more won since/, "nothing was won after the check at a settled step");
+  }
+  // writers-race 4: every write that met a timeout is accounted for on its row (? turned into ●
+  // by the token, or ✕), the column's ? counts those left unknown, and the narration quotes the same.
+  await open("writers-race", 4);
+  const wr = await page.evaluate(() => {
+    const snap = window.__playground.state.latest();
+    return snap.actors.filter((a) => a.detail.kind === "writer").map((a) => {
+      const body = document.querySelector(`#panel-writers tbody[data-actor="${a.id}"]`);
+      return {
+        id: a.id, d: a.detail,
+        cell: body.querySelector("tr td.num:last-child").textContent,
+        line: body.querySelector("[data-kept=timeouts]")?.textContent ?? "",
+      };
+    });
+  });
+  const narration = await page.getByTestId("tour-narration").innerText();
+  for (const w of wr) {
+    const m = /\? (\d+) writes? met a storage timeout \((\d+) in all\): (\d+) → ● resolved by the idempotency token, (\d+) → ✕ token not in the state.*?, (\d+) left \? unknown/.exec(w.line);
+    assert.ok(m, `${w.id}'s row says what became of its timed-out writes: ${w.line}`);
+    const [met, all, won, lost, unknown] = m.slice(1).map(Number);
+    assert.equal(met, won + lost + unknown, `${w.id}: every timed-out write is accounted for`);
+    assert.ok(met > 0 && all >= met, `${w.id} met timeouts at this step`);
+    assert.deepEqual([met, won, unknown], [w.d.timedOutWrites, w.d.resolvedByToken, w.d.indeterminate]);
+    assert.equal(w.cell.split("/")[2], String(unknown), `${w.id}: the column's ? is the writes left unknown`);
+  }
+  const w1 = wr.find((w) => w.id === "W1").d;
+  assert.match(narration, new RegExp(`${w1.timedOutWrites} of W1's did, and the token resolved them all, ${w1.resolvedByToken} into ●`));
+  assert.match(narration, new RegExp(`the \\? of its won/lost/\\? is ${w1.indeterminate}\\.`));
+  // A lost compare_and_set with one writer: the Consensus log names what took the seqno (the
+  // writer's own process's maintenance), in its summary and on the row.
+  for (const [id, step] of [["upper-since", 6], ["rule-idempotency-token", 3]]) {
+    await open(id, step);
+    const got = await page.evaluate(() => ({
+      summary: document.querySelector("#consensus-view .summary")?.textContent ?? "",
+      rows: [...document.querySelectorAll("#consensus-view [data-testid=cas-taken]")].map((r) => r.textContent),
+    }));
+    assert.match(got.summary, /✕ \d+ lost \(seqno moved by [^)]*(compaction|rollup|garbage collection|since downgrade|heartbeat|registration|expiry|write|timed out but had landed)/, `${id} ${step}: ${got.summary}`);
+    assert.ok(got.rows.length > 0, `${id} ${step}: a lost attempt is listed`);
+    for (const r of got.rows) assert.match(r, /was written first by (\S+'s [a-z ]+ \([a-z_]+\)|an earlier attempt of \S+ that timed out)[^.]*, in (this same|another) process/, `${id} ${step}: ${r}`);
+  }
   noErrors(page);
 });

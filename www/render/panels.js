@@ -4,7 +4,28 @@ import { OUTCOMES, actorColour, colourOf, fmtFrontier, fmtMs } from "../spec.js"
 import { chip, esc, mark, setHtml } from "./dom.js";
 
 /** A compare_and_set's outcome in a word, beside its mark in the summary. */
-const CAS_WORDS = { committed: "won", mismatch: "lost (seqno moved)", indeterminate: "unknown (timed out)", retrying: "failed, retried", error: "failed" };
+const CAS_WORDS = { committed: "won", mismatch: "lost (seqno moved)", indeterminate: "timed out (unknown at the time)", retrying: "failed, retried", error: "failed" };
+
+/** A version no process's command wrote: the page's own checkers (the upsert checker's reader, the
+ * acked-writes check's) read and register on storage directly, outside the processes. */
+const UNLOGGED = "the page's own checker (it reads storage directly, outside the processes)";
+
+/** What took a lost attempt's seqno, short: "W1's compaction (merge_res)". */
+const takenShort = (c) => (c.takenBy ? c.takenBy.replace(/(: an earlier attempt that timed out.*|, in (this same|another) process)$/, (m) => (m.startsWith(":") ? ", timed out but landed" : "")) : "the page's own checker");
+
+/** A lost attempt's line: which version it wanted and what wrote that version first. */
+function takenLine(c) {
+  const seqno = (c.expected ?? 0) + 1;
+  return `✕ lost: version ${seqno} was written first by ${c.takenBy ?? UNLOGGED}. The seqno moved, so its command re-reads the state and applies itself again.`;
+}
+
+/** The summary's word for lost attempts, with what moved the seqno: "lost (seqno moved by W1's compaction ×2, W2's write)". */
+function lostWords(attempts) {
+  const by = new Map();
+  for (const c of attempts) if (c.outcome === "mismatch") by.set(takenShort(c), (by.get(takenShort(c)) ?? 0) + 1);
+  const list = [...by].sort((a, b) => b[1] - a[1]).map(([w, n]) => (n > 1 ? `${w} ×${n}` : w));
+  return `lost (seqno moved by ${list.join(", ")}), retried`;
+}
 
 export function renderConsensus(el, snap, t0) {
   const rows = snap.consensus
@@ -18,13 +39,15 @@ export function renderConsensus(el, snap, t0) {
         `<td class="mono num">${c.expected ?? "none"} → ${c.newSeqno}</td><td class="mono num">${c.bytes}</td>` +
         `<td>${mark(c.outcome, OUTCOMES)}</td></tr>` +
         // The error on a wrapped row of its own: the table is as wide as the panel.
-        (c.error ? `<tr class="sub"><td colspan="6" class="err small" style="white-space:normal">${esc(c.error)}</td></tr>` : "");
+        (c.error ? `<tr class="sub"><td colspan="6" class="err small" style="white-space:normal">${esc(c.error)}</td></tr>` : "") +
+        // A lost attempt says what took its seqno (with one writer: its own process's maintenance).
+        (c.outcome === "mismatch" ? `<tr class="sub"><td colspan="6" class="small" style="white-space:normal" data-testid="cas-taken">${esc(takenLine(c))}</td></tr>` : "");
     })
     .join("");
   const counts = {};
   for (const c of snap.consensus) counts[c.outcome] = (counts[c.outcome] ?? 0) + 1;
   const summary = Object.entries(counts)
-    .map(([o, n]) => `${mark(o, OUTCOMES)} ${n} ${esc(CAS_WORDS[o] ?? o)}`)
+    .map(([o, n]) => `${mark(o, OUTCOMES)} ${n} ${esc(o === "mismatch" ? lostWords(snap.consensus) : CAS_WORDS[o] ?? o)}`)
     .join(" &nbsp; ");
   setHtml(
     el,
@@ -56,7 +79,15 @@ export function renderVerify(el, snap, t0) {
     setHtml(el, `<p class="verify err">Check at ${esc(fmtMs(v.atMs, t0))}: ${esc(v.error)}</p>`);
     return;
   }
-  const per = v.writers.map((w) => `${esc(w.actor)} ${w.found}/${w.acked}`).join(", ");
+  // Each writer's figures are of the moment the check read the shard (seqno N): the updates
+  // acknowledged by then, and the writes that carried them, which is the Writers row's "won"
+  // then. A writer that won more since says so, so the two counts never stand unexplained.
+  const per = v.writers.map((w) => {
+    const now = snap.actors.find((a) => a.id === w.actor)?.detail;
+    const since = now?.kind === "writer" ? now.committed - w.writes : 0;
+    const later = since > 0 ? `; ${since} more won since, not checked` : "";
+    return `<span data-verify-writer="${esc(w.actor)}" data-writes="${w.writes}" data-acked="${w.acked}">${esc(w.actor)}: ${w.found} of ${w.acked} acknowledged updates found, from its ${w.writes} won write${w.writes === 1 ? "" : "s"}${later}</span>`;
+  }).join("; ");
   const verdict = v.lost === 0
     ? `<b class="ok">no acknowledged write lost</b>`
     : `<b class="err">${v.lost} acknowledged writes missing</b> (e.g. ${esc(v.lostExamples.join(", "))})`;
@@ -67,9 +98,12 @@ export function renderVerify(el, snap, t0) {
   const appendNote = v.uncheckedAppendWriters.length
     ? ` · not checked: ${esc(v.uncheckedAppendWriters.join(", "))} (append trims what a peer already wrote, by design)`
     : "";
+  const moment = v.seqno === null || v.seqno === undefined
+    ? `Check at ${esc(fmtMs(v.atMs, t0))}`
+    : `Check as of seqno ${v.seqno} (${esc(fmtMs(v.atMs, t0))})`;
   setHtml(
     el,
-    `<p class="verify" data-lost="${v.lost}" data-duplicated="${v.duplicated}" data-acked="${v.acked}" data-foreign="${v.foreignRows}">Check at ${esc(fmtMs(v.atMs, t0))}: ${verdict}${twice}: ${v.acked} acknowledged updates checked against ${v.rows} rows of ${esc(v.shard)} at ${esc(fmtFrontier(v.asOf, t0))}` +
+    `<p class="verify" data-testid="verify-line" data-seqno="${v.seqno ?? ""}" data-lost="${v.lost}" data-duplicated="${v.duplicated}" data-acked="${v.acked}" data-foreign="${v.foreignRows}">${moment}: ${verdict}${twice}: ${v.acked} acknowledged updates checked against ${v.rows} rows of ${esc(v.shard)} at ${esc(fmtFrontier(v.asOf, t0))}` +
       ` (${per || "no writers"}); ${v.foreignRows} rows written by other tabs${appendNote}.</p>`,
   );
 }

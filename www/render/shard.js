@@ -1,12 +1,40 @@
 // The shard panel: batches on a time axis with since and upper, the seqno strip with rollups,
 // the parts and their sizes, and recent merges and GCs.
 
-import { batchRects, fmtBytes, fmtFrontier, fmtMs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
+import { batchLabels, batchRects, fmtBytes, fmtFrontier, fmtMs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
 import { esc, setHtml, svgEl } from "./dom.js";
 
 const H = 232;
 const LEFT = 70;
 const RIGHT = 14;
+/** The "batches" axis label's box (it shares the first lane's row with the batch labels). */
+const AXIS_LABEL_BOX = { x0: 0, x1: 64, y0: 33, y1: 48 };
+
+/** Widths of label texts as the page draws them (10 px monospace; bold for retractions),
+ * measured once each on a canvas; 7 px a character where there is no canvas. */
+const widths = new Map();
+let measure = null;
+function textWidth(text, bold) {
+  const key = `${bold ? "b" : "r"}${text}`;
+  let w = widths.get(key);
+  if (w !== undefined) return w;
+  if (measure === null) {
+    const canvas = globalThis.document?.createElement?.("canvas");
+    const ctx = canvas?.getContext?.("2d") ?? false;
+    const mono = ctx ? getComputedStyle(document.documentElement).getPropertyValue("--mono").trim() || "monospace" : "";
+    measure = ctx ? { ctx, mono } : false;
+  }
+  if (measure) {
+    measure.ctx.font = `${bold ? "700 " : ""}10px ${measure.mono}`;
+    // A margin for rounding between the canvas and the SVG text.
+    w = measure.ctx.measureText(text).width * 1.04 + 1;
+  } else {
+    w = 7 * [...text].length;
+  }
+  if (widths.size > 2000) widths.clear();
+  widths.set(key, w);
+  return w;
+}
 
 export function renderShard(el, snapshot, name, t0, width = 940) {
   const W = Math.max(600, width);
@@ -24,7 +52,8 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   parts.push(svgEl("text", { x: 4, y: 212, class: "axis-label" }, "parts"));
   // Batches.
   let spansSince = false;
-  for (const r of batchRects(shard, x, 24, 26)) {
+  const rects = batchRects(shard, x, 24, 26);
+  for (const r of rects) {
     const b = r.batch;
     const retracts = (b.retractions ?? 0) > 0;
     const signs = b.adds === null || b.adds === undefined ? "" : ` (${b.adds} added, ${b.retractions} retracted)`;
@@ -37,19 +66,10 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
         class: `batch${r.inline ? " inline" : ""}${b.len === 0 ? " empty-batch" : ""}${retracts ? " retracts" : ""}`,
       }, `<title>${esc(title)}</title>`),
     );
-    // Its effect: +adds −retractions where the observer has read it (its length otherwise); a
-    // batch too narrow for its label gets one on its left when it retracts (a retraction is rare
-    // and is what a step talks about; the upper's line is on its right).
-    const label = b.adds === null || b.adds === undefined
-      ? String(b.len)
-      : [b.adds ? `+${b.adds}` : "", b.retractions ? `−${b.retractions}` : ""].filter(Boolean).join(" ");
-    if (b.len > 0 && (r.w > 8 * label.length + 6 || retracts)) {
-      const inside = r.w > 8 * label.length + 6;
-      parts.push(svgEl("text", {
-        x: (inside ? r.x + 3 : r.x - 3).toFixed(1), y: (r.y + r.h - 4).toFixed(1),
-        class: `batch-label${retracts ? " retract" : ""}`, "text-anchor": inside ? null : "end",
-      }, esc(inside ? label : `${label} (${b.retractions === 1 ? "a retraction" : "retractions"}) ▸`)));
-    }
+  }
+  // The labels: laid out so that none meets another, at any batch count (spec.js).
+  for (const l of batchLabels(rects, { textWidth, minX: 0, maxX: W, reserved: [AXIS_LABEL_BOX] })) {
+    parts.push(svgEl("text", { x: l.x.toFixed(1), y: l.y.toFixed(1), class: `batch-label${l.retract ? " retract" : ""}` }, esc(l.text)));
   }
   // Time ticks.
   for (const t of ticks(d0, d1, 7)) {

@@ -80,6 +80,25 @@ function statusOf(a, w, t0) {
   return `<span class="muted">waiting</span>`;
 }
 
+const writesWord = (n) => `${n} write${n === 1 ? "" : "s"}`;
+
+/** What became of its writes that met a timeout: each was ? (unknown) until persist looked for
+ * its idempotency token in the state; the won/lost/? column's ? counts those left unknown. */
+function timeoutLine(w) {
+  const parts = [];
+  if (w.timedOutWrites) {
+    const how = [
+      `${w.resolvedByToken} → ${mark("committed", OUTCOMES)} resolved by the idempotency token`,
+      `${w.timedOutThenLost} → ${mark("mismatch", OUTCOMES)} token not in the state, so it had not landed: the retry lost the race`,
+    ];
+    const unknown = w.timedOutWrites - w.resolvedByToken - w.timedOutThenLost;
+    how.push(`${unknown} left ${mark("indeterminate", OUTCOMES)} unknown${unknown ? " (no token: it cannot tell)" : ""}`);
+    parts.push(`${mark("indeterminate", OUTCOMES)} ${writesWord(w.timedOutWrites)} met a storage timeout (${w.timeouts} in all): ${how.join(", ")}`);
+  }
+  if (w.otherTimeouts) parts.push(`${w.otherTimeouts} more timeout${w.otherTimeouts === 1 ? "" : "s"} hit its upkeep (heartbeats, compaction, rollups), not a write: persist retries those itself`);
+  return `<span data-kept="timeouts">${parts.join(" · ")}</span>`;
+}
+
 /** The outcomes kept until the next of their kind. */
 function keptLines(a, w, t0) {
   const lines = [];
@@ -94,9 +113,7 @@ function keptLines(a, w, t0) {
       : `${mark(o.outcome, OUTCOMES)} ${o.outcome === "indeterminate" ? "still unknown" : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
     lines.push(`<span data-kept="timed-out">write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(fmtMs(o.atMs, t0))}): ${how}</span>`);
   }
-  if (w && (w.timeouts || w.resolvedByToken)) {
-    lines.push(`<span data-kept="timeouts">${w.timeouts} storage timeouts met, ${w.resolvedByToken} writes resolved by the idempotency token</span>`);
-  }
+  if (w && (w.timedOutWrites || w.otherTimeouts)) lines.push(timeoutLine(w));
   if (a.detail.kind === "task") lines.push(...taskLines(a.detail, w, t0));
   // Kept lines wrap: none of them is cut.
   return lines.length ? `<tr class="sub kept"><td colspan="4" style="white-space:normal">${lines.join("<br>")}</td></tr>` : "";
@@ -151,7 +168,7 @@ export function renderWriters(el, snap, t0) {
     : `<tbody><tr><td colspan="5" class="empty">No writers. Add one with + Writer (w).</td></tr></tbody>`;
   setHtml(
     el,
-    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="updates still to write (to_write)">pending</th><th title="writes committed / lost a race (UpperMismatch) / timed out with the outcome unknown">won/lost/?</th></tr></thead>${body}</table>`,
+    `<table class="grid writers"><thead><tr><th>actor</th><th>cached upper</th><th title="dot: the handle's cached upper; ring: the process's shared upper; bar end: the shard's upper">vs shard</th><th title="updates still to write (to_write)">pending</th><th title="writes committed / lost a race (UpperMismatch) / whose outcome it never learned (a timed-out write without an idempotency token; with one, persist resolves every timeout: see the row's ? line)">won/lost/?</th></tr></thead>${body}</table>`,
   );
 }
 

@@ -109,8 +109,11 @@ export function checkTour(tour) {
   return tour;
 }
 
-/** The chunks a step's run is cut into (the same on every path: click-through and rebuild). */
+/** The chunks a step's run is cut into (the same on every path: click-through and rebuild). A
+ * step of no time is one run of 0 ms: what its commands started runs at that instant (a check of
+ * acknowledged writes reports at the settle, as of the moment the panels show). */
 export function chunksOf(runMs) {
+  if (!runMs) return [0];
   const out = [];
   for (let left = runMs; left > 0; left -= CHUNK_MS) out.push(Math.min(CHUNK_MS, left));
   return out;

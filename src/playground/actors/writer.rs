@@ -354,8 +354,17 @@ fn record(
                 actual: fact_current,
             });
         }
+        // A write whose outcome was unknown for a while: a timeout in its compare_and_append,
+        // or (without a token) an attempt that ended unknown.
+        let timeouts = if outcome == Outcome::Indeterminate {
+            timeouts.max(1)
+        } else {
+            timeouts
+        };
         if timeouts > 0 {
             let resolved = outcome == Outcome::Committed;
+            w.timed_out_writes += 1;
+            w.timed_out_then_lost += u64::from(outcome == Outcome::Mismatch);
             if resolved {
                 w.resolved_by_token += 1;
                 detail.push_str(&format!(
