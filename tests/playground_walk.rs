@@ -65,7 +65,9 @@ fn the_walk_follows_the_learners_push_past_a_queued_generator_burst() {
     push(&mut s, 0, "pear");
     let first = press(&mut s);
     assert!(
-        first.starts_with("stage 1/7, source: your push, key 0 = (0, \"pear\"), is in the source log"),
+        first.starts_with(
+            "stage 1/7, source: your push, key 0 = (0, \"pear\"), is in the source log"
+        ),
         "the walk follows the push: {first}"
     );
     let walk = s.snapshot().upsert.unwrap().walk.expect("a walk");
@@ -170,7 +172,10 @@ fn with_the_generator_on_a_press_says_so_and_the_line_stays_for_the_page() {
         "{m}"
     );
     let shown = press_view(&mut s).expect("kept for the page");
-    assert!(shown.generator_on && !shown.refused && shown.text == m, "{shown:?}");
+    assert!(
+        shown.generator_on && !shown.refused && shown.text == m,
+        "{shown:?}"
+    );
     // Another command, or the run moving on, takes the line away.
     s.run_for(1_000).unwrap();
     assert_eq!(press_view(&mut s), None, "the run moved on");

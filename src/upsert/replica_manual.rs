@@ -59,7 +59,12 @@ impl Replica {
     /// Reads like [`Replica::read_source`], but no message at or after time `end`
     /// ([`crate::upsert::source::SourceReader::read_before`]), and advances the source frontier
     /// at most to `cap`.
-    pub fn read_source_capped(&mut self, source: &SourceLog, end: Timestamp, cap: Timestamp) -> u64 {
+    pub fn read_source_capped(
+        &mut self,
+        source: &SourceLog,
+        end: Timestamp,
+        cap: Timestamp,
+    ) -> u64 {
         let (updates, frontier) = self.reader.read_before(source, self.cfg.read_batch, end);
         let n = updates.len() as u64;
         if let Err(e) = self.worker.send_source(updates) {

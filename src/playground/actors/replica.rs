@@ -212,7 +212,12 @@ impl UpsertHub {
     /// Queues one upsert for the source shard (it reaches the log once written and read back).
     pub fn push(&self, key: i64, value: Option<&str>) {
         let value = value.map(|v| Ok(kv_row(key, v)));
-        let after = self.source.borrow().messages().last().map_or(0, |m| m.offset);
+        let after = self
+            .source
+            .borrow()
+            .messages()
+            .last()
+            .map_or(0, |m| m.offset);
         let mut hand = self.hand.borrow_mut();
         // Only a walk takes pushes (seed mode): live mode keeps the newest few.
         if hand.len() >= MAX_HAND_PUSHES {

@@ -87,9 +87,8 @@ impl Scenario {
         let arrived = if by_hand {
             self.run_until(|_| walk.locate(&source.borrow()).1.is_some())?
         } else {
-            let unread = |r: &Rc<RefCell<Replica>>| {
-                r.borrow().snapshot(&source.borrow()).source_unread
-            };
+            let unread =
+                |r: &Rc<RefCell<Replica>>| r.borrow().snapshot(&source.borrow()).source_unread;
             self.run_until(|s| {
                 s.upsert.as_ref().is_some_and(|h| h.view().queued == 0) && unread(r) > 0
             })?
@@ -323,7 +322,11 @@ fn source_text(
             String::new()
         };
         let n = along.len();
-        let (s, they) = if n == 1 { ("", "it goes") } else { ("s", "they go") };
+        let (s, they) = if n == 1 {
+            ("", "it goes")
+        } else {
+            ("s", "they go")
+        };
         let queued = if walk.pushes.is_empty() {
             "earlier in the log"
         } else {
