@@ -99,7 +99,14 @@ export function wireControls(dom, app) {
   dom.stepReplicas.addEventListener("click", guarded(() => {
     // A walk moves only a paused run (running it ends the walk): the press pauses it first.
     if (app.playing()) app.togglePlay();
-    app.send({ type: "stepReplicas" });
+    try {
+      app.send({ type: "stepReplicas" });
+    } finally {
+      // The press's message is drawn under the button (render/index.js renderPress): bring the
+      // Upserts controls into view, so it is read where the press was made (at 1280x800 they
+      // sit below the fold).
+      dom.stepSaid.closest("section")?.scrollIntoView({ block: "nearest" });
+    }
   }));
   dom.stepSaid.addEventListener("click", guarded((e) => {
     if (e.target.closest("[data-action=generator-off]")) app.send({ type: "setGenerator", on: false });
