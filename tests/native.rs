@@ -51,6 +51,8 @@ mod playground_sweep;
 mod playground_tabs;
 #[path = "playground_time.rs"]
 mod playground_time;
+#[path = "playground_walk.rs"]
+mod playground_walk;
 #[path = "runtime.rs"]
 mod runtime;
 #[path = "runtime_tokio.rs"]

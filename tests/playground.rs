@@ -810,7 +810,9 @@ fn step_replicas_walks_a_pushed_upsert_one_stage_at_a_time() {
     // A press with nothing left to walk says what it did instead, and keeps the line.
     let next = s.apply(Command::StepReplicas).unwrap().message;
     assert!(
-        next.starts_with("stepped U1") && next.contains("nothing new for the first replica"),
+        next.starts_with(
+            "nothing new to walk: your push, key 3 = (3, \"hello\"), went through all seven stages"
+        ) && next.contains("stepped U1: fed back"),
         "{next}"
     );
     assert!(s.snapshot().upsert.unwrap().walk_done.is_some());
@@ -828,7 +830,7 @@ fn step_replicas_walks_a_pushed_upsert_one_stage_at_a_time() {
     );
     let more = s.apply(Command::StepReplicas).unwrap().message;
     assert!(
-        more.starts_with("stepped U1"),
+        more.starts_with("nothing to walk: push an upsert") && more.contains("stepped U1"),
         "nothing left to walk: {more}"
     );
 }

@@ -49,7 +49,8 @@ function faultKnobs(f, name) {
 /**
  * Wires the controls. `app` is main.js's thin layer over the engine:
  * `send(command, okText?)`, `report(status)`, `togglePlay()`, `step()`, `faster(dir)`,
- * `setSpeed(value)`, `newRun(seed)`, `switchMode()`, `resetDatabase()`, `latest()`, `table()`.
+ * `setSpeed(value)`, `newRun(seed)`, `switchMode()`, `resetDatabase()`, `latest()`, `table()`,
+ * `playing()`.
  */
 export function wireControls(dom, app) {
   const defaults = app.table().defaults;
@@ -95,7 +96,21 @@ export function wireControls(dom, app) {
   }));
   dom.generator.addEventListener("change", guarded(() => app.send({ type: "setGenerator", on: dom.generator.checked })));
   dom.undecodable.addEventListener("change", guarded(() => app.send({ type: "setUndecodable", on: dom.undecodable.checked })));
-  dom.stepReplicas.addEventListener("click", guarded(() => app.send({ type: "stepReplicas" })));
+  dom.stepReplicas.addEventListener("click", guarded(() => {
+    // A walk moves only a paused run (running it ends the walk): the press pauses it first.
+    if (app.playing()) app.togglePlay();
+    try {
+      app.send({ type: "stepReplicas" });
+    } finally {
+      // The press's message is drawn under the button (render/index.js renderPress): bring the
+      // Upserts controls into view, so it is read where the press was made (at 1280x800 they
+      // sit below the fold).
+      dom.stepSaid.closest("section")?.scrollIntoView({ block: "nearest" });
+    }
+  }));
+  dom.stepSaid.addEventListener("click", guarded((e) => {
+    if (e.target.closest("[data-action=generator-off]")) app.send({ type: "setGenerator", on: false });
+  }));
   dom.verify.addEventListener("click", guarded(() => app.send({ type: "verify" })));
   dom.faultsForm.addEventListener("submit", guarded((e) => {
     e.preventDefault();

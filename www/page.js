@@ -176,6 +176,8 @@ export function makePage(dom, params) {
       redraw();
     },
     latest: () => state.latest(),
+    /** Whether a seed-mode run is playing (live mode never is: it runs on real timers). */
+    playing: () => pg.mode === "seed" && view.playing,
     /** The engine's table of fixed facts (src/playground/table.rs): rules, default specs. */
     table: () => view.table,
     togglePlay() {
@@ -319,6 +321,8 @@ export function makePage(dom, params) {
       redraw,
       report,
       latest: () => state.latest(),
+    /** Whether a seed-mode run is playing (live mode never is: it runs on real timers). */
+    playing: () => pg.mode === "seed" && view.playing,
       mode: () => pg.mode,
       toPresent: () => time.toPresent(),
     }, list);

@@ -305,6 +305,10 @@ impl Scenario {
     /// Pushes one upsert into the source.
     fn push_upsert(&mut self, key: &i64, value: &Option<String>) -> Result<Applied, CommandError> {
         self.upsert_hub().push(*key, value.as_deref());
+        // A walk in progress goes on (this push waits for a walk of its own); the lines of a
+        // finished walk and of the last press no longer say what the next press does.
+        self.walk_done = None;
+        self.press = None;
         let what = value
             .as_ref()
             .map_or("delete".to_string(), |v| format!("{v:?}"));

@@ -146,6 +146,8 @@ pub struct Scenario {
     walk: Option<walk::Walk>,
     /// The walk that finished last, until the run moves on or another command runs.
     walk_done: Option<walk::WalkDoneView>,
+    /// What the last **Step replicas** press did, until another command or the run moves on.
+    press: Option<walk::PressView>,
 }
 
 /// The writer and reader lease of every playground process: a crashed one's handles expire,
@@ -238,6 +240,7 @@ impl Scenario {
             rules: rules::Rules::default(),
             walk: None,
             walk_done: None,
+            press: None,
         };
         scenario.journal.borrow_mut().live = !scenario.is_seeded();
         scenario.observe_shard(DEFAULT_SHARD);

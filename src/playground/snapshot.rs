@@ -323,6 +323,7 @@ impl Scenario {
                 let mut v = h.view();
                 v.walk = self.walk.as_ref().map(|w| w.view());
                 v.walk_done = self.walk_done.clone();
+                v.press = self.press.clone();
                 v
             }),
             rules: self.rules,

@@ -19,6 +19,12 @@
 //! scenario between two stages (a step, play): the pipeline never stays frozen. Seed mode only: live mode (and a walk with nothing
 //! unread) takes one timely step per replica instead.
 //!
+//! Which upsert: the newest one pushed by hand ([`HandPush`]) that the replica has not read.
+//! Older messages it has not read (the generator's, queued before it was turned off, or older
+//! pushes) go through the stages with it, and stage 1 names each. With no push waiting, the walk
+//! takes the newest message and says so. Every press's message, and why a press walked nothing,
+//! stays in the snapshot ([`PressView`]) for the page to show beside the button.
+//!
 //! Invariant: `walk.is_some()` iff every running replica is held.
 
 use std::cell::RefCell;
@@ -26,9 +32,15 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
+use super::actors::replica::HandPush;
 use super::apply::{applied, refuse};
 use super::{Applied, CommandError, Mode, Scenario};
+use crate::persist::codec::{Datum, Row};
 use crate::upsert::replica::{Manual, Replica};
+use crate::upsert::source::{SourceLog, SourceMessage};
+use crate::upsert::types::{UpsertKey, UpsertValue};
+
+mod stages;
 
 /// Virtual time a stage may run the scenario for before it reports that it could not finish.
 const STAGE_BUDGET_MS: u64 = 3_000;
@@ -91,9 +103,25 @@ impl Stage {
 pub(crate) struct Walk {
     actor: String,
     next: Stage,
+    /// The pushes it takes, oldest first: the last is the one it follows, the others go along
+    /// (empty: no push was waiting, it follows the newest message).
+    pushes: Vec<HandPush>,
     message: Option<(u64, i64, u64)>,
+    value: Option<String>,
     cell: Option<String>,
+    along: Vec<Along>,
+    overtaken_by: Option<u64>,
     empty_range: bool,
+}
+
+/// A message that goes through the stages with the walked one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Along {
+    /// `#offset key K = value`.
+    pub text: String,
+    /// Whether it is an earlier push of the learner's (else the generator's).
+    pub by_hand: bool,
 }
 
 /// The walk as the upsert panel shows it.
@@ -106,14 +134,22 @@ pub struct WalkView {
     pub next: Stage,
     /// Its name.
     pub next_name: &'static str,
+    /// Whether it follows an upsert pushed by hand (else the newest message, the generator's).
+    pub by_hand: bool,
     /// The upsert's source offset, key and time, once it is in the source log.
     pub offset: Option<u64>,
     /// Its key.
     pub key: Option<i64>,
     /// Its time.
     pub ts: Option<u64>,
-    /// Its key as the replica's stash and state cells name it, once stashed.
+    /// Its value, as the state shows values ("delete" for a delete).
+    pub value: Option<String>,
+    /// Its key as the replica's stash and state cells name it (the key's hash).
     pub cell: Option<String>,
+    /// The other unread messages that go through the stages with it.
+    pub along: Vec<Along>,
+    /// A message for the same key at the same time with a later offset: the upsert keeps it.
+    pub overtaken_by: Option<u64>,
     /// Whether the partial emission had the sink write an empty range first, up to the
     /// upsert's time (then every upper reads that time before the upsert is written).
     pub empty_range: bool,
@@ -126,12 +162,31 @@ pub struct WalkView {
 pub struct WalkDoneView {
     /// The replica walked.
     pub replica: String,
-    /// The upsert's key, time and value as its state now holds it (confirmed by the shard).
+    /// Whether it followed an upsert pushed by hand.
+    pub by_hand: bool,
+    /// The upsert's key.
     pub key: Option<i64>,
     /// Its time.
     pub ts: Option<u64>,
-    /// What the replica's state holds for the key now (`None`: a delete, or not found).
+    /// What the upsert held ("delete" for a delete).
+    pub pushed: Option<String>,
+    /// What the replica's state holds for that same key now (`None`: a delete, or not found).
     pub value: Option<String>,
+    /// A later message for the key at the same time, whose value the state holds instead.
+    pub overtaken_by: Option<u64>,
+}
+
+/// What the last **Step replicas** press did, for the page to show beside the button until
+/// another command runs or the run moves on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PressView {
+    /// The press's message (or why it was refused).
+    pub text: String,
+    /// Whether it was refused.
+    pub refused: bool,
+    /// Whether the generator kept it from walking (the page offers to turn it off).
+    pub generator_on: bool,
 }
 
 impl Walk {
@@ -140,42 +195,112 @@ impl Walk {
             replica: self.actor.clone(),
             next: self.next,
             next_name: self.next.name(),
+            by_hand: !self.pushes.is_empty(),
             offset: self.message.map(|m| m.0),
             key: self.message.map(|m| m.1),
             ts: self.message.map(|m| m.2),
+            value: self.value.clone(),
             cell: self.cell.clone(),
+            along: self.along.clone(),
+            overtaken_by: self.overtaken_by,
             empty_range: self.empty_range,
         }
     }
+
+    /// Finds the walk's pushes in the source log, oldest first, each taking the first message
+    /// after it that holds what it pushed and no earlier push took: the offsets the earlier
+    /// pushes took, and the message of the one the walk follows, once there.
+    fn locate(&self, log: &SourceLog) -> (Vec<u64>, Option<SourceMessage>) {
+        let mut taken = Vec::new();
+        let mut last = None;
+        for p in &self.pushes {
+            last = log
+                .messages()
+                .iter()
+                .find(|m| p.is(m) && !taken.contains(&m.offset))
+                .cloned();
+            if let Some(m) = &last {
+                taken.push(m.offset);
+            }
+        }
+        if last.is_some() {
+            taken.pop();
+        }
+        (taken, last)
+    }
+}
+
+/// A source value as the replica's state shows values ("delete" for a delete).
+pub(crate) fn render_value(v: &Option<UpsertValue>) -> String {
+    match v {
+        None => "delete".into(),
+        Some(Ok(row)) => row.to_string(),
+        Some(Err(e)) => format!("error: {e}"),
+    }
+}
+
+/// The name the replica's stash and state give key `key` (its hash, short).
+fn cell_of(key: i64) -> String {
+    UpsertKey::from_key(&Row::new([Datum::Int(key)])).short()
+}
+
+/// What a walk starting now would take.
+enum Start {
+    /// The pushes it takes (the last is the one it follows; empty: the newest message).
+    Walk(Vec<HandPush>),
+    /// Nothing to walk, and why.
+    Nothing(String),
 }
 
 impl Scenario {
     /// [`super::Command::StepReplicas`]: a stage of the walk (see the module docs), or one timely
-    /// step of every replica when there is nothing to walk.
+    /// step of every replica when there is nothing to walk. The press's message stays for the
+    /// page ([`PressView`]).
     pub(super) fn step_replicas(&mut self) -> Result<Applied, CommandError> {
-        let hub = self.upsert_hub();
-        let walkable = !hub.view().generating;
-        if self.walk.is_none() && (!walkable || !self.is_seeded() || !self.has_unread()) {
-            let why = if !self.is_seeded() {
-                "live mode walks no stages: one worker step of every replica"
-            } else if !walkable {
-                "the generator is on, so there is no one upsert to walk: one worker step of every replica"
-            } else {
-                "nothing new for the first replica to walk (push an upsert to walk it): one worker step of every replica, each reading what it has not read yet"
-            };
-            return self.step_timely_all(why);
-        }
+        let generating = self.upsert_hub().generating();
+        let result = self.press_step_replicas(generating);
+        self.press = Some(match &result {
+            Ok(a) => PressView {
+                text: a.message.clone(),
+                refused: false,
+                generator_on: generating && self.walk.is_none() && self.is_seeded(),
+            },
+            Err(e) => PressView {
+                text: e.0.clone(),
+                refused: true,
+                generator_on: false,
+            },
+        });
+        result
+    }
+
+    fn press_step_replicas(&mut self, generating: bool) -> Result<Applied, CommandError> {
         if self.walk.is_none() {
-            self.walk_done = None;
-            let Some(actor) = self.walk_replica().map(|(id, _)| id) else {
+            let Some((actor, replica)) = self.walk_replica() else {
                 return self.step_timely_all("no running replica to walk");
             };
+            let pushes = if !self.is_seeded() {
+                Start::Nothing("live mode walks no stages".into())
+            } else if generating {
+                Start::Nothing(self.generator_on_why(&replica))
+            } else {
+                self.walk_start(&actor, &replica)
+            };
+            let pushes = match pushes {
+                Start::Walk(p) => p,
+                Start::Nothing(why) => return self.step_timely_all(&why),
+            };
+            self.walk_done = None;
             self.hold_replicas(Manual::Hold);
             self.walk = Some(Walk {
                 actor,
                 next: Stage::Source,
+                pushes,
                 message: None,
+                value: None,
                 cell: None,
+                along: Vec::new(),
+                overtaken_by: None,
                 empty_range: false,
             });
         }
@@ -198,8 +323,9 @@ impl Scenario {
                 }
             }
             None => {
+                let done = self.done_view(&walk, &replica);
                 self.end_walk();
-                self.walk_done = Some(self.done_view(&walk, &replica));
+                self.walk_done = Some(done);
             }
         }
         let tail = stage.next().map_or(
@@ -213,7 +339,89 @@ impl Scenario {
         ))
     }
 
-    /// What the panel keeps of a finished walk: the key and the value the state now holds.
+    /// Takes the hand pushes the hub keeps and decides what a walk through `actor` follows:
+    /// the newest push it has not read, with the older unread ones going along. A push it has
+    /// read already (the run went on) is dropped; with none waiting, the newest unread message.
+    fn walk_start(&mut self, actor: &str, replica: &Rc<RefCell<Replica>>) -> Start {
+        let hub = self.upsert_hub();
+        let pushes: Vec<HandPush> = hub.hand.borrow_mut().drain(..).collect();
+        let queued = hub.view().queued;
+        let unread = {
+            let src = hub.source.borrow();
+            replica.borrow().unread_offsets(&src).len()
+        };
+        let (waiting, read) = self.sort_pushes(replica, pushes);
+        if !waiting.is_empty() || queued > 0 || unread > 0 {
+            return Start::Walk(waiting);
+        }
+        let why = if let Some(last) = read.last() {
+            format!(
+                "nothing to walk: your push, {last}, was read by {actor} on its own while the run went on; push another upsert and press again without running in between"
+            )
+        } else if let Some(done) = self.walk_done.as_ref().filter(|d| d.by_hand) {
+            format!(
+                "nothing new to walk: your push, key {} = {}, went through all seven stages (✓ done in the Upserts panel); push another upsert to walk it",
+                done.key.unwrap_or_default(),
+                done.pushed.as_deref().unwrap_or("?")
+            )
+        } else {
+            "nothing to walk: push an upsert (Push, above), then press again".into()
+        };
+        Start::Nothing(why)
+    }
+
+    /// Why a press walks nothing while the generator is on, and what to do (a push already
+    /// made is named: it is walked once the generator is off).
+    fn generator_on_why(&mut self, replica: &Rc<RefCell<Replica>>) -> String {
+        let pushes = self.upsert_hub().hand.borrow().clone();
+        let (waiting, _) = self.sort_pushes(replica, pushes);
+        let then = match waiting.last() {
+            Some(p) => format!(
+                "turn it off, then press again to walk your push, key {} = {}",
+                p.key,
+                render_value(&p.value)
+            ),
+            None => "turn it off, push an upsert, then press again".into(),
+        };
+        format!("the generator is on, so there is no one upsert to walk stage by stage: {then}")
+    }
+
+    /// Sorts hand pushes, oldest first, into those `replica` has not read (queued, or in the
+    /// source log unread) and those it has read on its own (as text). Each push takes the
+    /// first message after it that holds what it pushed and no earlier push took.
+    fn sort_pushes(
+        &mut self,
+        replica: &Rc<RefCell<Replica>>,
+        pushes: Vec<HandPush>,
+    ) -> (Vec<HandPush>, Vec<String>) {
+        let source = Rc::clone(&self.upsert_hub().source);
+        let src = source.borrow();
+        let unread = replica.borrow().unread_offsets(&src);
+        let mut taken: Vec<u64> = Vec::new();
+        let mut waiting = Vec::new();
+        let mut read = Vec::new();
+        for p in pushes {
+            let m = src
+                .messages()
+                .iter()
+                .find(|m| p.is(m) && !taken.contains(&m.offset));
+            match m {
+                Some(m) if !unread.contains(&m.offset) => {
+                    taken.push(m.offset);
+                    read.push(format!("key {} = {}", p.key, render_value(&p.value)));
+                }
+                Some(m) => {
+                    taken.push(m.offset);
+                    waiting.push(p);
+                }
+                None => waiting.push(p),
+            }
+        }
+        (waiting, read)
+    }
+
+    /// What the panel keeps of a finished walk: the walked key, what it held, and the value
+    /// the state holds for that same key now.
     fn done_view(&mut self, walk: &Walk, r: &Rc<RefCell<Replica>>) -> WalkDoneView {
         let source = Rc::clone(&self.upsert_hub().source);
         let value = walk.cell.as_ref().and_then(|cell| {
@@ -223,13 +431,16 @@ impl Scenario {
         });
         WalkDoneView {
             replica: walk.actor.clone(),
+            by_hand: !walk.pushes.is_empty(),
             key: walk.message.map(|m| m.1),
             ts: walk.message.map(|m| m.2),
+            pushed: walk.value.clone(),
             value,
+            overtaken_by: walk.overtaken_by,
         }
     }
 
-    /// One timely step of every replica; the message ends with `why` it was not a stage.
+    /// One timely step of every replica; the message starts with `why` it was not a stage.
     fn step_timely_all(&mut self, why: &str) -> Result<Applied, CommandError> {
         let source = Rc::clone(&self.upsert_hub().source);
         let mut stepped = Vec::new();
@@ -248,18 +459,11 @@ impl Scenario {
         Ok(applied(
             None,
             None,
-            format!("stepped {} ({why})", stepped.join("; ")),
+            format!(
+                "{why}. Instead, one worker step of every replica, each reading what it has not read yet: stepped {}",
+                stepped.join("; ")
+            ),
         ))
-    }
-
-    /// Whether some upsert is queued or unread by the replica a walk would take.
-    fn has_unread(&mut self) -> bool {
-        let queued = self.upsert_hub().view().queued > 0;
-        let source = Rc::clone(&self.upsert_hub().source);
-        let unread = self
-            .walk_replica()
-            .is_some_and(|(_, r)| r.borrow().snapshot(&source.borrow()).source_unread > 0);
-        queued || unread
     }
 
     /// The first running replica.
@@ -286,9 +490,10 @@ impl Scenario {
         }
     }
 
-    /// Ends a walk in progress, and forgets the line of a finished one.
+    /// Ends a walk in progress, and forgets the line of a finished one and the last press's.
     pub(super) fn end_walk(&mut self) {
         self.walk_done = None;
+        self.press = None;
         if self.walk.take().is_some() {
             self.hold_replicas(Manual::Auto);
         }
@@ -309,212 +514,5 @@ impl Scenario {
             self.pump();
         }
         Ok(true)
-    }
-
-    fn run_stage(&mut self, walk: &Walk, r: &Rc<RefCell<Replica>>) -> Result<String, CommandError> {
-        let source = Rc::clone(&self.upsert_hub().source);
-        let unread = |r: &Rc<RefCell<Replica>>| r.borrow().snapshot(&source.borrow()).source_unread;
-        match walk.next {
-            Stage::Source => {
-                let arrived = self.run_until(|s| {
-                    s.upsert.as_ref().is_some_and(|h| h.view().queued == 0) && unread(r) > 0
-                })?;
-                let src = source.borrow();
-                // The newest message is the one just pushed by hand; older unread ones (the
-                // generator's, before it was turned off) go along with it into the stash.
-                let earlier = unread(r).saturating_sub(1);
-                let Some(m) = src.messages().last().filter(|_| arrived) else {
-                    return Ok("the upsert did not reach the source log in time".into());
-                };
-                let value = m.value.as_ref().map_or("a delete".into(), |v| match v {
-                    Ok(row) => format!("= {row}"),
-                    Err(e) => format!("= error {e:?}"),
-                });
-                if let Some(w) = &mut self.walk {
-                    w.message = Some((m.offset, m.key, m.ts));
-                }
-                let also = match earlier {
-                    0 => String::new(),
-                    1 => " (nor 1 earlier message, which goes along)".into(),
-                    n => format!(" (nor {n} earlier messages, which go along)"),
-                };
-                Ok(format!(
-                    "key {} {value} is in the source log at offset {}, time {}; {} has not read it{also}",
-                    m.key, m.offset, m.ts, walk.actor
-                ))
-            }
-            Stage::Stash => Ok(self.stage_stash(walk, r, &source)),
-            Stage::Provisional => self.stage_provisional(walk, r),
-            Stage::Sink => self.stage_sink(walk, r, &source),
-            Stage::Shard => {
-                let ts = walk.message.map_or(0, |m| m.2);
-                let done = self.run_until(|_| r.borrow().sink_upper().is_some_and(|u| u > ts))?;
-                let upper = r.borrow().sink_upper();
-                Ok(if done {
-                    format!(
-                        "the compare_and_append committed: the shard holds the upsert, its upper is {}",
-                        super::log::fmt_frontier(upper)
-                    )
-                } else {
-                    "the write has not committed yet".into()
-                })
-            }
-            Stage::Feedback => {
-                let ts = walk.message.map_or(0, |m| m.2);
-                let done = self.run_until(|_| {
-                    let (n, upper) = r.borrow_mut().pull_feedback();
-                    n > 0 && upper.is_some_and(|u| u > ts)
-                })?;
-                let (n, upper) = r.borrow_mut().pull_feedback();
-                Ok(if done {
-                    format!(
-                        "{}'s persist source read {n} updates back from the shard (listen, up to {}); they wait at the operator's persist input",
-                        walk.actor,
-                        super::log::fmt_frontier(upper)
-                    )
-                } else {
-                    "the persist source has not read the write back yet".into()
-                })
-            }
-            Stage::State => {
-                let mut rb = r.borrow_mut();
-                let fed = rb.feed();
-                rb.step_worker();
-                let key = walk.message.map_or(0, |m| m.1);
-                Ok(format!(
-                    "{} folded {fed} feedback updates into its state: key {key} now holds what the shard holds, no longer provisional",
-                    walk.actor
-                ))
-            }
-        }
-    }
-
-    fn stage_stash(
-        &mut self,
-        walk: &Walk,
-        r: &Rc<RefCell<Replica>>,
-        source: &Rc<RefCell<crate::upsert::source::SourceLog>>,
-    ) -> String {
-        let Some((_, key, ts)) = walk.message else {
-            return "nothing to stash: the upsert never reached the source log".into();
-        };
-        let mut rb = r.borrow_mut();
-        rb.feed();
-        // The input frontier first, then the data at it: it arrives exactly at the frontier.
-        rb.advance_source_to(ts);
-        for _ in 0..8 {
-            let at = rb
-                .snapshot(&source.borrow())
-                .operator
-                .and_then(|o| o.input_upper);
-            if at >= Some(ts) {
-                break;
-            }
-            rb.step_worker_once();
-        }
-        let read = rb.read_source_capped(&source.borrow(), ts);
-        rb.step_worker_once();
-        let stash = rb
-            .snapshot(&source.borrow())
-            .operator
-            .map_or_else(Vec::new, |o| o.stash);
-        let stashed = stash.len();
-        let cell = stash.into_iter().find(|e| e.time == ts).map(|e| e.key);
-        drop(rb);
-        if let Some(w) = &mut self.walk {
-            w.cell = cell;
-        }
-        format!(
-            "{} read {read} messages with its input frontier held at {ts}; key {key} waits in the stash ({stashed} entries) until the time is complete",
-            walk.actor
-        )
-    }
-
-    fn stage_provisional(
-        &mut self,
-        walk: &Walk,
-        r: &Rc<RefCell<Replica>>,
-    ) -> Result<String, CommandError> {
-        let Some((_, key, ts)) = walk.message else {
-            return Ok("nothing to emit".into());
-        };
-        let before = r.borrow().counters().provisional_written;
-        let mut caught_up = false;
-        for _ in 0..6 {
-            {
-                let mut rb = r.borrow_mut();
-                rb.feed();
-                rb.step_worker_once();
-                if rb.counters().provisional_written > before {
-                    break;
-                }
-            }
-            // The persist upper must reach the time first: write the (empty) range up to it.
-            let lower = r.borrow().sink_upper();
-            r.borrow_mut().set_manual(Manual::WriteOnce);
-            self.run_until(|_| {
-                let rb = r.borrow();
-                rb.manual() == Manual::Hold && rb.sink_upper() != lower
-            })?;
-            let upper = r.borrow().sink_upper();
-            self.run_until(|_| r.borrow_mut().pull_feedback().1 >= upper)?;
-            caught_up = true;
-        }
-        let made = r.borrow().counters().provisional_written > before;
-        if let Some(w) = &mut self.walk {
-            w.empty_range = caught_up;
-        }
-        let how = if caught_up {
-            format!(
-                " (its sink first wrote an empty range, no updates, to move the shard's upper to \
-                 {ts}: the uppers now read {ts}, and an upper {ts} means every time before {ts} \
-                 is complete, not {ts} itself; the upsert at {ts} is not in the shard yet)"
-            )
-        } else {
-            String::new()
-        };
-        Ok(if made {
-            format!("{} drained at its input frontier {ts}{how}: key {key} is in its state as a provisional value ◌, not yet in the shard", walk.actor)
-        } else {
-            format!("{} made no partial emission at {ts}{how}", walk.actor)
-        })
-    }
-
-    fn stage_sink(
-        &mut self,
-        walk: &Walk,
-        r: &Rc<RefCell<Replica>>,
-        source: &Rc<RefCell<crate::upsert::source::SourceLog>>,
-    ) -> Result<String, CommandError> {
-        let ts = walk.message.map_or(0, |m| m.2);
-        let write = {
-            let mut rb = r.borrow_mut();
-            rb.read_source(&source.borrow());
-            let mut write = None;
-            for _ in 0..4 {
-                rb.step_worker_once();
-                write = rb.next_write();
-                if write.as_ref().is_some_and(|w| !w.updates.is_empty()) {
-                    break;
-                }
-            }
-            write
-        };
-        let Some(w) = write else {
-            return Ok("the sink has nothing complete to write yet".into());
-        };
-        r.borrow_mut().set_manual(Manual::WriteOnce);
-        self.run_until(|_| r.borrow().manual() == Manual::Hold)?;
-        let f = |a: &timely::progress::Antichain<u64>| {
-            super::log::fmt_frontier(a.elements().first().copied())
-        };
-        Ok(format!(
-            "the input frontier moved past {ts}; {}'s sink sent compare_and_append of {} updates at [{}, {}), expecting the shard's upper {}",
-            walk.actor,
-            w.updates.len(),
-            f(&w.lower),
-            f(&w.upper),
-            f(&w.lower)
-        ))
     }
 }

@@ -56,9 +56,16 @@ impl Replica {
         }
     }
 
-    /// Reads like [`Replica::read_source`], but advances the source frontier at most to `cap`.
-    pub fn read_source_capped(&mut self, source: &SourceLog, cap: Timestamp) -> u64 {
-        let (updates, frontier) = self.reader.read(source, self.cfg.read_batch);
+    /// Reads like [`Replica::read_source`], but no message at or after time `end`
+    /// ([`crate::upsert::source::SourceReader::read_before`]), and advances the source frontier
+    /// at most to `cap`.
+    pub fn read_source_capped(
+        &mut self,
+        source: &SourceLog,
+        end: Timestamp,
+        cap: Timestamp,
+    ) -> u64 {
+        let (updates, frontier) = self.reader.read_before(source, self.cfg.read_batch, end);
         let n = updates.len() as u64;
         if let Err(e) = self.worker.send_source(updates) {
             self.halt(format!("source: {e}"));
@@ -66,6 +73,11 @@ impl Replica {
         }
         self.advance_source_to(frontier.min(cap));
         n
+    }
+
+    /// The offsets of the source messages it has not read yet.
+    pub fn unread_offsets(&self, source: &SourceLog) -> Vec<u64> {
+        self.reader.unread_offsets(source)
     }
 
     /// One `worker.step()` and the output to the sink, with no feed and no read.

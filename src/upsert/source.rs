@@ -233,7 +233,19 @@ impl SourceReader {
     /// waits for a later read); returns them and the frontier the replica's source may advance
     /// to (never past a held message).
     pub fn read(&mut self, log: &SourceLog, max: usize) -> (Vec<SourceUpdate>, Timestamp) {
-        let end = (self.next + max).min(log.messages.len());
+        self.read_before(log, max, Timestamp::MAX)
+    }
+
+    /// Reads like [`SourceReader::read`], but no message at or after time `end`: a host walking
+    /// one message through leaves the later ones (pushed meanwhile) unread for a walk of their own.
+    pub fn read_before(
+        &mut self,
+        log: &SourceLog,
+        max: usize,
+        end: Timestamp,
+    ) -> (Vec<SourceUpdate>, Timestamp) {
+        let limit = log.messages.partition_point(|m| m.ts < end).max(self.next);
+        let end = (self.next + max).min(limit);
         self.held.extend(
             log.messages[self.next..end]
                 .iter()
@@ -264,6 +276,16 @@ impl SourceReader {
     /// Messages not yet read.
     pub fn unread(&self, log: &SourceLog) -> usize {
         log.messages.len() - self.next.min(log.messages.len()) + self.held.len()
+    }
+
+    /// The offsets of the messages not yet read (held back ones first, then the log's rest).
+    pub fn unread_offsets(&self, log: &SourceLog) -> Vec<u64> {
+        let rest = log.messages.get(self.next..).unwrap_or(&[]);
+        self.held
+            .iter()
+            .map(|((_, _, offset), _, _)| *offset)
+            .chain(rest.iter().map(|m| m.offset))
+            .collect()
     }
 }
 

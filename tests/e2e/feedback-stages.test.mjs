@@ -5,18 +5,55 @@
 // stage to come; the replica's state shows ◌ from the partial emission until the feedback read
 // is folded in. A screenshot of the panel at each stage goes to target/e2e-artifacts/.
 //
+// What a learner found in free play (issue 16, third walk): with a generator burst still queued
+// when they pushed, the walk followed a generator message and its done line paired one key with
+// another key's value; press 8 said "push an upsert" though one was; and with the generator on,
+// each press explained itself only in the status line, out of view. So: the walk follows the
+// push and names what goes along; the done line's key and value are of one message; every
+// press's message shows beside the Step replicas button at 1280x800, and with the generator on
+// it offers to turn it off.
+//
 // Run: node --test tests/e2e/feedback-stages.test.mjs     (needs pkg/: bash scripts/build.sh)
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import {
-  launch, openTwoReplicas, noErrors, shot, waitFor, waitForStatus, serveForTests,
+  ARTIFACTS, launch, openTwoReplicas, noErrors, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
 const server = serveForTests();
 
 const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedback read", "state"];
 const U1_STATE = '#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-state]';
+
+/**
+ * The press's message beside the Step replicas button: in the 1280x800 viewport, just under the
+ * button, and the same text as the status line. Returns the text.
+ */
+async function saidBesideButton(page, name, n) {
+  const box = await page.evaluate(() => {
+    const r = (id) => {
+      const el = document.getElementById(id);
+      const b = el.getBoundingClientRect();
+      return { top: b.top, bottom: b.bottom, left: b.left, hidden: el.hidden, text: el.textContent };
+    };
+    const message = document.querySelector("[data-testid=step-said-text]")?.textContent;
+    return { button: r("step-replicas"), said: r("step-said"), status: r("status"), message, vh: innerHeight };
+  });
+  const { button, said } = box;
+  assert.equal(said.hidden, false, `press ${n}: the message beside the button is shown`);
+  assert.ok(button.top >= 0 && button.bottom <= box.vh, `press ${n}: the button is in view: ${JSON.stringify(button)}`);
+  assert.ok(said.top >= button.bottom && said.top - button.bottom < 40 && said.bottom <= box.vh,
+    `press ${n}: the message is just under the button and in view: ${JSON.stringify(box)}`);
+  assert.ok(said.text.startsWith("Step replicas: ") && box.message === box.status.text,
+    `press ${n}: beside the button, what the status says: ${JSON.stringify(box)}`);
+  // What the learner sees at 1280x800, not scrolled: the press and its message.
+  mkdirSync(ARTIFACTS, { recursive: true });
+  await page.screenshot({ path: join(ARTIFACTS, `${name}-press-${n}.png`) });
+  return said.text;
+}
 
 test("Push, then Step replicas (j) seven times: each stage named once, in order, with ◌ in state before the feedback read overwrites it", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
@@ -38,6 +75,7 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     const n = i + 1;
     await waitForStatus(page, "ok", new RegExp(`stage ${n}/7, ${stage}: `));
     said.push(await page.locator("#status").textContent());
+    await saidBesideButton(page, "feedback", n);
     const walk = page.getByTestId("upsert-walk");
     if (n < STAGES.length) {
       // What the button's title promises: the walk moves one replica, the other waits, and a
@@ -49,7 +87,7 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     } else {
       // The walk's line gives way to a final one: done, the key confirmed, and what a press does now.
       await waitFor(page, () => !document.querySelector("[data-testid=upsert-walk]") && document.querySelector("[data-testid=upsert-walk-done]"), "the walk's done line");
-      assert.match(await page.getByTestId("upsert-walk-done").textContent(), /✓ done: key 3 = \(3, "hello"\) at t\d+ confirmed: U1's state holds what the shard holds, no longer provisional/);
+      assert.match(await page.getByTestId("upsert-walk-done").textContent(), /✓ done: your push, key 3 = \(3, "hello"\) at t\d+ confirmed: U1's state holds what the shard holds, no longer provisional/);
     }
     if (stage === "partial emission" || stage === "sink") {
       // Stage 3 wrote an empty range up to the upsert's time if it had to: the line says the
@@ -73,7 +111,9 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     await page.evaluate(() => document.activeElement?.blur());
     await page.keyboard.press("j");
     await waitFor(page, (b) => window.__playground.state.latest().actors.find((x) => x.id === "U1").detail.worker_steps > b, `press ${n} stepped U1`, before);
-    await waitForStatus(page, "ok", /^stepped U1: .*; U2: .* \(nothing new for the first replica to walk \(push an upsert to walk it\): one worker step of every replica, each reading what it has not read yet\)$/s);
+    // It names the push that went through, not "push an upsert" as if none had been.
+    await waitForStatus(page, "ok", /^nothing new to walk: your push, key 3 = \(3, "hello"\), went through all seven stages \(✓ done in the Upserts panel\); push another upsert to walk it\. Instead, one worker step of every replica, each reading what it has not read yet: stepped U1: .*; U2: /s);
+    await saidBesideButton(page, "feedback", n);
     assert.match(await page.getByTestId("upsert-walk-done").textContent(), /Step replicas \(j\) has nothing left to walk: each further press takes one worker step of every replica/);
     await shot(page, `feedback-stage-${n}`, "#panel-upsert");
   }
@@ -87,5 +127,91 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
   const state = await page.locator(U1_STATE).textContent();
   assert.match(state, /\(3, "hello"\)/);
   assert.doesNotMatch(state, /◌/);
+  noErrors(page);
+});
+
+/** Presses j with nothing focused (the key goes to the page's shortcuts). */
+async function pressJ(page) {
+  await page.evaluate(() => document.activeElement?.blur());
+  await page.keyboard.press("j");
+}
+
+test("a push made while a generator burst is still queued: the walk follows the push, names the burst, and the done line pairs key 0 with key 0's value", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openTwoReplicas(ctx, server);
+  // The generator runs (paused run, simulator steps) until a burst of its waits in the source's
+  // queue; then it is turned off and key 0 is pushed, into the same batch as the burst. Key 0
+  // sorts first in that batch: the old walk took its last message, a generator one.
+  await page.keyboard.press("g");
+  await waitForStatus(page, "ok", /upsert generator on/);
+  const queued = await page.evaluate(() => {
+    const pg = window.__playground.pg();
+    pg.runFor(600);
+    for (let i = 0; i < 3000 && pg.snapshot().upsert.queued < 2; i++) pg.step(1);
+    return pg.snapshot().upsert.queued;
+  });
+  assert.ok(queued >= 2, `a generator burst is queued: ${queued}`);
+  await page.getByTestId("u-generator").uncheck();
+  await waitForStatus(page, "ok", /upsert generator off/);
+  await page.getByTestId("u-key").fill("0");
+  await page.getByTestId("u-value").fill("pear");
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "ok", /pushed upsert: key 0 → "pear"/);
+
+  await pressJ(page);
+  await waitForStatus(page, "ok", /^stage 1\/7, source: your push, key 0 = \(0, "pear"\), is in the source log at offset \d+, time \d+; U1 has not read it\. \d+ other messages? it has not read, queued before yours, (it goes|they go) through these stages with it: #\d+ key \d+ = .*\(the generator's\)/);
+  const first = await saidBesideButton(page, "feedback-burst", 1);
+  // The walk's line in the Upserts panel says whose upsert it walks and names what goes along.
+  const walk = await page.getByTestId("upsert-walk").textContent();
+  assert.match(walk, /walks your push, key 0 = \(0, "pear"\) at t\d+, through U1/);
+  const along = await page.evaluate(() => window.__playground.state.latest().upsert.walk.along);
+  assert.ok(along.length >= 1, JSON.stringify(along));
+  for (const a of along) {
+    assert.ok(first.includes(a.text), `press 1 names ${a.text}`);
+    assert.ok(walk.includes(a.text), `the walk line names ${a.text}`);
+  }
+  for (let n = 2; n <= 7; n++) {
+    await pressJ(page);
+    await waitForStatus(page, "ok", new RegExp(`^stage ${n}/7, ${STAGES[n - 1]}: `));
+    await saidBesideButton(page, "feedback-burst", n);
+  }
+  // Key and value of one message: key 0's row starts with 0 (the value is (key, text)).
+  const done = await page.getByTestId("upsert-walk-done").textContent();
+  assert.match(done, /✓ done: your push, key 0 = \(0, "[^"]*"\) at t\d+ confirmed/);
+  const d = await page.evaluate(() => window.__playground.state.latest().upsert.walkDone);
+  if (d.overtakenBy === null) assert.match(done, /key 0 = \(0, "pear"\)/);
+  // And U1's state shows that value for key 0.
+  assert.ok((await page.locator(U1_STATE).textContent()).includes(d.value), `U1's state holds ${d.value}`);
+  await pressJ(page);
+  await waitForStatus(page, "ok", /^nothing new to walk: your push, key 0 = \(0, "pear"\), went through all seven stages/);
+  await saidBesideButton(page, "feedback-burst", 8);
+  noErrors(page);
+});
+
+test("with the generator on, a press says so beside the button and offers to turn it off; a press while playing pauses first", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openTwoReplicas(ctx, server);
+  await page.keyboard.press("g");
+  await waitForStatus(page, "ok", /upsert generator on/);
+  // Playing, as the page starts: the press pauses the run, then steps.
+  await page.keyboard.press(" ");
+  await waitForStatus(page, "ok", /^playing$/);
+  await pressJ(page);
+  await waitForStatus(page, "ok", /^the generator is on, so there is no one upsert to walk stage by stage: turn it off, push an upsert, then press again\. Instead, one worker step of every replica/);
+  assert.equal(await page.evaluate(() => window.__playground.view.playing), false, "the press paused the run");
+  const said = await saidBesideButton(page, "feedback-generator", 1);
+  assert.match(said, /the generator is on/);
+  const off = page.getByTestId("press-generator-off");
+  assert.ok(await off.isVisible(), "the offer to turn the generator off is beside the message");
+  await off.click();
+  await waitForStatus(page, "ok", /upsert generator off/);
+  assert.equal(await page.getByTestId("u-generator").isChecked(), false);
+  assert.equal(await page.getByTestId("step-said").isHidden(), true, "the press's line goes with the next command");
+  // Now a push walks.
+  await page.getByTestId("push-upsert").click();
+  await waitForStatus(page, "ok", /pushed upsert: key 1 → "hello"/);
+  await pressJ(page);
+  await waitForStatus(page, "ok", /^stage 1\/7, source: your push, key 1 = \(1, "hello"\)/);
+  await saidBesideButton(page, "feedback-generator", 2);
   noErrors(page);
 });

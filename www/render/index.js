@@ -22,7 +22,7 @@ export function findDom(doc) {
     modeHint: $("mode-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"), oBurst: $("o-burst"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
-    upsertValue: $("u-value"), generator: $("u-generator"), undecodable: $("u-undecodable"), stepReplicas: $("step-replicas"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    upsertValue: $("u-value"), generator: $("u-generator"), undecodable: $("u-undecodable"), stepReplicas: $("step-replicas"), stepSaid: $("step-said"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
     rules: $("rules-view"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
@@ -141,6 +141,7 @@ export function renderAll(dom, state, view, force = false) {
   if (visible(dom.oracle)) draw("oracle", () => renderOracle(dom.oracle, snap, t0));
   if (visible(dom.frontiers)) draw("frontiers", () => renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth));
   if (visible(dom.upsert)) draw("upsert", () => renderUpsert(dom.upsert, snap, state.history().at(-2)));
+  renderPress(dom.stepSaid, snap.upsert?.press);
   dom.generator.checked = Boolean(snap.upsert?.generating);
   if (snap.upsert) dom.undecodable.checked = Boolean(snap.upsert.undecodable);
   if (visible(dom.log)) draw("log", () => renderLog(dom, state.events(), snap, t0, view.eventsAfter));
@@ -191,6 +192,21 @@ export function renderRunbar(dom, snap, view) {
 }
 
 /** The status line: `{ kind: "ok" | "error" | "busy", text }`. Notices from the engine show too. */
+/**
+ * What the last Step replicas press did, beside the button (the engine keeps it until another
+ * command runs or the run moves on): the stage it ran, or why it walked nothing and what it did
+ * instead; with the generator in the way, a button that turns it off.
+ */
+function renderPress(el, press) {
+  if (!el) return;
+  el.hidden = !press;
+  if (!press) return setHtml(el, "");
+  const off = press.generatorOn
+    ? ` <button type="button" data-action="generator-off" data-testid="press-generator-off">Turn the generator off</button>`
+    : "";
+  setHtml(el, `<b>Step replicas${press.refused ? " refused" : ""}:</b> <span data-testid="step-said-text" class="${press.refused ? "err" : ""}">${esc(press.text)}</span>${off}`);
+}
+
 export function renderStatus(dom, status) {
   dom.status.dataset.kind = status.kind;
   dom.status.textContent = status.text;

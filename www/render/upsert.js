@@ -163,23 +163,37 @@ function walkLine(walk, replicas) {
   const waiting = held.length ? ` ${held.join(", ")} ${held.length === 1 ? "waits" : "wait"} until the walk ends.` : "";
   const at = STAGES.indexOf(walk.nextName);
   const stages = STAGES.map((s, i) => `<span class="${i < at ? "done" : i === at ? "next" : "muted"}">${i < at ? "✓ " : i === at ? "▸ " : ""}${esc(s)}</span>`).join(" → ");
-  const what = walk.key !== null ? `key ${walk.key} at t${walk.ts}` : "the pushed upsert";
+  const whose = walk.byHand ? "your push" : "the newest message (no push of yours was waiting)";
+  const what = walk.key !== null ? `${whose}, key ${walk.key} = ${walk.value} at t${walk.ts},` : whose;
+  // The messages the replica has not read up to that time go through the stages with it.
+  const along = walk.along.length
+    ? ` <span class="walk-note" data-testid="upsert-walk-along">With it go ${walk.along.length} message${walk.along.length === 1 ? "" : "s"} ${esc(walk.replica)} had not read, queued before it: ${walk.along.slice(0, 6).map((a) => `${esc(a.text)} (${a.byHand ? "your earlier push" : "the generator's"})`).join(", ")}${walk.along.length > 6 ? ` and ${walk.along.length - 6} more` : ""}.</span>`
+    : "";
+  const overtaken = walk.overtakenBy != null
+    ? ` <span class="walk-note">Message #${walk.overtakenBy} has key ${esc(walk.key)} at the same time and a later offset: the upsert keeps it, so the state ends with its value.</span>`
+    : "";
   // After the partial emission the sink wrote an empty range up to the upsert's time: every
   // upper now reads that time, which looks like the end of the road but is not.
   const emptyRange = walk.emptyRange && at >= 3 && at <= 4 && walk.ts !== null
     ? ` <span class="walk-note">The uppers read ${walk.ts} now: to get there the sink wrote an empty range (no updates). An upper ${walk.ts} says every time <i>before</i> ${walk.ts} is complete; the upsert at t${walk.ts} is not in the shard until stage 5.</span>`
     : "";
-  return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}.${emptyRange} <span class="muted">Each press runs the scenario until that stage's write or read completes, so the clock may move by seconds.${esc(waiting)}</span></p>`;
+  return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}.${along}${overtaken}${emptyRange} <span class="muted">Each press runs the scenario until that stage's write or read completes, so the clock may move by seconds.${esc(waiting)}</span></p>`;
 }
 
 /** The walk just finished: what it confirmed, and what the next press does. */
 function doneLine(done, replicas) {
   if (!done) return "";
+  // The key and the value of one message: the value is what the replica's state holds for the
+  // walked key (the engine looks the key's own cell up).
   const value = done.value ? `= ${done.value}` : "(deleted)";
+  const whose = done.byHand ? "your push, " : "";
+  const over = done.overtakenBy != null
+    ? ` (message #${done.overtakenBy}, for the same key at the same time with a later offset, won over ${done.pushed})`
+    : "";
   const behind = replicas
     .filter((a) => a.id !== done.replica && a.detail.kind === "replica" && a.detail.source_unread > 0)
     .map((a) => `${a.id} has ${a.detail.source_unread} source message${a.detail.source_unread === 1 ? "" : "s"} unread`);
   const others = behind.length ? ` (${behind.join(", ")}: its steps read ${behind.length === 1 ? "it" : "them"}; the value is in the shard already, so ${behind.length === 1 ? "it finds" : "they find"} it written)` : "";
-  return `<p class="small walk" data-testid="upsert-walk-done"><span class="done">✓ done: key ${esc(done.key ?? "?")} ${esc(value)} at t${esc(done.ts ?? "?")} confirmed</span>: ${esc(done.replica)}'s state holds what the shard holds, no longer provisional (◌). ` +
+  return `<p class="small walk" data-testid="upsert-walk-done"><span class="done">✓ done: ${esc(whose)}key ${esc(done.key ?? "?")} ${esc(value)} at t${esc(done.ts ?? "?")} confirmed${esc(over)}</span>: ${esc(done.replica)}'s state holds what the shard holds, no longer provisional (◌). ` +
     `<span class="muted">Step replicas (j) has nothing left to walk: each further press takes one worker step of every replica${esc(others)}. Push another upsert to walk it.</span></p>`;
 }

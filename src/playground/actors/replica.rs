@@ -36,10 +36,12 @@ use crate::upsert::reference::{check_contents, CheckerReport};
 use crate::upsert::replica::{Replica, ReplicaConfig, ReplicaSnapshot};
 use crate::upsert::source::{GeneratorConfig, SourceGenerator, SourceLog, SourceMessage};
 use crate::upsert::types::kv_row;
-use crate::upsert::types::{DataflowError, SourceData};
+use crate::upsert::types::{DataflowError, SourceData, UpsertValue};
 
 /// How often the generator adds a burst while it is on.
 pub const GENERATOR_PERIOD_MS: u64 = 250;
+/// How many hand pushes the hub keeps for a walk to take.
+const MAX_HAND_PUSHES: usize = 64;
 /// How many recent source messages a snapshot shows.
 const RECENT_MESSAGES: usize = 10;
 
@@ -84,11 +86,34 @@ pub struct UpsertView {
     pub walk: Option<crate::playground::walk::WalkView>,
     /// The walk that finished last, while the panel keeps its line.
     pub walk_done: Option<crate::playground::walk::WalkDoneView>,
+    /// What the last **Step replicas** press did, until another command or the run moves on.
+    pub press: Option<crate::playground::walk::PressView>,
+}
+
+/// An upsert pushed by hand, kept until a walk of **Step replicas** follows it (see
+/// [`crate::playground::walk`]) or the replicas read it on their own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandPush {
+    /// Its key.
+    pub key: i64,
+    /// Its value (`None`: a delete).
+    pub value: Option<UpsertValue>,
+    /// The source log's newest offset when it was pushed: its message comes after that one.
+    pub after: u64,
+}
+
+impl HandPush {
+    /// Whether `m` is this push's message.
+    pub fn is(&self, m: &SourceMessage) -> bool {
+        m.offset > self.after && m.key == self.key && m.value == self.value
+    }
 }
 
 /// The shared source, generator, log and checker of a scenario's replicas.
 pub struct UpsertHub {
     pub(crate) source: Rc<RefCell<SourceLog>>,
+    /// The upserts pushed by hand that no walk has taken yet, oldest first.
+    pub(crate) hand: RefCell<Vec<HandPush>>,
     queue: SourceQueue,
     generating: Rc<Cell<bool>>,
     undecodable: Rc<Cell<bool>>,
@@ -159,6 +184,7 @@ impl UpsertHub {
         );
         UpsertHub {
             source,
+            hand: RefCell::default(),
             queue,
             generating,
             undecodable,
@@ -173,6 +199,11 @@ impl UpsertHub {
         self.generating.set(on);
     }
 
+    /// Whether the generator is on.
+    pub fn generating(&self) -> bool {
+        self.generating.get()
+    }
+
     /// Whether the generator makes undecodable values on purpose.
     pub fn set_undecodable(&self, on: bool) {
         self.undecodable.set(on);
@@ -180,9 +211,25 @@ impl UpsertHub {
 
     /// Queues one upsert for the source shard (it reaches the log once written and read back).
     pub fn push(&self, key: i64, value: Option<&str>) {
-        self.queue
-            .borrow_mut()
-            .push((key, value.map(|v| Ok(kv_row(key, v)))));
+        let value = value.map(|v| Ok(kv_row(key, v)));
+        let after = self
+            .source
+            .borrow()
+            .messages()
+            .last()
+            .map_or(0, |m| m.offset);
+        let mut hand = self.hand.borrow_mut();
+        // Only a walk takes pushes (seed mode): live mode keeps the newest few.
+        if hand.len() >= MAX_HAND_PUSHES {
+            hand.remove(0);
+        }
+        hand.push(HandPush {
+            key,
+            value: value.clone(),
+            after,
+        });
+        drop(hand);
+        self.queue.borrow_mut().push((key, value));
     }
 
     /// The panel's data.
@@ -212,6 +259,7 @@ impl UpsertHub {
             checker: self.report.borrow().clone(),
             walk: None,
             walk_done: None,
+            press: None,
         }
     }
 

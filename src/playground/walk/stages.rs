@@ -1,0 +1,347 @@
+//! The seven stages of a walk (see [`super`]), one function each or one arm of
+//! [`Scenario::run_stage`].
+//!
+//! The replica reads the source only up to the walked message's time
+//! ([`Replica::read_source_capped`]): an upsert pushed while a walk runs gets a later time, stays
+//! unread, and has a walk of its own next.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use super::{render_value, Along, Walk};
+use crate::playground::{CommandError, Scenario};
+use crate::upsert::replica::{Manual, Replica};
+use crate::upsert::source::{SourceLog, SourceMessage};
+
+/// Reads a stage makes at most until the walked message is where it should be (each read takes
+/// at most the replica's read batch, and the reader now and then holds some back).
+const MAX_READS: usize = 64;
+
+/// How many of the messages that go along a walk the texts name one by one.
+const ALONG_NAMED: usize = 6;
+
+impl Scenario {
+    pub(super) fn run_stage(
+        &mut self,
+        walk: &Walk,
+        r: &Rc<RefCell<Replica>>,
+    ) -> Result<String, CommandError> {
+        let source = Rc::clone(&self.upsert_hub().source);
+        match walk.next {
+            super::Stage::Source => self.stage_source(walk, r, &source),
+            super::Stage::Stash => Ok(self.stage_stash(walk, r, &source)),
+            super::Stage::Provisional => self.stage_provisional(walk, r),
+            super::Stage::Sink => self.stage_sink(walk, r, &source),
+            super::Stage::Shard => {
+                let ts = walk.message.map_or(0, |m| m.2);
+                let done = self.run_until(|_| r.borrow().sink_upper().is_some_and(|u| u > ts))?;
+                let upper = r.borrow().sink_upper();
+                Ok(if done {
+                    format!(
+                        "the compare_and_append committed: the shard holds the upsert, its upper is {}",
+                        crate::playground::log::fmt_frontier(upper)
+                    )
+                } else {
+                    "the write has not committed yet".into()
+                })
+            }
+            super::Stage::Feedback => {
+                let ts = walk.message.map_or(0, |m| m.2);
+                let done = self.run_until(|_| {
+                    let (n, upper) = r.borrow_mut().pull_feedback();
+                    n > 0 && upper.is_some_and(|u| u > ts)
+                })?;
+                let (n, upper) = r.borrow_mut().pull_feedback();
+                Ok(if done {
+                    format!(
+                        "{}'s persist source read {n} updates back from the shard (listen, up to {}); they wait at the operator's persist input",
+                        walk.actor,
+                        crate::playground::log::fmt_frontier(upper)
+                    )
+                } else {
+                    "the persist source has not read the write back yet".into()
+                })
+            }
+            super::Stage::State => {
+                let mut rb = r.borrow_mut();
+                let fed = rb.feed();
+                rb.step_worker();
+                let key = walk.message.map_or(0, |m| m.1);
+                Ok(format!(
+                    "{} folded {fed} feedback updates into its state: key {key} now holds what the shard holds, no longer provisional",
+                    walk.actor
+                ))
+            }
+        }
+    }
+
+    /// Stage 1: runs the scenario until the walked message is in the source log, then names it
+    /// and every other message the replica has not read up to its time (they go along).
+    fn stage_source(
+        &mut self,
+        walk: &Walk,
+        r: &Rc<RefCell<Replica>>,
+        source: &Rc<RefCell<SourceLog>>,
+    ) -> Result<String, CommandError> {
+        let by_hand = !walk.pushes.is_empty();
+        let arrived = if by_hand {
+            self.run_until(|_| walk.locate(&source.borrow()).1.is_some())?
+        } else {
+            let unread =
+                |r: &Rc<RefCell<Replica>>| r.borrow().snapshot(&source.borrow()).source_unread;
+            self.run_until(|s| {
+                s.upsert.as_ref().is_some_and(|h| h.view().queued == 0) && unread(r) > 0
+            })?
+        };
+        let src = source.borrow();
+        let (earlier_pushes, found) = walk.locate(&src);
+        let m = if by_hand {
+            found
+        } else {
+            src.messages().last().cloned()
+        };
+        let Some(m) = m.filter(|_| arrived) else {
+            return Ok("the upsert did not reach the source log in time".into());
+        };
+        let unread = r.borrow().unread_offsets(&src);
+        let along: Vec<Along> = src
+            .messages()
+            .iter()
+            .filter(|o| o.offset != m.offset && o.ts <= m.ts && unread.contains(&o.offset))
+            .map(|o| Along {
+                text: format!("#{} key {} = {}", o.offset, o.key, render_value(&o.value)),
+                by_hand: earlier_pushes.contains(&o.offset),
+            })
+            .collect();
+        let overtaken_by = src
+            .messages()
+            .iter()
+            .filter(|o| o.key == m.key && o.ts == m.ts && o.offset > m.offset)
+            .map(|o| o.offset)
+            .max();
+        drop(src);
+        let text = source_text(walk, &m, &along, overtaken_by);
+        if let Some(w) = &mut self.walk {
+            w.message = Some((m.offset, m.key, m.ts));
+            w.value = Some(render_value(&m.value));
+            w.cell = Some(super::cell_of(m.key));
+            w.along = along;
+            w.overtaken_by = overtaken_by;
+        }
+        Ok(text)
+    }
+
+    fn stage_stash(
+        &mut self,
+        walk: &Walk,
+        r: &Rc<RefCell<Replica>>,
+        source: &Rc<RefCell<SourceLog>>,
+    ) -> String {
+        let Some((offset, key, ts)) = walk.message else {
+            return "nothing to stash: the upsert never reached the source log".into();
+        };
+        let mut rb = r.borrow_mut();
+        rb.feed();
+        // The input frontier first, then the data at it: it arrives exactly at the frontier.
+        rb.advance_source_to(ts);
+        for _ in 0..8 {
+            let at = rb
+                .snapshot(&source.borrow())
+                .operator
+                .and_then(|o| o.input_upper);
+            if at >= Some(ts) {
+                break;
+            }
+            rb.step_worker_once();
+        }
+        // Read (nothing after the message's time) until the message is in the stash.
+        let from = offset.to_string();
+        let mut read = 0;
+        let mut stash = Vec::new();
+        for _ in 0..MAX_READS {
+            read += rb.read_source_capped(&source.borrow(), ts + 1, ts);
+            rb.step_worker_once();
+            stash = rb
+                .snapshot(&source.borrow())
+                .operator
+                .map_or_else(Vec::new, |o| o.stash);
+            if stash.iter().any(|e| e.from_time == from) || rb.halted().is_some() {
+                break;
+            }
+        }
+        let there = stash.iter().any(|e| e.from_time == from);
+        let where_ = if there {
+            format!("key {key} (offset {offset}) waits in the stash ({} entries) until the time is complete", stash.len())
+        } else {
+            format!("key {key} (offset {offset}) is not in the stash")
+        };
+        format!(
+            "{} read {read} messages with its input frontier held at {ts}; {where_}",
+            walk.actor
+        )
+    }
+
+    fn stage_provisional(
+        &mut self,
+        walk: &Walk,
+        r: &Rc<RefCell<Replica>>,
+    ) -> Result<String, CommandError> {
+        let Some((_, key, ts)) = walk.message else {
+            return Ok("nothing to emit".into());
+        };
+        let before = r.borrow().counters().provisional_written;
+        let mut caught_up = false;
+        for _ in 0..6 {
+            {
+                let mut rb = r.borrow_mut();
+                rb.feed();
+                rb.step_worker_once();
+                if rb.counters().provisional_written > before {
+                    break;
+                }
+            }
+            // The persist upper must reach the time first: write the (empty) range up to it.
+            let lower = r.borrow().sink_upper();
+            r.borrow_mut().set_manual(Manual::WriteOnce);
+            self.run_until(|_| {
+                let rb = r.borrow();
+                rb.manual() == Manual::Hold && rb.sink_upper() != lower
+            })?;
+            let upper = r.borrow().sink_upper();
+            self.run_until(|_| r.borrow_mut().pull_feedback().1 >= upper)?;
+            caught_up = true;
+        }
+        let made = r.borrow().counters().provisional_written > before;
+        if let Some(w) = &mut self.walk {
+            w.empty_range = caught_up;
+        }
+        let how = if caught_up {
+            format!(
+                " (its sink first wrote an empty range, no updates, to move the shard's upper to \
+                 {ts}: the uppers now read {ts}, and an upper {ts} means every time before {ts} \
+                 is complete, not {ts} itself; the upsert at {ts} is not in the shard yet)"
+            )
+        } else {
+            String::new()
+        };
+        Ok(if made {
+            format!("{} drained at its input frontier {ts}{how}: key {key} is in its state as a provisional value ◌, not yet in the shard", walk.actor)
+        } else {
+            format!("{} made no partial emission at {ts}{how}", walk.actor)
+        })
+    }
+
+    fn stage_sink(
+        &mut self,
+        walk: &Walk,
+        r: &Rc<RefCell<Replica>>,
+        source: &Rc<RefCell<SourceLog>>,
+    ) -> Result<String, CommandError> {
+        let ts = walk.message.map_or(0, |m| m.2);
+        let write = {
+            let mut rb = r.borrow_mut();
+            // The input frontier moves just past the time: every message up to it is read,
+            // nothing after it (an upsert pushed meanwhile waits for a walk of its own).
+            for _ in 0..MAX_READS {
+                let src = source.borrow();
+                rb.read_source_capped(&src, ts + 1, ts + 1);
+                let behind = rb
+                    .unread_offsets(&src)
+                    .iter()
+                    .any(|o| src.messages().iter().any(|m| m.offset == *o && m.ts <= ts));
+                if !behind || rb.halted().is_some() {
+                    break;
+                }
+            }
+            let mut write = None;
+            for _ in 0..4 {
+                rb.step_worker_once();
+                write = rb.next_write();
+                if write.as_ref().is_some_and(|w| !w.updates.is_empty()) {
+                    break;
+                }
+            }
+            write
+        };
+        let Some(w) = write else {
+            return Ok("the sink has nothing complete to write yet".into());
+        };
+        r.borrow_mut().set_manual(Manual::WriteOnce);
+        self.run_until(|_| r.borrow().manual() == Manual::Hold)?;
+        let f = |a: &timely::progress::Antichain<u64>| {
+            crate::playground::log::fmt_frontier(a.elements().first().copied())
+        };
+        Ok(format!(
+            "the input frontier moved past {ts}; {}'s sink sent compare_and_append of {} updates at [{}, {}), expecting the shard's upper {}",
+            walk.actor,
+            w.updates.len(),
+            f(&w.lower),
+            f(&w.upper),
+            f(&w.lower)
+        ))
+    }
+}
+
+/// Stage 1's message: the walked message, whose it is, and what goes along with it.
+fn source_text(
+    walk: &Walk,
+    m: &SourceMessage,
+    along: &[Along],
+    overtaken_by: Option<u64>,
+) -> String {
+    let whose = if walk.pushes.is_empty() {
+        "no upsert of yours is waiting, so the walk takes the newest message, the generator's:"
+    } else {
+        "your push,"
+    };
+    let mut text = format!(
+        "{whose} key {} = {}, is in the source log at offset {}, time {}; {} has not read it",
+        m.key,
+        render_value(&m.value),
+        m.offset,
+        m.ts,
+        walk.actor
+    );
+    if !along.is_empty() {
+        let named: Vec<String> = along
+            .iter()
+            .take(ALONG_NAMED)
+            .map(|a| {
+                let whose = if a.by_hand {
+                    "your earlier push"
+                } else {
+                    "the generator's"
+                };
+                format!("{} ({whose})", a.text)
+            })
+            .collect();
+        let more = along.len().saturating_sub(ALONG_NAMED);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let n = along.len();
+        let (s, they) = if n == 1 {
+            ("", "it goes")
+        } else {
+            ("s", "they go")
+        };
+        let queued = if walk.pushes.is_empty() {
+            "earlier in the log"
+        } else {
+            "queued before yours"
+        };
+        text.push_str(&format!(
+            ". {n} other message{s} it has not read, {queued}, {they} through these stages with it: {}{more}",
+            named.join(", ")
+        ));
+    }
+    if let Some(o) = overtaken_by {
+        text.push_str(&format!(
+            ". Message #{o} has key {} at the same time and a later offset: the upsert keeps the later offset, so the state ends with #{o}'s value",
+            m.key
+        ));
+    }
+    text
+}

@@ -1,0 +1,199 @@
+//! **Step replicas** walks the learner's own push (src/playground/walk.rs), as a learner found it
+//! in free play: the generator ran, was turned off with a burst still queued, and an upsert was
+//! pushed by hand. The walk must follow that push (not the queued message that sorts last in the
+//! batch), name the queued messages that go along, end on a done line whose key and value are of
+//! one message, say after the walk that the push went through (not "push an upsert"), leave an
+//! upsert pushed during a walk for a walk of its own, and keep every press's message in the
+//! snapshot for the page to show beside the button, with the generator named when it is on.
+
+use persist_playground::playground::command::{ActorSpec, Command, ReplicaSpec};
+use persist_playground::playground::walk::PressView;
+use persist_playground::playground::Scenario;
+
+fn two_replicas(seed: u64) -> Scenario {
+    let mut s = Scenario::seeded(seed);
+    for read_batch in [4, 2] {
+        s.apply(Command::AddActor {
+            spec: ActorSpec::Replica(ReplicaSpec { read_batch }),
+            process: None,
+        })
+        .unwrap();
+    }
+    s
+}
+
+fn push(s: &mut Scenario, key: i64, value: &str) {
+    s.apply(Command::PushUpsert {
+        key,
+        value: Some(value.into()),
+    })
+    .unwrap();
+}
+
+fn press(s: &mut Scenario) -> String {
+    s.apply(Command::StepReplicas).unwrap().message
+}
+
+fn press_view(s: &mut Scenario) -> Option<PressView> {
+    s.snapshot().upsert.and_then(|u| u.press)
+}
+
+/// The generator runs until a burst of its is queued for the source, then is turned off: the
+/// burst is still queued when the learner pushes. Returns how many were queued.
+fn generator_burst_left_queued(s: &mut Scenario) -> u64 {
+    s.apply(Command::SetGenerator { on: true }).unwrap();
+    s.run_for(600).unwrap();
+    let mut queued = 0;
+    for _ in 0..2_000 {
+        s.step(1).unwrap();
+        queued = s.snapshot().upsert.unwrap().queued;
+        if queued >= 2 {
+            break;
+        }
+    }
+    s.apply(Command::SetGenerator { on: false }).unwrap();
+    queued
+}
+
+#[test]
+fn the_walk_follows_the_learners_push_past_a_queued_generator_burst() {
+    let mut s = two_replicas(3);
+    let queued = generator_burst_left_queued(&mut s);
+    assert!(queued >= 2, "a generator burst is queued: {queued}");
+    // Key 0 sorts first in the batch the source writer makes of the queue: the old walk took the
+    // batch's last message, a generator message, and looked its cell up by time alone.
+    push(&mut s, 0, "pear");
+    let first = press(&mut s);
+    assert!(
+        first.starts_with(
+            "stage 1/7, source: your push, key 0 = (0, \"pear\"), is in the source log"
+        ),
+        "the walk follows the push: {first}"
+    );
+    let walk = s.snapshot().upsert.unwrap().walk.expect("a walk");
+    assert!(walk.by_hand && walk.key == Some(0), "{walk:?}");
+    assert_eq!(walk.value.as_deref(), Some("(0, \"pear\")"));
+    // The queued generator messages go along, and the first press names each.
+    assert!(
+        !walk.along.is_empty() && walk.along.iter().all(|a| !a.by_hand),
+        "{walk:?}"
+    );
+    for a in &walk.along {
+        assert!(first.contains(&a.text), "press 1 names {}: {first}", a.text);
+    }
+    assert!(first.contains("(the generator's)"), "{first}");
+    for n in 2..=7 {
+        let m = press(&mut s);
+        assert!(m.starts_with(&format!("stage {n}/7, ")), "press {n}: {m}");
+    }
+    // The done line: the key walked and the value the state holds for that same key.
+    let done = s.snapshot().upsert.unwrap().walk_done.expect("a done line");
+    assert_eq!((done.key, done.by_hand), (Some(0), true), "{done:?}");
+    let value = done.value.clone().unwrap_or_default();
+    assert!(
+        value.starts_with("(0, "),
+        "the value is key 0's (its row starts with its key): {done:?}"
+    );
+    if done.overtaken_by.is_none() {
+        assert_eq!(value, "(0, \"pear\")", "{done:?}");
+    }
+    // Press 8: nothing left, and it says the push went through (not "push an upsert").
+    let eighth = press(&mut s);
+    assert!(
+        eighth.starts_with(
+            "nothing new to walk: your push, key 0 = (0, \"pear\"), went through all seven stages"
+        ),
+        "{eighth}"
+    );
+    assert!(eighth.contains("stepped U1: fed back"), "{eighth}");
+    let shown = press_view(&mut s).expect("press 8 is kept for the page");
+    assert_eq!(
+        (shown.text.as_str(), shown.generator_on),
+        (eighth.as_str(), false)
+    );
+}
+
+#[test]
+fn an_upsert_pushed_during_a_walk_waits_for_a_walk_of_its_own() {
+    let mut s = two_replicas(5);
+    s.run_for(800).unwrap();
+    push(&mut s, 3, "hello");
+    for n in 1..=2 {
+        assert!(press(&mut s).starts_with(&format!("stage {n}/7")));
+    }
+    // Pushed while the walk is at the stash: the walk goes on with key 3.
+    push(&mut s, 4, "late");
+    for n in 3..=7 {
+        let m = press(&mut s);
+        assert!(m.starts_with(&format!("stage {n}/7")), "{m}");
+    }
+    let done = s.snapshot().upsert.unwrap().walk_done.unwrap();
+    assert_eq!(
+        (done.key, done.value.as_deref()),
+        (Some(3), Some("(3, \"hello\")"))
+    );
+    // The old sink stage read everything unread, key 4 included, and the next press said
+    // "push an upsert". Now the next press walks key 4.
+    let next = press(&mut s);
+    assert!(
+        next.starts_with("stage 1/7, source: your push, key 4 = (4, \"late\")"),
+        "{next}"
+    );
+    for n in 2..=7 {
+        assert!(press(&mut s).starts_with(&format!("stage {n}/7")));
+    }
+    let done = s.snapshot().upsert.unwrap().walk_done.unwrap();
+    assert_eq!(
+        (done.key, done.value.as_deref()),
+        (Some(4), Some("(4, \"late\")"))
+    );
+    let up = {
+        s.run_for(1_000).unwrap();
+        s.snapshot().upsert.unwrap()
+    };
+    assert!(
+        up.checker.checks > 0 && up.checker.violations.is_empty(),
+        "{:?}",
+        up.checker
+    );
+}
+
+#[test]
+fn with_the_generator_on_a_press_says_so_and_the_line_stays_for_the_page() {
+    let mut s = two_replicas(7);
+    s.apply(Command::SetGenerator { on: true }).unwrap();
+    s.run_for(600).unwrap();
+    push(&mut s, 2, "kiwi");
+    // The push is still queued: the press names it as what a press walks once the generator is
+    // off.
+    let m = press(&mut s);
+    assert!(
+        m.starts_with("the generator is on, so there is no one upsert to walk stage by stage: turn it off, then press again to walk your push, key 2 = (2, \"kiwi\"). Instead, one worker step of every replica"),
+        "{m}"
+    );
+    let shown = press_view(&mut s).expect("kept for the page");
+    assert!(
+        shown.generator_on && !shown.refused && shown.text == m,
+        "{shown:?}"
+    );
+    // Another command, or the run moving on, takes the line away.
+    s.run_for(1_000).unwrap();
+    assert_eq!(press_view(&mut s), None, "the run moved on");
+    // The replicas read the push as the run went on: no promise to walk it any more.
+    let m = press(&mut s);
+    assert!(
+        m.starts_with("the generator is on, so there is no one upsert to walk stage by stage: turn it off, push an upsert, then press again."),
+        "{m}"
+    );
+    assert!(press_view(&mut s).is_some());
+    s.apply(Command::SetGenerator { on: false }).unwrap();
+    assert_eq!(press_view(&mut s), None, "another command ran");
+    // The push made while the generator ran is walked once it is off (if the replicas have not
+    // read it yet), or the press says they did.
+    let m = press(&mut s);
+    assert!(
+        m.starts_with("stage 1/7, source: ")
+            || m.starts_with("nothing to walk: your push, key 2 = (2, \"kiwi\"), was read by U1"),
+        "{m}"
+    );
+}
