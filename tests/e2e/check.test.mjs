@@ -126,8 +126,11 @@ test("live mode, two pages racing on one database: each page's check follows bot
     await page.getByTestId("add-writer").click();
   }
   // Each page's check reads every version of the shared shard (both pages' appends) and checks
-  // its own writer's acknowledged writes.
+  // its own writer's acknowledged writes. The panel is scrolled into view, where it redraws every
+  // third frame: off screen, the first of two pages redrew it seldom or never (the counts stayed
+  // at their first value for a minute while the snapshot's went past 600), and the wait failed.
   for (const page of [a, b]) {
+    await page.locator("#panel-check").scrollIntoViewIfNeeded();
     await waitFor(
       page,
       () => ["append-chain", "ack-lost", "ack-duplicate", "frontier-regress"].every(
