@@ -16,7 +16,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { checkBuilt, launch, openPage, ROOT, startServer, stopServer, waitFor } from "../tests/e2e/helpers.mjs";
+import { checkBuilt, closeBrowser, launch, openPage, ROOT, startServer, stopServer, waitFor } from "../tests/e2e/helpers.mjs";
 
 const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWith("--")).map((a) => a.slice(2).split("=")));
 const args = process.argv.slice(2).filter((a) => !a.startsWith("--"));
@@ -123,5 +123,6 @@ try {
   const gz = gzipSync(wasm, { level: 9 }).length;
   console.log(`wasm: ${wasm.length} bytes, ${gz} bytes gzipped (-9)`);
 } finally {
+  await closeBrowser();
   await stopServer(server);
 }

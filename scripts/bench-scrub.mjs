@@ -7,7 +7,7 @@
 // It prints p50/p95/p99 per sweep and the medians over sweeps.
 // Usage: bash scripts/build.sh && node scripts/bench-scrub.mjs [sweeps=5] [framesPerSweep=240] [width=1280] [height=800]
 
-import { checkBuilt, launch, openPage, startServer, stopServer, waitFor } from "../tests/e2e/helpers.mjs";
+import { checkBuilt, closeBrowser, launch, openPage, startServer, stopServer, waitFor } from "../tests/e2e/helpers.mjs";
 
 const sweeps = Number(process.argv[2] ?? 5);
 const frames = Number(process.argv[3] ?? 240);
@@ -84,5 +84,6 @@ try {
   console.log(`viewport ${viewport.width}x${viewport.height}: median over ${sweeps} sweeps: p50 ${fmt(median(rows.map((r) => r.p50)))} ms, p95 ${fmt(median(rows.map((r) => r.p95)))} ms, p99 ${fmt(median(rows.map((r) => r.p99)))} ms`);
   await ctx.close();
 } finally {
+  await closeBrowser();
   await stopServer(server);
 }

@@ -2,7 +2,9 @@
 # Assembles the npm package `persist-playground` into dist/npm/ from wasm-bindgen's outputs for
 # the three targets (one cargo build of the .wasm), and packs it with `npm pack` into dist/persist-playground-<version>.tgz.
 #
-#   bash scripts/package.sh            # release build (opt-level "z", lto: slow on 2 cores)
+#   bash scripts/package.sh            # release build (opt-level "z", lto: slow on 2 cores), in
+#                                      # Cargo profile `npm` (the release settings; the page's
+#                                      # build keeps `release` to itself, see Cargo.toml)
 #   bash scripts/package.sh --dev      # dev build, for iterating
 #
 # Layout of the package (one import path picks the build through conditional exports):
@@ -38,7 +40,7 @@ mkdir -p "$out" "$build"
 # flags wasm-pack would pass for this profile (Cargo.toml's [package.metadata.wasm-pack]: no
 # --debug glue in release, demangled names, no DWARF).
 case "$profile" in
-  --release) cargo_profile=(--release); cargo_dir=release; bindgen_profile=() ;;
+  --release) cargo_profile=(--profile npm); cargo_dir=npm; bindgen_profile=() ;;
   --dev) cargo_profile=(); cargo_dir=debug; bindgen_profile=(--debug) ;;
   *) echo "[package] unknown profile $profile (--release or --dev)" >&2; exit 1 ;;
 esac

@@ -20,7 +20,7 @@
 # PyPI: an emulator for tests, not a store) are installed if missing and started once by
 # scripts/services.sh, before the layers, and stopped at exit.
 #
-# Each layer prints its time; the summary lists them.
+# Each layer prints its time; the summary lists them, and the e2e files by their time.
 #
 # Work that repeats nothing: the integration tests are two binaries (tests/native.rs,
 # tests/browser.rs), so the crate is linked once per layer, not once per file; the page's e2e
@@ -136,7 +136,20 @@ setsid bash scripts/package.sh --release >"$logs/package-build.log" 2>&1 &
 package_pid=$!
 # The e2e files share nothing (each starts its own server on a free port, and every browser
 # context has its own fresh profile): they run E2E_CONCURRENCY at a time.
-node --test --test-concurrency="${E2E_CONCURRENCY:-2}" --test-reporter=tap tests/e2e/ 2>&1 | tee "$logs/e2e.log"
+# The runner starts the files in the order given: the longest first (as the summary's list of
+# files by time had them, 2026-12-02), so that the shorter ones fill in beside them rather than
+# leaving a long one at the end to run alone. A second reporter (scripts/e2e-times.mjs) sums each
+# file's test times for that list.
+e2e_files=()
+for f in page tours rules tour-walk; do
+  if [ -f "tests/e2e/$f.test.mjs" ]; then e2e_files+=("tests/e2e/$f.test.mjs"); fi
+done
+for f in tests/e2e/*.test.mjs; do
+  case " ${e2e_files[*]} " in *" $f "*) ;; *) e2e_files+=("$f") ;; esac
+done
+node --test --test-concurrency="${E2E_CONCURRENCY:-2}" --test-reporter=tap --test-reporter-destination=stdout \
+  --test-reporter=./scripts/e2e-times.mjs --test-reporter-destination="$logs/e2e-times.txt" "${e2e_files[@]}" 2>&1 | tee "$logs/e2e.log"
+sed 's/^/[test] /' "$logs/e2e-times.txt" 2>/dev/null || true
 e2e=$(grep -aoE '^# pass [0-9]+' "$logs/e2e.log" | awk '{print $3}' | tail -n1)
 e2e=${e2e:-0}
 [ "$e2e" -ge "$e2e_expected" ] && [ "$e2e" -gt 0 ] \
@@ -198,4 +211,5 @@ services_stop
 total=$((native + browser + e2e + pkg + backends))
 echo "[test] native $native (of $native_expected declared, plus doc tests), browser $browser (of $browser_expected declared), page $e2e (of $e2e_expected declared), package $pkg (of $pkg_expected declared), native backends $backends (of $backends_expected declared)"
 echo "[test] times:${times%,}; total $((SECONDS - t_start))s"
+sed 's/^/[test] /' "$logs/e2e-times.txt" 2>/dev/null || true
 echo "test: $total passed, 0 failed"

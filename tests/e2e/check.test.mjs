@@ -31,6 +31,8 @@ test("a faulty default run: every rule is checked more and more, and nothing bre
   for (const id of ["f-cons-fail", "f-cons-timeout", "f-blob-fail", "f-blob-timeout"]) await page.fill(`#${id}`, "5");
   await page.click("[data-testid=apply-faults]");
   await waitFor(page, () => window.__playground.state.latest().faults.consensus.knobs.failRate > 0, "the faults applied");
+  // The same run 16 times as fast: the virtual seconds below pass in a fraction of their wall time.
+  await page.getByTestId("speed").selectOption("16");
   await waitFor(page, () => window.__playground.state.latest().nowMs > 4_000, "4 s of the run");
   const first = await checksShown(page);
   for (const r of RULES) assert.ok(first[r], `the panel lists ${r}`);
@@ -124,8 +126,11 @@ test("live mode, two pages racing on one database: each page's check follows bot
     await page.getByTestId("add-writer").click();
   }
   // Each page's check reads every version of the shared shard (both pages' appends) and checks
-  // its own writer's acknowledged writes.
+  // its own writer's acknowledged writes. The panel is scrolled into view, where it redraws every
+  // third frame: off screen, the first of two pages redrew it seldom or never (the counts stayed
+  // at their first value for a minute while the snapshot's went past 600), and the wait failed.
   for (const page of [a, b]) {
+    await page.locator("#panel-check").scrollIntoViewIfNeeded();
     await waitFor(
       page,
       () => ["append-chain", "ack-lost", "ack-duplicate", "frontier-regress"].every(

@@ -4,14 +4,14 @@
 //
 // The start-up every test file shares: `const server = serveForTests()` at the top of the file
 // (one server per file, on its own free port, so files may run concurrently), `launch(t)` for a
-// browser context with its own profile, then `openPage` (waits for "ready") or `newPage` + goto
-// (a tour or a bad link replaces the ready status), and `tourSettled` for a tour's step.
+// browser context with its own profile (the file's tests share one Chromium), then `openPage`
+// (waits for "ready") or `newPage` + goto (a tour or a bad link replaces the ready status), and
+// `tourSettled` for a tour's step.
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before } from "node:test";
@@ -124,7 +124,10 @@ export function serveForTests({ dirs = [] } = {}) {
     for (const dir of dirs) mkdirSync(dir, { recursive: true });
     server = await startServer();
   });
-  after(() => (server ? stopServer(server) : undefined));
+  after(async () => {
+    await closeBrowser();
+    if (server) await stopServer(server);
+  });
   return handle;
 }
 
@@ -145,36 +148,30 @@ export async function stopServer(server) {
   clearTimeout(timer);
 }
 
-/** A browser context with a fresh profile directory (nothing carried over between tests). */
-/** Best effort: Chromium may still be flushing the profile as it exits; a leftover is no failure. */
-function removeProfile(dir) {
-  try {
-    rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
-  } catch {
-    // left for the OS's temp cleanup
-  }
+/**
+ * The file's one Chromium, launched on first use and closed by `closeBrowser` (serveForTests's
+ * after() hook). Each test gets its own browser context from it (`launch`): a context is a fresh,
+ * off-the-record profile of its own (no cookie, storage, IndexedDB or cache carried over between
+ * contexts), at the cost of a tab, not of a browser start and a profile of ~90 MB on disk.
+ */
+let browser = null;
+
+async function theBrowser() {
+  browser ??= chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+  return browser;
 }
 
-/** Profiles not yet removed: whatever a test left (a context closed by hand) goes at exit. */
-const profiles = new Set();
-process.on("exit", () => profiles.forEach(removeProfile));
+/** Closes the file's Chromium, if one was launched (the process cannot exit while it runs). */
+export async function closeBrowser() {
+  const b = browser;
+  browser = null;
+  if (b) await (await b).close();
+}
 
+/** A browser context with a fresh profile (nothing carried over between tests), closed after `t`. */
 export async function launch(t) {
-  // A fresh profile per context, removed when the context closes (each holds ~90 MB of caches;
-  // a full page layer would otherwise leave gigabytes in the temp directory).
-  const profile = mkdtempSync(join(tmpdir(), "pp-e2e-"));
-  profiles.add(profile);
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: CHROMIUM_ARGS,
-    viewport: { width: 1280, height: 800 },
-  });
-  t?.after(async () => {
-    await context.close();
-    removeProfile(profile);
-    profiles.delete(profile);
-  });
+  const context = await (await theBrowser()).newContext({ viewport: { width: 1280, height: 800 } });
+  t?.after(() => context.close());
   return context;
 }
 
@@ -233,6 +230,19 @@ export function tourSettled(page, id, step) {
     `tour ${id} step ${step} to settle`,
     [id, step],
   );
+}
+
+/**
+ * Resolves once the page has shown `n` more animation frames. The page's frame loop (www/page.js)
+ * runs once a frame, so it has run at least n - 1 times since the call: a state that holds over
+ * them held while the page kept drawing, which a fixed wait could only hope for.
+ */
+export function frames(page, n) {
+  return page.evaluate((k) => new Promise((resolve) => {
+    let left = k;
+    const tick = () => (--left <= 0 ? resolve() : requestAnimationFrame(tick));
+    requestAnimationFrame(tick);
+  }), n);
 }
 
 /** What the page shows, for failure messages. */

@@ -10,8 +10,10 @@
 //     chip was pressed if the panel was not in view. A `{{prev:path}}` value (the previous step's)
 //     may instead have been visible so at the previous step, where the learner saw it. The clock
 //     (`nowMs`) is not a panel's: it shows on the tour card.
-// All of it is checked HOLD_MS after the step settled, as the learner reads the card: a settled
-// step holds still (the run is paused during a tour), so what the card quotes stays shown. The
+// All of it is checked HOLD_FRAMES frames after the step settled (every panel redrawn in its
+// turn since), as the learner reads the card: a settled step holds still (the run is paused
+// during a tour), so what the card quotes stays shown: the run is paused at settle, and its clock
+// and its last event are the same then, after those frames and after the step was walked. The
 // Shard panel shows the step's shard (engine.js `shardOf`), and the panels a tour hides are hidden.
 // A panel is "in view" when at least min(its height, MIN_VISIBLE_PX) of it is inside the window.
 // "Named" panels are the step's `panel-*` highlights and, for a `shard:NAME` highlight, the Shard
@@ -26,7 +28,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ARTIFACTS, ROOT, launch, latest, newPage, noErrors, serveForTests, tourSettled } from "./helpers.mjs";
+import { ARTIFACTS, ROOT, frames, launch, latest, newPage, noErrors, serveForTests, tourSettled } from "./helpers.mjs";
 import { checkTour, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
 import { fmtMs } from "../../www/spec.js";
 
@@ -37,8 +39,12 @@ const VIEWPORT = { width: 1280, height: 800 };
 const MIN_VISIBLE_PX = 200;
 /** The share of settled steps that must show all their named panels at once. */
 const AT_ONCE_SHARE = 0.9;
-/** How long after a step settles the walk looks at it (a learner reading the card). */
-const HOLD_MS = 2000;
+/**
+ * How many of the page's frames after a step settles the walk looks at it (a learner reading the
+ * card): the panels take turns to redraw, a third of them a frame (www/render/index.js), so
+ * every panel has redrawn four times since.
+ */
+const HOLD_FRAMES = 12;
 
 const tours = JSON.parse(readFileSync(join(TOURS_DIR, "index.json"), "utf8")).tours.map((id) =>
   checkTour(JSON.parse(readFileSync(join(TOURS_DIR, `${id}.json`), "utf8"))),
@@ -232,19 +238,25 @@ for (const [ti, tour] of tours.entries()) {
     for (let i = 0; i < tour.steps.length; i++) {
       if (i > 0) await page.getByTestId("tour-next").click();
       await settled(page, tour.id, i + 1);
-      // The learner reads the card: the step must hold still meanwhile.
+      // The learner reads the card: the step must hold still meanwhile (paused, the same clock
+      // and last event after the page's next frames and after the walk).
       const clock = () => page.evaluate(() => {
         const s = window.__playground.state.latest();
-        return { nowMs: s.nowMs, lastSeq: s.lastSeq };
+        return { nowMs: s.nowMs, lastSeq: s.lastSeq, playing: window.__playground.view.playing };
       });
       const atSettle = await clock();
-      await page.waitForTimeout(HOLD_MS);
-      const later = await clock();
-      if (later.nowMs !== atSettle.nowMs || later.lastSeq !== atSettle.lastSeq) {
-        failures.push(`${tour.id} step ${i + 1}: the run moved on after the step settled (${JSON.stringify(atSettle)} → ${JSON.stringify(later)})`);
-      }
+      if (atSettle.playing) failures.push(`${tour.id} step ${i + 1}: the run plays after the step settled`);
+      const held = async (when) => {
+        const later = await clock();
+        if (later.nowMs !== atSettle.nowMs || later.lastSeq !== atSettle.lastSeq || later.playing) {
+          failures.push(`${tour.id} step ${i + 1}: the run moved on ${when} (${JSON.stringify(atSettle)} → ${JSON.stringify(later)})`);
+        }
+      };
+      await frames(page, HOLD_FRAMES);
+      await held(`in the ${HOLD_FRAMES} frames after the step settled`);
       await page.screenshot({ path: join(SHOTS, `${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}.png`) });
       const r = await walkStep(page, tour, i, prevSnap, seenPrev);
+      await held("while the step was walked");
       prevSnap = r.snap;
       seenPrev = r.shownNow;
       failures.push(...r.failures);
