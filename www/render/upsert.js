@@ -54,10 +54,11 @@ function stateTable(op, walkCell) {
   }
   const cells = state.slice(0, 10).map((c) => {
     const prov = c.mode === "provisional";
-    const value = prov ? (c.provisional_value ?? "⌫ delete") : (c.value ?? (c.mode === "tombstone" ? "⌫" : "–"));
+    // A cell that does not decode (two rows for one key, say) says why, its key named.
+    const value = prov ? (c.provisional_value ?? "⌫ delete") : (c.value ?? (c.decode_error ? `does not decode: ${c.decode_error}` : c.mode === "tombstone" ? "⌫" : "–"));
     // The key is shown by its row (key, value); its hash, the state's own key, only on hover.
     // An error takes its key's place (a value that did not decode): marked ⚠.
-    const bad = /^error: /.test(value);
+    const bad = /^error: /.test(value) || Boolean(c.decode_error);
     return `<li class="${prov ? "provisional" : ""}${bad ? " err" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${bad ? "⚠ " : ""}${esc(value)}${purposeNote(value)}</li>`;
   });
   // A stashed value shows its row; a delete has no row, so its key's hash stands in.

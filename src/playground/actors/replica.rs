@@ -239,6 +239,10 @@ impl UpsertHub {
             let mut snap = r.borrow().snapshot(&source);
             // A state error names its key by hash: add the key the learner knows.
             snap.halted = snap.halted.map(|why| source.name_keys(&why));
+            let cells = snap.operator.iter_mut().flat_map(|op| op.state.iter_mut());
+            for e in cells.filter_map(|c| c.decode_error.as_mut()) {
+                *e = source.name_keys(e);
+            }
             snap
         })
     }
