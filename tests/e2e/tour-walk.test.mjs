@@ -6,7 +6,8 @@
 //   - every other named panel is in view, or its "Look at" chip brings it into view with the card
 //     still on screen (the chip also flashes it);
 //   - every actor it names (its actor highlights, and the actor ids its narration mentions) shows
-//     on a panel in the window: its row or card; else its chip brings it there, the card staying
+//     on a panel in the window (its row or card, or its id in a named panel's visible text);
+//     else its chip brings it there, the card staying
 //     on screen (an actor the narration names and the step does not highlight has no chip, so it
 //     must be in view at settle);
 //   - every value the narration fills in from the snapshot (`{{path}}`) is visible text of a
@@ -164,7 +165,8 @@ function namedActors(step, snap) {
 /**
  * True if actor `id` shows on a panel in the window: some element of `.panels` carrying
  * `data-actor=id` (its row, its card) is at least partly inside the window and inside every
- * scrolling box around it, and not in a hidden panel or a closed `<details>`.
+ * scrolling box around it, and not in a hidden panel or a closed `<details>`. (A named panel
+ * that names it in its visible text, "held by reader R1", shows it too: see walkStep.)
  */
 function actorInView(page, id) {
   return page.evaluate((actor) => {
@@ -214,7 +216,11 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   const m = await measure(page, panels);
   const actors = namedActors(step, snap);
   const actorsAtSettle = [];
-  for (const id of actors) actorsAtSettle.push(await actorInView(page, id));
+  for (const id of actors) {
+    let seen = await actorInView(page, id);
+    for (const panel of panels) seen ||= await textVisible(page, panel, [id]);
+    actorsAtSettle.push(seen);
+  }
   if (!m.card) failures.push(`${where}: the tour card is not wholly on screen`);
   if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
   const atOnce = m.card && panels.every((id) => inView(m.panels[id])) && actorsAtSettle.every(Boolean);
