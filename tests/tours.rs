@@ -457,3 +457,67 @@ fn how_often_the_page_pulls_never_changes_the_state() {
     assert_eq!(busy_scenario(Some(16)), quiet, "pulled every 16 ms");
     assert_eq!(busy_scenario(Some(250)), quiet, "pulled every 250 ms");
 }
+
+/// The terms a learner needs defined, each where the tours first use it. A tour defines a term
+/// where it puts it in bold (`**stash**: ...`), so the first narration to use a term (in the
+/// tours' order, `index.json`, step by step) must have it in bold there: a term used before it is
+/// defined sends the learner hunting.
+const DEFINED_WHERE_FIRST_USED: &[&str] = &[
+    "input frontier",
+    "persist upper",
+    "stash",
+    "partial emission",
+    "provisional",
+    "rehydrate",
+    "diff_sum",
+    "undecodable on purpose",
+    "durable upper",
+    "fenced",
+    "upper tick",
+];
+
+/// Where `term` first occurs in `text` as a word (case-insensitive), and whether it is inside a
+/// `**bold**` span there.
+fn first_use(text: &str, term: &str) -> Option<bool> {
+    let lower = text.to_lowercase();
+    let is_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    let at = lower.match_indices(term).map(|(i, _)| i).find(|&i| {
+        // The term, or its plural ("rehydrates").
+        let after = &lower[i + term.len()..];
+        let after = after.strip_prefix('s').unwrap_or(after);
+        !is_word(lower[..i].chars().next_back()) && !is_word(after.chars().next())
+    })?;
+    // Inside bold: an odd number of `**` before it.
+    Some(lower[..at].matches("**").count() % 2 == 1)
+}
+
+#[test]
+fn every_term_is_defined_where_the_tours_first_use_it() {
+    for term in DEFINED_WHERE_FIRST_USED {
+        let first = tours().into_iter().find_map(|tour| {
+            steps(&tour).iter().enumerate().find_map(|(i, step)| {
+                step["narration"].as_array()?.iter().find_map(|p| {
+                    let bold = first_use(p.as_str()?, term)?;
+                    Some((format!("tour {} step {}", tour["id"], i + 1), bold))
+                })
+            })
+        });
+        let (at, bold) = first.unwrap_or_else(|| panic!("no tour uses {term:?}"));
+        assert!(
+            bold,
+            "{at} is the first to use {term:?}, and does not define it (in **bold**)"
+        );
+    }
+}
+
+#[test]
+fn a_term_counts_as_used_as_a_word_and_as_defined_in_bold() {
+    assert_eq!(first_use("the **stash** holds it", "stash"), Some(true));
+    assert_eq!(first_use("it waits in the stash", "stash"), Some(false));
+    assert_eq!(
+        first_use("it **rehydrates** from the shard", "rehydrate"),
+        Some(true)
+    );
+    assert_eq!(first_use("stashed values", "stash"), None);
+    assert_eq!(first_use("nothing here", "stash"), None);
+}

@@ -58,6 +58,9 @@ pub struct SourceLog {
     messages: Vec<SourceMessage>,
     upper: Timestamp,
     next_offset: u64,
+    /// Messages whose value is an error (undecodable), and the index of the latest.
+    undecodable: u64,
+    last_undecodable: Option<usize>,
 }
 
 impl SourceLog {
@@ -67,7 +70,15 @@ impl SourceLog {
             messages: Vec::new(),
             upper: 0,
             next_offset: 1,
+            undecodable: 0,
+            last_undecodable: None,
         }
+    }
+
+    /// How many messages carry an error for a value (undecodable), and the latest of them.
+    pub fn undecodable(&self) -> (u64, Option<&SourceMessage>) {
+        let last = self.last_undecodable.and_then(|i| self.messages.get(i));
+        (self.undecodable, last)
     }
 
     /// Every message.
@@ -97,6 +108,10 @@ impl SourceLog {
         }
         let offset = self.next_offset;
         self.next_offset += 1;
+        if matches!(value, Some(Err(_))) {
+            self.undecodable += 1;
+            self.last_undecodable = Some(self.messages.len());
+        }
         self.messages.push(SourceMessage {
             key,
             value,
@@ -109,6 +124,40 @@ impl SourceLog {
     /// Moves the upper to `upper` (never back).
     pub fn seal(&mut self, upper: Timestamp) {
         self.upper = self.upper.max(upper);
+    }
+
+    /// `text` with the source's own key named after each key hash it quotes: a state error names
+    /// its key by hash (`key 1a2b3c4d5e6f`, [`UpsertKey::short`]), which nobody recognises, so
+    /// this adds the key column of the messages whose key hashes to it: `key 1a2b3c4d5e6f (the
+    /// source's key 6)`. A hash no message has is left as it is.
+    pub fn name_keys(&self, text: &str) -> String {
+        const PREFIX: &str = "key ";
+        const HEX: usize = 12;
+        if !text.contains(PREFIX) {
+            return text.to_string();
+        }
+        let keys: std::collections::BTreeSet<i64> = self.messages.iter().map(|m| m.key).collect();
+        let named: Vec<(String, i64)> = keys
+            .into_iter()
+            .map(|k| (UpsertKey::from_key(&Row::new([Datum::Int(k)])).short(), k))
+            .collect();
+        let mut out = String::with_capacity(text.len() + 24);
+        let mut rest = text;
+        while let Some(i) = rest.find(PREFIX) {
+            let after = &rest[i + PREFIX.len()..];
+            let hex = after.get(..HEX).filter(|h| {
+                h.bytes().all(|b| b.is_ascii_hexdigit())
+                    && !after[HEX..].starts_with(|c: char| c.is_ascii_hexdigit())
+            });
+            let end = i + PREFIX.len() + hex.map_or(0, str::len);
+            out.push_str(&rest[..end]);
+            if let Some((_, k)) = hex.and_then(|h| named.iter().find(|(s, _)| s == h)) {
+                out.push_str(&format!(" (the source's key {k})"));
+            }
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        out
     }
 }
 
@@ -305,6 +354,14 @@ mod tests {
             .windows(2)
             .all(|w| w[0].ts <= w[1].ts && w[0].offset < w[1].offset));
         assert!(ms.iter().any(|m| m.value.is_none()));
+        let errors: Vec<&SourceMessage> = ms
+            .iter()
+            .filter(|m| matches!(m.value, Some(Err(_))))
+            .collect();
+        assert!(!errors.is_empty(), "the generator made undecodable values");
+        let (count, last) = log.undecodable();
+        assert_eq!(count, errors.len() as u64, "the log counts them");
+        assert_eq!(last, errors.last().copied(), "and keeps the latest");
         assert_eq!(log.upper(), ms.last().unwrap().ts + 1);
         let mut r = SourceReader::new(&log, 0, 0, 9);
         let mut seen = 0;
@@ -319,5 +376,25 @@ mod tests {
         assert_eq!(seen, ms.len());
         assert_eq!(last_frontier, log.upper());
         assert!(log.push(0, None, 0).is_err(), "before the upper");
+    }
+
+    #[test]
+    fn a_key_hash_in_an_error_gets_the_source_key_it_stands_for() {
+        let mut log = SourceLog::new();
+        log.push(6, None, 1).unwrap();
+        log.push(2, None, 1).unwrap();
+        let six = UpsertKey::from_key(&Row::new([Datum::Int(6)])).short();
+        let seven = UpsertKey::from_key(&Row::new([Datum::Int(7)])).short();
+        let text = format!("invalid upsert state for key {six}: diff_sum is 2, not 0 or 1");
+        assert_eq!(
+            log.name_keys(&text),
+            format!(
+                "invalid upsert state for key {six} (the source's key 6): diff_sum is 2, not 0 or 1"
+            )
+        );
+        // A hash no message has, a key that is no hash, and text with no key stay as they are.
+        let other = format!("key {seven}, key 12, the key ? and monkey business");
+        assert_eq!(log.name_keys(&other), other);
+        assert_eq!(log.name_keys("no keys here"), "no keys here");
     }
 }

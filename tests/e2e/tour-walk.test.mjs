@@ -5,6 +5,11 @@
 //     where the step's change happens);
 //   - every other named panel is in view, or its "Look at" chip brings it into view with the card
 //     still on screen (the chip also flashes it);
+//   - every actor it names (its actor highlights, and the actor ids its narration mentions) shows
+//     on a panel in the window (its row or card, or its id in a named panel's visible text);
+//     else its chip brings it there, the card staying
+//     on screen (an actor the narration names and the step does not highlight has no chip, so it
+//     must be in view at settle);
 //   - every value the narration fills in from the snapshot (`{{path}}`) is visible text of a
 //     named panel: inside the window and inside every scrolling box around it, after the panel's
 //     chip was pressed if the panel was not in view. A `{{prev:path}}` value (the previous step's)
@@ -17,8 +22,8 @@
 // Shard panel shows the step's shard (engine.js `shardOf`), and the panels a tour hides are hidden.
 // A panel is "in view" when at least min(its height, MIN_VISIBLE_PX) of it is inside the window.
 // "Named" panels are the step's `panel-*` highlights and, for a `shard:NAME` highlight, the Shard
-// panel (showing that shard). Steps that show all their named panels at once, with no click,
-// are counted over all tours: at least 90% must.
+// panel (showing that shard). Steps that show all their named panels and actors at once, with no
+// click, are counted over all tours: at least 90% must.
 //
 // A step's failures are collected and reported together per tour, so one run lists them all.
 //
@@ -165,6 +170,56 @@ function batchLabelOverlaps(page) {
   });
 }
 
+/**
+ * The actors a step names: its actor highlights (W1, T2, ...) and the actor ids its narration
+ * mentions (outside `{{...}}`) that are in the run's snapshot.
+ */
+function namedActors(step, snap) {
+  const ids = new Set((step.highlight ?? []).filter((h) => /^[A-Z]\d+$/.test(h)));
+  for (const p of step.narration) {
+    for (const [id] of p.replace(/\{\{[^}]*\}\}/g, "").matchAll(/(?<![\w-])[A-Z]\d+(?![\w-])/g)) {
+      if (snap?.actors?.some((a) => a.id === id)) ids.add(id);
+    }
+  }
+  return [...ids];
+}
+
+/**
+ * True if actor `id` shows on a panel in the window: some element of `.panels` carrying
+ * `data-actor=id` (its row, its card) is at least partly inside the window and inside every
+ * scrolling box around it, and not in a hidden panel or a closed `<details>`. (A named panel
+ * that names it in its visible text, "held by reader R1", shows it too: see walkStep.)
+ */
+function actorInView(page, id) {
+  return page.evaluate((actor) => {
+    const vh = window.innerHeight;
+    const shown = (el) => {
+      let top = 0;
+      let bottom = vh;
+      for (let a = el; a && a !== document.body; a = a.parentElement) {
+        const s = getComputedStyle(a);
+        if (s.display === "none" || s.visibility === "hidden") return false;
+        if (/(auto|scroll|hidden|clip)/.test(s.overflowY)) {
+          const r = a.getBoundingClientRect();
+          top = Math.max(top, r.top);
+          bottom = Math.min(bottom, r.bottom);
+        }
+      }
+      const r = el.getBoundingClientRect();
+      return r.height > 0 && Math.min(r.bottom, bottom) - Math.max(r.top, top) >= Math.min(r.height, 12);
+    };
+    return [...document.querySelectorAll(`.panels [data-actor="${CSS.escape(actor)}"]`)].some((el) => el.getClientRects().length > 0 && shown(el));
+  }, id);
+}
+
+/** Presses the step's chip for actor `id`; false if it has none. */
+async function pressActorChip(page, id) {
+  const chip = page.locator(`[data-testid=tour-card] button.look-actor[data-actor="${id}"]`).first();
+  if ((await chip.count()) === 0) return false;
+  await chip.click();
+  return true;
+}
+
 /** Presses the step's chip for panel `id` (the shard chip for the Shard panel if it has one). */
 async function pressChip(page, id) {
   const chip = page.locator(`[data-testid=tour-card] button.look[data-panel="${id}"]`).first();
@@ -181,9 +236,16 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   const panels = namedPanels(step.highlight);
   const snap = await latest(page);
   const m = await measure(page, panels);
+  const actors = namedActors(step, snap);
+  const actorsAtSettle = [];
+  for (const id of actors) {
+    let seen = await actorInView(page, id);
+    for (const panel of panels) seen ||= await textVisible(page, panel, [id]);
+    actorsAtSettle.push(seen);
+  }
   if (!m.card) failures.push(`${where}: the tour card is not wholly on screen`);
   if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
-  const atOnce = m.card && panels.every((id) => inView(m.panels[id]));
+  const atOnce = m.card && panels.every((id) => inView(m.panels[id])) && actorsAtSettle.every(Boolean);
   const shard = shardOf(tour, step);
   if (shard && (await page.getByTestId("shard-pick").inputValue()) !== shard) failures.push(`${where}: the Shard panel does not show ${shard}`);
   // The Shard panel's labels never overlap (rule-upsert-feedback 4 drew a pile of "(retractions)").
@@ -202,6 +264,17 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
     const after = await measure(page, [id]);
     if (!inView(after.panels[id])) failures.push(`${where}: the chip of ${id} does not bring it into view`);
     if (!after.card) failures.push(`${where}: the chip of ${id} scrolls the tour card away`);
+  }
+  // Every actor it names, on a panel in the window; else its chip must bring it there, with the
+  // card still on screen (an actor the narration names without a chip must be in view).
+  for (const [i, id] of actors.entries()) {
+    if (actorsAtSettle[i]) continue;
+    if (!(await pressActorChip(page, id))) {
+      failures.push(`${where}: it names ${id}, which is on no panel in view, and it has no chip for ${id}`);
+      continue;
+    }
+    if (!(await actorInView(page, id))) failures.push(`${where}: the chip of ${id} does not bring it into view`);
+    if (!(await measure(page, [])).card) failures.push(`${where}: the chip of ${id} scrolls the tour card away`);
   }
   // Every filled value, visible in a named panel (pressing that panel's chip if needed); a
   // previous step's value may have been shown at the previous step instead.
@@ -444,5 +517,41 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
     assert.ok(got.rows.length > 0, `${id} ${step}: a lost attempt is listed`);
     for (const r of got.rows) assert.match(r, /was written first by (\S+'s [a-z ]+ \([a-z_]+\)|an earlier attempt of \S+ that timed out)[^.]*, in (this same|another) process/, `${id} ${step}: ${r}`);
   }
+  noErrors(page);
+});
+
+test("what the second learner walk found is shown: undecodable values, the failed key, the loser, a failed actor's process", { timeout: 120_000 }, async (t) => {
+  const page = await walkPage(t);
+  const open = async (id, step) => {
+    await page.goto(server.url(`${tourSearch(id, step)}&animate=0`));
+    await settled(page, id, step);
+  };
+  // upsert-feedback 5: the generator's undecodable values, counted with the latest marked, in
+  // view without a click (not only in the folded list of recent messages); the error in state.
+  await open("upsert-feedback", 5);
+  const line = await page.getByTestId("upsert-undecodable").innerText();
+  assert.match(line, /⚠ \d+ values? made undecodable on purpose by the generator so far; the latest: #\d+ t\d+ key \d+ → error: value for key \(\d+\): undecodable on purpose/);
+  assert.ok(await textVisible(page, "panel-upsert", ["made undecodable on purpose by the generator so far"]), "the count is in view");
+  assert.ok(await textVisible(page, "panel-upsert", ["(made undecodable on purpose by the generator)"]), "an error value in a replica's state is marked, in view");
+
+  // rule-upsert-feedback 3: U1's card names the key whose diff_sum is 2 as the source numbers
+  // it, beside its hash; its process says it runs on with one failed actor.
+  await open("rule-upsert-feedback", 3);
+  const card = await page.locator('#panel-upsert .up-replica[data-actor="U1"]').innerText();
+  assert.match(card, /key [0-9a-f]{12} \(the source's key \d+\): diff_sum is 2/);
+  assert.ok(await textVisible(page, "panel-upsert", ["(the source's key"]), "the key is in view");
+  const proc = await page.locator('#panel-processes .proc:has(li[data-actor="U1"]) [data-testid=process-state]').innerText();
+  assert.equal(proc, "running · 1 actor failed");
+  const other = await page.locator('#panel-processes .proc:has(li[data-actor="U2"]) [data-testid=process-state]').innerText();
+  assert.equal(other, "running", "a process whose actors all run says just running");
+
+  // rule-task-resync 2: the loser, named on the card, shows its lost race in the Writers panel,
+  // in view; the winner shows none.
+  await open("rule-task-resync", 2);
+  const narration = await page.getByTestId("tour-narration").innerText();
+  assert.match(narration, /one loses: here T1\. Its compare_and_append expected the shard's upper at 0 ms, but T2 had just moved it to \d+ ms/);
+  assert.match(await page.locator('#panel-writers tbody[data-actor="T1"]').innerText(), /lost a race/);
+  assert.doesNotMatch(await page.locator('#panel-writers tbody[data-actor="T2"]').innerText(), /lost a race/);
+  assert.ok(await textVisible(page, "panel-writers", ["lost a race"]), "the lost race is in view");
   noErrors(page);
 });

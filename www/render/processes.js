@@ -39,6 +39,20 @@ function describe(a, snap) {
   return `oracle instance on ${s.timeline}, window ${s.persistIntervalMs} ms${s.burst > 1 ? `, ${s.burst} timestamps a tick` : ""}`;
 }
 
+/**
+ * A process's state, with its actors' where they differ: a process hosts actors, and one of them
+ * can stop on an error while the process (and its other actors) runs on, so a running process
+ * says how many of its actors failed ("running · 1 actor failed").
+ */
+export function processState(p, byId) {
+  if (!p.alive) return `<span class="pstate" data-testid="process-state">crashed</span>`;
+  const failed = p.actors.filter((id) => byId.get(id)?.state === "failed").length;
+  const note = failed
+    ? ` · <span class="state s-failed" title="the process runs on; ${failed === 1 ? "one of its actors" : `${failed} of its actors`} stopped on an error (see ${failed === 1 ? "its" : "their"} row)">${failed} actor${failed === 1 ? "" : "s"} failed</span>`
+    : "";
+  return `<span class="pstate" data-testid="process-state">running${note}</span>`;
+}
+
 export function renderProcesses(el, snap, rules) {
   if (!snap.processes.length) {
     setHtml(el, `<p class="empty">No processes yet: add an actor.</p>`);
@@ -63,7 +77,7 @@ export function renderProcesses(el, snap, rules) {
         return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a, snap))}</span>${handle}${variantBadge(a, rules)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
       })
       .join("");
-    return `<div class="proc ${p.alive ? "alive" : "crashed"}" data-process="${pid}"><div class="proc-head"><b>${pid}</b> <span class="pstate">${p.alive ? "running" : "crashed"}</span>${origin} <span class="muted mono" title="id seed">seed ${esc(p.seed.slice(0, 8))}…</span> ${button}</div><ul>${actors || `<li class="empty">no actors</li>`}</ul></div>`;
+    return `<div class="proc ${p.alive ? "alive" : "crashed"}" data-process="${pid}"><div class="proc-head"><b>${pid}</b> ${processState(p, byId)}${origin} <span class="muted mono" title="id seed">seed ${esc(p.seed.slice(0, 8))}…</span> ${button}</div><ul>${actors || `<li class="empty">no actors</li>`}</ul></div>`;
   });
   setHtml(el, cards.join(""));
 }

@@ -54,9 +54,12 @@ function stateTable(op, walkCell) {
   }
   const cells = state.slice(0, 10).map((c) => {
     const prov = c.mode === "provisional";
-    const value = prov ? (c.provisional_value ?? "⌫ delete") : (c.value ?? (c.mode === "tombstone" ? "⌫" : "–"));
+    // A cell that does not decode (two rows for one key, say) says why, its key named.
+    const value = prov ? (c.provisional_value ?? "⌫ delete") : (c.value ?? (c.decode_error ? `does not decode: ${c.decode_error}` : c.mode === "tombstone" ? "⌫" : "–"));
     // The key is shown by its row (key, value); its hash, the state's own key, only on hover.
-    return `<li class="${prov ? "provisional" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${esc(value)}${purposeNote(value)}</li>`;
+    // An error takes its key's place (a value that did not decode): marked ⚠.
+    const bad = /^error: /.test(value) || Boolean(c.decode_error);
+    return `<li class="${prov ? "provisional" : ""}${bad ? " err" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${bad ? "⚠ " : ""}${esc(value)}${purposeNote(value)}</li>`;
   });
   // A stashed value shows its row; a delete has no row, so its key's hash stands in.
   const stash = op.stash.slice(0, 6).map((e) => `<li title="key hash ${esc(e.key)}"><span class="mono">t${e.time}</span> ${e.value != null ? esc(e.value) : `⌫ delete <span class="muted">(key hash ${esc(String(e.key).slice(0, 8))})</span>`}</li>`);
@@ -70,7 +73,7 @@ function replicaCard(a, walk) {
   if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
   const op = r.operator;
   const c = r.counters;
-  const frontiers = `<span title="how far the operator has read the source: every source time before it is in">input upper <b class="mono">${fmtT(op?.input_upper)}</b></span> · <span title="how far the operator has read the shard back (feedback): it knows the shard's contents before this time">persist upper <b class="mono">${fmtT(op?.persist_upper)}</b></span> · <span title="the operator's output frontier: it has emitted every update before this time to its sink">emitted up to <b class="mono">${fmtT(r.output_frontier)}</b></span> · <span title="the shard's upper as this replica's sink last saw it: its next compare_and_append starts here">sink's upper <b class="mono">${fmtT(r.sink.upper)}</b></span>`;
+  const frontiers = `<span title="its input frontier: how far the operator has read the source (every source time before it is in)">input upper <b class="mono">${fmtT(op?.input_upper)}</b></span> · <span title="how far the operator has read the shard back (feedback): it knows the shard's contents before this time">persist upper <b class="mono">${fmtT(op?.persist_upper)}</b></span> · <span title="the operator's output frontier: it has emitted every update before this time to its sink">emitted up to <b class="mono">${fmtT(r.output_frontier)}</b></span> · <span title="the shard's upper as this replica's sink last saw it: its next compare_and_append starts here">sink's upper <b class="mono">${fmtT(r.sink.upper)}</b></span>`;
   const counts = `<span title="updates the operator emitted to its sink">emitted <b>${c.emitted}</b></span> · <span title="stashed upserts dropped because a peer had already written their time">discarded <b>${c.stashDiscarded}</b></span> · <span title="updates read back from the shard into state">fed back <b>${c.fedBack}</b></span> · <span title="emissions at the input frontier before the shard caught up (provisional values)">partial <b>${c.partialEmissions}</b></span> · <span title="sink writes that lost to another replica (UpperMismatch)">lost races <b>${c.sinkMismatches}</b></span> · <span title="times the replica's timely worker ran its operators once (worker.step())">worker steps <b data-testid="worker-steps">${r.worker_steps}</b></span>`;
   const gen = `<span title="which start of the replica this is: 0 its first; each restart adds 1 and rehydrates its state from the shard">generation ${r.generation}</span>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} ${gen}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
@@ -102,12 +105,25 @@ export function renderUpsert(el, snap, prev) {
   setHtml(
     el,
     `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}</p>` +
+      undecodableLine(u) +
       check +
       (u.walk ? walkLine(u.walk, replicas) : doneLine(u.walkDone, replicas)) +
       diagram(snap, replicas, prev) +
       replicas.map((a) => replicaCard(a, u.walk)).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
   );
+}
+
+/**
+ * The values the generator made undecodable on purpose: how many so far and the latest, marked,
+ * in view (not only in the folded list of recent messages, which the latest soon leaves).
+ */
+function undecodableLine(u) {
+  const n = u.undecodableMessages ?? 0;
+  if (!n) return u.generating && u.undecodable ? `<p class="small muted" data-testid="upsert-undecodable">no value made undecodable yet</p>` : "";
+  const m = u.lastUndecodable;
+  const latest = m ? `; the latest: <span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → <span class="err">${esc(m.value ?? "")}</span>` : "";
+  return `<p class="small" data-testid="upsert-undecodable">⚠ <b>${n}</b> value${n === 1 ? "" : "s"} made undecodable on purpose by the generator so far${latest}</p>`;
 }
 
 /** The generator's undecodable values, said where the source is. */

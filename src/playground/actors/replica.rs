@@ -80,6 +80,10 @@ pub struct UpsertView {
     pub queued: u64,
     /// The newest messages, oldest first.
     pub recent: Vec<MessageView>,
+    /// Messages the generator made undecodable on purpose, so far.
+    pub undecodable_messages: u64,
+    /// The latest of them, kept in view however many messages followed it.
+    pub last_undecodable: Option<MessageView>,
     /// What the checker found.
     pub checker: CheckerReport,
     /// The stage-by-stage walk of **Step replicas**, while one runs.
@@ -238,16 +242,9 @@ impl UpsertHub {
         let messages = source.messages();
         let recent = messages[messages.len().saturating_sub(RECENT_MESSAGES)..]
             .iter()
-            .map(|m| MessageView {
-                offset: m.offset,
-                key: m.key,
-                value: m.value.as_ref().map(|v| match v {
-                    Ok(row) => row.to_string(),
-                    Err(e) => format!("error: {e:?}"),
-                }),
-                ts: m.ts,
-            })
+            .map(message_view)
             .collect();
+        let (undecodable_messages, last_undecodable) = source.undecodable();
         UpsertView {
             shard: UPSERT_SHARD,
             source_upper: source.upper(),
@@ -256,6 +253,8 @@ impl UpsertHub {
             undecodable: self.undecodable.get(),
             queued: self.queue.borrow().len() as u64,
             recent,
+            undecodable_messages,
+            last_undecodable: last_undecodable.map(message_view),
             checker: self.report.borrow().clone(),
             walk: None,
             walk_done: None,
@@ -284,7 +283,30 @@ impl UpsertHub {
     pub fn replica_snapshot(&self, slot: &ReplicaSlot) -> Option<ReplicaSnapshot> {
         let r = slot.borrow();
         let source = self.source.borrow();
-        r.as_ref().map(|r| r.borrow().snapshot(&source))
+        r.as_ref().map(|r| {
+            let mut snap = r.borrow().snapshot(&source);
+            // A state error names its key by hash: add the key the learner knows.
+            snap.halted = snap.halted.map(|why| source.name_keys(&why));
+            let cells = snap.operator.iter_mut().flat_map(|op| op.state.iter_mut());
+            for e in cells.filter_map(|c| c.decode_error.as_mut()) {
+                *e = source.name_keys(e);
+            }
+            snap
+        })
+    }
+}
+
+/// A source message as the panel shows it.
+fn message_view(m: &SourceMessage) -> MessageView {
+    MessageView {
+        offset: m.offset,
+        key: m.key,
+        value: m.value.as_ref().map(|v| match v {
+            Ok(row) => row.to_string(),
+            // As the state shows an error value (`error: value for key (6): ...`).
+            Err(e) => format!("error: {e}"),
+        }),
+        ts: m.ts,
     }
 }
 
@@ -349,6 +371,8 @@ pub async fn run_replica(
     cfg.read_batch = read_batch as usize;
     let shard = ShardId(UPSERT_SHARD.to_string());
     let client = ctx.client.clone();
+    // What its errors' key hashes stand for (`SourceLog::name_keys`).
+    let keys = Rc::clone(&source);
     // Either way the replica's tasks live as long as `_running`.
     type Started = (Rc<RefCell<Replica>>, Box<dyn std::any::Any>);
     let started: Result<Started, ReplicaStartError> = if own_feedback {
@@ -385,6 +409,7 @@ pub async fn run_replica(
         rt.sleep(200).await;
         let halted = replica.borrow().halted();
         if let Some(why) = halted {
+            let why = keys.borrow().name_keys(&why);
             ctx.view.borrow_mut().state = ActorState::Failed;
             return ctx.fail("upsert", "replica halted", why);
         }
