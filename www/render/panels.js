@@ -13,10 +13,16 @@ const UNLOGGED = "the page's own checker (it reads storage directly, outside the
 /** What took a lost attempt's seqno, short: "W1's compaction (merge_res)". */
 const takenShort = (c) => (c.takenBy ? c.takenBy.replace(/(: an earlier attempt that timed out.*|, in (this same|another) process)$/, (m) => (m.startsWith(":") ? ", timed out but landed" : "")) : "the page's own checker");
 
+/** A timestamp oracle's key (src/oracle/config.rs KEY_PREFIX), not a shard's. */
+const isOracleKey = (key) => key.startsWith("timestamp_oracle/");
+
 /** A lost attempt's line: which version it wanted and what wrote that version first. */
 function takenLine(c) {
   const seqno = (c.expected ?? 0) + 1;
-  return `✕ lost: version ${seqno} was written first by ${c.takenBy ?? UNLOGGED}. The seqno moved, so its command re-reads the state and applies itself again.`;
+  const then = isOracleKey(c.key)
+    ? "The seqno moved, so the oracle instance re-reads the record: if it carries a newer epoch, this instance is fenced and stops (one that is still starting bumps its epoch above it and tries again)."
+    : "The seqno moved, so its command re-reads the state and applies itself again.";
+  return `✕ lost: version ${seqno} was written first by ${c.takenBy ?? UNLOGGED}. ${then}`;
 }
 
 /** The summary's word for lost attempts, with what moved the seqno: "lost (seqno moved by W1's compaction ×2, W2's write)". */
@@ -24,7 +30,12 @@ function lostWords(attempts) {
   const by = new Map();
   for (const c of attempts) if (c.outcome === "mismatch") by.set(takenShort(c), (by.get(takenShort(c)) ?? 0) + 1);
   const list = [...by].sort((a, b) => b[1] - a[1]).map(([w, n]) => (n > 1 ? `${w} ×${n}` : w));
-  return `lost (seqno moved by ${list.join(", ")}), retried`;
+  // A shard's command applies itself again; an oracle instance re-reads its record (fenced, or
+  // a starting one bumps its epoch).
+  const lost = attempts.filter((c) => c.outcome === "mismatch");
+  const oracle = lost.filter((c) => isOracleKey(c.key)).length;
+  const then = oracle === 0 ? "retried" : oracle === lost.length ? "re-read" : "retried or re-read";
+  return `lost (seqno moved by ${list.join(", ")}), ${then}`;
 }
 
 export function renderConsensus(el, snap, t0) {
