@@ -474,6 +474,8 @@ const DEFINED_WHERE_FIRST_USED: &[&str] = &[
     "durable upper",
     "fenced",
     "upper tick",
+    "compaction",
+    "garbage collection",
 ];
 
 /// Where `term` first occurs in `text` as a word (case-insensitive), and whether it is inside a
