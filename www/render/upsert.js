@@ -55,7 +55,10 @@ function stateTable(op, walkCell) {
   const cells = state.slice(0, 10).map((c) => {
     const prov = c.mode === "provisional";
     // A cell that does not decode (two rows for one key, say) says why, its key named.
-    const value = prov ? (c.provisional_value ?? "⌫ delete") : (c.value ?? (c.decode_error ? `does not decode: ${c.decode_error}` : c.mode === "tombstone" ? "⌫" : "–"));
+    // A provisional delete names the row it retracts (the value the state held, whose row
+    // carries the key), else its key's hash, as the stash does.
+    const del = `⌫ delete ${c.value != null ? c.value : `(key hash ${String(c.key).slice(0, 8)})`}`;
+    const value = prov ? (c.provisional_value ?? del) : (c.value ?? (c.decode_error ? `does not decode: ${c.decode_error}` : c.mode === "tombstone" ? "⌫" : "–"));
     // The key is shown by its row (key, value); its hash, the state's own key, only on hover.
     // An error takes its key's place (a value that did not decode): marked ⚠.
     const bad = /^error: /.test(value) || Boolean(c.decode_error);
