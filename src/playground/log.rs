@@ -178,12 +178,14 @@ impl MergedLog {
     }
 }
 
-/// `1 update`, `2 updates`: a count in an event's line.
+/// `1 update`, `2 updates`, `2 entries`: a count in an event's line.
 pub fn plural(n: u64, noun: &str) -> String {
     if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
+        return format!("1 {noun}");
+    }
+    match noun.strip_suffix('y') {
+        Some(stem) if !stem.ends_with(['a', 'e', 'i', 'o', 'u']) => format!("{n} {stem}ies"),
+        _ => format!("{n} {noun}s"),
     }
 }
 

@@ -18,6 +18,7 @@ use super::location::FaultsView;
 use super::log::Pending;
 use super::observe::{shard_view, ShardView, TimelineView};
 use super::persist_log::persist_event;
+use super::rules::Rule;
 use super::Scenario;
 use crate::persist::events::{CasOutcome, PersistEvent};
 use crate::persist::ShardId;
@@ -38,8 +39,12 @@ pub struct VerifyWriter {
     /// How many of them the shard holds.
     pub found: u64,
     /// The writes (compare_and_appends) it had won by then, which carried them: the Writers
-    /// row's "won" at the same moment.
+    /// row's "won" at the same moment. A restart starts the row over: these are its current
+    /// process's.
     pub writes: u64,
+    /// Of `acked`, those acknowledged to its earlier processes (before a restart): not carried
+    /// by `writes`.
+    pub earlier: u64,
 }
 
 /// The result of [`super::Command::Verify`].
@@ -178,7 +183,13 @@ impl Scenario {
                     let write = cmd == "compare_and_append";
                     let actor = journal.ids.get(who).cloned();
                     if let Some(a) = actor.and_then(|id| self.actors.iter().find(|a| a.id == id)) {
-                        if let ActorDetail::Writer(w) = &mut a.view.borrow_mut().detail {
+                        let mut view = a.view.borrow_mut();
+                        // Without its token the writer abandons the write in flight at the first
+                        // timeout of any of its commands (variants/writer.rs `Tripwire`): that
+                        // timeout is the write's.
+                        let trips = view.variant == Some(Rule::IdempotencyToken);
+                        if let ActorDetail::Writer(w) = &mut view.detail {
+                            let write = write || (trips && w.in_flight.is_some());
                             if !write {
                                 w.other_timeouts += u64::from(timed_out);
                             } else {
@@ -386,16 +397,17 @@ impl Scenario {
 /// the check reads the shard's state, so its figures are of that moment).
 type CheckedWriter = (String, Rc<RefCell<Acked>>, Rc<RefCell<ActorView>>);
 
-/// Each writer's acknowledged values and won writes, now.
-fn acked_now(writers: &[CheckedWriter]) -> Vec<(String, Vec<String>, u64)> {
+/// Each writer's acknowledged values, and its current process's won writes and acknowledged
+/// updates, now.
+fn acked_now(writers: &[CheckedWriter]) -> Vec<(String, Vec<String>, (u64, u64))> {
     writers
         .iter()
         .map(|(id, acked, view)| {
-            let writes = match &view.borrow().detail {
-                ActorDetail::Writer(w) => w.committed,
-                _ => 0,
+            let this_process = match &view.borrow().detail {
+                ActorDetail::Writer(w) => (w.committed, w.acked_updates),
+                _ => (0, 0),
             };
-            (id.clone(), acked.borrow().values.clone(), writes)
+            (id.clone(), acked.borrow().values.clone(), this_process)
         })
         .collect()
 }
@@ -470,12 +482,13 @@ async fn verify(
         }
         same
     });
-    for (actor, values, writes) in &acked {
+    for (actor, values, (writes, this_process)) in &acked {
         let mut w = VerifyWriter {
             actor: actor.clone(),
             acked: values.len() as u64,
             found: 0,
             writes: *writes,
+            earlier: (values.len() as u64).saturating_sub(*this_process),
         };
         for v in values {
             let copies = held

@@ -11,8 +11,8 @@
 //     on screen (an actor the narration names and the step does not highlight has no chip, so it
 //     must be in view at settle);
 //   - every value the narration fills in from the snapshot (`{{path}}`) is visible text of a
-//     named panel: inside the window and inside every scrolling box around it, after the panel's
-//     chip was pressed if the panel was not in view. A `{{prev:path}}` value (the previous step's)
+//     named panel: inside the window and inside every scrolling box around it, at settle (before
+//     any chip is pressed: the card quotes it as the learner reads it). A `{{prev:path}}` value (the previous step's)
 //     may instead have been visible so at the previous step, where the learner saw it. The clock
 //     (`nowMs`) is not a panel's: it shows on the tour card.
 // All of it is checked HOLD_FRAMES frames after the step settled (every panel redrawn in its
@@ -242,6 +242,16 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
     let seen = await actorInView(page, id);
     for (const panel of panels) seen ||= await textVisible(page, panel, [id]);
     actorsAtSettle.push(seen);
+  }
+  // Every filled value, visible at settle, before any chip is pressed: the card quotes it as
+  // the learner reads it (a value behind a chip passed here before, rule-idempotency-token 2's
+  // {{verify.duplicated}} under the Writers table, below the fold).
+  for (const q of quoted(step, snap, prevSnap)) {
+    if (q.prev && seenPrev.has(q.bare)) continue;
+    const needles = forms(q.value);
+    let seen = false;
+    for (const id of placesOf(q.bare, panels)) seen ||= await textVisible(page, id, needles);
+    if (!seen) failures.push(`${where}: the narration's {{${q.path}}} = ${JSON.stringify(q.value)} is not visible at settle in a named panel (${panels.join(", ") || "none named"}); only after a click`);
   }
   if (!m.card) failures.push(`${where}: the tour card is not wholly on screen`);
   if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
@@ -505,6 +515,20 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   const w1 = wr.find((w) => w.id === "W1").d;
   assert.match(narration, new RegExp(`${w1.timedOutWrites} of W1's did, and the token resolved them all, ${w1.resolvedByToken} into ●`));
   assert.match(narration, new RegExp(`the \\? of its won/lost/\\? is ${w1.indeterminate}\\.`));
+  // rule-idempotency-token 1 and 3: the writes that met a timeout never outnumber the timeouts
+  // they met (a tokenless write abandoned at its upkeep's timeout counts that timeout as its
+  // own), and the latest timed-out write is shown as one of them, under their count.
+  for (const step of [1, 3]) {
+    await open("rule-idempotency-token", step);
+    const kept = await page.evaluate(() => [...document.querySelectorAll('#panel-writers tbody[data-actor="W1"] [data-kept]')].map((s) => ({ kind: s.dataset.kept, text: s.textContent })));
+    const line = kept.find((k) => k.kind === "timeouts")?.text ?? "";
+    const m = /\? (\d+) writes? met a storage timeout \((\d+) in all\)/.exec(line);
+    assert.ok(m, `rule-idempotency-token ${step}: W1 counts its timed-out writes: ${line}`);
+    assert.ok(Number(m[2]) >= Number(m[1]), `rule-idempotency-token ${step}: ${m[1]} writes met a timeout but only ${m[2]} timeouts in all: ${line}`);
+    const kinds = kept.map((k) => k.kind);
+    assert.ok(kinds.indexOf("timeouts") < kinds.indexOf("timed-out"), `rule-idempotency-token ${step}: the count comes before the latest of its writes: ${kinds}`);
+    assert.match(kept.find((k) => k.kind === "timed-out").text, /^the latest of them: write at /);
+  }
   // A lost compare_and_set with one writer: the Consensus log names what took the seqno (the
   // writer's own process's maintenance), in its summary and on the row.
   for (const [id, step] of [["upper-since", 6], ["rule-idempotency-token", 3]]) {

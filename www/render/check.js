@@ -51,7 +51,7 @@ function evidence(t0) {
     return `<li class="${cls}"><span class="seq mono">#${e.seq}</span> <span class="mono t">${esc(fmtMs(e.atMs, t0))}</span> ` +
       `${esc(e.actor ?? e.process ?? "")} <span class="comp">${esc(e.component)}</span> ${esc(e.detail)}</li>`;
   });
-  const missing = focus.missing ? `<li class="muted">${focus.missing} events are no longer in the log (it keeps the newest 20,000)</li>` : "";
+  const missing = focus.missing ? `<li class="muted">${focus.missing === 1 ? "1 event is" : `${focus.missing} events are`} no longer in the log (it keeps the newest 20,000)</li>` : "";
   return `<div class="check-evidence" data-testid="check-evidence"><b>Events of this break</b> (red: cited, amber: faults beside it)<ol class="events">${rows.join("")}${missing}</ol></div>`;
 }
 
@@ -81,7 +81,7 @@ export function renderCheck(el, snap, state, t0) {
     : `<details class="check-older"${openOlder ? " open" : ""}><summary class="muted">${older.length} older break${older.length === 1 ? "" : "s"}${rest > 0 ? ` (the ${rest} before them are counted, not listed)` : ""}</summary>` +
       `<ol class="check-violations" data-testid="check-violations-older" start="${SHOWN + 1}">${olderList}</ol></details>`;
   const head = c.violationsTotal > shown.length
-    ? `<p class="muted small" data-testid="check-shown">the newest ${shown.length} of ${c.violationsTotal} breaks, newest first</p>`
+    ? `<p class="muted small" data-testid="check-shown">${shown.length === 1 ? `the newest of ${c.violationsTotal} breaks` : `the newest ${shown.length} of ${c.violationsTotal} breaks, newest first`}</p>`
     : "";
   el.__violations = c.violations;
   setHtml(

@@ -41,3 +41,8 @@ export function mark(outcome, marks) {
 export function chip(id, colour) {
   return `<span class="chip" style="--c:${esc(colour)}">${esc(id)}</span>`;
 }
+
+/** A count with its noun, singular for 1: "1 update", "2 updates", "2 entries" (`many`). */
+export function count(n, noun, many = `${noun}s`) {
+  return `${n} ${n === 1 ? noun : many}`;
+}

@@ -1,7 +1,7 @@
 // The Consensus log, event log, legend, verify and notices panels (Writers and Oracle: writers.js).
 
 import { OUTCOMES, actorColour, colourOf, fmtFrontier, fmtMs } from "../spec.js";
-import { chip, esc, mark, setHtml } from "./dom.js";
+import { chip, count, esc, mark, setHtml } from "./dom.js";
 
 /** A compare_and_set's outcome in a word, beside its mark in the summary. */
 const CAS_WORDS = { committed: "won", mismatch: "lost (seqno moved)", indeterminate: "timed out (unknown at the time)", retrying: "failed, retried", error: "failed" };
@@ -97,7 +97,13 @@ export function renderVerify(el, snap, t0) {
     const now = snap.actors.find((a) => a.id === w.actor)?.detail;
     const since = now?.kind === "writer" ? now.committed - w.writes : 0;
     const later = since > 0 ? `; ${since} more won since, not checked` : "";
-    return `<span data-verify-writer="${esc(w.actor)}" data-writes="${w.writes}" data-acked="${w.acked}">${esc(w.actor)}: ${w.found} of ${w.acked} acknowledged updates found, from its ${w.writes} won write${w.writes === 1 ? "" : "s"}${later}</span>`;
+    // The row counts its current process's writes: updates acknowledged before a restart are
+    // told apart, so the writes and the updates they carried add up.
+    const won = `its ${count(w.writes, "won write")}`;
+    const from = w.earlier
+      ? `${w.earlier} acknowledged before its process restarted, ${w.acked - w.earlier} from ${won} since`
+      : `from ${won}`;
+    return `<span data-verify-writer="${esc(w.actor)}" data-writes="${w.writes}" data-acked="${w.acked}">${esc(w.actor)}: ${w.found} of ${count(w.acked, "acknowledged update")} found, ${from}${later}</span>`;
   }).join("; ");
   const verdict = v.lost === 0
     ? `<b class="ok">no acknowledged write lost</b>`
@@ -114,8 +120,8 @@ export function renderVerify(el, snap, t0) {
     : `Check as of seqno ${v.seqno} (${esc(fmtMs(v.atMs, t0))})`;
   setHtml(
     el,
-    `<p class="verify" data-testid="verify-line" data-seqno="${v.seqno ?? ""}" data-lost="${v.lost}" data-duplicated="${v.duplicated}" data-acked="${v.acked}" data-foreign="${v.foreignRows}">${moment}: ${verdict}${twice}: ${v.acked} acknowledged updates checked against ${v.rows} rows of ${esc(v.shard)} at ${esc(fmtFrontier(v.asOf, t0))}` +
-      ` (${per || "no writers"}); ${v.foreignRows} rows written by other tabs${appendNote}.</p>`,
+    `<p class="verify" data-testid="verify-line" data-seqno="${v.seqno ?? ""}" data-lost="${v.lost}" data-duplicated="${v.duplicated}" data-acked="${v.acked}" data-foreign="${v.foreignRows}">${moment}: ${verdict}${twice}: ${count(v.acked, "acknowledged update")} checked against ${count(v.rows, "row")} of ${esc(v.shard)} at ${esc(fmtFrontier(v.asOf, t0))}` +
+      ` (${per || "no writers"}); ${count(v.foreignRows, "row")} written by other tabs${appendNote}.</p>`,
   );
 }
 

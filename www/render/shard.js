@@ -2,7 +2,7 @@
 // the parts and their sizes, and recent merges and GCs.
 
 import { batchLabels, batchRects, fmtBytes, fmtFrontier, fmtMs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
-import { esc, setHtml, svgEl } from "./dom.js";
+import { count, esc, setHtml, svgEl } from "./dom.js";
 
 const H = 232;
 const LEFT = 70;
@@ -58,7 +58,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     const retracts = (b.retractions ?? 0) > 0;
     const signs = b.adds === null || b.adds === undefined ? "" : ` (${b.adds} added, ${b.retractions} retracted)`;
     const where = b.parts.length === 0 ? "" : r.inline ? ", inline in the state" : `, in Blob`;
-    const title = `batch [${fmtFrontier(b.lower, t0)}, ${fmtFrontier(b.upper, t0)}) since ${fmtFrontier(b.since, t0)}: ${b.len} updates${signs} in ${b.parts.length} parts${where}`;
+    const title = `batch [${fmtFrontier(b.lower, t0)}, ${fmtFrontier(b.upper, t0)}) since ${fmtFrontier(b.since, t0)}: ${count(b.len, "update")}${signs} in ${count(b.parts.length, "part")}${where}`;
     if (shard.since !== null && b.lower !== null && b.lower < shard.since && (b.upper === null || b.upper > shard.since)) spansSince = true;
     parts.push(
       svgEl("rect", {
@@ -141,7 +141,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     ? maint
         .map((m) => {
           const what = m.kind === "merge"
-            ? `merged [${fmtFrontier(m.lower, t0)}, ${fmtFrontier(m.upper, t0)}) → ${m.count} updates`
+            ? `merged [${fmtFrontier(m.lower, t0)}, ${fmtFrontier(m.upper, t0)}) → ${count(m.count, "update")}`
             : m.kind === "truncate"
               ? `GC truncated ${m.count} versions below seqno ${m.seqno}`
               : m.kind.startsWith("sweep")

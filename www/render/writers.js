@@ -6,7 +6,7 @@
 // durable windows.
 
 import { OUTCOMES, actorColour, fmtFrontier, fmtMs, lagBar } from "../spec.js";
-import { chip, esc, mark, setHtml } from "./dom.js";
+import { chip, count, esc, mark, setHtml } from "./dom.js";
 
 const LAG_W = 70;
 /** Read-only is not an error: its own mark, drawn in CSS (two bars; Chromium's fonts have no
@@ -72,7 +72,7 @@ function statusOf(a, w, t0) {
   if (w?.inFlight) {
     const f = w.inFlight;
     const now = f.retrying
-      ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? `, ${f.timeouts} timeouts so far` : ""}`
+      ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? `, ${count(f.timeouts, "timeout")} so far` : ""}`
       : `<span class="busy">writing</span> ${f.updates} update${f.updates === 1 ? "" : "s"} at ${range(f)}`;
     return now + lastText;
   }
@@ -106,14 +106,15 @@ function keptLines(a, w, t0) {
     const l = w.lastLost;
     lines.push(`<span data-kept="lost">${mark("mismatch", OUTCOMES)} lost a race at ${esc(fmtMs(l.atMs, t0))}: UpperMismatch, expected upper ${esc(exactMs(l.expected, t0))}, actual ${esc(exactMs(l.actual, t0))}</span>`);
   }
+  // The count of timed-out writes first, then the latest of them (one of that count).
+  if (w && (w.timedOutWrites || w.otherTimeouts)) lines.push(timeoutLine(w));
   if (w?.lastTimedOut) {
     const o = w.lastTimedOut;
     const how = o.resolvedByToken
       ? `${mark("indeterminate", OUTCOMES)} → ${mark("committed", OUTCOMES)} resolved by the idempotency token`
       : `${mark(o.outcome, OUTCOMES)} ${o.outcome === "indeterminate" ? "still unknown" : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
-    lines.push(`<span data-kept="timed-out">write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(fmtMs(o.atMs, t0))}): ${how}</span>`);
+    lines.push(`<span data-kept="timed-out">${w.timedOutWrites > 1 ? "the latest of them: " : ""}write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(fmtMs(o.atMs, t0))}): ${how}</span>`);
   }
-  if (w && (w.timedOutWrites || w.otherTimeouts)) lines.push(timeoutLine(w));
   if (a.detail.kind === "task") lines.push(...taskLines(a.detail, w, t0));
   // Kept lines wrap: none of them is cut.
   return lines.length ? `<tr class="sub kept"><td colspan="4" style="white-space:normal">${lines.join("<br>")}</td></tr>` : "";
@@ -193,7 +194,7 @@ export function renderOracle(el, snap, t0) {
         `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td></tr>` +
         // The durable windows on a row of their own: in the table they were cut at the edge.
-        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, the newest ${Math.min(8, o.windows.length)} (each a range of timestamps made durable at once; the line is write_ts): ${windows}</td></tr>` : "") +
+        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, ${o.windows.length > 8 ? "the newest 8" : o.windows.length === 1 ? "the only one" : `all ${o.windows.length}`} (each a range of timestamps made durable at once; the line is write_ts): ${windows}</td></tr>` : "") +
         // The state and its error on a row of their own, wrapped: a fenced instance's reason is
         // what the step is about, and the table is wider than the panel.
         (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" style="white-space:normal">${state}</td></tr>` : "");

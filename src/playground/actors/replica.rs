@@ -22,7 +22,7 @@ use crate::playground::actor::{ActorCtx, ActorState};
 use crate::playground::command::UPSERT_SHARD;
 use crate::playground::fact::{digest, Fact, MessageFact};
 use crate::playground::journal::Journal;
-use crate::playground::log::{Outcome, Pending};
+use crate::playground::log::{plural, Outcome, Pending};
 use crate::playground::upsert_source::{
     run_source_reader, run_source_writer, SourceError, SourceQueue,
 };
@@ -346,7 +346,10 @@ async fn source_facts(rt: Runtime, source: Rc<RefCell<SourceLog>>, journal: Rc<R
             component: "upsert",
             kind: "source".into(),
             outcome: Outcome::Info,
-            detail: format!("source log: {} new messages, upper {upper}", new.len()),
+            detail: format!(
+                "source log: {} new, upper {upper}",
+                plural(new.len() as u64, "message")
+            ),
             fact: Some(Fact::UpsertSource {
                 upper,
                 messages: new,
@@ -505,11 +508,13 @@ fn upsert_text(k: &UpsertEventKind<Timestamp>) -> String {
             remaining,
             ..
         } => format!(
-            "{} drain: {eligible} stash entries eligible, {emitted} updates out, {remaining} left",
+            "{} drain: {} eligible, {} out, {remaining} left",
             match drain {
                 crate::upsert::observe::DrainKind::ToUpper => "complete-time",
                 crate::upsert::observe::DrainKind::AtTime => "partial",
-            }
+            },
+            plural(*eligible, "stash entry"),
+            plural(*emitted, "update")
         ),
         K::HealthError { error } => format!("stopped on an error: {error}"),
         K::Started {

@@ -262,9 +262,15 @@ fn settle(
     let (outcome, detail) = match result {
         Attempt::Abandoned { why, upper } => {
             ctx.writer_view(|w| w.indeterminate += 1);
+            let (them, they) = if count == 1 {
+                ("it", "it")
+            } else {
+                ("them", "they")
+            };
             let detail = format!(
-                "{count} updates at {range}: {why}. Without a token it cannot tell whether \
-                 they landed: it writes them again at the shard's upper {}",
+                "{} at {range}: {why}. Without a token it cannot tell whether \
+                 {they} landed: it writes {them} again at the shard's upper {}",
+                plural(count, "update"),
                 fmt_frontier(upper)
             );
             (Outcome::Indeterminate, detail)
@@ -304,14 +310,19 @@ fn settle(
         Attempt::Indeterminate => {
             pending.clear();
             ctx.writer_view(|w| w.indeterminate += 1);
-            let detail = format!("{count} updates at {range} may or may not have committed");
+            let detail = format!(
+                "{} at {range} may or may not have committed",
+                plural(count, "update")
+            );
             (Outcome::Indeterminate, detail)
         }
         Attempt::TimedOut { elapsed } => {
             pending.clear();
             ctx.writer_view(|w| w.indeterminate += 1);
-            let detail =
-                format!("{count} updates at {range}: no answer ({elapsed}); may have committed");
+            let detail = format!(
+                "{} at {range}: no answer ({elapsed}); may have committed",
+                plural(count, "update")
+            );
             (Outcome::Indeterminate, detail)
         }
     };

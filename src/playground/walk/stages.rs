@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::{render_value, Along, Walk};
+use crate::playground::log::plural;
 use crate::playground::{CommandError, Scenario};
 use crate::upsert::replica::{Manual, Replica};
 use crate::upsert::source::{SourceLog, SourceMessage};
@@ -171,13 +172,17 @@ impl Scenario {
         }
         let there = stash.iter().any(|e| e.from_time == from);
         let where_ = if there {
-            format!("key {key} (offset {offset}) waits in the stash ({} entries) until the time is complete", stash.len())
+            format!(
+                "key {key} (offset {offset}) waits in the stash ({}) until the time is complete",
+                plural(stash.len() as u64, "entry")
+            )
         } else {
             format!("key {key} (offset {offset}) is not in the stash")
         };
         format!(
-            "{} read {read} messages with its input frontier held at {ts}; {where_}",
-            walk.actor
+            "{} read {} with its input frontier held at {ts}; {where_}",
+            walk.actor,
+            plural(u64::from(read), "message")
         )
     }
 
