@@ -167,6 +167,13 @@ pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
             (all - statement).max(0.0)
         );
     }
+    print_ratios(&mut calls, &mut ratios);
+    Ok(())
+}
+
+/// The ratios against the raw INSERT (one call's median latency, the ceiling, the per-round
+/// rates), when the raw baselines ran (a `postgres://` Consensus).
+fn print_ratios(calls: &mut [Vec<f64>], ratios: &mut [f64]) {
     if !calls[1].is_empty() {
         // Per call, the median is what a preempted moment of a shared machine moves least.
         println!(
@@ -184,11 +191,10 @@ pub(crate) async fn bench(ctx: &Ctx, a: BenchArgs) -> Result<(), String> {
         let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
         println!(
             "ratio caa / raw insert: median {:.2} (rounds: {})",
-            median(&mut ratios),
+            median(ratios),
             shown.join(" ")
         );
     }
-    Ok(())
 }
 
 /// `n` compare_and_appends of one small update each, keys from `first`.
