@@ -127,6 +127,10 @@ test("add and remove writers, readers, write tasks and oracle instances (buttons
   await waitFor(page, () => /●/.test(document.querySelector('#writers-view tbody[data-actor="W3"]')?.textContent ?? ""), "W3 commits");
   // A second oracle instance fenced the first.
   await waitFor(page, () => /fenced/.test([...document.querySelectorAll('#oracle-view tr[data-actor="O1"]')].map((r) => r.textContent).join(" ")), "O1 fenced by O2");
+  // The fenced O1 stops (failed): its Processes row redraws then. Wait for that redraw before
+  // clicking in the panel, or the click's press and release can land on two renderings of the
+  // button and make no click (seen once under load).
+  await waitFor(page, () => /failed/.test(document.querySelector('#processes-view li[data-actor="O1"]')?.textContent ?? ""), "O1 failed in the Processes panel");
   // Remove.
   await page.locator('#processes-view button[data-action="remove"][data-actor="R2"]').click();
   await waitForStatus(page, "ok", /removed R2/);
