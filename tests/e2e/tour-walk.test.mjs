@@ -220,6 +220,12 @@ async function pressActorChip(page, id) {
   return true;
 }
 
+/** Opens tour `id` at `step` without animation and waits until it settles. */
+async function openStep(page, id, step) {
+  await page.goto(server.url(`${tourSearch(id, step)}&animate=0`));
+  await settled(page, id, step);
+}
+
 /** Presses the step's chip for panel `id` (the shard chip for the Shard panel if it has one). */
 async function pressChip(page, id) {
   const chip = page.locator(`[data-testid=tour-card] button.look[data-panel="${id}"]`).first();
@@ -395,10 +401,7 @@ test("every kind of Look at chip scrolls to its target and flashes it, the card 
 
 test("what the learner walk found missing is shown: signed to_write rows, read-only, one upsert count, the lease", { timeout: 120_000 }, async (t) => {
   const page = await walkPage(t);
-  const open = async (id, step) => {
-    await page.goto(server.url(`${tourSearch(id, step)}&animate=0`));
-    await settled(page, id, step);
-  };
+  const open = (id, step) => openStep(page, id, step);
   const rowText = (actor) => page.locator(`#panel-writers tbody[data-actor="${actor}"]`).innerText();
 
   // write-task 3: the deleted row's −1, as a signed row, visible in the Writers panel.
@@ -465,10 +468,7 @@ test("what the learner walk found missing is shown: signed to_write rows, read-o
 
 test("the counts a step puts side by side agree, and a lost compare_and_set names what took its seqno", { timeout: 150_000 }, async (t) => {
   const page = await walkPage(t);
-  const open = async (id, step) => {
-    await page.goto(server.url(`${tourSearch(id, step)}&animate=0`));
-    await settled(page, id, step);
-  };
+  const open = (id, step) => openStep(page, id, step);
   // Check acked writes counts as of the moment the Writers rows show: each writer's won writes in
   // the check's line are its row's "won", and the updates it checked are the ones acknowledged.
   for (const [id, step] of [["writers-race", 5], ["rule-idempotency-token", 2], ["rule-idempotency-token", 4]]) {
@@ -546,10 +546,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
 
 test("what the second learner walk found is shown: undecodable values, the failed key, the loser, a failed actor's process", { timeout: 120_000 }, async (t) => {
   const page = await walkPage(t);
-  const open = async (id, step) => {
-    await page.goto(server.url(`${tourSearch(id, step)}&animate=0`));
-    await settled(page, id, step);
-  };
+  const open = (id, step) => openStep(page, id, step);
   // upsert-feedback 5: the generator's undecodable values, counted with the latest marked, in
   // view without a click (not only in the folded list of recent messages); the error in state.
   await open("upsert-feedback", 5);
