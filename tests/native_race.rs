@@ -196,13 +196,21 @@ fn four_writer_processes_one_killed_and_postgres_restarted() {
         &err_of("w1-restarted"),
     ));
 
-    // Restart PostgreSQL once the writers are about half way.
-    wait_for("2,000 acks in all", &dir, 4_000, || {
-        (0..4)
-            .map(|i| count_lines(&log_of(i), "ack "))
-            .sum::<usize>()
-            >= 2_000
-    });
+    // Restart PostgreSQL once the writers are about half way and the restarted writer has
+    // opened its location and acknowledged a write (so the restart meets it mid-run, not while it
+    // opens: opening does not retry a server that is restarting).
+    wait_for(
+        "2,000 acks in all, one from w1-restarted",
+        &dir,
+        4_000,
+        || {
+            count_lines(&log_of(1), "ack ") > acked_before
+                && (0..4)
+                    .map(|i| count_lines(&log_of(i), "ack "))
+                    .sum::<usize>()
+                    >= 2_000
+        },
+    );
     let before_restart: usize = (0..4).map(|i| count_lines(&log_of(i), "ack ")).sum();
     pg_restart();
     assert!(before_restart < 4_000, "PostgreSQL restarted mid-run");
