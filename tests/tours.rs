@@ -523,3 +523,138 @@ fn a_term_counts_as_used_as_a_word_and_as_defined_in_bold() {
     assert_eq!(first_use("stashed values", "stash"), None);
     assert_eq!(first_use("nothing here", "stash"), None);
 }
+
+/// The panels of index.html: `(id, title)`, the title as its `<h2>` shows it.
+fn panel_titles(html: &str) -> Vec<(String, String)> {
+    html.split("<section class=\"panel")
+        .skip(1)
+        .filter_map(|s| {
+            let id = s.split("id=\"").nth(1)?.split('"').next()?;
+            let title = s.split("<h2>").nth(1)?.split('<').next()?;
+            Some((
+                id.to_string(),
+                title.replace("&amp;", "&").trim().to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// What narration may call panel `title`: "<title> panel" (the title before an " & " will do:
+/// "Processes panel"); a title that is a noun of its own ("Consensus log", "Event log") by
+/// itself; the Writers panel's table as the "Writers table".
+fn names_of(title: &str) -> Vec<String> {
+    let short = title.split(" & ").next().unwrap_or(title);
+    let mut names = vec![format!("{title} panel"), format!("{short} panel")];
+    if title.ends_with(" log") {
+        names.push(title.to_string());
+    }
+    if title == "Writers" {
+        names.push("Writers table".into());
+    }
+    names
+}
+
+/// The panels `text` names (ids), and every "<Capitalised> panel" in it that names no panel.
+fn panels_named(text: &str, panels: &[(String, String)]) -> (Vec<String>, Vec<String>) {
+    let lower = text.to_lowercase();
+    let mut named = Vec::new();
+    for (id, title) in panels {
+        let said = names_of(title).iter().any(|n| {
+            lower.match_indices(&n.to_lowercase()).any(|(i, _)| {
+                let before = lower[..i].chars().next_back();
+                let after = lower[i + n.len()..].chars().next();
+                !before.is_some_and(char::is_alphanumeric)
+                    && !after.is_some_and(char::is_alphanumeric)
+            })
+        });
+        if said {
+            named.push(id.clone());
+        }
+    }
+    let known: Vec<String> = panels
+        .iter()
+        .flat_map(|(_, t)| names_of(t))
+        .map(|n| n.to_lowercase())
+        .collect();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let unknown = words
+        .windows(2)
+        .filter(|w| w[1].trim_end_matches(|c: char| !c.is_alphanumeric()) == "panel")
+        .filter_map(|w| {
+            let name = w[0].trim_start_matches(|c: char| !c.is_alphanumeric());
+            if !name.starts_with(|c: char| c.is_uppercase()) || name == "The" {
+                return None;
+            }
+            let at = words.iter().position(|x| std::ptr::eq(*x, w[0]))?;
+            let one = format!("{name} panel").to_lowercase();
+            let two = (at > 0).then(|| format!("{} {name} panel", words[at - 1]).to_lowercase());
+            let ok = known.contains(&one) || two.is_some_and(|t| known.contains(&t));
+            (!ok).then(|| format!("{name} panel"))
+        })
+        .collect();
+    (named, unknown)
+}
+
+/// A panel the narration names is called by its title (rule-upsert-feedback said "the Upsert
+/// panel" of the panel titled "Upsert pipeline"), and is one the step highlights (so the page
+/// shows it: tests/e2e/tour-walk.test.mjs checks that it is on screen at settle).
+#[test]
+fn every_panel_a_step_names_is_called_by_its_title_and_highlighted() {
+    let html = std::fs::read_to_string(root().join("index.html")).unwrap();
+    let panels = panel_titles(&html);
+    assert!(panels.len() >= 9, "the panels of index.html: {panels:?}");
+    for tour in tours() {
+        for (i, step) in steps(&tour).iter().enumerate() {
+            let at = format!("tour {} step {}", tour["id"], i + 1);
+            let text: Vec<&str> = step["narration"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            let (named, unknown) = panels_named(&text.join(" "), &panels);
+            assert!(
+                unknown.is_empty(),
+                "{at}: names {unknown:?}, no panel's title"
+            );
+            let highlight: Vec<&str> = step["highlight"]
+                .as_array()
+                .map(|h| h.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            for id in named {
+                let shown = highlight.contains(&id.as_str())
+                    || (id == "panel-shard" && highlight.iter().any(|h| h.starts_with("shard:")));
+                assert!(shown, "{at}: names {id} and does not highlight it");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_panel_is_named_by_its_title() {
+    let panels = vec![
+        ("panel-upsert".to_string(), "Upsert pipeline".to_string()),
+        (
+            "panel-processes".to_string(),
+            "Processes & actors".to_string(),
+        ),
+        ("panel-log".to_string(), "Event log".to_string()),
+    ];
+    let (named, unknown) = panels_named("The Upsert panel and the Event log.", &panels);
+    assert_eq!(
+        (named, unknown),
+        (
+            vec!["panel-log".to_string()],
+            vec!["Upsert panel".to_string()]
+        )
+    );
+    let (named, unknown) = panels_named(
+        "In the Upsert pipeline panel; the Processes panel; so the panel",
+        &panels,
+    );
+    assert_eq!(
+        named,
+        vec!["panel-upsert".to_string(), "panel-processes".to_string()]
+    );
+    assert!(unknown.is_empty(), "{unknown:?}");
+}

@@ -34,7 +34,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ARTIFACTS, ROOT, frames, launch, latest, newPage, noErrors, serveForTests, tourSettled } from "./helpers.mjs";
-import { checkTour, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
+import { checkTour, fillNarration, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
 import { fmtMs } from "../../www/spec.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
@@ -63,6 +63,88 @@ function namedPanels(highlight) {
     if (id && !out.includes(id)) out.push(id);
   }
   return out;
+}
+
+/**
+ * What the narration calls each panel (tests/tours.rs checks that a "... panel" it names is one of
+ * these, by its title): a step that names one must show it, not leave it below the fold.
+ */
+const PANEL_NAMES = [
+  [/\bShard panel\b/i, "panel-shard"],
+  [/\bWriters (panel|table)\b/i, "panel-writers"],
+  [/\bProcesses panel\b/i, "panel-processes"],
+  [/\bConsensus log\b/i, "panel-consensus"],
+  [/\bTimestamp oracle panel\b/i, "panel-oracle"],
+  [/\bFrontiers panel\b/i, "panel-frontiers"],
+  [/\bUpsert pipeline panel\b/i, "panel-upsert"],
+  [/\bEvent log\b/i, "panel-log"],
+  [/\bCheck panel\b/i, "panel-check"],
+];
+
+/** The panels the step's narration names, in PANEL_NAMES's words. */
+function panelsNamed(step) {
+  const text = step.narration.join(" ");
+  return PANEL_NAMES.filter(([re]) => re.test(text)).map(([, id]) => id);
+}
+
+/**
+ * The phrases the narration quotes in “…” (filled in from the run, without markup): a quote that
+ * is text on a panel (a badge, a log line) must be on screen at settle.
+ */
+function quotedPhrases(step, snap, prevSnap) {
+  const out = [];
+  for (const p of step.narration) {
+    for (const [, q] of fillNarration(p, snap, prevSnap).matchAll(/“([^”]+)”/g)) {
+      out.push(q.replace(/\*\*|`/g, "").replace(/\s+/g, " ").trim());
+    }
+  }
+  return out;
+}
+
+/**
+ * Where `phrase` is text on the panels: "absent" (the quote is the narration's own words), or
+ * whether one of the innermost elements that hold it is inside the window and every scrolling box
+ * around it ("shown") or not ("hidden").
+ */
+function phraseOnScreen(page, phrase) {
+  return page.evaluate((want) => {
+    const norm = (t) => t.replace(/\s+/g, " ");
+    const holders = [...document.querySelectorAll(".panels .panel *")].filter(
+      (el) => norm(el.textContent).includes(want) && ![...el.children].some((c) => norm(c.textContent).includes(want)),
+    );
+    if (!holders.length) return "absent";
+    const shown = (el) => {
+      let box = { top: 0, bottom: window.innerHeight };
+      for (let a = el; a && a !== document.body; a = a.parentElement) {
+        const s = getComputedStyle(a);
+        if (s.display === "none" || s.visibility === "hidden") return false;
+        if (/(auto|scroll|hidden)/.test(s.overflowY)) {
+          const r = a.getBoundingClientRect();
+          box = { top: Math.max(box.top, r.top), bottom: Math.min(box.bottom, r.bottom) };
+        }
+      }
+      const r = el.getBoundingClientRect();
+      return r.height > 0 && r.top >= box.top - 1 && r.bottom <= box.bottom + 1;
+    };
+    return holders.some(shown) ? "shown" : "hidden";
+  }, phrase);
+}
+
+/**
+ * How the window shows panel `id`'s title and body: whether its title (h2) is inside the window,
+ * and whether the whole panel is (or, taller than the window, fills it).
+ */
+function panelShown(page, id) {
+  return page.evaluate((pid) => {
+    const vh = window.innerHeight;
+    const panel = document.getElementById(pid);
+    const r = panel.getBoundingClientRect();
+    const t = panel.querySelector("h2").getBoundingClientRect();
+    return {
+      title: t.height > 0 && t.top >= 0 && t.bottom <= vh,
+      whole: r.height > 0 && (r.height <= vh - 8 ? r.top >= 0 && r.bottom <= vh : r.top <= 8 && r.bottom >= vh - 8),
+    };
+  }, id);
 }
 
 /** The ways a panel may print a value the narration quotes. */
@@ -258,6 +340,21 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
     let seen = false;
     for (const id of placesOf(q.bare, panels)) seen ||= await textVisible(page, id, needles);
     if (!seen) failures.push(`${where}: the narration's {{${q.path}}} = ${JSON.stringify(q.value)} is not visible at settle in a named panel (${panels.join(", ") || "none named"}); only after a click`);
+  }
+  // The step's first panel shows its title at settle: the learner sees which panel the step is
+  // in (upsert-feedback 6 scrolled U2's card into view and the Upsert pipeline title off the top).
+  if (panels.length && !(await panelShown(page, panels[0])).title) failures.push(`${where}: the title of its first panel ${panels[0]} is not in the window at settle`);
+  // Every panel the narration names is one the step names, and on screen at settle: wholly, if it
+  // fits in the window (rule-idempotency-token 1 named the Processes panel, off screen; upper-since
+  // 3 the Event log; upper-since 4 the Frontiers panel, its axis below the fold).
+  for (const id of panelsNamed(step)) {
+    if (!panels.includes(id)) failures.push(`${where}: the narration names ${id}, which the step does not name`);
+    else if (!(await panelShown(page, id)).whole) failures.push(`${where}: the narration names ${id}, which is not wholly in the window at settle`);
+  }
+  // A phrase the narration quotes from a panel (a badge, a log line) is on screen at settle
+  // (rule-idempotency-token 1 quoted “⚠ no token”, a badge of a panel below the fold).
+  for (const phrase of quotedPhrases(step, snap, prevSnap)) {
+    if ((await phraseOnScreen(page, phrase)) === "hidden") failures.push(`${where}: the narration quotes “${phrase}”, which is panel text, but not on screen at settle`);
   }
   if (!m.card) failures.push(`${where}: the tour card is not wholly on screen`);
   if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
@@ -574,5 +671,74 @@ test("what the second learner walk found is shown: undecodable values, the faile
   assert.match(await page.locator('#panel-writers tbody[data-actor="T1"]').innerText(), /lost a race/);
   assert.doesNotMatch(await page.locator('#panel-writers tbody[data-actor="T2"]').innerText(), /lost a race/);
   assert.ok(await textVisible(page, "panel-writers", ["lost a race"]), "the lost race is in view");
+  noErrors(page);
+});
+
+test("what the third learner walk found is shown: the badge a step names, U2 beside its badge, one window per oracle write, what a restarted oracle starts at", { timeout: 120_000 }, async (t) => {
+  const page = await walkPage(t);
+  const open = (id, step) => openStep(page, id, step);
+  const inWindow = (selector) => page.evaluate((sel) => [...document.querySelectorAll(sel)].some((el) => {
+    const r = el.getBoundingClientRect();
+    return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight;
+  }), selector);
+
+  // rule-idempotency-token 1: W1's "⚠ no token" badge, which the narration names, is on screen.
+  await open("rule-idempotency-token", 1);
+  assert.match(await page.getByTestId("tour-narration").innerText(), /“⚠ no token”/);
+  assert.ok(await inWindow('#panel-processes li[data-actor="W1"] [data-testid=variant][data-rule=idempotency-token]'), "W1's no-token badge is on screen");
+
+  // rule-upsert-feedback 2 and 6: U2's process row, with its badge (2) or without (6), on screen
+  // beside the Upsert pipeline panel's count, which the narration quotes.
+  for (const [step, badge] of [[2, true], [6, false]]) {
+    await open("rule-upsert-feedback", step);
+    assert.ok(await inWindow('#panel-processes li[data-actor="U2"]'), `rule-upsert-feedback ${step}: U2's process row is on screen`);
+    assert.equal(await page.locator('#panel-processes li[data-actor="U2"] [data-testid=variant]').count(), badge ? 1 : 0);
+    assert.ok(await inWindow("[data-testid=upsert-checker]"), `rule-upsert-feedback ${step}: the checker's line is on screen`);
+    assert.doesNotMatch(await page.getByTestId("tour-narration").innerText(), /Upsert panel/);
+  }
+
+  // upsert-feedback 6: U2's card wholly on screen, the Upsert pipeline title too (it sticks).
+  await open("upsert-feedback", 6);
+  assert.ok(await inWindow('#panel-upsert .up-replica[data-actor="U2"]'), "U2's card is on screen");
+  assert.ok(await inWindow("#panel-upsert h2"), "the Upsert pipeline title is on screen");
+
+  // oracle-restart 2: one window on the Timestamp oracle panel per Consensus write of the
+  // timeline (the start's write with epoch 1 is a window too), and the narration counts them.
+  await open("oracle-restart", 2);
+  const o2 = await page.evaluate(() => {
+    const snap = window.__playground.state.latest();
+    return {
+      writes: snap.consensus.filter((c) => c.key === "timestamp_oracle/epoch_ms" && c.outcome === "committed").length,
+      windows: snap.actors.find((a) => a.id === "O1").detail.windows.length,
+      line: document.querySelector('#panel-oracle tr.sub[data-actor="O1"]')?.textContent ?? "",
+      bars: document.querySelectorAll("#panel-oracle svg.windows rect.window").length,
+      narration: document.querySelector("[data-testid=tour-narration]").textContent,
+    };
+  });
+  assert.ok(o2.writes >= 2, `O1 wrote its record more than once: ${JSON.stringify(o2)}`);
+  assert.equal(o2.windows, o2.writes, "one window per Consensus write");
+  assert.equal(o2.bars, o2.writes, "one bar per Consensus write");
+  assert.match(o2.line, new RegExp(`durable windows, all ${o2.writes} `));
+  assert.match(o2.narration, new RegExp(`those windows, ${o2.writes} so far`));
+
+  // oracle-restart 4: the log line says what the restarted instance starts at (the stored upper,
+  // above which it hands out write timestamps), the narration quotes it, and the first timestamp
+  // it handed out is another number, above it, under its own name.
+  await open("oracle-restart", 4);
+  const o4 = await page.evaluate(() => {
+    const snap = window.__playground.state.latest();
+    return {
+      first: snap.actors.find((a) => a.id === "O1").detail.firstTs,
+      log: document.querySelector("#log-view").textContent,
+      narration: document.querySelector("[data-testid=tour-narration]").textContent,
+    };
+  });
+  const opened = /epoch 2 opened: resumed from (\d+), hands out write timestamps above (\d+)/.exec(o4.log);
+  assert.ok(opened, `the log says what the restarted instance starts at: ${o4.log.slice(0, 300)}`);
+  assert.equal(opened[1], opened[2]);
+  assert.ok(o4.first > Number(opened[2]), `the first timestamp ${o4.first} is above ${opened[2]}`);
+  assert.ok(o4.narration.includes(`“${opened[0]}”`), "the narration quotes the log line");
+  assert.match(o4.narration, new RegExp(`Its first timestamp, ${o4.first} \\(the first ts column\\)`));
+  assert.ok(await textVisible(page, "panel-oracle", [String(o4.first), fmtMs(o4.first)]), "the first ts column shows it");
   noErrors(page);
 });

@@ -50,22 +50,32 @@ fn sync_oracle(
     });
 }
 
-/// One oracle event's outcome, line and [`Fact`]; a window allocation also goes on the panel.
+/// One oracle event's outcome, line and [`Fact`]; a window made durable (the first one, written
+/// with the epoch when the instance opened, or a later allocation) also goes on the panel, so
+/// it draws one window per Consensus write of the timeline.
 fn oracle_event(
     ctx: &ActorCtx,
     timeline: &str,
     e: &OracleEvent,
 ) -> (Outcome, String, Option<Fact>) {
-    if let OracleEventKind::Allocated {
-        for_ts,
-        durable_upper,
-        ..
-    } = &e.kind
-    {
+    let made_durable = match &e.kind {
+        OracleEventKind::Allocated {
+            for_ts,
+            durable_upper,
+            ..
+        } => Some((*for_ts, *durable_upper)),
+        OracleEventKind::Opened {
+            start_ts,
+            durable_upper,
+            ..
+        } => Some((*start_ts, *durable_upper)),
+        _ => None,
+    };
+    if let Some((for_ts, durable_upper)) = made_durable {
         let w = Window {
             at_ms: e.at_ms,
-            for_ts: *for_ts,
-            durable_upper: *durable_upper,
+            for_ts,
+            durable_upper,
         };
         ctx.oracle_view(|o| {
             o.windows.push(w);
@@ -126,7 +136,7 @@ fn oracle_line(e: &OracleEvent) -> (Outcome, String) {
         } => (
             Outcome::Committed,
             format!(
-                "epoch {} opened: resumed from {}, starts at {start_ts}, durable upper {durable_upper}",
+                "epoch {} opened: resumed from {}, hands out write timestamps above {start_ts}, durable upper {durable_upper}",
                 e.epoch,
                 resumed_from.map_or("nothing (new timeline)".into(), |r| r.to_string())
             ),
