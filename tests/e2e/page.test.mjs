@@ -1,6 +1,6 @@
 // End-to-end tests of the playground page in seed mode: every control is clicked (or its key
 // pressed) and the test asserts what the page then shows, with no console error. Each test gets
-// a fresh browser profile. Screenshots of every panel go to target/e2e-artifacts/.
+// a fresh browser profile. Screenshots of every panel go to target/e2e-artifacts/ (E2E_SHOTS=1).
 //
 // Run: node --test tests/e2e/     (needs pkg/: bash scripts/build.sh)
 
