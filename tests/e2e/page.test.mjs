@@ -7,7 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  launch, openTwoReplicas, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
+  frames, launch, openTwoReplicas, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
 const server = serveForTests();
@@ -60,7 +60,8 @@ test("a newcomer's first view: every panel with its caption, moving, legible at 
   const overflow = () => document.documentElement.scrollWidth - window.innerWidth;
   assert.ok((await page.evaluate(overflow)) <= 0, "no horizontal scroll at 1280x800");
   await page.setViewportSize({ width: 1920, height: 1080 });
-  await page.waitForTimeout(300);
+  // Every panel redrawn at the new size (a third of them a frame), not a fixed wait.
+  await frames(page, 4);
   assert.ok((await page.evaluate(overflow)) <= 0, "no horizontal scroll at 1920x1080");
   await shot(page, "page-1920x1080");
   for (const p of PANELS) await shot(page, `panel-${p}-1920`, `#panel-${p}`);
@@ -74,7 +75,8 @@ test("run controls: pause, step, speed and their keys", { timeout: 60_000 }, asy
   await waitForStatus(page, "ok", /^paused$/);
   assert.match(await page.getByTestId("play").textContent(), /Play/);
   const paused = await clockMs(page);
-  await page.waitForTimeout(400);
+  // Twelve of the page's frames: playing, each would move the clock.
+  await frames(page, 12);
   assert.equal(await clockMs(page), paused, "paused: the clock stands still");
   await page.getByTestId("step").click();
   await waitForStatus(page, "ok", /^stepped 100 ms$/);
