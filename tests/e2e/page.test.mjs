@@ -151,6 +151,10 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   await page.locator('input[data-field="rate"][data-actor="W1"]').fill("40");
   await page.locator('button[data-action="set-rate"][data-actor="W1"]').click();
   await waitForStatus(page, "ok", /W1 now writes 40 per second/);
+  // The new rate redraws the Processes panel (its markup's value): wait for that redraw before
+  // clicking in the panel, or the click's press and release can land on two renderings of the
+  // button and make no click (R1's Hold since, seen once under load).
+  await waitFor(page, () => document.querySelector('#processes-view input[data-field="rate"][data-actor="W1"]')?.defaultValue === "40", "the Processes panel redrawn with W1's new rate");
   const w1 = await latest(page).then((s) => s.actors.find((a) => a.id === "W1"));
   assert.equal(w1.spec.ratePerS, 40);
   // Reader hold: the since stops; release: it moves again.
@@ -173,6 +177,7 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   await waitFor(page, () => document.querySelector('[data-stat="updates"] .v').textContent !== "0", "the task's shard holds its rows");
   await page.locator('input[data-action="read-only"][data-actor="T1"]').check();
   await waitForStatus(page, "ok", /T1 restarted: tick 1000 ms, read-only true/);
+  await waitFor(page, () => /read-only/.test(document.querySelector('#processes-view li[data-actor="T1"] .desc')?.textContent ?? ""), "the Processes panel redrawn with T1 read-only");
   await waitFor(page, () => [...document.querySelectorAll('#writers-view tbody[data-actor="T1"] .how')].map((h) => h.textContent).join(" ") === "task read-only", "the writers panel shows read-only");
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
   await waitFor(page, () => /read-only: 1 commands kept in desired, not written/.test(document.querySelector('#writers-view tbody[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows the read-only refusal");
