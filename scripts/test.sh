@@ -24,8 +24,10 @@
 #
 # Work that repeats nothing: the integration tests are two binaries (tests/native.rs,
 # tests/browser.rs), so the crate is linked once per layer, not once per file; the page's e2e
-# files run E2E_CONCURRENCY (default 2) at a time; the npm package's release build runs in the
-# background while they do.
+# files run E2E_CONCURRENCY (default 2) at a time; the npm package's release build and the native
+# backends layer run in the background while they do (each prints its own time); the package
+# layer's four parts (examples/node, examples/web, examples/vite-app, examples/node-postgres) run
+# side by side.
 #
 # A browser test file without wasm_bindgen_test_configure!(run_in_browser) is silently skipped by
 # the runner, and a layer can "pass" having run nothing; so each layer's count is checked against
@@ -40,8 +42,10 @@ bash scripts/setup.sh
 
 logs="$(mktemp -d)"
 package_pid=""
-# A failing layer leaves no background build behind (the package build runs in its own process group).
-trap 'if [ -n "$package_pid" ]; then kill -- "-$package_pid" 2>/dev/null || true; fi; rm -rf "$logs"' EXIT
+backends_pid=""
+# A failing layer leaves nothing behind in the background (the package build and the native
+# backends layer run in process groups of their own).
+trap 'for p in $package_pid $backends_pid; do kill -- "-$p" 2>/dev/null || true; done; rm -rf "$logs"' EXIT
 times=""
 t_layer=$SECONDS
 layer_done() { # name
@@ -114,6 +118,15 @@ browser=$(grep -av 'measured' "$logs/browser.log" > "$logs/browser-only.log" || 
 layer_done "browser"
 
 echo "[test] 3/4 page: build pkg/ and run tests/e2e/ in Chromium"
+# The native backends layer (4/4) starts here, in the background: it needs only the services and
+# the test binary the native layer built (`-- --ignored` runs the native_* modules' #[ignore]d
+# tests, which a plain `cargo test` skips), and nothing of the page layer uses PostgreSQL or the
+# S3 emulator. It is over before the package layer starts, whose node-postgres example needs a
+# PostgreSQL that native_race does not restart under it.
+backends_expected=$(cat tests/native_*.rs | grep -cE '^\s*#\[test\]' || true)
+setsid bash -c 't0=$SECONDS; cargo test --test native -- --ignored >"$1/backends.log" 2>&1; rc=$?; echo $((SECONDS - t0)) >"$1/backends.took"; exit $rc' \
+  backends "$logs" &
+backends_pid=$!
 bash scripts/build.sh
 # The page's size guard: its whole .wasm under 440 KiB gzipped (gzip -9). Issue 10 set 400 KiB
 # (409,600 bytes); the leak-free maintenance of issue 17 (tickets, sweeps, the merge worker) and the
@@ -156,56 +169,83 @@ e2e=${e2e:-0}
   || fail "page layer passed $e2e tests; the test files declare $e2e_expected"
 layer_done "page"
 
+echo "[test] 4/4 native backends: PostgreSQL + S3 emulator, tests/native_*.rs (run beside the page layer)"
+backends_rc=0
+wait "$backends_pid" || backends_rc=$?
+backends_pid=""
+cat "$logs/backends.log"
+[ "$backends_rc" = 0 ] || fail "the native backends layer failed (cargo test --test native -- --ignored)"
+backends=$(sum_passed "$logs/backends.log")
+[ "$backends" -ge "$backends_expected" ] && [ "$backends" -gt 0 ] \
+  || fail "native-backends layer passed $backends tests; the test files declare $backends_expected"
+# Its own time, from its start beside the page layer to its end; the page layer's time includes
+# the wait for it, if it ended last.
+backends_took=$(cat "$logs/backends.took")
+echo "[test] native backends took ${backends_took}s (beside the page layer)"
+times="$times native backends ${backends_took}s (beside page),"
+t_layer=$SECONDS
+
 echo "[test] package: npm pack the library, install it in examples/node, run it with no Rust on PATH"
 wait "$package_pid" || { cat "$logs/package-build.log" >&2; package_pid=""; fail "scripts/package.sh --release failed"; }
 package_pid=""
 cat "$logs/package-build.log"
+# The layer's four parts share nothing but the tarball (each its own directory, node_modules,
+# browser and, for node-postgres, schema): they run side by side, each into its own log, printed
+# in order once all are done.
+#   examples/node: the package under Node, with no Rust toolchain on PATH
+#   examples/web: the example page imports the web build of the same package (IndexedDB, in Chromium)
+#   examples/vite-app: a fresh Vite app built from the tarball with no configuration, run in Chromium
+#   examples/node-postgres: a Consensus on PostgreSQL through node-postgres, as PersistLocation.custom
+part_pids=()
+for part in package web vite node-postgres; do
+  case "$part" in
+    package) cmd=(bash examples/node/run.sh) ;;
+    web) cmd=(node --test --test-reporter=tap examples/web/) ;;
+    vite) cmd=(bash examples/vite-app/run.sh) ;;
+    node-postgres) cmd=(bash examples/node-postgres/run.sh) ;;
+  esac
+  "${cmd[@]}" >"$logs/$part.log" 2>&1 &
+  part_pids+=("$!")
+done
+part_failed=""
+for i in 0 1 2 3; do
+  part=$(echo package web vite node-postgres | cut -d' ' -f$((i + 1)))
+  rc=0
+  wait "${part_pids[$i]}" || rc=$?
+  cat "$logs/$part.log"
+  [ "$rc" = 0 ] || part_failed="$part_failed $part"
+done
+[ -z "$part_failed" ] || fail "the package layer's part(s)$part_failed failed"
+passed_in() { grep -aoE '^# pass [0-9]+' "$1" | awk '{print $3}' | tail -n1; }
 # Top-level test() calls, plus one test per bad( case of the bad-input list.
 pkg_expected=$(( $(cat examples/node/test/*.test.mjs | grep -cE '^test\(' || true) \
   + $(cat examples/node/test/*.test.mjs | grep -cE '^\s*bad\(' || true) ))
-bash examples/node/run.sh 2>&1 | tee "$logs/package.log"
-pkg=$(grep -aoE '^# pass [0-9]+' "$logs/package.log" | awk '{print $3}' | tail -n1)
+pkg=$(passed_in "$logs/package.log")
 pkg=${pkg:-0}
 [ "$pkg" -ge "$pkg_expected" ] && [ "$pkg" -gt 0 ] \
   || fail "package layer passed $pkg tests; the test files declare $pkg_expected"
-# The example page imports the web build of the same package (IndexedDB, in Chromium).
 web_expected=$(cat examples/web/*.test.mjs | grep -cE '^test\(' || true)
 # readme.test.mjs declares its IndexedDB visit test once per variant (seed 7, no seed) in a loop.
 web_expected=$((web_expected + 1))
-node --test --test-reporter=tap examples/web/ 2>&1 | tee "$logs/web.log"
-web=$(grep -aoE '^# pass [0-9]+' "$logs/web.log" | awk '{print $3}' | tail -n1)
+web=$(passed_in "$logs/web.log")
 web=${web:-0}
 [ "$web" -ge "$web_expected" ] && [ "$web" -gt 0 ] \
   || fail "example page passed $web tests; the test files declare $web_expected"
 pkg=$((pkg + web)); pkg_expected=$((pkg_expected + web_expected))
-# A fresh Vite app built from the tarball with no configuration, run in Chromium.
 vite_expected=$(grep -cE '^test\(' examples/vite-app/vite.test.mjs || true)
-bash examples/vite-app/run.sh 2>&1 | tee "$logs/vite.log"
-vite=$(grep -aoE '^# pass [0-9]+' "$logs/vite.log" | awk '{print $3}' | tail -n1)
+vite=$(passed_in "$logs/vite.log")
 vite=${vite:-0}
 [ "$vite" -ge "$vite_expected" ] && [ "$vite" -gt 0 ] \
   || fail "vite app passed $vite tests; the test file declares $vite_expected"
 pkg=$((pkg + vite)); pkg_expected=$((pkg_expected + vite_expected))
-# A Consensus on PostgreSQL through node-postgres, given as PersistLocation.custom.
 pgjs_expected=$(cat examples/node-postgres/test/*.test.mjs | grep -cE '^test\(' || true)
-bash examples/node-postgres/run.sh 2>&1 | tee "$logs/node-postgres.log"
-pgjs=$(grep -aoE '^# pass [0-9]+' "$logs/node-postgres.log" | awk '{print $3}' | tail -n1)
+pgjs=$(passed_in "$logs/node-postgres.log")
 pgjs=${pgjs:-0}
 [ "$pgjs" -ge "$pgjs_expected" ] && [ "$pgjs" -gt 0 ] \
   || fail "node-postgres example passed $pgjs tests; the test files declare $pgjs_expected"
 pkg=$((pkg + pgjs)); pkg_expected=$((pkg_expected + pgjs_expected))
 layer_done "package"
 
-echo "[test] 4/4 native backends: PostgreSQL + S3 emulator, tests/native_*.rs"
-backends_expected=$(cat tests/native_*.rs | grep -cE '^\s*#\[test\]' || true)
-# Built by the native layer already (the same binary, tests/native.rs): `-- --ignored` runs the
-# tests that need the services (the native_* modules' #[ignore]d tests), which a plain
-# `cargo test` skips.
-cargo test --test native -- --ignored 2>&1 | tee "$logs/backends.log"
-backends=$(sum_passed "$logs/backends.log")
-[ "$backends" -ge "$backends_expected" ] && [ "$backends" -gt 0 ] \
-  || fail "native-backends layer passed $backends tests; the test files declare $backends_expected"
-layer_done "native backends"
 services_stop
 
 total=$((native + browser + e2e + pkg + backends))

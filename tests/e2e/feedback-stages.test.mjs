@@ -3,7 +3,7 @@
 // which stage it ran: source, stash, the partial emission as a provisional value (◌), the sink's
 // write, the shard, the feedback read, then state. The walk's line in the Upsert panel shows the
 // stage to come; the replica's state shows ◌ from the partial emission until the feedback read
-// is folded in. A screenshot of the panel at each stage goes to target/e2e-artifacts/.
+// is folded in. A screenshot of the panel at each stage goes to target/e2e-artifacts/ (E2E_SHOTS=1).
 //
 // What a learner found in free play (issue 16, third walk): with a generator burst still queued
 // when they pushed, the walk followed a generator message and its done line paired one key with
@@ -17,10 +17,8 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
 import {
-  ARTIFACTS, launch, openTwoReplicas, noErrors, shot, waitFor, waitForStatus, serveForTests,
+  launch, openTwoReplicas, noErrors, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
 const server = serveForTests();
@@ -50,8 +48,7 @@ async function saidBesideButton(page, name, n) {
   assert.ok(said.text.startsWith("Step replicas: ") && box.message === box.status.text,
     `press ${n}: beside the button, what the status says: ${JSON.stringify(box)}`);
   // What the learner sees at 1280x800, not scrolled: the press and its message.
-  mkdirSync(ARTIFACTS, { recursive: true });
-  await page.screenshot({ path: join(ARTIFACTS, `${name}-press-${n}.png`) });
+  await shot(page, `${name}-press-${n}`, null, { fullPage: false });
   return said.text;
 }
 

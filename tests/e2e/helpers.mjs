@@ -287,11 +287,29 @@ export function noErrors(page) {
   assert.deepEqual(page.errors, [], "console errors or uncaught exceptions in the page");
 }
 
-/** Saves a screenshot of one element (a panel) or the page under target/e2e-artifacts/. */
-export async function shot(page, name, selector = null) {
-  mkdirSync(ARTIFACTS, { recursive: true });
+/**
+ * True if the tests save their screenshots (E2E_SHOTS=1). The screenshots are for a person to
+ * look at (the page as a learner sees it); no test reads them, and the 160 or so of a whole run
+ * cost it tens of seconds, so a plain run takes none:
+ *
+ *   E2E_SHOTS=1 node --test tests/e2e/page.test.mjs     # then look at target/e2e-artifacts/
+ */
+export const SHOTS = process.env.E2E_SHOTS === "1";
+
+/**
+ * Saves a screenshot of one element (a panel), or of the whole page (`fullPage`, the default
+ * without a selector; `{ fullPage: false }`: the window only), as target/e2e-artifacts/NAME.png
+ * (NAME may name a subdirectory), if E2E_SHOTS=1. Either way an element must be visible, as a
+ * screenshot of it needs. Returns the file's path, or null if none was taken.
+ */
+export async function shot(page, name, selector = null, { fullPage = true } = {}) {
+  if (!SHOTS) {
+    if (selector) await page.locator(selector).waitFor({ state: "visible" });
+    return null;
+  }
   const path = join(ARTIFACTS, `${name}.png`);
+  mkdirSync(dirname(path), { recursive: true });
   if (selector) await page.locator(selector).screenshot({ path });
-  else await page.screenshot({ path, fullPage: true });
+  else await page.screenshot({ path, fullPage });
   return path;
 }

@@ -1,13 +1,13 @@
 // End-to-end tests of the playground page in seed mode: every control is clicked (or its key
 // pressed) and the test asserts what the page then shows, with no console error. Each test gets
-// a fresh browser profile. Screenshots of every panel go to target/e2e-artifacts/.
+// a fresh browser profile. Screenshots of every panel go to target/e2e-artifacts/ (E2E_SHOTS=1).
 //
 // Run: node --test tests/e2e/     (needs pkg/: bash scripts/build.sh)
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  launch, openTwoReplicas, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
+  frames, launch, openTwoReplicas, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
 const server = serveForTests();
@@ -60,7 +60,8 @@ test("a newcomer's first view: every panel with its caption, moving, legible at 
   const overflow = () => document.documentElement.scrollWidth - window.innerWidth;
   assert.ok((await page.evaluate(overflow)) <= 0, "no horizontal scroll at 1280x800");
   await page.setViewportSize({ width: 1920, height: 1080 });
-  await page.waitForTimeout(300);
+  // Every panel redrawn at the new size (a third of them a frame), not a fixed wait.
+  await frames(page, 4);
   assert.ok((await page.evaluate(overflow)) <= 0, "no horizontal scroll at 1920x1080");
   await shot(page, "page-1920x1080");
   for (const p of PANELS) await shot(page, `panel-${p}-1920`, `#panel-${p}`);
@@ -74,7 +75,8 @@ test("run controls: pause, step, speed and their keys", { timeout: 60_000 }, asy
   await waitForStatus(page, "ok", /^paused$/);
   assert.match(await page.getByTestId("play").textContent(), /Play/);
   const paused = await clockMs(page);
-  await page.waitForTimeout(400);
+  // Twelve of the page's frames: playing, each would move the clock.
+  await frames(page, 12);
   assert.equal(await clockMs(page), paused, "paused: the clock stands still");
   await page.getByTestId("step").click();
   await waitForStatus(page, "ok", /^stepped 100 ms$/);
@@ -149,6 +151,10 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   await page.locator('input[data-field="rate"][data-actor="W1"]').fill("40");
   await page.locator('button[data-action="set-rate"][data-actor="W1"]').click();
   await waitForStatus(page, "ok", /W1 now writes 40 per second/);
+  // The new rate redraws the Processes panel (its markup's value): wait for that redraw before
+  // clicking in the panel, or the click's press and release can land on two renderings of the
+  // button and make no click (R1's Hold since, seen once under load).
+  await waitFor(page, () => document.querySelector('#processes-view input[data-field="rate"][data-actor="W1"]')?.defaultValue === "40", "the Processes panel redrawn with W1's new rate");
   const w1 = await latest(page).then((s) => s.actors.find((a) => a.id === "W1"));
   assert.equal(w1.spec.ratePerS, 40);
   // Reader hold: the since stops; release: it moves again.
@@ -171,6 +177,7 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   await waitFor(page, () => document.querySelector('[data-stat="updates"] .v').textContent !== "0", "the task's shard holds its rows");
   await page.locator('input[data-action="read-only"][data-actor="T1"]').check();
   await waitForStatus(page, "ok", /T1 restarted: tick 1000 ms, read-only true/);
+  await waitFor(page, () => /read-only/.test(document.querySelector('#processes-view li[data-actor="T1"] .desc')?.textContent ?? ""), "the Processes panel redrawn with T1 read-only");
   await waitFor(page, () => [...document.querySelectorAll('#writers-view tbody[data-actor="T1"] .how')].map((h) => h.textContent).join(" ") === "task read-only", "the writers panel shows read-only");
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
   await waitFor(page, () => /read-only: 1 commands kept in desired, not written/.test(document.querySelector('#writers-view tbody[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows the read-only refusal");
@@ -313,6 +320,9 @@ test("seed mode is deterministic: the same seed and the same clicks give the sam
       const firstDigest = await page.getByTestId("digest").textContent();
       for (let i = 0; i < 7; i++) await page.getByTestId("step").click();
       await page.getByTestId("add-writer").click();
+      // The new writer redraws the Processes panel: click in it once that is done (a press and
+      // release on two renderings make no click).
+      await waitFor(page, () => document.querySelector('#processes-view li[data-actor="W3"]'), "W3 in the Processes panel");
       await page.locator('button[data-action="crash"][data-process="P2"]').click();
       for (let i = 0; i < 5; i++) await page.getByTestId("step").click();
       await page.getByTestId("f-cons-timeout").fill("30");
@@ -329,8 +339,9 @@ test("seed mode is deterministic: the same seed and the same clicks give the sam
       await ctx.close();
     }
   }
-  const a = await run();
-  const b = await run();
+  // The two runs side by side, each in its own context (a fresh profile): nothing is shared but
+  // the seed and the clicks, and the page's wall-clock timing differs between them.
+  const [a, b] = await Promise.all([run(), run()]);
   assert.match(a.digest, /^[0-9a-f]{16}$/);
   assert.notEqual(a.digest, a.firstDigest, "the digest follows the state (it is not a constant)");
   assert.equal(a.snap.nowMs, 2800);

@@ -5,7 +5,7 @@
 // step, once with the rule off, where the page shows the anomaly and the
 // history check flags it (the snapshot's `check` and the check panel, branch check), and once
 // with it on, where the page shows none and the check panel shows no break. No console error anywhere; screenshots go to
-// target/e2e-artifacts/rules-*.png.
+// target/e2e-artifacts/rules-*.png (E2E_SHOTS=1).
 //
 // Run: node --test tests/e2e/rules.test.mjs     (needs pkg/: bash scripts/build.sh)
 

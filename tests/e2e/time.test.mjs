@@ -3,7 +3,7 @@
 // gives the same run, a fork agrees with the original at the fork point and goes its own way
 // after it, scrubbing back and forward shows the past (and says so), malformed links and files
 // show a clear message and leave the running state intact, and live mode exports its event log.
-// Each test gets fresh browser contexts; screenshots go to target/e2e-artifacts/.
+// Each test gets fresh browser contexts; screenshots go to target/e2e-artifacts/ (E2E_SHOTS=1).
 //
 // Run: node --test tests/e2e/time.test.mjs     (needs pkg/: bash scripts/build.sh)
 

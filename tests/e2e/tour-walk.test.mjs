@@ -33,12 +33,11 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ARTIFACTS, ROOT, frames, launch, latest, newPage, noErrors, serveForTests, tourSettled } from "./helpers.mjs";
+import { ROOT, frames, launch, latest, newPage, noErrors, serveForTests, shot, tourSettled } from "./helpers.mjs";
 import { checkTour, fillNarration, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
 import { fmtMs } from "../../www/spec.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
-const SHOTS = join(ARTIFACTS, "tour-walk");
 const VIEWPORT = { width: 1280, height: 800 };
 /** How much of a panel must be inside the window for it to count as in view. */
 const MIN_VISIBLE_PX = 200;
@@ -181,7 +180,7 @@ async function valueShown(page, places, value) {
   return false;
 }
 
-const server = serveForTests({ dirs: [SHOTS] });
+const server = serveForTests();
 const tally = { steps: 0, atOnce: 0, notAtOnce: [] };
 const settled = tourSettled;
 
@@ -444,7 +443,7 @@ for (const [ti, tour] of tours.entries()) {
       };
       await frames(page, HOLD_FRAMES);
       await held(`in the ${HOLD_FRAMES} frames after the step settled`);
-      await page.screenshot({ path: join(SHOTS, `${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}.png`) });
+      await shot(page, `tour-walk/${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}`, null, { fullPage: false });
       const r = await walkStep(page, tour, i, prevSnap, seenPrev);
       await held("while the step was walked");
       prevSnap = r.snap;

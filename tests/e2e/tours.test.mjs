@@ -1,7 +1,7 @@
 // End-to-end tests of the guided tours (www/tours/): each tour is clicked through to its end with
 // Next (Back once per tour; the arrow keys in one), and at every step the test asserts the
 // narration and what the panels show (the step's `expect`, read from the same JSON the page
-// loads), saves a screenshot under target/e2e-artifacts/tours/, and keeps the digest of the
+// loads), saves a screenshot under target/e2e-artifacts/tours/ (E2E_SHOTS=1), and keeps the digest of the
 // snapshot. The last step's URL, opened in a fresh browser context, must reach the same digest.
 // Leaving a tour mid-way must leave a scenario that plays on. No console error anywhere.
 //
@@ -11,16 +11,15 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ARTIFACTS, ROOT, launch, latest, newPage, noErrors, serveForTests, tourSettled, waitFor } from "./helpers.mjs";
+import { ROOT, launch, latest, newPage, noErrors, serveForTests, shot, tourSettled, waitFor } from "./helpers.mjs";
 import { checkTour, evalSnapCheck, fillNarration, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
-const SHOTS = join(ARTIFACTS, "tours");
 const tours = JSON.parse(readFileSync(join(TOURS_DIR, "index.json"), "utf8")).tours.map((id) =>
   checkTour(JSON.parse(readFileSync(join(TOURS_DIR, `${id}.json`), "utf8"))),
 );
 
-const server = serveForTests({ dirs: [SHOTS] });
+const server = serveForTests();
 
 /** A page on `search` that records console errors (the tour's own status replaces "ready"). */
 async function open(ctx, search) {
@@ -92,7 +91,7 @@ for (const [ti, tour] of tours.entries()) {
       assert.equal(new URL(page.url()).search, tourSearch(tour.id, i + 1), "the URL names the step");
       prevSnap = await checkStep(page, tour, i, prevSnap);
       digests.push(await digest(page));
-      await page.screenshot({ path: join(SHOTS, `${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}.png`) });
+      await shot(page, `tours/${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}`, null, { fullPage: false });
       if (i === 1) {
         // Back rebuilds the previous step from the seed: the same state as before, then Next again.
         await back();
@@ -140,7 +139,7 @@ test("the picker is the first thing a newcomer sees; a tour opens in place; bad 
   assert.ok(pickerBox.y + pickerBox.height <= shardBox.y, "the picker is above the panels");
   assert.ok(pickerBox.height < 140, `the picker is compact (${pickerBox.height}px)`);
   await waitFor(page, () => window.__playground.state.latest().nowMs > 500, "the default run plays");
-  await page.screenshot({ path: join(SHOTS, "00-picker.png") });
+  await shot(page, "tours/00-picker", null, { fullPage: false });
   // Folded away, it stays folded on the next visit.
   await page.locator("#tour-picker summary").click();
   const again = await open(ctx, "?seed=1");
