@@ -572,7 +572,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   const open = (id, step) => openStep(page, id, step);
   // Check acked writes counts as of the moment the Writers rows show: each writer's won writes in
   // the check's line are its row's "won", and the updates it checked are the ones acknowledged.
-  for (const [id, step] of [["writers-race", 5], ["rule-idempotency-token", 2], ["rule-idempotency-token", 4]]) {
+  for (const [id, step] of [["writers-race", 5], ["rule-idempotency-token", 2], ["rule-idempotency-token", 5]]) {
     await open(id, step);
     const got = await page.evaluate(() => {
       const snap = window.__playground.state.latest();
@@ -616,10 +616,10 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   const w1 = wr.find((w) => w.id === "W1").d;
   assert.match(narration, new RegExp(`${w1.timedOutWrites} of W1's did, and the token resolved them all, ${w1.resolvedByToken} into ●`));
   assert.match(narration, new RegExp(`the \\? of its won/lost/\\? is ${w1.indeterminate}\\.`));
-  // rule-idempotency-token 1 and 3: the writes that met a timeout never outnumber the timeouts
+  // rule-idempotency-token 1 and 4: the writes that met a timeout never outnumber the timeouts
   // they met (a tokenless write abandoned at its upkeep's timeout counts that timeout as its
   // own), and the latest timed-out write is shown as one of them, under their count.
-  for (const step of [1, 3]) {
+  for (const step of [1, 4]) {
     await open("rule-idempotency-token", step);
     const kept = await page.evaluate(() => [...document.querySelectorAll('#panel-writers tbody[data-actor="W1"] [data-kept]')].map((s) => ({ kind: s.dataset.kept, text: s.textContent })));
     const line = kept.find((k) => k.kind === "timeouts")?.text ?? "";
@@ -632,7 +632,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   }
   // A lost compare_and_set with one writer: the Consensus log names what took the seqno (the
   // writer's own process's maintenance), in its summary and on the row.
-  for (const [id, step] of [["upper-since", 6], ["rule-idempotency-token", 3]]) {
+  for (const [id, step] of [["upper-since", 6], ["rule-idempotency-token", 4]]) {
     await open(id, step);
     const got = await page.evaluate(() => ({
       summary: document.querySelector("#consensus-view .summary")?.textContent ?? "",
