@@ -23,7 +23,7 @@
 // A panel is "in view" when at least min(its height, MIN_VISIBLE_PX) of it is inside the window.
 // "Named" panels are the step's `panel-*` highlights and, for a `shard:NAME` highlight, the Shard
 // panel (showing that shard). Steps that show all their named panels and actors at once, with no
-// click, are counted over all tours: at least 90% must.
+// click, are counted over all tours: all of them must (AT_ONCE_SHARE).
 //
 // A step's failures are collected and reported together per tour, so one run lists them all.
 //
@@ -42,8 +42,12 @@ const SHOTS = join(ARTIFACTS, "tour-walk");
 const VIEWPORT = { width: 1280, height: 800 };
 /** How much of a panel must be inside the window for it to count as in view. */
 const MIN_VISIBLE_PX = 200;
-/** The share of settled steps that must show all their named panels at once. */
-const AT_ONCE_SHARE = 0.9;
+/**
+ * The share of settled steps that must show all their named panels at once. Issue 16 asked for
+ * at least 90%; every step does since the steps that named panels far apart were re-authored (a
+ * step with two focuses split in two), so any step that stops doing so fails the walk.
+ */
+const AT_ONCE_SHARE = 1;
 /**
  * How many of the page's frames after a step settles the walk looks at it (a learner reading the
  * card): the panels take turns to redraw, a third of them a frame (www/render/index.js), so
@@ -459,7 +463,7 @@ for (const [ti, tour] of tours.entries()) {
   });
 }
 
-test(`at least ${AT_ONCE_SHARE * 100}% of the settled steps show every panel they name at once`, (t) => {
+test(`${AT_ONCE_SHARE === 1 ? "every one" : `at least ${AT_ONCE_SHARE * 100}%`} of the settled steps shows every panel it names at once`, (t) => {
   t.diagnostic(`${tally.atOnce} of ${tally.steps} settled steps show every panel they name at once; not at once: ${tally.notAtOnce.join(", ") || "none"}`);
   assert.equal(tally.steps, tours.reduce((n, t) => n + t.steps.length, 0), "every step was walked");
   assert.ok(tally.atOnce >= Math.ceil(AT_ONCE_SHARE * tally.steps), `${tally.atOnce} of ${tally.steps} steps show all their panels at once; not at once: ${tally.notAtOnce.join(", ")}`);
@@ -468,9 +472,9 @@ test(`at least ${AT_ONCE_SHARE * 100}% of the settled steps show every panel the
 test("every kind of Look at chip scrolls to its target and flashes it, the card staying on screen", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
   const page = await newPage(ctx, { viewport: VIEWPORT, consoleErrors: false });
-  // write-task step 4 names the shard mz_task, the Writers panel and the actors T1 and T2.
-  await page.goto(server.url(`${tourSearch("write-task", 4)}&animate=0`));
-  await settled(page, "write-task", 4);
+  // rule-task-resync step 1 names the Writers panel, the shard mz_task and the actors T1 and T2.
+  await page.goto(server.url(`${tourSearch("rule-task-resync", 1)}&animate=0`));
+  await settled(page, "rule-task-resync", 1);
   const away = async () => {
     await page.evaluate(() => window.scrollTo({ top: document.body.scrollHeight, behavior: "instant" }));
     await page.evaluate(() => document.querySelectorAll(".flash").forEach((el) => el.classList.remove("flash")));
