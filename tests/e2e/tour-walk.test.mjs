@@ -23,7 +23,7 @@
 // A panel is "in view" when at least min(its height, MIN_VISIBLE_PX) of it is inside the window.
 // "Named" panels are the step's `panel-*` highlights and, for a `shard:NAME` highlight, the Shard
 // panel (showing that shard). Steps that show all their named panels and actors at once, with no
-// click, are counted over all tours: at least 90% must.
+// click, are counted over all tours: all of them must (AT_ONCE_SHARE).
 //
 // A step's failures are collected and reported together per tour, so one run lists them all.
 //
@@ -41,8 +41,12 @@ const TOURS_DIR = join(ROOT, "www", "tours");
 const VIEWPORT = { width: 1280, height: 800 };
 /** How much of a panel must be inside the window for it to count as in view. */
 const MIN_VISIBLE_PX = 200;
-/** The share of settled steps that must show all their named panels at once. */
-const AT_ONCE_SHARE = 0.9;
+/**
+ * The share of settled steps that must show all their named panels at once. Issue 16 asked for
+ * at least 90%; every step does since the steps that named panels far apart were re-authored (a
+ * step with two focuses split in two), so any step that stops doing so fails the walk.
+ */
+const AT_ONCE_SHARE = 1;
 /**
  * How many of the page's frames after a step settles the walk looks at it (a learner reading the
  * card): the panels take turns to redraw, a third of them a frame (www/render/index.js), so
@@ -458,7 +462,7 @@ for (const [ti, tour] of tours.entries()) {
   });
 }
 
-test(`at least ${AT_ONCE_SHARE * 100}% of the settled steps show every panel they name at once`, (t) => {
+test(`${AT_ONCE_SHARE === 1 ? "every one" : `at least ${AT_ONCE_SHARE * 100}%`} of the settled steps shows every panel it names at once`, (t) => {
   t.diagnostic(`${tally.atOnce} of ${tally.steps} settled steps show every panel they name at once; not at once: ${tally.notAtOnce.join(", ") || "none"}`);
   assert.equal(tally.steps, tours.reduce((n, t) => n + t.steps.length, 0), "every step was walked");
   assert.ok(tally.atOnce >= Math.ceil(AT_ONCE_SHARE * tally.steps), `${tally.atOnce} of ${tally.steps} steps show all their panels at once; not at once: ${tally.notAtOnce.join(", ")}`);
@@ -467,9 +471,9 @@ test(`at least ${AT_ONCE_SHARE * 100}% of the settled steps show every panel the
 test("every kind of Look at chip scrolls to its target and flashes it, the card staying on screen", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
   const page = await newPage(ctx, { viewport: VIEWPORT, consoleErrors: false });
-  // write-task step 4 names the shard mz_task, the Writers panel and the actors T1 and T2.
-  await page.goto(server.url(`${tourSearch("write-task", 4)}&animate=0`));
-  await settled(page, "write-task", 4);
+  // rule-task-resync step 1 names the Writers panel, the shard mz_task and the actors T1 and T2.
+  await page.goto(server.url(`${tourSearch("rule-task-resync", 1)}&animate=0`));
+  await settled(page, "rule-task-resync", 1);
   const away = async () => {
     await page.evaluate(() => window.scrollTo({ top: document.body.scrollHeight, behavior: "instant" }));
     await page.evaluate(() => document.querySelectorAll(".flash").forEach((el) => el.classList.remove("flash")));
@@ -571,7 +575,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   const open = (id, step) => openStep(page, id, step);
   // Check acked writes counts as of the moment the Writers rows show: each writer's won writes in
   // the check's line are its row's "won", and the updates it checked are the ones acknowledged.
-  for (const [id, step] of [["writers-race", 5], ["rule-idempotency-token", 2], ["rule-idempotency-token", 4]]) {
+  for (const [id, step] of [["writers-race", 5], ["rule-idempotency-token", 2], ["rule-idempotency-token", 5]]) {
     await open(id, step);
     const got = await page.evaluate(() => {
       const snap = window.__playground.state.latest();
@@ -615,10 +619,10 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   const w1 = wr.find((w) => w.id === "W1").d;
   assert.match(narration, new RegExp(`${w1.timedOutWrites} of W1's did, and the token resolved them all, ${w1.resolvedByToken} into ●`));
   assert.match(narration, new RegExp(`the \\? of its won/lost/\\? is ${w1.indeterminate}\\.`));
-  // rule-idempotency-token 1 and 3: the writes that met a timeout never outnumber the timeouts
+  // rule-idempotency-token 1 and 4: the writes that met a timeout never outnumber the timeouts
   // they met (a tokenless write abandoned at its upkeep's timeout counts that timeout as its
   // own), and the latest timed-out write is shown as one of them, under their count.
-  for (const step of [1, 3]) {
+  for (const step of [1, 4]) {
     await open("rule-idempotency-token", step);
     const kept = await page.evaluate(() => [...document.querySelectorAll('#panel-writers tbody[data-actor="W1"] [data-kept]')].map((s) => ({ kind: s.dataset.kept, text: s.textContent })));
     const line = kept.find((k) => k.kind === "timeouts")?.text ?? "";
@@ -631,7 +635,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   }
   // A lost compare_and_set with one writer: the Consensus log names what took the seqno (the
   // writer's own process's maintenance), in its summary and on the row.
-  for (const [id, step] of [["upper-since", 6], ["rule-idempotency-token", 3]]) {
+  for (const [id, step] of [["upper-since", 6], ["rule-idempotency-token", 4]]) {
     await open(id, step);
     const got = await page.evaluate(() => ({
       summary: document.querySelector("#consensus-view .summary")?.textContent ?? "",
