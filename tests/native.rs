@@ -13,6 +13,8 @@
 mod native_backends;
 #[path = "native_bad_input.rs"]
 mod native_bad_input;
+#[path = "native_open.rs"]
+mod native_open;
 #[path = "native_race.rs"]
 mod native_race;
 #[path = "oracle.rs"]
