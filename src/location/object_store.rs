@@ -243,7 +243,7 @@ fn error_chain(e: &::object_store::Error) -> String {
 }
 
 fn classify_open_error(url: String, e: ::object_store::Error) -> LocationError {
-    let reason = e.to_string();
+    let reason = error_chain(&e);
     let lower = reason.to_ascii_lowercase();
     if lower.contains("nosuchbucket") || lower.contains("does not exist") {
         LocationError::Missing {

@@ -210,12 +210,23 @@ async fn connect(link: &Link) -> Result<Rc<Client>, CallError> {
     }
 }
 
-/// The server's message (with its SQLSTATE) when it sent one, else the client's.
+/// The server's message (with its SQLSTATE) when it sent one, else the client's with its causes
+/// ("error connecting to server: Connection refused (os error 111)").
 pub(super) fn pg_message(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
+    if let Some(db) = e.as_db_error() {
+        return format!("{} (SQLSTATE {})", db.message(), db.code().code());
     }
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
 
 /// Whether a failure may heal by itself, so that trying again later can succeed: the server is
