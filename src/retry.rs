@@ -113,6 +113,76 @@ where
     }
 }
 
+/// One failed attempt of [`retry_within`]: whether it may heal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt<E> {
+    /// It may heal (a refused connection, a server restarting): worth another attempt.
+    Transient(E),
+    /// It will not heal (a bad URL, wrong credentials): no further attempt.
+    Permanent(E),
+}
+
+impl<E> Attempt<E> {
+    /// The error, whichever it is.
+    pub fn into_inner(self) -> E {
+        match self {
+            Attempt::Transient(e) | Attempt::Permanent(e) => e,
+        }
+    }
+}
+
+/// What [`retry_within`] tells its caller before each wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryWait {
+    /// Failed attempts so far (1 before the first wait).
+    pub attempt: u32,
+    /// The wait about to start.
+    pub wait_ms: u64,
+    /// Time passed on the runtime's clock since the first attempt began.
+    pub elapsed_ms: u64,
+    /// The budget the loop stops at.
+    pub budget_ms: u64,
+}
+
+/// Runs `op` until it succeeds, fails permanently, or fails transiently when the next wait
+/// would end more than `budget_ms` (of the runtime's clock) after the first attempt began; each
+/// failure ends in the error of the last attempt. Before each wait it calls `on_wait` with the
+/// transient error and the wait (for a progress line). An attempt that itself takes long (a
+/// connection timeout) can carry the total past `budget_ms` by that attempt's length; a budget of
+/// 0 makes one attempt.
+pub async fn retry_within<T, E, Fut>(
+    runtime: &Runtime,
+    backoff: &mut Backoff,
+    budget_ms: u64,
+    mut op: impl FnMut() -> Fut,
+    mut on_wait: impl FnMut(&E, RetryWait),
+) -> Result<T, E>
+where
+    Fut: Future<Output = Result<T, Attempt<E>>>,
+{
+    let start = runtime.now_ms();
+    loop {
+        let err = match op().await {
+            Ok(t) => return Ok(t),
+            Err(Attempt::Permanent(e)) => return Err(e),
+            Err(Attempt::Transient(e)) => e,
+        };
+        let elapsed_ms = runtime.now_ms().saturating_sub(start);
+        let wait_ms = backoff.peek_ms();
+        if elapsed_ms.saturating_add(wait_ms) > budget_ms {
+            return Err(err);
+        }
+        let wait = RetryWait {
+            attempt: backoff.attempts().saturating_add(1),
+            wait_ms,
+            elapsed_ms,
+            budget_ms,
+        };
+        on_wait(&err, wait);
+        backoff.wait(runtime).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +263,63 @@ mod tests {
         assert_eq!(retries.get(), 2);
         assert_eq!(out.1.unwrap_err().kind, PermanentKind::Undecodable);
         assert_eq!(out.2, 0, "no back-off before a permanent error");
+    }
+
+    #[test]
+    fn retry_within_stops_at_a_permanent_error_or_the_budget() {
+        let sim = Simulator::new(5);
+        let runtime = sim.runtime();
+        let out = sim
+            .block_on(async move {
+                // Heals on the third attempt: two waits (4 ms, 8 ms) fit a budget of 20 ms.
+                let mut calls = 0u32;
+                let mut waits = Vec::new();
+                let healed = retry_within(
+                    &runtime,
+                    &mut Backoff::new(4, 100),
+                    20,
+                    || {
+                        calls += 1;
+                        let n = calls;
+                        async move {
+                            if n < 3 {
+                                Err(Attempt::Transient(n))
+                            } else {
+                                Ok(n)
+                            }
+                        }
+                    },
+                    |e, w| waits.push((*e, w.attempt, w.wait_ms)),
+                )
+                .await;
+                // Never heals: 4 + 8 fit in 15 ms, the next 16 does not; the last error returns.
+                let mut tries = 0u32;
+                let gave_up: Result<(), u32> = retry_within(
+                    &runtime,
+                    &mut Backoff::new(4, 100),
+                    15,
+                    || {
+                        tries += 1;
+                        let n = tries;
+                        async move { Err(Attempt::Transient(n)) }
+                    },
+                    |_, _| {},
+                )
+                .await;
+                let permanent: Result<(), &str> = retry_within(
+                    &runtime,
+                    &mut Backoff::new(4, 100),
+                    1_000,
+                    || async { Err(Attempt::Permanent("bad url")) },
+                    |_, _| panic!("a permanent error is not retried"),
+                )
+                .await;
+                (healed, waits, gave_up, permanent)
+            })
+            .unwrap();
+        assert_eq!(out.0, Ok(3));
+        assert_eq!(out.1, vec![(1, 1, 4), (2, 2, 8)]);
+        assert_eq!(out.2, Err(3), "three attempts, then the budget is spent");
+        assert_eq!(out.3, Err("bad url"));
     }
 }

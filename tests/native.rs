@@ -8,11 +8,16 @@
 //! after starting the services. A new `tests/*.rs` file must be listed here or in `browser.rs`
 //! (scripts/test.sh fails otherwise: with `autotests = false` it would not be built at all).
 #![cfg(not(target_arch = "wasm32"))]
+// clippy.toml disallows the std sorts to keep them out of the page's .wasm; no test reaches
+// the .wasm. Each module names its support files by `#[path]`, so several load one file.
+#![allow(clippy::disallowed_methods, clippy::duplicate_mod)]
 
 #[path = "native_backends.rs"]
 mod native_backends;
 #[path = "native_bad_input.rs"]
 mod native_bad_input;
+#[path = "native_open.rs"]
+mod native_open;
 #[path = "native_race.rs"]
 mod native_race;
 #[path = "oracle.rs"]

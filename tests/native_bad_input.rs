@@ -12,7 +12,9 @@ mod native;
 use std::process::Command;
 
 use native::{block_on, fresh_database, postgres_url, service_env, sql, sql_i64};
-use persist_playground::location::url::{open_blob, open_consensus, LocationError};
+use persist_playground::location::url::{
+    open_blob_with, open_consensus, open_consensus_with, LocationError, OpenRetry,
+};
 use persist_playground::location::ExternalError;
 
 /// The password in a postgres:// URL.
@@ -22,10 +24,15 @@ fn password_of(url: &str) -> String {
     userinfo.split_once(':').unwrap().1.to_string()
 }
 
+/// The default retry policy, but a retry is a failure: bad input must fail at once.
+fn no_retry_expected() -> OpenRetry {
+    OpenRetry::default().on_wait(|e, _| panic!("retried an error that cannot heal: {e}"))
+}
+
 fn consensus_err(url: &str) -> LocationError {
     let url = url.to_string();
     block_on(|rt| async move {
-        match open_consensus(&url, &rt).await {
+        match open_consensus_with(&url, &rt, &no_retry_expected()).await {
             Ok(_) => panic!("opened {url}"),
             Err(e) => e,
         }
@@ -34,12 +41,48 @@ fn consensus_err(url: &str) -> LocationError {
 
 fn blob_err(url: &str) -> LocationError {
     let url = url.to_string();
-    block_on(|_rt| async move {
-        match open_blob(&url).await {
+    block_on(|rt| async move {
+        match open_blob_with(&url, &rt, &no_retry_expected()).await {
             Ok(_) => panic!("opened {url}"),
             Err(e) => e,
         }
     })
+}
+
+/// The error the first retry of opening `url` reports (a failure that can heal), then gives up
+/// on the open: forced by the event, no waiting on a budget.
+fn first_retry(url: &str, consensus: bool) -> LocationError {
+    let url = url.to_string();
+    block_on(|rt| async move {
+        let (tx, rx) = futures::channel::oneshot::channel::<LocationError>();
+        let tx = std::cell::RefCell::new(Some(tx));
+        let retry = OpenRetry::within_ms(600_000).on_wait(move |e, _| {
+            if let Some(tx) = tx.borrow_mut().take() {
+                let _ = tx.send(e.clone());
+            }
+        });
+        let open = async {
+            if consensus {
+                open_consensus_with(&url, &rt, &retry).await.map(|_| ())
+            } else {
+                open_blob_with(&url, &rt, &retry).await.map(|_| ())
+            }
+        };
+        futures::pin_mut!(open);
+        match futures::future::select(open, rx).await {
+            futures::future::Either::Left((r, _)) => panic!("{url} ended without a retry: {r:?}"),
+            futures::future::Either::Right((e, _)) => e.unwrap(),
+        }
+    })
+}
+
+/// A loopback port nobody listens on (bound, then released).
+fn refused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn assert_redacted(e: &LocationError, secret: &str) {
@@ -83,20 +126,47 @@ fn bad_urls_are_typed_errors_without_the_password() {
 #[test]
 #[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
 fn a_refused_connection_is_a_connect_error() {
-    // A loopback port nobody listens on (bound, then released).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A refused connection may heal (the server is starting): opening retries it, and says why.
+    let port = refused_port();
     let url = format!("postgres://persist:s3cr3t-pw@127.0.0.1:{port}/persist");
-    let e = consensus_err(&url);
+    let e = first_retry(&url, true);
     assert!(matches!(e, LocationError::Connect { .. }), "{e:?}");
     assert_redacted(&e, "s3cr3t-pw");
     assert!(
         e.to_string().contains(&format!("127.0.0.1:{port}")),
         "names the server: {e}"
     );
+    // With no retry budget it is the same error at once.
+    let once = block_on(|rt| async move {
+        open_consensus_with(&url, &rt, &OpenRetry::once())
+            .await
+            .map(|_| ())
+            .unwrap_err()
+    });
+    assert!(matches!(once, LocationError::Connect { .. }), "{once:?}");
+    assert_redacted(&once, "s3cr3t-pw");
+}
+
+#[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
+fn an_unknown_host_fails_at_once() {
+    let e = consensus_err("postgres://persist:s3cr3t-pw@no-such-host.invalid:5432/persist");
+    assert!(matches!(e, LocationError::Connect { .. }), "{e:?}");
+    assert_redacted(&e, "s3cr3t-pw");
+    assert!(e.to_string().contains("no-such-host.invalid"), "{e}");
+    let e = blob_err("s3://bucket/p?endpoint=http://no-such-host.invalid:9000");
+    assert!(matches!(e, LocationError::Connect { .. }), "{e:?}");
+}
+
+#[test]
+#[ignore = "needs the services of scripts/services.sh: cargo test --test NAME -- --ignored"]
+fn a_refused_s3_endpoint_is_retried() {
+    let port = refused_port();
+    let e = first_retry(
+        &format!("s3://bucket/p?endpoint=http://127.0.0.1:{port}"),
+        false,
+    );
+    assert!(matches!(e, LocationError::Connect { .. }), "{e:?}");
 }
 
 #[test]

@@ -43,6 +43,8 @@ pub mod object_store;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod open_error;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod open_retry;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod postgres;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod url;

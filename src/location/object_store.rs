@@ -27,7 +27,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::open_error::{redact_url, LocationError};
+use super::open_retry::OpenRetry;
 use super::{Blob, BlobMetadata, ExternalError};
+use crate::retry::Attempt;
+use crate::runtime::Runtime;
 
 /// A Blob over an [`ObjectStore`]. See the module docs.
 #[derive(Debug, Clone)]
@@ -43,14 +46,42 @@ impl ObjectStoreBlob {
     /// `s3://BUCKET[/PREFIX][?endpoint=URL][&region=R][&allow_http=true]`. S3 credentials come
     /// from the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, optionally
     /// `AWS_ENDPOINT`, `AWS_REGION`). A plain `http://` endpoint is allowed (the test emulator).
+    ///
+    /// One attempt: the probe goes through the store's own retries (object_store's defaults).
+    /// [`ObjectStoreBlob::open_with`] retries instead under an [`OpenRetry`] policy.
     pub async fn open(url: &str) -> Result<ObjectStoreBlob, LocationError> {
+        let (blob, _) = Self::build(url)?;
+        let store = Arc::clone(&blob.store);
+        blob.probe(&store).await.map_err(Attempt::into_inner)?;
+        Ok(blob)
+    }
+
+    /// [`ObjectStoreBlob::open`], retrying a probe that failed in a way that can heal (the
+    /// endpoint refused or reset the connection, timed out, or answered 5xx) under `retry`. The
+    /// probe itself makes one request (no retries of object_store's own), so that each failure
+    /// comes back to this loop and its `on_wait`; an unknown host, a missing bucket and refused
+    /// credentials fail at once. The Blob's own calls keep object_store's retries.
+    pub async fn open_with(
+        url: &str,
+        runtime: &Runtime,
+        retry: &OpenRetry,
+    ) -> Result<ObjectStoreBlob, LocationError> {
+        let (blob, probe) = Self::build(url)?;
+        retry.run(runtime, || blob.probe(&probe)).await?;
+        Ok(blob)
+    }
+
+    /// Parses `url` and builds the store, and a second store on the same bucket whose requests
+    /// are not retried (the probe of [`ObjectStoreBlob::open_with`]).
+    fn build(url: &str) -> Result<(ObjectStoreBlob, Arc<dyn ObjectStore>), LocationError> {
         let redacted = redact_url(url);
         let bad = |reason: String| LocationError::BadUrl {
             url: redacted.clone(),
             reason,
         };
         let parsed = ::url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
-        let (store, prefix): (Arc<dyn ObjectStore>, String) = match parsed.scheme() {
+        type Stores = (Arc<dyn ObjectStore>, Arc<dyn ObjectStore>, String);
+        let (store, probe, prefix): Stores = match parsed.scheme() {
             "file" => {
                 if parsed.host_str().is_some_and(|h| !h.is_empty()) {
                     return Err(bad("a file URL has no host: file:///ABSOLUTE/DIR".into()));
@@ -64,7 +95,8 @@ impl ObjectStoreBlob {
                 })?;
                 let fs = ::object_store::local::LocalFileSystem::new_with_prefix(&dir)
                     .map_err(|e| bad(e.to_string()))?;
-                (Arc::new(fs), String::new())
+                let fs: Arc<dyn ObjectStore> = Arc::new(fs);
+                (Arc::clone(&fs), fs, String::new())
             }
             "s3" => {
                 let bucket = parsed
@@ -97,6 +129,15 @@ impl ObjectStoreBlob {
                 if !region_set {
                     builder = builder.with_region("us-east-1");
                 }
+                let once = ::object_store::RetryConfig {
+                    max_retries: 0,
+                    ..Default::default()
+                };
+                let probe = builder
+                    .clone()
+                    .with_retry(once)
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?;
                 let s3 = builder.build().map_err(|e| bad(e.to_string()))?;
                 let prefix = parsed.path().trim_matches('/');
                 let prefix = if prefix.is_empty() {
@@ -104,26 +145,35 @@ impl ObjectStoreBlob {
                 } else {
                     format!("{prefix}/")
                 };
-                (Arc::new(s3), prefix)
+                (Arc::new(s3), Arc::new(probe), prefix)
             }
             other => return Err(bad(format!("unknown Blob scheme {other:?}"))),
         };
         let blob = ObjectStoreBlob {
             store,
             prefix,
-            url: redacted.clone(),
+            url: redacted,
         };
-        // Probe: list (read-only) under the prefix. A missing bucket fails here.
-        let probe = Path::from(format!("{}data", blob.prefix));
-        let listed = blob.store.list_with_delimiter(Some(&probe)).await;
-        match listed {
-            Ok(_) => Ok(blob),
-            Err(::object_store::Error::NotFound { source, .. }) => Err(LocationError::Missing {
-                url: redacted,
-                what: "the bucket".into(),
-                reason: source.to_string(),
-            }),
-            Err(e) => Err(classify_open_error(redacted, e)),
+        Ok((blob, probe))
+    }
+
+    /// Lists (read-only) under the prefix through `store`: a missing bucket fails here.
+    async fn probe(&self, store: &Arc<dyn ObjectStore>) -> Result<(), Attempt<LocationError>> {
+        let at = Path::from(format!("{}data", self.prefix));
+        match store.list_with_delimiter(Some(&at)).await {
+            Ok(_) => Ok(()),
+            Err(::object_store::Error::NotFound { source, .. }) => {
+                Err(Attempt::Permanent(LocationError::Missing {
+                    url: self.url.clone(),
+                    what: "the bucket".into(),
+                    reason: source.to_string(),
+                }))
+            }
+            Err(e) if store_error_heals(&e) => Err(Attempt::Transient(LocationError::Connect {
+                url: self.url.clone(),
+                reason: error_chain(&e),
+            })),
+            Err(e) => Err(Attempt::Permanent(classify_open_error(self.url.clone(), e))),
         }
     }
 
@@ -154,8 +204,46 @@ impl ObjectStoreBlob {
     }
 }
 
+/// Whether a failed request may heal: a socket error of an endpoint that is not up (refused,
+/// reset, timed out) or a 5xx answer. A name that does not resolve is not one.
+fn store_error_heals(e: &::object_store::Error) -> bool {
+    use std::io::ErrorKind as K;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                K::ConnectionRefused
+                    | K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::UnexpectedEof
+                    | K::TimedOut
+            ) {
+                return true;
+            }
+        }
+        source = s.source();
+    }
+    e.to_string().contains("status code: 5")
+}
+
+/// `e` and its causes, joined (object_store's own message stops at "error sending request").
+fn error_chain(e: &::object_store::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 fn classify_open_error(url: String, e: ::object_store::Error) -> LocationError {
-    let reason = e.to_string();
+    let reason = error_chain(&e);
     let lower = reason.to_ascii_lowercase();
     if lower.contains("nosuchbucket") || lower.contains("does not exist") {
         LocationError::Missing {

@@ -74,6 +74,41 @@ impl LocationError {
     }
 }
 
+impl LocationError {
+    /// This error with `note` appended to what it says (the URL and the kind stay).
+    pub fn with_note(self, note: &str) -> LocationError {
+        let add = |s: String| format!("{s}; {note}");
+        match self {
+            LocationError::BadUrl { url, reason } => LocationError::BadUrl {
+                url,
+                reason: add(reason),
+            },
+            LocationError::Connect { url, reason } => LocationError::Connect {
+                url,
+                reason: add(reason),
+            },
+            LocationError::Auth { url, reason } => LocationError::Auth {
+                url,
+                reason: add(reason),
+            },
+            LocationError::Missing { url, what, reason } => LocationError::Missing {
+                url,
+                what,
+                reason: add(reason),
+            },
+            LocationError::Schema { url, table, detail } => LocationError::Schema {
+                url,
+                table,
+                detail: add(detail),
+            },
+            LocationError::Other { url, reason } => LocationError::Other {
+                url,
+                reason: add(reason),
+            },
+        }
+    }
+}
+
 /// `url` with the password of its user-info and the values of query parameters whose name
 /// mentions a password, secret or token removed. Works on strings that do not parse, too (it
 /// only looks at `://`, `@`, `?` and `&`), so a bad URL can be named in an error safely.

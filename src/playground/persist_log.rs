@@ -75,7 +75,7 @@ fn note_sweep(journal: &mut Journal, e: &PersistEvent) {
         .filter_map(|k| crate::persist::state::part_writer(k))
         .map(|w| journal.ids.get(w).cloned().unwrap_or_else(|| w.to_string()))
         .collect();
-    writers.sort();
+    crate::sort::sort(&mut writers);
     writers.dedup();
     let sweep = SweepView {
         at_ms: *at_ms,

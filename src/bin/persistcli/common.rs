@@ -70,6 +70,32 @@ impl Ctx {
     }
 }
 
+/// Opens the location, retrying a failure that can heal for `budget_ms`: before each wait it
+/// prints `[persistcli] cannot open the location yet: ERROR; retrying in MS ms (attempt N, MS of
+/// BUDGET ms)`, and once open after a retry `[persistcli] location open after N retries`.
+pub(crate) async fn open_location(
+    consensus_url: &str,
+    blob_url: &str,
+    rt: &Runtime,
+    budget_ms: u64,
+) -> Result<Location, persist_playground::location::url::LocationError> {
+    use persist_playground::location::url::{open_location_with, OpenRetry};
+    let waits = Rc::new(Cell::new(0u32));
+    let counted = Rc::clone(&waits);
+    let retry = OpenRetry::within_ms(budget_ms).on_wait(move |e, w| {
+        counted.set(counted.get().saturating_add(1));
+        eprintln!(
+            "[persistcli] cannot open the location yet: {e}; retrying in {} ms (attempt {}, {} of {} ms)",
+            w.wait_ms, w.attempt, w.elapsed_ms, w.budget_ms
+        );
+    });
+    let location = open_location_with(consensus_url, blob_url, rt, &retry).await?;
+    if waits.get() > 0 {
+        eprintln!("[persistcli] location open after {} retries", waits.get());
+    }
+    Ok(location)
+}
+
 /// Set by SIGINT/SIGTERM; commands check it between operations.
 #[derive(Clone, Default)]
 pub(crate) struct Stop(Rc<Cell<bool>>);

@@ -87,6 +87,12 @@ struct Args {
     /// racing each other (`PersistConfig::command_turns`; false: the original's racing).
     #[arg(long, global = true, default_value_t = true, action = clap::ArgAction::Set)]
     command_turns: bool,
+    /// Keep retrying to open the location for this long while it fails in a way that can heal
+    /// (the server refuses the connection or is restarting: SQLSTATE 57P01, 57P02, 57P03),
+    /// printing a `retrying` line before each wait; 0 tries once. A bad URL, an unknown host,
+    /// wrong credentials or a missing database fail at once.
+    #[arg(long, global = true, default_value_t = persist_playground::location::open_retry::DEFAULT_OPEN_BUDGET_MS)]
+    open_retry_ms: u64,
     /// Print progress every this many operations.
     #[arg(long, global = true, default_value_t = 100)]
     progress_every: u64,
@@ -125,7 +131,7 @@ enum Command {
 /// Opens the location, watches for Ctrl-C and runs the subcommand.
 #[cfg(not(target_arch = "wasm32"))]
 async fn run(args: Args, rt: persist_playground::runtime::Runtime) -> Result<(), String> {
-    use persist_playground::location::url::{open_location, redact_url};
+    use persist_playground::location::url::redact_url;
 
     let seed = args
         .seed
@@ -135,7 +141,7 @@ async fn run(args: Args, rt: persist_playground::runtime::Runtime) -> Result<(),
         redact_url(&args.consensus),
         redact_url(&args.blob)
     );
-    let location = open_location(&args.consensus, &args.blob, &rt)
+    let location = common::open_location(&args.consensus, &args.blob, &rt, args.open_retry_ms)
         .await
         .map_err(|e| e.to_string())?;
     let stop = common::Stop::default();

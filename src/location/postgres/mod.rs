@@ -52,6 +52,12 @@
 //!   are [`ExternalError::Permanent`]: retrying cannot help. Each names the URL without its
 //!   password.
 //!
+//! - reconnecting fails (`57P01`/`57P03` while the server restarts, a refused connection): the
+//!   statement was not sent, so determinate; only a database that is gone is permanent.
+//!
+//! Opening retries what can heal (a restarting server, a refused connection) for a bounded time
+//! and fails at once on what cannot ([`crate::location::open_retry`]).
+//!
 //! A lost connection (the server restarted) is replaced on the next call: the handle keeps one
 //! connection for ordinary calls (tokio-postgres pipelines concurrent statements over it) and one
 //! for the locked transactions, so one process needs no pool.
@@ -74,12 +80,14 @@ use bytes::Bytes;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, Statement};
 
-use self::session::{pg_message, timed, CallError, Dialect, Link, Session, CALL_TIMEOUT_MS};
+use self::session::{heals, pg_message, timed, CallError, Dialect, Link, Session, CALL_TIMEOUT_MS};
 use super::open_error::{redact_url, LocationError};
+use super::open_retry::OpenRetry;
 use super::{
     validate_compare_and_set, BrokenAt, CaSResult, Consensus, ExternalError, PermanentKind, SeqNo,
     VersionedData,
 };
+use crate::retry::Attempt;
 use crate::runtime::Runtime;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS consensus (
@@ -165,9 +173,23 @@ impl Drop for DiscardOnDrop<'_> {
 
 impl PostgresConsensus {
     /// Connects to the database `url` names, creates the `consensus` table if it is absent and
-    /// checks its columns. A refused connection, wrong credentials, a missing database and a table
-    /// of another schema are each a [`LocationError`] naming the URL without its password.
+    /// checks its columns, retrying a failure that can heal for the default budget
+    /// ([`OpenRetry::default`]: 30 s). See [`PostgresConsensus::open_with`].
     pub async fn open(url: &str, runtime: Runtime) -> Result<PostgresConsensus, LocationError> {
+        Self::open_with(url, runtime, &OpenRetry::default()).await
+    }
+
+    /// [`PostgresConsensus::open`] under the retry policy `retry`. A server that refuses or
+    /// resets the connection, or answers that it is shutting down, restarting or starting up
+    /// (`57P01`, `57P02`, `57P03`), is tried again with back-off until `retry`'s budget is spent
+    /// ([`crate::location::open_retry`]). A bad URL, an unknown host, wrong credentials, a missing
+    /// database and a table of another schema fail at once. Every error is a [`LocationError`]
+    /// naming the URL without its password.
+    pub async fn open_with(
+        url: &str,
+        runtime: Runtime,
+        retry: &OpenRetry,
+    ) -> Result<PostgresConsensus, LocationError> {
         let redacted = redact_url(url);
         let mut config = Config::from_str(url).map_err(|e| LocationError::BadUrl {
             url: redacted.clone(),
@@ -180,13 +202,26 @@ impl PostgresConsensus {
             });
         }
         config.application_name("persist-playground");
+        retry
+            .run(&runtime, || {
+                Self::open_once(config.clone(), runtime.clone(), redacted.clone())
+            })
+            .await
+    }
+
+    /// One attempt to open: connect, create the table if absent, check its columns.
+    async fn open_once(
+        config: Config,
+        runtime: Runtime,
+        url: String,
+    ) -> Result<PostgresConsensus, Attempt<LocationError>> {
         let inner = Rc::new(Inner {
             link: Link {
                 config,
                 runtime,
                 dialect: Cell::new(Dialect::Postgres),
             },
-            url: redacted.clone(),
+            url: url.clone(),
             shared: Session::default(),
             exclusive: Session::default(),
             locking: futures::lock::Mutex::new(()),
@@ -197,7 +232,7 @@ impl PostgresConsensus {
             .shared
             .client(&this.inner.link)
             .await
-            .map_err(|e| this.open_error(e))?;
+            .map_err(|e| open_error(&url, e))?;
         // Concurrent creators race on the catalog: "already exists" means someone else won.
         match client.batch_execute(CREATE_TABLE).await {
             Ok(()) => {}
@@ -205,52 +240,23 @@ impl PostgresConsensus {
                 if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
                     || e.code() == Some(&SqlState::DUPLICATE_TABLE)
                     || e.code() == Some(&SqlState::DUPLICATE_OBJECT) => {}
-            Err(e) => return Err(this.open_error(CallError::Pg(e))),
+            Err(e) => return Err(open_error(&url, CallError::Pg(e))),
         }
         let rows = client
             .query(COLUMNS, &[])
             .await
-            .map_err(|e| this.open_error(CallError::Pg(e)))?;
+            .map_err(|e| open_error(&url, CallError::Pg(e)))?;
         let found: Vec<(String, String)> = rows
             .iter()
             .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
             .collect();
-        check_columns(&redacted, &found)?;
+        check_columns(&url, &found).map_err(Attempt::Permanent)?;
         Ok(this)
     }
 
     /// The URL this handle is connected to, without its password.
     pub fn url(&self) -> &str {
         &self.inner.url
-    }
-
-    fn open_error(&self, e: CallError) -> LocationError {
-        let url = self.inner.url.clone();
-        match e {
-            CallError::NotSent(reason) => LocationError::Connect { url, reason },
-            CallError::Timeout => LocationError::Connect {
-                url,
-                reason: format!("timeout after {CALL_TIMEOUT_MS} ms"),
-            },
-            CallError::Pg(e) => {
-                let reason = pg_message(&e);
-                match e.code() {
-                    Some(c)
-                        if *c == SqlState::INVALID_PASSWORD
-                            || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
-                    {
-                        LocationError::Auth { url, reason }
-                    }
-                    Some(c) if *c == SqlState::INVALID_CATALOG_NAME => LocationError::Missing {
-                        url,
-                        what: "the database".into(),
-                        reason,
-                    },
-                    Some(_) => LocationError::Other { url, reason },
-                    None => LocationError::Connect { url, reason },
-                }
-            }
-        }
     }
 
     /// Runs `sql` on the shared connection.
@@ -301,6 +307,21 @@ impl PostgresConsensus {
             CallError::NotSent(reason) => {
                 ExternalError::determinate(format!("postgres {url}: not connected: {reason}"))
             }
+            // Reconnecting failed, so nothing was sent: determinate (and retried) whether the
+            // server is restarting (57P01, 57P03) or refused us; only a database that is gone
+            // will not heal.
+            CallError::Connect(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) => {
+                ExternalError::permanent(
+                    key,
+                    BrokenAt::Store,
+                    PermanentKind::Missing,
+                    format!("postgres {url}: the database is gone: {}", pg_message(&e)),
+                )
+            }
+            CallError::Connect(e) => ExternalError::determinate(format!(
+                "postgres {url}: not connected: {}",
+                pg_message(&e)
+            )),
             CallError::Timeout => ExternalError::indeterminate(format!(
                 "postgres {url}: timeout after {CALL_TIMEOUT_MS} ms"
             )),
@@ -363,6 +384,43 @@ impl PostgresConsensus {
                 self.inner.url
             ),
         )
+    }
+}
+
+/// Maps a failure while opening `url` to its error, marked transient when it may heal
+/// ([`session::heals`]: the server restarting, a refused or reset connection, a timeout).
+fn open_error(url: &str, e: CallError) -> Attempt<LocationError> {
+    let url = url.to_string();
+    let e = match e {
+        CallError::NotSent(reason) => {
+            return Attempt::Transient(LocationError::Connect { url, reason })
+        }
+        CallError::Timeout => {
+            return Attempt::Transient(LocationError::Connect {
+                url,
+                reason: format!("timeout after {CALL_TIMEOUT_MS} ms"),
+            })
+        }
+        CallError::Connect(e) | CallError::Pg(e) => e,
+    };
+    let reason = pg_message(&e);
+    match e.code() {
+        Some(c)
+            if *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            Attempt::Permanent(LocationError::Auth { url, reason })
+        }
+        Some(c) if *c == SqlState::INVALID_CATALOG_NAME => {
+            Attempt::Permanent(LocationError::Missing {
+                url,
+                what: "the database".into(),
+                reason,
+            })
+        }
+        _ if heals(&e) => Attempt::Transient(LocationError::Connect { url, reason }),
+        Some(_) => Attempt::Permanent(LocationError::Other { url, reason }),
+        None => Attempt::Permanent(LocationError::Connect { url, reason }),
     }
 }
 

@@ -9,6 +9,7 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use crate::runtime::Runtime;
@@ -36,8 +37,10 @@ pub(super) struct Link {
 
 /// What failed while talking to the server, before it is mapped for a caller.
 pub(super) enum CallError {
-    /// The statement was never sent (no connection could be made).
+    /// The statement was never sent (no connection could be made in time).
     NotSent(String),
+    /// No connection could be made: the server or the network refused it (nothing was sent).
+    Connect(tokio_postgres::Error),
     /// The statement ran out of time.
     Timeout,
     /// The server or the connection answered with an error.
@@ -165,8 +168,7 @@ async fn connect(link: &Link) -> Result<Rc<Client>, CallError> {
                 "connect timeout after {CALL_TIMEOUT_MS} ms"
             )))
         }
-        Ok(Err(e)) if e.code().is_some() => return Err(CallError::Pg(e)),
-        Ok(Err(e)) => return Err(CallError::NotSent(pg_message(&e))),
+        Ok(Err(e)) => return Err(CallError::Connect(e)),
         Ok(Ok(pair)) => pair,
     };
     // The connection future drives the socket; it ends when the connection closes, and the
@@ -208,10 +210,142 @@ async fn connect(link: &Link) -> Result<Rc<Client>, CallError> {
     }
 }
 
-/// The server's message (with its SQLSTATE) when it sent one, else the client's.
+/// The server's message (with its SQLSTATE) when it sent one, else the client's with its causes
+/// ("error connecting to server: Connection refused (os error 111)").
 pub(super) fn pg_message(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
+    if let Some(db) = e.as_db_error() {
+        return format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    }
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// Whether a failure may heal by itself, so that trying again later can succeed: the server is
+/// shutting down, restarting or recovering from a crash, has no connection slot free, or the
+/// connection was refused, reset or closed. Not: bad credentials, a missing database or table,
+/// an unknown host (its name does not resolve), or anything else the server answers.
+pub(super) fn heals(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        Some(code) => code_heals(code),
+        None => e.is_closed() || io_kind(e).is_some_and(io_heals),
+    }
+}
+
+/// The SQLSTATEs of a server that is going away or coming back (see [`heals`]).
+pub(super) fn code_heals(code: &SqlState) -> bool {
+    [
+        // 57P01: "terminating connection due to administrator command" (a fast or smart shutdown).
+        SqlState::ADMIN_SHUTDOWN,
+        // 57P02: another backend crashed and the server is resetting.
+        SqlState::CRASH_SHUTDOWN,
+        // 57P03: "the database system is starting up", "... is shutting down", "... in recovery".
+        SqlState::CANNOT_CONNECT_NOW,
+        // 53300: every connection slot is taken.
+        SqlState::TOO_MANY_CONNECTIONS,
+        // Class 08: the connection failed.
+        SqlState::CONNECTION_EXCEPTION,
+        SqlState::CONNECTION_FAILURE,
+        SqlState::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
+    ]
+    .contains(code)
+}
+
+/// The socket errors of a server that is not listening yet or went away (see [`heals`]); a name
+/// that does not resolve is none of them.
+pub(super) fn io_heals(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        kind,
+        K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::NotConnected
+            | K::BrokenPipe
+            | K::UnexpectedEof
+            | K::TimedOut
+    )
+}
+
+/// The kind of the I/O error under `e`, if one is.
+fn io_kind(e: &tokio_postgres::Error) -> Option<std::io::ErrorKind> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        source = s.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+
+    #[test]
+    fn a_restarting_server_heals_and_a_wrong_setup_does_not() {
+        for code in [
+            "57P01", "57P02", "57P03", "53300", "08000", "08001", "08006",
+        ] {
+            assert!(code_heals(&SqlState::from_code(code)), "{code} heals");
+        }
+        // Wrong password, bad authorization, missing database, missing table, syntax, unique.
+        for code in ["28P01", "28000", "3D000", "42P01", "42601", "23505"] {
+            assert!(!code_heals(&SqlState::from_code(code)), "{code} does not");
+        }
+        for kind in [
+            ErrorKind::ConnectionRefused,
+            ErrorKind::ConnectionReset,
+            ErrorKind::ConnectionAborted,
+            ErrorKind::UnexpectedEof,
+            ErrorKind::TimedOut,
+        ] {
+            assert!(io_heals(kind), "{kind:?} heals");
+        }
+        for kind in [
+            ErrorKind::NotFound,
+            ErrorKind::PermissionDenied,
+            ErrorKind::InvalidInput,
+            ErrorKind::Other,
+        ] {
+            assert!(!io_heals(kind), "{kind:?} does not");
+        }
+    }
+
+    /// Real client errors, no server needed: a loopback port nobody listens on refuses (heals:
+    /// the server may be starting), a name that does not resolve does not heal.
+    #[test]
+    fn a_refused_connection_heals_and_an_unknown_host_does_not() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let rt = ::tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let connect = |url: String| {
+            rt.block_on(async move {
+                match tokio_postgres::connect(&url, NoTls).await {
+                    Ok(_) => panic!("connected to {url}"),
+                    Err(e) => e,
+                }
+            })
+        };
+        let refused = connect(format!("postgres://u:pw@127.0.0.1:{port}/db"));
+        assert!(heals(&refused), "refused: {refused}");
+        let unknown = connect("postgres://u:pw@no-such-host.invalid:5432/db".into());
+        assert!(!heals(&unknown), "unknown host: {unknown}");
     }
 }

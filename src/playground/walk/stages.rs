@@ -182,7 +182,7 @@ impl Scenario {
         format!(
             "{} read {} with its input frontier held at {ts}; {where_}",
             walk.actor,
-            plural(u64::from(read), "message")
+            plural(read, "message")
         )
     }
 
