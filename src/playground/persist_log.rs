@@ -7,7 +7,7 @@
 //! requests) give no line.
 
 use super::journal::{Journal, MaintenanceView, SweepView, MAINTENANCE_KEPT};
-use super::log::{fmt_frontier, Outcome, Pending};
+use super::log::{fmt_frontier, plural, Outcome, Pending};
 use crate::persist::events::{CasOutcome, PersistEvent};
 
 /// A log line of a persist event: who, when, its kind, its outcome and its text.
@@ -271,9 +271,10 @@ fn maintenance_line(e: PersistEvent) -> Option<Line> {
             ..
         } => {
             let detail = format!(
-                "{shard}: merged [{}, {}) into {output_updates} updates",
+                "{shard}: merged [{}, {}) into {}",
                 fmt_frontier(lower),
-                fmt_frontier(upper)
+                fmt_frontier(upper),
+                plural(output_updates, "update")
             );
             (who, at_ms, "compaction".into(), Outcome::Committed, detail)
         }
@@ -309,7 +310,11 @@ fn maintenance_line(e: PersistEvent) -> Option<Line> {
             keys,
             at_ms,
         } => {
-            let detail = format!("{shard}: deleted {} {kind} blobs", keys.len());
+            let n = keys.len() as u64;
+            let detail = match kind.strip_prefix("sweep: ") {
+                Some(what) => format!("{shard}: swept {}: {what}", plural(n, "blob")),
+                None => format!("{shard}: deleted {}", plural(n, &format!("{kind} blob"))),
+            };
             (who, at_ms, "gc".into(), Outcome::Info, detail)
         }
         PersistEvent::ConsensusTruncated {
@@ -319,7 +324,10 @@ fn maintenance_line(e: PersistEvent) -> Option<Line> {
             deleted,
             at_ms,
         } => {
-            let detail = format!("{shard}: truncated {deleted} versions below seqno {seqno}");
+            let detail = format!(
+                "{shard}: truncated {} below seqno {seqno}",
+                plural(deleted as u64, "version")
+            );
             (who, at_ms, "gc".into(), Outcome::Info, detail)
         }
         PersistEvent::RollupsUnlisted {
@@ -329,7 +337,10 @@ fn maintenance_line(e: PersistEvent) -> Option<Line> {
             count,
             at_ms,
         } => {
-            let detail = format!("{shard}: unlisted {count} rollups below seqno {below}");
+            let detail = format!(
+                "{shard}: unlisted {} below seqno {below}",
+                plural(count as u64, "rollup")
+            );
             (who, at_ms, "gc".into(), Outcome::Info, detail)
         }
         PersistEvent::Command { .. }
