@@ -6,6 +6,7 @@
 //! ([`maintenance`] keeps them sorted and bounded); events too frequent to log (state fetches,
 //! requests) give no line.
 
+use super::command::UPSERT_SHARD;
 use super::journal::{Journal, MaintenanceView, SweepView, MAINTENANCE_KEPT};
 use super::log::{fmt_frontier, plural, Outcome, Pending};
 use crate::persist::events::{CasOutcome, PersistEvent};
@@ -107,6 +108,7 @@ pub(super) fn persist_event(
         maintenance(journal, shard, m);
     }
     note_sweep(journal, &e);
+    name_replica_reader(journal, process, &e);
     let (who, at_ms, kind, outcome, detail) = persist_line(e)?;
     let actor = journal.ids.get(&who).cloned();
     Some(Pending {
@@ -119,6 +121,31 @@ pub(super) fn persist_event(
         detail,
         fact: None,
     })
+}
+
+/// An upsert replica's persist source opens its reader after the replica's sink has opened its
+/// writer, in the same process: the reader goes by the actor id of the newest named handle that
+/// wrote the upsert shard from that process, so the Consensus log names U1, not `r…`.
+fn name_replica_reader(journal: &mut Journal, process: &str, e: &PersistEvent) {
+    let PersistEvent::Command {
+        who, shard, cmd, ..
+    } = e
+    else {
+        return;
+    };
+    if cmd != "register_leased_reader" || shard != UPSERT_SHARD || journal.ids.get(who).is_some() {
+        return;
+    }
+    let owner = journal
+        .writers_of
+        .iter()
+        .rev()
+        .filter(|w| w.key == *shard && w.process == process)
+        .find_map(|w| journal.ids.get(&w.who))
+        .cloned();
+    if let Some(actor) = owner {
+        journal.ids.insert(who.clone(), actor);
+    }
 }
 
 /// The line of a command, a Blob write or a broken shard; maintenance goes to

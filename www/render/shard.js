@@ -189,10 +189,11 @@ function sinceHolds(shard, snapshot, t0, span = "") {
     // for itself (the upsert checker's reader, a write task's re-sync reader).
     const owner = snapshot.mode === "live" ? "another tab" : "not an actor's: a checker's or a re-sync's reader";
     // An actor restarted since it opened this handle: the holder is its old incarnation's.
+    // (An upsert replica's handle id is its sink's writer, w…: its reader, r…, is no old one.)
     const current = snapshot.actors.find((a) => a.id === h.handle.actor)?.handleId;
     const who = !h.handle.actor
       ? `${h.handle.id} (${owner})`
-      : current && current !== h.handle.id
+      : current && current !== h.handle.id && current[0] === h.handle.id[0]
         ? `${h.handle.actor}'s old handle ${h.handle.id}, from before its process restarted (no heartbeat since)`
         : `${h.handle.actor} (${h.handle.id})`;
     if (h.kind === "critical") return `critical reader ${esc(who)}, no lease: it holds the since until it moves it`;
