@@ -106,9 +106,10 @@ export function wireControls(dom, app) {
       // 1280x800: bring it into view, its title at the top. Its own Step replicas button and the
       // press's message are there (render/index.js renderPressHere), so the next press is made
       // where it shows; a press from there moves nothing.
-      const bar = dom.stepSaidHere?.closest("p");
-      const r = bar?.getBoundingClientRect();
-      if (r && (r.top < 0 || r.bottom > innerHeight)) bar.closest(".panel").scrollIntoView({ block: "start" });
+      const panel = dom.stepSaidHere?.closest(".panel");
+      const title = panel?.querySelector("h2").getBoundingClientRect();
+      const bar = dom.stepSaidHere?.closest("p").getBoundingClientRect();
+      if (panel && (title.top < -2 || bar.bottom > innerHeight)) panel.scrollIntoView({ block: "start" });
     }
   }));
   dom.stepReplicasHere?.addEventListener("click", () => dom.stepReplicas.click());
