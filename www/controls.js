@@ -102,15 +102,22 @@ export function wireControls(dom, app) {
     try {
       app.send({ type: "stepReplicas" });
     } finally {
-      // The press's message is drawn under the button (render/index.js renderPress): bring the
-      // Upserts controls into view, so it is read where the press was made (at 1280x800 they
-      // sit below the fold).
-      dom.stepSaid.closest("section")?.scrollIntoView({ block: "nearest" });
+      // The press's effect shows in the Upsert pipeline panel, ~2000 px below the controls at
+      // 1280x800: bring it into view, its title at the top. Its own Step replicas button and the
+      // press's message are there (render/index.js renderPressHere), so the next press is made
+      // where it shows; a press from there moves nothing.
+      const panel = dom.stepSaidHere?.closest(".panel");
+      const title = panel?.querySelector("h2").getBoundingClientRect();
+      const bar = dom.stepSaidHere?.closest("p").getBoundingClientRect();
+      if (panel && (title.top < -2 || bar.bottom > innerHeight)) panel.scrollIntoView({ block: "start" });
     }
   }));
-  dom.stepSaid.addEventListener("click", guarded((e) => {
+  dom.stepReplicasHere?.addEventListener("click", () => dom.stepReplicas.click());
+  const generatorOff = guarded((e) => {
     if (e.target.closest("[data-action=generator-off]")) app.send({ type: "setGenerator", on: false });
-  }));
+  });
+  dom.stepSaid.addEventListener("click", generatorOff);
+  dom.stepSaidHere?.addEventListener("click", generatorOff);
   dom.verify.addEventListener("click", guarded(() => app.send({ type: "verify" })));
   dom.faultsForm.addEventListener("submit", guarded((e) => {
     e.preventDefault();

@@ -7,11 +7,12 @@
 use std::rc::Rc;
 
 use super::command::{
-    ActorSpec, Command, CommandError, FaultKnobs, Service, Stamp, Stamped, TaskOp, WriterSpec,
+    ActorSpec, Command, CommandError, FaultKnobs, Service, Stamp, Stamped, TaskOp, WriteMode,
+    WriterSpec,
 };
 use super::fact::Fact;
 use super::location;
-use super::log::{Outcome, Pending};
+use super::log::{plural, Outcome, Pending};
 use super::rules::Rule;
 use super::Scenario;
 
@@ -190,8 +191,12 @@ impl Scenario {
             Some(actor),
             None,
             format!(
-                "{actor} now writes {} per second, {:?}",
-                spec.rate_per_s, spec.mode
+                "{actor} now writes {} per second with {}",
+                spec.rate_per_s,
+                match spec.mode {
+                    WriteMode::CompareAndAppend => "compare_and_append",
+                    WriteMode::Append => "append",
+                }
             ),
         ))
     }
@@ -256,7 +261,12 @@ impl Scenario {
         Ok(applied(
             Some(actor),
             None,
-            format!("sent {op:?} to {actor}"),
+            match op {
+                TaskOp::Append { rows } => {
+                    format!("asked {actor} to append {}", plural(*rows as u64, "row"))
+                }
+                TaskOp::DeleteOldest => format!("asked {actor} to delete its oldest row"),
+            },
         ))
     }
 

@@ -274,8 +274,8 @@ impl Scenario {
             None,
             Some(&new_id),
             format!(
-                "restarted {process} as {new_id} with a fresh client ({} actors)",
-                moved.len()
+                "restarted {process} as {new_id} with a fresh client ({})",
+                super::log::plural(moved.len() as u64, "actor")
             ),
         ))
     }

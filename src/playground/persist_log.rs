@@ -6,8 +6,9 @@
 //! ([`maintenance`] keeps them sorted and bounded); events too frequent to log (state fetches,
 //! requests) give no line.
 
+use super::command::UPSERT_SHARD;
 use super::journal::{Journal, MaintenanceView, SweepView, MAINTENANCE_KEPT};
-use super::log::{fmt_frontier, Outcome, Pending};
+use super::log::{fmt_frontier, plural, Outcome, Pending};
 use crate::persist::events::{CasOutcome, PersistEvent};
 
 /// A log line of a persist event: who, when, its kind, its outcome and its text.
@@ -107,6 +108,7 @@ pub(super) fn persist_event(
         maintenance(journal, shard, m);
     }
     note_sweep(journal, &e);
+    name_replica_reader(journal, process, &e);
     let (who, at_ms, kind, outcome, detail) = persist_line(e)?;
     let actor = journal.ids.get(&who).cloned();
     Some(Pending {
@@ -119,6 +121,31 @@ pub(super) fn persist_event(
         detail,
         fact: None,
     })
+}
+
+/// An upsert replica's persist source opens its reader after the replica's sink has opened its
+/// writer, in the same process: the reader goes by the actor id of the newest named handle that
+/// wrote the upsert shard from that process, so the Consensus log names U1, not `r…`.
+fn name_replica_reader(journal: &mut Journal, process: &str, e: &PersistEvent) {
+    let PersistEvent::Command {
+        who, shard, cmd, ..
+    } = e
+    else {
+        return;
+    };
+    if cmd != "register_leased_reader" || shard != UPSERT_SHARD || journal.ids.get(who).is_some() {
+        return;
+    }
+    let owner = journal
+        .writers_of
+        .iter()
+        .rev()
+        .filter(|w| w.key == *shard && w.process == process)
+        .find_map(|w| journal.ids.get(&w.who))
+        .cloned();
+    if let Some(actor) = owner {
+        journal.ids.insert(who.clone(), actor);
+    }
 }
 
 /// The line of a command, a Blob write or a broken shard; maintenance goes to
@@ -271,9 +298,10 @@ fn maintenance_line(e: PersistEvent) -> Option<Line> {
             ..
         } => {
             let detail = format!(
-                "{shard}: merged [{}, {}) into {output_updates} updates",
+                "{shard}: merged [{}, {}) into {}",
                 fmt_frontier(lower),
-                fmt_frontier(upper)
+                fmt_frontier(upper),
+                plural(output_updates, "update")
             );
             (who, at_ms, "compaction".into(), Outcome::Committed, detail)
         }
@@ -309,7 +337,11 @@ fn maintenance_line(e: PersistEvent) -> Option<Line> {
             keys,
             at_ms,
         } => {
-            let detail = format!("{shard}: deleted {} {kind} blobs", keys.len());
+            let n = keys.len() as u64;
+            let detail = match kind.strip_prefix("sweep: ") {
+                Some(what) => format!("{shard}: swept {}: {what}", plural(n, "blob")),
+                None => format!("{shard}: deleted {}", plural(n, &format!("{kind} blob"))),
+            };
             (who, at_ms, "gc".into(), Outcome::Info, detail)
         }
         PersistEvent::ConsensusTruncated {
@@ -319,7 +351,10 @@ fn maintenance_line(e: PersistEvent) -> Option<Line> {
             deleted,
             at_ms,
         } => {
-            let detail = format!("{shard}: truncated {deleted} versions below seqno {seqno}");
+            let detail = format!(
+                "{shard}: truncated {} below seqno {seqno}",
+                plural(deleted as u64, "version")
+            );
             (who, at_ms, "gc".into(), Outcome::Info, detail)
         }
         PersistEvent::RollupsUnlisted {
@@ -329,7 +364,10 @@ fn maintenance_line(e: PersistEvent) -> Option<Line> {
             count,
             at_ms,
         } => {
-            let detail = format!("{shard}: unlisted {count} rollups below seqno {below}");
+            let detail = format!(
+                "{shard}: unlisted {} below seqno {below}",
+                plural(count as u64, "rollup")
+            );
             (who, at_ms, "gc".into(), Outcome::Info, detail)
         }
         PersistEvent::Command { .. }

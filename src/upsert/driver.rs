@@ -55,6 +55,8 @@ pub enum ReplicaExit {
 
 /// A started replica: the shared [`Replica`] and its two tasks. Dropping it aborts both.
 pub struct RunningReplica {
+    /// Its sink's persist writer id (the playground names it by the replica's actor id).
+    pub writer_id: String,
     /// The replica, for snapshots and checks (borrow it only between runtime steps).
     pub replica: Rc<RefCell<Replica>>,
     driver: JoinHandle<ReplicaExit>,
@@ -81,6 +83,7 @@ impl RunningReplica {
         let RunningReplica {
             replica,
             driver,
+            writer_id: _,
             _persist_source,
             stop,
             stop_source,
@@ -105,6 +108,7 @@ pub async fn start_replica(
 ) -> Result<RunningReplica, ReplicaStartError> {
     let runtime = client.runtime().clone();
     let mut write = client.open_writer::<SourceData, ()>(&shard).await?;
+    let writer_id = write.writer_id().0.clone();
     let resume_upper = write.fetch_recent_upper().await?.clone();
     let (tx, rx) = mpsc::unbounded();
     let (button, token) = ShutdownButton::new();
@@ -143,6 +147,7 @@ pub async fn start_replica(
         ),
     );
     Ok(RunningReplica {
+        writer_id,
         replica,
         driver,
         _persist_source: persist_source,

@@ -135,3 +135,63 @@ test("a run replaced by a tour starts the log and the status line over; a share 
   assert.equal(await b.getByTestId("f-cons-fail").inputValue(), "0");
   for (const p of [p2, a, b]) noErrors(p);
 });
+
+/** What reads as code, not as a sentence: persist's reason names, frontier lists, a replica's internal name. */
+const CODE = /Upper\(|\[\d*\], writer|NotApplied|Backpressure|AlreadyCommitted|Expired\b|U\d#\d/;
+/** A count of one with a plural noun. */
+const ONE_MANY = /(^|[^\d.,])1 (updates|rows|versions|blobs|rollups|actors|commands|checks|events|parts|msgs|snapshots|stash entries|writes)\b/;
+
+test("every event reads as a sentence: no persist reason code, no raw handle id for an actor, no '1 rows'; the Consensus log names U1/U2", { timeout: 120_000 }, async (t) => {
+  const page = await openPage(await launch(t), server.url("?seed=1&autoplay=0"));
+  // Faults, a crash and a restart of the replica's process: lost races, skipped commands,
+  // merges not applied, and a replica's second generation.
+  await page.evaluate(() => {
+    const pg = window.__playground.pg();
+    const f = (k) => ({ failRate: k, timeoutRate: k, latencyMs: 0, outage: false });
+    for (let i = 0; i < 250; i++) {
+      if (i === 50) for (const service of ["blob", "consensus"]) pg.send({ type: "setFaults", service, knobs: f(0.2) });
+      if (i === 100) for (const service of ["blob", "consensus"]) pg.send({ type: "setFaults", service, knobs: f(0) });
+      if (i === 120) pg.send({ type: "crashProcess", process: "P6" });
+      if (i === 140) pg.send({ type: "restartProcess", process: "P6" });
+      if (i === 160) pg.send({ type: "taskPush", actor: "T1", op: { op: "append", rows: 1 } });
+      pg.runFor(100);
+    }
+  });
+  await page.getByTestId("step").click();
+  // Every event the engine keeps, as the log draws its detail (render/log.js plainDetail).
+  const details = await page.evaluate(async () => {
+    const { plainDetail } = await import("./www/render/log.js");
+    const pg = window.__playground.pg();
+    const out = [];
+    let cursor = 0;
+    for (;;) {
+      const batch = pg.eventsAfter(cursor, 5000);
+      if (!batch.length) break;
+      out.push(...batch.map((e) => ({ raw: e.detail, shown: plainDetail(e), actor: e.actor })));
+      cursor = batch.at(-1).seq;
+    }
+    return out;
+  });
+  assert.ok(details.some((d) => /nothing to commit \(Upper\(shard \[\d+\]/.test(d.raw)), "the run has a compare_and_append that lost its lower (what this test reads)");
+  assert.ok(details.some((d) => /generation 1: /.test(d.shown)), "the run has a restarted replica");
+  for (const d of details) {
+    assert.doesNotMatch(d.shown, CODE, `reads as code: ${d.shown}`);
+    assert.doesNotMatch(d.shown, ONE_MANY, `a plural for one: ${d.shown}`);
+  }
+  const sentence = details.find((d) => /Upper\(shard \[\d+\], writer/.test(d.raw)).shown;
+  assert.match(sentence, /nothing to commit — the shard's upper is already \d+, not where this batch starts; (another writer moved it|this writer's own)/);
+  // The rows drawn say the same.
+  await page.locator("#panel-log").scrollIntoViewIfNeeded();
+  const rows = await page.locator("#log-view li[data-seq]").allTextContents();
+  assert.ok(rows.length > 10);
+  for (const r of rows) assert.doesNotMatch(r, CODE, r);
+  // The replicas' handles go by U1/U2: persist rows of the upsert shard name an actor, and no
+  // lost compare_and_set in the Consensus log names a raw handle id.
+  const unnamed = details.filter((d) => /^upsert_out: (compare_and_append|downgrade_since|heartbeat_leased_reader) /.test(d.raw) && !d.actor);
+  assert.ok(unnamed.length <= 2, `upsert_out commands of no actor: ${unnamed.slice(0, 3).map((d) => d.raw).join("\n")}`);
+  const taken = await page.evaluate(() => window.__playground.state.latest().consensus.map((c) => c.takenBy).filter(Boolean));
+  assert.ok(taken.some((x) => /^U\d's /.test(x)), `a lost attempt names a replica: ${taken.slice(0, 5)}`);
+  for (const x of taken) assert.doesNotMatch(x, /\b[wr][0-9a-f]{20,}\b/, x);
+  assert.doesNotMatch(await page.locator("#consensus-view").textContent(), /\b[wr][0-9a-f]{20,}\b/);
+  noErrors(page);
+});

@@ -180,7 +180,7 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   await waitFor(page, () => /read-only/.test(document.querySelector('#processes-view li[data-actor="T1"] .desc')?.textContent ?? ""), "the Processes panel redrawn with T1 read-only");
   await waitFor(page, () => [...document.querySelectorAll('#writers-view tbody[data-actor="T1"] .how')].map((h) => h.textContent).join(" ") === "task read-only", "the writers panel shows read-only");
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
-  await waitFor(page, () => /read-only: 1 commands kept in desired, not written/.test(document.querySelector('#writers-view tbody[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows the read-only refusal");
+  await waitFor(page, () => /read-only: 1 command kept in desired, not written/.test(document.querySelector('#writers-view tbody[data-actor="T1"]')?.textContent ?? ""), "the writers panel shows the read-only refusal");
   await page.locator('input[data-field="tick"][data-actor="T1"]').fill("250");
   await page.locator('button[data-action="set-tick"][data-actor="T1"]').click();
   await waitForStatus(page, "ok", /T1 restarted: tick 250 ms/);
@@ -424,5 +424,30 @@ test("upsert controls: add replicas, push upserts by hand, the generator, step t
   await page.keyboard.press("g");
   await waitForStatus(page, "ok", /upsert generator off/);
   await shot(page, "panel-upsert-running", "#panel-upsert");
+  noErrors(page);
+});
+
+test("a panel skipped off screen is drawn current in the very frame it scrolls into view", { timeout: 90_000 }, async (t) => {
+  const page = await openPage(await launch(t), server.url("?seed=4"), { width: 1280, height: 800 });
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 1500, "a moment of running");
+  // The Event log, ~2000 px down at 1280x800, is off screen at the top of the page: it redraws
+  // at most twice a second there. Scrolled into view, the first frame must show the newest event.
+  const trials = await page.evaluate(async () => {
+    const out = [];
+    const frame = () => new Promise(requestAnimationFrame);
+    for (let i = 0; i < 4; i++) {
+      window.scrollTo(0, 0);
+      await new Promise((r) => setTimeout(r, 700));
+      document.getElementById("panel-log").scrollIntoView({ block: "start" });
+      await frame();
+      const shown = Number(document.querySelector("#log-view li[data-seq]")?.dataset.seq);
+      out.push({ shown, newest: window.__playground.state.events().at(-1).seq, top: document.getElementById("panel-log").getBoundingClientRect().top });
+    }
+    return out;
+  });
+  for (const x of trials) {
+    assert.ok(x.top >= 0 && x.top < 100, `the log is in view: ${JSON.stringify(x)}`);
+    assert.equal(x.shown, x.newest, `the first frame in view shows the newest event: ${JSON.stringify(trials)}`);
+  }
   noErrors(page);
 });

@@ -4,9 +4,9 @@
 // beside it. A click on a violation lists those events here and marks them in the event log view
 // (`markCited`, called after the log is drawn).
 
-import { esc, setHtml } from "./dom.js";
+import { count, esc, setHtml } from "./dom.js";
 import { fmtMs } from "../spec.js";
-import { revealInLog } from "./log.js";
+import { plainDetail, revealInLog } from "./log.js";
 
 /** How many violations the panel lists in full (the newest); older ones, up to [`OLDER`], fold
  * into a "more" list the reader opens. Nothing is clipped: the panel grows with what it shows. */
@@ -30,8 +30,8 @@ function ruleLine(r) {
   const unverified = r.unverified ? ` <span class="muted">(${r.unverified} could not be checked)</span>` : "";
   const unit = UNITS[r.rule] ? ` <span class="muted">(one check per ${UNITS[r.rule]}${ok ? "" : `: it differs at ${r.violations} of ${r.checks}`})</span>` : "";
   const verdict = ok
-    ? `<span class="ok">${r.checks} checks, no break</span>`
-    : `<b class="err">${r.violations} break${r.violations === 1 ? "" : "s"}</b> in ${r.checks} checks`;
+    ? `<span class="ok">${count(r.checks, "check")}, no break</span>`
+    : `<b class="err">${r.violations} break${r.violations === 1 ? "" : "s"}</b> in ${count(r.checks, "check")}`;
   return `<li class="check-rule ${ok ? "ok" : "broken"}" data-testid="check-rule-${esc(r.rule)}" data-checks="${r.checks}" data-violations="${r.violations}">` +
     `<span class="mark">${ok ? "✓" : "✕"}</span> <code>${esc(r.rule)}</code> <span class="title">${esc(r.title)}</span>: ${verdict}${unit}${unverified}</li>`;
 }
@@ -49,7 +49,7 @@ function evidence(t0) {
   const rows = focus.events.map((e) => {
     const cls = focus.seqs.includes(e.seq) ? "cited" : "fault";
     return `<li class="${cls}"><span class="seq mono">#${e.seq}</span> <span class="mono t">${esc(fmtMs(e.atMs, t0))}</span> ` +
-      `${esc(e.actor ?? e.process ?? "")} <span class="comp">${esc(e.component)}</span> ${esc(e.detail)}</li>`;
+      `${esc(e.actor ?? e.process ?? "")} <span class="comp">${esc(e.component)}</span> ${esc(plainDetail(e))}</li>`;
   });
   const missing = focus.missing ? `<li class="muted">${focus.missing === 1 ? "1 event is" : `${focus.missing} events are`} no longer in the log (it keeps the newest 20,000)</li>` : "";
   return `<div class="check-evidence" data-testid="check-evidence"><b>Events of this break</b> (red: cited, amber: faults beside it)<ol class="events">${rows.join("")}${missing}</ol></div>`;
@@ -69,8 +69,8 @@ export function renderCheck(el, snap, state, t0) {
   }
   const checks = c.rules.reduce((n, r) => n + r.checks, 0);
   const summary = c.violationsTotal === 0
-    ? `<b class="ok">${checks} checks, no break</b> over ${c.events} events`
-    : `<b class="err">${c.violationsTotal} break${c.violationsTotal === 1 ? "" : "s"}</b> found in ${checks} checks over ${c.events} events`;
+    ? `<b class="ok">${count(checks, "check")}, no break</b> over ${count(c.events, "event")}`
+    : `<b class="err">${c.violationsTotal} break${c.violationsTotal === 1 ? "" : "s"}</b> found in ${count(checks, "check")} over ${count(c.events, "event")}`;
   const shown = c.violations.slice(-SHOWN).reverse();
   const list = shown.map((v, i) => violationItem(v, c.violations.length - 1 - i, t0)).join("");
   const older = c.violations.slice(-(SHOWN + OLDER), -SHOWN).reverse();
@@ -81,7 +81,7 @@ export function renderCheck(el, snap, state, t0) {
     : `<details class="check-older"${openOlder ? " open" : ""}><summary class="muted">${older.length} older break${older.length === 1 ? "" : "s"}${rest > 0 ? ` (the ${rest} before them are counted, not listed)` : ""}</summary>` +
       `<ol class="check-violations" data-testid="check-violations-older" start="${SHOWN + 1}">${olderList}</ol></details>`;
   const head = c.violationsTotal > shown.length
-    ? `<p class="muted small" data-testid="check-shown">${shown.length === 1 ? `the newest of ${c.violationsTotal} breaks` : `the newest ${shown.length} of ${c.violationsTotal} breaks, newest first`}</p>`
+    ? `<p class="muted small" data-testid="check-shown">${shown.length === 1 ? (c.violationsTotal === 1 ? "the only break" : `the newest of ${c.violationsTotal} breaks`) : `the newest ${shown.length} of ${c.violationsTotal} breaks, newest first`}</p>`
     : "";
   el.__violations = c.violations;
   setHtml(

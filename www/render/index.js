@@ -22,7 +22,8 @@ export function findDom(doc) {
     modeHint: $("mode-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"), oBurst: $("o-burst"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
-    upsertValue: $("u-value"), generator: $("u-generator"), undecodable: $("u-undecodable"), stepReplicas: $("step-replicas"), stepSaid: $("step-said"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    upsertValue: $("u-value"), generator: $("u-generator"), undecodable: $("u-undecodable"), stepReplicas: $("step-replicas"), stepSaid: $("step-said"),
+    stepReplicasHere: $("step-replicas-here"), stepSaidHere: $("step-said-here"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
     rules: $("rules-view"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
@@ -67,16 +68,26 @@ const GROUP = {
 const GROUPS = 3;
 /** The frame an off-screen panel last redrew in: at most one per frame, so they never pile up. */
 let offscreenFrame = -1;
+/**
+ * Panels that came into view since they last drew: they draw in the next frame, whatever its
+ * group, so a panel skipped off screen never shows its stale drawing in view. A scroll marks
+ * them before the frame that paints it (scroll events run before animation frames); the
+ * observer, a frame later, catches what moved without a scroll (a layout change).
+ */
+const due = new Set();
+let scrolled = true;
 function visible(el) {
   const panel = el.closest(".panel");
   if (!panel) return true;
-  if (!forceAll && (GROUP[panel.id] ?? 0) !== frameNo % GROUPS) return false;
+  const fresh = due.has(panel);
+  if (!forceAll && !fresh && (GROUP[panel.id] ?? 0) !== frameNo % GROUPS) return false;
   const now = performance.now();
-  if (!forceAll && onScreen.get(panel) === false) {
+  if (!forceAll && !fresh && onScreen.get(panel) === false) {
     observe();
     if (now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS || offscreenFrame === frameNo) return false;
     offscreenFrame = frameNo;
   }
+  due.delete(panel);
   drawnAt.set(panel, now);
   observe();
   return true;
@@ -84,9 +95,27 @@ function visible(el) {
 function observe() {
   if (!observer && typeof IntersectionObserver === "function") {
     observer = new IntersectionObserver((entries) => {
-      for (const e of entries) onScreen.set(e.target, e.isIntersecting);
+      for (const e of entries) {
+        if (e.isIntersecting && onScreen.get(e.target) === false) due.add(e.target);
+        onScreen.set(e.target, e.isIntersecting);
+      }
     });
     for (const p of document.querySelectorAll(".panel")) observer.observe(p);
+    addEventListener("scroll", () => (scrolled = true), { capture: true, passive: true });
+  }
+}
+/**
+ * After a scroll: which panels are in view now. Read at the start of a frame, before it writes
+ * anything, so the layout is the one just painted and the read costs no layout.
+ */
+function checkScrolled() {
+  if (!scrolled || !observer) return;
+  scrolled = false;
+  for (const p of document.querySelectorAll(".panel")) {
+    const r = p.getBoundingClientRect();
+    const inView = r.bottom > 0 && r.top < innerHeight && r.right > 0 && r.left < innerWidth && r.height > 0;
+    if (inView && onScreen.get(p) === false) due.add(p);
+    onScreen.set(p, inView);
   }
 }
 
@@ -112,6 +141,7 @@ export function renderAll(dom, state, view, force = false) {
   if (!snap) return;
   forceAll = force;
   frameNo += 1;
+  checkScrolled();
   const t0 = view.t0;
   // The SVG panels' widths (so SVG text keeps its native size), as last laid out: read from a
   // ResizeObserver, never from the DOM mid-frame (that would force a layout of the whole page).
@@ -142,6 +172,7 @@ export function renderAll(dom, state, view, force = false) {
   if (visible(dom.frontiers)) draw("frontiers", () => renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth));
   if (visible(dom.upsert)) draw("upsert", () => renderUpsert(dom.upsert, snap, state.history().at(-2)));
   renderPress(dom.stepSaid, snap.upsert?.press);
+  renderPressHere(dom.stepSaidHere, snap.upsert?.press);
   dom.generator.checked = Boolean(snap.upsert?.generating);
   if (snap.upsert) dom.undecodable.checked = Boolean(snap.upsert.undecodable);
   if (visible(dom.log)) draw("log", () => renderLog(dom, state.events(), snap, t0, view.eventsAfter));
@@ -205,6 +236,20 @@ function renderPress(el, press) {
     ? ` <button type="button" data-action="generator-off" data-testid="press-generator-off">Turn the generator off</button>`
     : "";
   setHtml(el, `<b>Step replicas${press.refused ? " refused" : ""}:</b> <span data-testid="step-said-text" class="${press.refused ? "err" : ""}">${esc(press.text)}</span>${off}`);
+}
+
+/**
+ * The same message in the Upsert pipeline panel, beside its own Step replicas button: a press
+ * brings the panel into view (controls.js), where its effect shows. Without a press, what a
+ * press does.
+ */
+function renderPressHere(el, press) {
+  if (!el) return;
+  if (!press) return setHtml(el, `<span class="muted">walks a pushed upsert through one replica, one stage per press; otherwise one worker step of every replica</span>`);
+  const off = press.generatorOn
+    ? ` <button type="button" data-action="generator-off" data-testid="press-here-generator-off">Turn the generator off</button>`
+    : "";
+  setHtml(el, `<b>Step replicas${press.refused ? " refused" : ""}:</b> <span data-testid="upsert-press-text" class="${press.refused ? "err" : ""}">${esc(press.text)}</span>${off}`);
 }
 
 export function renderStatus(dom, status) {

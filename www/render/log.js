@@ -112,12 +112,73 @@ function rowsToShow(events, snap, eventsAfter) {
     filtered = { key, upTo, rows: [...filtered.rows, ...fresh].slice(-LOG_ROWS) };
   }
   const rows = filtered?.rows ?? events.filter(matches).slice(-LOG_ROWS);
-  return { rows, note: `${rows.length} newest events${choice.actor ? ` of ${choice.actor}` : ""}${choice.kind ? ` of kind ${choice.kind}` : ""}` };
+  return { rows, note: `${rows.length === 1 ? "the newest event" : `${rows.length} newest events`}${choice.actor ? ` of ${choice.actor}` : ""}${choice.kind ? ` of kind ${choice.kind}` : ""}` };
+}
+
+/**
+ * Persist's reasons for a command with nothing to commit come as the names its code gives them
+ * ("Upper(shard [250], writer [0])", "SpineBackpressure"): each as a sentence. `cmd` is the
+ * command (a bare true or false is add_rollup's answer). `null`: a reason not known here.
+ */
+function skipReason(cmd, why) {
+  const upper = /^Upper\(shard \[(\d*)\], writer \[(\d*)\]\)$/.exec(why);
+  if (upper) {
+    const [, shard, own] = upper;
+    if (!shard) return "the shard is finished: nothing is appended any more";
+    const moved = own === shard
+      ? "this writer's own last write took it there"
+      : own === "0"
+        ? "another writer moved it (this one has written nothing yet)"
+        : `another writer moved it on from ${own}, where this one's last write ended`;
+    return `the shard's upper is already ${shard}, not where this batch starts; ${moved}`;
+  }
+  const inner = /^(?:InvalidUsage|Inconsistent)\((.*)\)$/s.exec(why);
+  if (inner) return inner[1];
+  if (why === "true" || why === "false") {
+    if (cmd === "add_rollup") {
+      return why === "true"
+        ? "this rollup is listed already (an earlier attempt added it)"
+        : "refused: a rollup is listed at this seqno already, or a newer one is the oldest kept";
+    }
+    return "no rollup to add or unlist";
+  }
+  return SKIPPED[why] ?? null;
+}
+
+const SKIPPED = {
+  AlreadyCommitted: "this write had committed already (a retry after its first attempt landed)",
+  SpineBackpressure: "too many batches wait for compaction: the write waits for a merge, then retries",
+  InlineBackpressure: "the state holds too much inline data: the batch goes to Blob, then retries",
+  WriterExpired: "the writer's lease had expired: it is no longer registered",
+  ReaderExpired: "the reader's lease had expired: it is no longer registered",
+  NotAppliedNoMatch: "the batches it merged are no longer in the state as they were (another merge replaced them, or an append carried this one)",
+  NotAppliedInvalidSince: "the merge's since is past the shard's",
+  NotAppliedTooManyUpdates: "the merge's output has more updates than its inputs",
+  NotAppliedStale: "the merge is older than the oldest rollup kept (its parts may have been swept)",
+  tombstone: "the shard is finished (a tombstone): nothing changes any more",
+  "()": "nothing changed",
+};
+
+/**
+ * An event's detail as the log shows it: persist's coded reasons (above) as sentences, in a
+ * command's "nothing to commit (…)" and a merge that was not applied.
+ */
+export function plainDetail(e) {
+  const d = String(e.detail ?? "");
+  if (e.component !== "persist") return d;
+  const skip = /^(.*?: (\w+) expected seqno .*?): nothing to commit \((.*)\)$/s.exec(d);
+  if (skip) {
+    const why = skipReason(skip[2], skip[3]);
+    return why === null ? d : `${skip[1]}: nothing to commit — ${why}`;
+  }
+  const merge = /^([^:]+): (NotApplied\w+)$/.exec(d);
+  if (merge && SKIPPED[merge[2]]) return `${merge[1]}: merge not applied — ${SKIPPED[merge[2]]}`;
+  return d;
 }
 
 function logRow(e, snap, t0) {
   const who = e.actor ? chip(e.actor, colourOf(snap, e.actor)) : e.process ? `<span class="muted">${esc(e.process)}</span>` : "";
-  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail">${esc(e.detail)}</span></li>`;
+  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail">${esc(plainDetail(e))}</span></li>`;
 }
 
 /** Keeps a filter <select>'s options equal to `values` (after its first, "all" option). */

@@ -107,10 +107,10 @@ export function renderVerify(el, snap, t0) {
   }).join("; ");
   const verdict = v.lost === 0
     ? `<b class="ok">no acknowledged write lost</b>`
-    : `<b class="err">${v.lost} acknowledged writes missing</b> (e.g. ${esc(v.lostExamples.join(", "))})`;
+    : `<b class="err">${count(v.lost, "acknowledged write")} missing</b> (e.g. ${esc(v.lostExamples.join(", "))})`;
   // Each write's values are unique: a value held more than once is a write that landed more than once.
   const twice = v.duplicated > 0
-    ? `; <b class="err">${v.duplicated} acknowledged writes held more than once</b> (e.g. ${esc(v.duplicatedExamples.join(", "))})`
+    ? `; <b class="err">${count(v.duplicated, "acknowledged write")} held more than once</b> (e.g. ${esc(v.duplicatedExamples.join(", "))})`
     : "";
   const appendNote = v.uncheckedAppendWriters.length
     ? ` · not checked: ${esc(v.uncheckedAppendWriters.join(", "))} (append trims what a peer already wrote, by design)`

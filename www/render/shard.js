@@ -143,17 +143,17 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
           const what = m.kind === "merge"
             ? `merged [${fmtFrontier(m.lower, t0)}, ${fmtFrontier(m.upper, t0)}) → ${count(m.count, "update")}`
             : m.kind === "truncate"
-              ? `GC truncated ${m.count} versions below seqno ${m.seqno}`
+              ? `GC truncated ${count(m.count, "version")} below seqno ${m.seqno}`
               : m.kind.startsWith("sweep")
-                ? `sweep deleted ${m.count} ${m.kind.replace("sweep: ", "")}`
-                : `GC deleted ${m.count} ${m.kind.replace("gc ", "")} blobs`;
+                ? `sweep deleted ${swept(m.count, m.kind)}`
+                : `GC deleted ${count(m.count, `${m.kind.replace("gc ", "")} blob`)}`;
           return `<li><span class="mono">${esc(fmtMs(m.atMs, t0))}</span> ${esc(what)}</li>`;
         })
         .join("")
     : `<li class="empty">no compaction or GC yet</li>`;
   const sw = shard.lastSweep;
   const sweepHtml = sw
-    ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${sw.count} ${esc(sw.kind.replace("sweep: ", ""))}${sw.writers.length ? ` (${esc(sw.writers.join(", "))})` : ""}</p>`
+    ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${esc(swept(sw.count, sw.kind))}${sw.writers.length ? ` (${esc(sw.writers.join(", "))})` : ""}</p>`
     : "";
   const holdHtml = sinceHolds(shard, snapshot, t0, spansSince ? SPAN_NOTE : "");
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
@@ -161,6 +161,17 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     el,
     `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
   );
+}
+
+/** What a sweep deleted (its kind names them in the plural: "sweep: stale merge outputs"). */
+const SWEPT_ONE = {
+  "parts of expired writers": "part of an expired writer",
+  "stale merge outputs": "stale merge output",
+  "unlisted rollups": "unlisted rollup",
+};
+export function swept(n, kind) {
+  const what = kind.replace("sweep: ", "");
+  return n === 1 ? `1 ${SWEPT_ONE[what] ?? what}` : `${n} ${what}`;
 }
 
 /** Who holds the since where it is: each reader whose since is the shard's, with its lease. */
@@ -178,10 +189,11 @@ function sinceHolds(shard, snapshot, t0, span = "") {
     // for itself (the upsert checker's reader, a write task's re-sync reader).
     const owner = snapshot.mode === "live" ? "another tab" : "not an actor's: a checker's or a re-sync's reader";
     // An actor restarted since it opened this handle: the holder is its old incarnation's.
+    // (An upsert replica's handle id is its sink's writer, w…: its reader, r…, is no old one.)
     const current = snapshot.actors.find((a) => a.id === h.handle.actor)?.handleId;
     const who = !h.handle.actor
       ? `${h.handle.id} (${owner})`
-      : current && current !== h.handle.id
+      : current && current !== h.handle.id && current[0] === h.handle.id[0]
         ? `${h.handle.actor}'s old handle ${h.handle.id}, from before its process restarted (no heartbeat since)`
         : `${h.handle.actor} (${h.handle.id})`;
     if (h.kind === "critical") return `critical reader ${esc(who)}, no lease: it holds the since until it moves it`;

@@ -89,7 +89,7 @@ export function renderTimeline(d, m) {
       `kept snapshot ${i} of ${entries.length} (the run is paused at step ${maxStep}). Changing the run is off here: <b>Fork here</b> (f) goes on from this point and discards the future; <b>Present</b> (End) goes back.`;
   } else if (present) {
     const mb = (m.bytes / 1048576).toFixed(1);
-    label = `<b>Present</b> · step <b class="mono" data-testid="t-step">${present.steps}</b> · ${entries.length} snapshots kept (≈${mb} MB, thinned further back) · drag the bar or press , to look back; <b>Go</b> shows any step exactly (rebuilt by replay)`;
+    label = `<b>Present</b> · step <b class="mono" data-testid="t-step">${present.steps}</b> · ${entries.length} snapshot${entries.length === 1 ? "" : "s"} kept (≈${mb} MB, thinned further back) · drag the bar or press , to look back; <b>Go</b> shows any step exactly (rebuilt by replay)`;
   } else {
     label = "no snapshot yet";
   }

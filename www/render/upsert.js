@@ -21,7 +21,7 @@ function diagram(snap, replicas, prev) {
   const H = Math.max(90, 20 + replicas.length * rowH);
   const midY = H / 2;
   const parts = [];
-  parts.push(`<rect x="4" y="${midY - 18}" width="78" height="36" rx="5" class="up-box"/><text x="43" y="${midY - 2}" class="up-label" text-anchor="middle">source</text><text x="43" y="${midY + 12}" class="up-sub" text-anchor="middle">${snap.upsert.sourceMessages} msgs</text>`);
+  parts.push(`<rect x="4" y="${midY - 18}" width="78" height="36" rx="5" class="up-box"/><text x="43" y="${midY - 2}" class="up-label" text-anchor="middle">source</text><text x="43" y="${midY + 12}" class="up-sub" text-anchor="middle">${snap.upsert.sourceMessages} msg${snap.upsert.sourceMessages === 1 ? "" : "s"}</text>`);
   parts.push(`<rect x="${W - 92}" y="${midY - 18}" width="88" height="36" rx="5" class="up-box shard"/><text x="${W - 48}" y="${midY - 2}" class="up-label" text-anchor="middle">${snap.upsert.shard}</text><text x="${W - 48}" y="${midY + 12}" class="up-sub" text-anchor="middle">shard</text>`);
   replicas.forEach((a, i) => {
     const y = 10 + i * rowH + rowH / 2;
@@ -148,7 +148,7 @@ function checkerLine(snap) {
   let verdict;
   if (!rule || rule.checks === 0) verdict = `<span class="muted">not compared with the reference model yet (no upper reached)</span>`;
   else if (rule.violations === 0) verdict = `<b class="ok">matches the reference model</b> ${rule.checks === 1 ? "at the 1 upper checked" : `at all ${rule.checks} uppers checked`}`;
-  else verdict = `<b class="err">differs from the reference model at ${rule.violations} of ${rule.checks} uppers checked</b>`;
+  else verdict = `<b class="err">differs from the reference model at ${rule.violations} of ${rule.checks} upper${rule.checks === 1 ? "" : "s"} checked</b>`;
   const last = checker.violations.at(-1);
   const diff = last ? `<br><span data-testid="upsert-diff">latest difference: ${renderDifference(last)}</span>` : "";
   return `<p class="small" data-testid="upsert-checker">shard ${esc(snap.upsert.shard)} (the Check panel's <code>upsert-model</code>, counting uppers): ${verdict}${diff}</p>`;

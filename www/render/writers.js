@@ -65,7 +65,7 @@ function statusOf(a, w, t0) {
     return `<span class="state s-${a.state}">${esc(a.state)}</span>${a.error ? ` <span class="err">${esc(a.error)}</span>` : ""}`;
   }
   if (a.detail.kind === "task" && a.detail.readOnly) {
-    return `${READ_ONLY} read-only: ${a.detail.refused} commands kept in desired, not written`;
+    return `${READ_ONLY} read-only: ${a.detail.refused} command${a.detail.refused === 1 ? "" : "s"} kept in desired, not written`;
   }
   const range = (f) => `[${esc(fmtFrontier(f.lower, t0))}, ${esc(fmtFrontier(f.upper, t0))})`;
   const lastText = last ? ` · last ${mark(last.outcome, OUTCOMES)} ${esc(last.detail)}` : "";

@@ -16,7 +16,7 @@ use crate::oracle::{
 use crate::playground::actor::{ActorCtx, Window, WINDOWS_KEPT};
 use crate::playground::command::OracleSpec;
 use crate::playground::fact::Fact;
-use crate::playground::log::Outcome;
+use crate::playground::log::{plural, Outcome};
 use crate::playground::variants;
 
 /// Logs the events `oracle` reported since the last call ([`oracle_event`]), and shows its
@@ -185,7 +185,10 @@ fn oracle_line(e: &OracleEvent) -> (Outcome, String) {
             deleted,
         } => (
             Outcome::Info,
-            format!("truncated {deleted} versions below seqno {below_seqno}"),
+            format!(
+                "truncated {} below seqno {below_seqno}",
+                plural(*deleted, "version")
+            ),
         ),
         OracleEventKind::TruncateFailed { error } => {
             (Outcome::Retrying, format!("truncate failed: {error}"))

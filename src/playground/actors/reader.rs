@@ -39,7 +39,7 @@ pub async fn run_reader(ctx: Rc<ActorCtx>, spec: ReaderSpec, hold: Rc<Cell<bool>
         "open",
         Outcome::Info,
         format!(
-            "opened {} on {shard} with since {}",
+            "opened its reader on {shard} (handle id {}) with since {}",
             read.reader_id().0,
             fmt_frontier(start)
         ),

@@ -265,15 +265,20 @@ impl UpsertHub {
     /// Moves the replicas' events into the merged log.
     pub fn pump_into(&self, log: &mut crate::playground::log::MergedLog) {
         for e in self.log.take() {
-            let actor = e.who.split('#').next().map(str::to_string);
+            // `U1#2`: the row names U1; the generation only once it restarted.
+            let (actor, generation) = e.who.split_once('#').unwrap_or((&e.who, "0"));
+            let text = upsert_text(&e.kind);
             log.record(Pending {
                 at_ms: e.at_ms,
-                actor,
+                actor: Some(actor.to_string()),
                 process: None,
                 component: "upsert",
                 kind: "upsert".into(),
                 outcome: Outcome::Info,
-                detail: format!("{}: {}", e.who, upsert_text(&e.kind)),
+                detail: match generation {
+                    "0" => text,
+                    g => format!("generation {g}: {text}"),
+                },
                 fact: None,
             });
         }
@@ -377,22 +382,23 @@ pub async fn run_replica(
     // What its errors' key hashes stand for (`SourceLog::name_keys`).
     let keys = Rc::clone(&source);
     // Either way the replica's tasks live as long as `_running`.
-    type Started = (Rc<RefCell<Replica>>, Box<dyn std::any::Any>);
+    type Started = (Rc<RefCell<Replica>>, String, Box<dyn std::any::Any>);
     let started: Result<Started, ReplicaStartError> = if own_feedback {
         start_own_feedback(client, shard, source, cfg, generation, log)
             .await
-            .map(|r| (Rc::clone(&r.replica), Box::new(r) as Box<dyn std::any::Any>))
+            .map(|r| (Rc::clone(&r.replica), r.writer_id.clone(), Box::new(r) as _))
     } else {
         start_replica(client, shard, source, cfg, generation, log)
             .await
-            .map(|r| (Rc::clone(&r.replica), Box::new(r) as Box<dyn std::any::Any>))
+            .map(|r| (Rc::clone(&r.replica), r.writer_id.clone(), Box::new(r) as _))
     };
-    let (replica, _running) = match started {
+    let (replica, writer_id, _running) = match started {
         Ok(r) => r,
         Err(e) => return ctx.fail("upsert", "start replica", e),
     };
     *slot.borrow_mut() = Some(Rc::clone(&replica));
-    ctx.register(&format!("{}#{generation}", ctx.id));
+    // Its sink's writer goes by its actor id (the Consensus log, the Event log, the Shard panel).
+    ctx.register(&writer_id);
     let learns = if own_feedback {
         "learning its state from its own output (rule upsert-feedback off)"
     } else {
@@ -402,10 +408,7 @@ pub async fn run_replica(
         "upsert",
         "start",
         Outcome::Info,
-        format!(
-            "replica {}#{generation} started from the shard's upper, {learns}",
-            ctx.id
-        ),
+        format!("started from the shard's upper (generation {generation}), {learns}"),
     );
     let rt = ctx.runtime.clone();
     loop {
@@ -490,11 +493,12 @@ fn upsert_text(k: &UpsertEventKind<Timestamp>) -> String {
             persist_upper,
             ..
         } => format!(
-            "folded {updates} feedback updates into state; persist upper {}",
+            "folded {} into state; persist upper {}",
+            plural(*updates, "feedback update"),
             f(persist_upper)
         ),
         K::SourceStaged { time, staged, .. } => {
-            format!("stashed {staged} source updates at {time}")
+            format!("stashed {} at {time}", plural(*staged, "source update"))
         }
         K::SourceProgress { input_upper, .. } => format!("source frontier {}", f(input_upper)),
         K::DrainSkipped { persist_upper, .. } => format!(
@@ -523,7 +527,8 @@ fn upsert_text(k: &UpsertEventKind<Timestamp>) -> String {
         } => format!("start {generation} from upper {}", f(resume_upper)),
         K::FedBack { updates, upper } => {
             format!(
-                "fed back {updates} updates; persist input upper {}",
+                "fed back {}; persist input upper {}",
+                plural(*updates, "update"),
                 f(upper)
             )
         }
@@ -531,7 +536,11 @@ fn upsert_text(k: &UpsertEventKind<Timestamp>) -> String {
             lower,
             upper,
             updates,
-        } => format!("sink wrote {updates} updates at [{lower}, {})", f(upper)),
+        } => format!(
+            "sink wrote {} at [{lower}, {})",
+            plural(*updates, "update"),
+            f(upper)
+        ),
         K::SinkMismatch {
             expected,
             current,

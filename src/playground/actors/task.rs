@@ -263,23 +263,28 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
             desired_rows,
             ..
         } => format!(
-            "read {shard_rows} rows at upper {}: desired starts with {desired_rows}",
+            "read {} at upper {}: desired starts with {desired_rows}",
+            plural(*shard_rows as u64, "row"),
             f(*upper)
         ),
         K::CommandReceived { op, rows, error } => match error {
             Some(err) => format!("{op} of {rows} refused: {err}"),
-            None => format!("{op}: {rows} rows into desired"),
+            None => format!("{op}: {} into desired", plural(*rows as u64, "row")),
         },
         K::ReadOnlyRejected { responders } => {
-            format!("read-only: {responders} commands answered with an error")
+            format!(
+                "read-only: {} answered with an error",
+                plural(*responders as u64, "command")
+            )
         }
         K::Ticked {
             current_upper,
             pending,
             ..
         } => format!(
-            "tick at upper {}, {pending} updates pending",
-            f(*current_upper)
+            "tick at upper {}, {} pending",
+            f(*current_upper),
+            plural(*pending as u64, "update")
         ),
         K::WriteAttempted {
             attempt,
@@ -300,10 +305,11 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
             desired_rows,
             ..
         } => format!(
-            "committed {} at [{}, {}): the shard equals desired ({desired_rows} rows)",
+            "committed {} at [{}, {}): the shard equals desired ({})",
             plural(*updates, "update"),
             f(*expected_upper),
-            f(*new_upper)
+            f(*new_upper),
+            plural(*desired_rows as u64, "row")
         ),
         K::Mismatch {
             expected_upper,
@@ -502,7 +508,7 @@ impl Rows {
                     self.rows.push_back(row.clone());
                     updates.push((row, 1));
                 }
-                let what = format!("append {count} rows");
+                let what = format!("append {}", plural(u64::from(count), "row"));
                 Some((what, StorageWriteOp::Append { updates }))
             }
             TaskOp::DeleteOldest => {

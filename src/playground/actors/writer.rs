@@ -89,7 +89,7 @@ pub async fn run_writer(
         "writer",
         "open",
         Outcome::Info,
-        format!("opened {writer_id} on {shard}"),
+        format!("opened its writer on {shard} (handle id {writer_id})"),
     );
     let rt = ctx.runtime.clone();
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(ctx.seed);

@@ -33,6 +33,8 @@ use crate::upsert::types::SourceData;
 
 /// A started replica fed by its own output; dropping it aborts its driver.
 pub struct OwnFeedbackReplica {
+    /// Its sink's persist writer id.
+    pub writer_id: String,
     /// The replica, for snapshots and manual steps.
     pub replica: Rc<RefCell<Replica>>,
     _driver: JoinHandle<()>,
@@ -50,6 +52,7 @@ pub async fn start_own_feedback(
 ) -> Result<OwnFeedbackReplica, ReplicaStartError> {
     let runtime = client.runtime().clone();
     let mut write = client.open_writer::<SourceData, ()>(&shard).await?;
+    let writer_id = write.writer_id().0.clone();
     let resume_upper = write.fetch_recent_upper().await?.clone();
     let (tx, rx) = mpsc::unbounded();
     // The broken rule: no snapshot of the shard, just "nothing before the resume upper".
@@ -70,6 +73,7 @@ pub async fn start_own_feedback(
         drive(Rc::clone(&replica), write, source, runtime.clone(), tx),
     );
     Ok(OwnFeedbackReplica {
+        writer_id,
         replica,
         _driver: driver,
     })

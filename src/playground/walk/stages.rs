@@ -69,8 +69,9 @@ impl Scenario {
                 rb.step_worker();
                 let key = walk.message.map_or(0, |m| m.1);
                 Ok(format!(
-                    "{} folded {fed} feedback updates into its state: key {key} now holds what the shard holds, no longer provisional",
-                    walk.actor
+                    "{} folded {} into its state: key {key} now holds what the shard holds, no longer provisional",
+                    walk.actor,
+                    plural(fed as u64, "feedback update")
                 ))
             }
         }
@@ -277,9 +278,9 @@ impl Scenario {
             crate::playground::log::fmt_frontier(a.elements().first().copied())
         };
         Ok(format!(
-            "the input frontier moved past {ts}; {}'s sink sent compare_and_append of {} updates at [{}, {}), expecting the shard's upper {}",
+            "the input frontier moved past {ts}; {}'s sink sent compare_and_append of {} at [{}, {}), expecting the shard's upper {}",
             walk.actor,
-            w.updates.len(),
+            plural(w.updates.len() as u64, "update"),
             f(&w.lower),
             f(&w.upper),
             f(&w.lower)
