@@ -32,7 +32,6 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::actors::replica::HandPush;
 use super::apply::{applied, refuse};
 use super::{Applied, CommandError, Mode, Scenario};
 use crate::persist::codec::{Datum, Row};
@@ -514,5 +513,24 @@ impl Scenario {
             self.pump();
         }
         Ok(true)
+    }
+}
+
+/// An upsert pushed by hand, kept until a walk of **Step replicas** follows it, or the replicas
+/// read it on their own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandPush {
+    /// Its key.
+    pub key: i64,
+    /// Its value (`None`: a delete).
+    pub value: Option<UpsertValue>,
+    /// The source log's newest offset when it was pushed: its message comes after that one.
+    pub after: u64,
+}
+
+impl HandPush {
+    /// Whether `m` is this push's message.
+    pub fn is(&self, m: &SourceMessage) -> bool {
+        m.offset > self.after && m.key == self.key && m.value == self.value
     }
 }

@@ -27,6 +27,7 @@ use crate::playground::upsert_source::{
     run_source_reader, run_source_writer, SourceError, SourceQueue,
 };
 use crate::playground::variants::upsert::start_own_feedback;
+use crate::playground::walk::HandPush;
 use crate::runtime::{JoinHandle, Runtime};
 use crate::upsert::driver::start_replica;
 use crate::upsert::error::ReplicaStartError;
@@ -36,7 +37,7 @@ use crate::upsert::reference::{check_contents, CheckerReport};
 use crate::upsert::replica::{Replica, ReplicaConfig, ReplicaSnapshot};
 use crate::upsert::source::{GeneratorConfig, SourceGenerator, SourceLog, SourceMessage};
 use crate::upsert::types::kv_row;
-use crate::upsert::types::{DataflowError, SourceData, UpsertValue};
+use crate::upsert::types::{DataflowError, SourceData};
 
 /// How often the generator adds a burst while it is on.
 pub const GENERATOR_PERIOD_MS: u64 = 250;
@@ -92,25 +93,6 @@ pub struct UpsertView {
     pub walk_done: Option<crate::playground::walk::WalkDoneView>,
     /// What the last **Step replicas** press did, until another command or the run moves on.
     pub press: Option<crate::playground::walk::PressView>,
-}
-
-/// An upsert pushed by hand, kept until a walk of **Step replicas** follows it (see
-/// [`crate::playground::walk`]) or the replicas read it on their own.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HandPush {
-    /// Its key.
-    pub key: i64,
-    /// Its value (`None`: a delete).
-    pub value: Option<UpsertValue>,
-    /// The source log's newest offset when it was pushed: its message comes after that one.
-    pub after: u64,
-}
-
-impl HandPush {
-    /// Whether `m` is this push's message.
-    pub fn is(&self, m: &SourceMessage) -> bool {
-        m.offset > self.after && m.key == self.key && m.value == self.value
-    }
 }
 
 /// The shared source, generator, log and checker of a scenario's replicas.
