@@ -264,17 +264,17 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
             ..
         } => format!(
             "read {} at upper {}: desired starts with {desired_rows}",
-            plural(*shard_rows as u64, "row"),
+            plural(*shard_rows, "row"),
             f(*upper)
         ),
         K::CommandReceived { op, rows, error } => match error {
             Some(err) => format!("{op} of {rows} refused: {err}"),
-            None => format!("{op}: {} into desired", plural(*rows as u64, "row")),
+            None => format!("{op}: {} into desired", plural(*rows, "row")),
         },
         K::ReadOnlyRejected { responders } => {
             format!(
                 "read-only: {} answered with an error",
-                plural(*responders as u64, "command")
+                plural(*responders, "command")
             )
         }
         K::Ticked {
@@ -284,7 +284,7 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
         } => format!(
             "tick at upper {}, {} pending",
             f(*current_upper),
-            plural(*pending as u64, "update")
+            plural(*pending, "update")
         ),
         K::WriteAttempted {
             attempt,
@@ -309,7 +309,7 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
             plural(*updates, "update"),
             f(*expected_upper),
             f(*new_upper),
-            plural(*desired_rows as u64, "row")
+            plural(*desired_rows, "row")
         ),
         K::Mismatch {
             expected_upper,

@@ -71,7 +71,7 @@ impl Scenario {
                 Ok(format!(
                     "{} folded {} into its state: key {key} now holds what the shard holds, no longer provisional",
                     walk.actor,
-                    plural(fed as u64, "feedback update")
+                    plural(fed, "feedback update")
                 ))
             }
         }
