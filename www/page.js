@@ -311,6 +311,7 @@ export function makePage(dom, params) {
         if (view.parts.length > 2000) view.parts.splice(0, 1000);
       } catch (err) {
         view.playing = false;
+        dirty = false; // paused by the error: said once, not again every frame
         report({ kind: "error", text: `stopped: ${errorText(err)}` });
       }
       const took = performance.now() - start;
