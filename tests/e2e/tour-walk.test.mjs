@@ -20,8 +20,9 @@
 // snapshot, every {{path}} resolving) and links, and its count; every check of the step's
 // `expect` (a snapshot check, or a panel's text); no failed-check warning; the highlighted panels
 // outlined. It keeps each step's digest: a step with no command, run or reset keeps the previous
-// step's digest, every other step changes it. After the last step, Finish closes the tour and
-// keeps the state, and the last step's URL in a fresh context reaches the same digest.
+// step's digest, every other step changes it. At step 2, Back rebuilds step 1's state and Next
+// step 2's again. After the last step, Finish closes the tour and keeps the state, and the last
+// step's URL in a fresh context reaches the same digest.
 // The first tour is walked with each step's animation, as a learner sees it (the others show each
 // step at once, ?animate=0: the same state, tests/tours.rs proves the chunking and pulls change
 // nothing); the writers-race tour is walked with the arrow keys instead of the Next button.
@@ -479,15 +480,17 @@ async function checkStep(page, tour, index, prevSnap) {
 for (const [ti, tour] of tours.entries()) {
   const useKeys = tour.id === "writers-race";
   const animate = ti === 0 ? "" : "&animate=0";
-  test(`tour walk at 1280x800: "${tour.title}"${useKeys ? " with the arrow keys" : ""}${animate ? " (steps at once)" : " (animated)"}, every step shows what it names and what it expects; Finish; the last step's URL in a fresh context`, { timeout: 180_000 }, async (t) => {
+  test(`tour walk at 1280x800: "${tour.title}"${useKeys ? " with the arrow keys" : ""}${animate ? " (steps at once)" : " (animated)"}, every step shows what it names and what it expects; Back once; Finish; the last step's URL in a fresh context`, { timeout: 180_000 }, async (t) => {
     const page = await walkPage(t);
+    const next = () => (useKeys ? page.keyboard.press("ArrowRight") : page.getByTestId("tour-next").click());
+    const back = () => (useKeys ? page.keyboard.press("ArrowLeft") : page.getByTestId("tour-back").click());
     await page.goto(server.url(`${tourSearch(tour.id, 1)}${animate}`));
     const failures = [];
     const digests = [];
     let prevSnap = null;
     let seenPrev = new Set();
     for (let i = 0; i < tour.steps.length; i++) {
-      if (i > 0) await (useKeys ? page.keyboard.press("ArrowRight") : page.getByTestId("tour-next").click());
+      if (i > 0) await next();
       await settled(page, tour.id, i + 1);
       assert.equal(new URL(page.url()).search, tourSearch(tour.id, i + 1), "the URL names the step");
       // The learner reads the card: the step must hold still meanwhile (paused, the same clock
@@ -521,6 +524,16 @@ for (const [ti, tour] of tours.entries()) {
       tally.steps += 1;
       if (r.atOnce) tally.atOnce += 1;
       else tally.notAtOnce.push(`${tour.id} ${i + 1}`);
+      if (i === 1) {
+        // Back rebuilds the previous step from the seed: the same state as before, then Next again.
+        await back();
+        await settled(page, tour.id, 1);
+        assert.equal(new URL(page.url()).search, tourSearch(tour.id, 1), "Back: the URL names step 1");
+        assert.equal(await digest(page), digests[0], "Back reaches step 1's state again");
+        await next();
+        await settled(page, tour.id, 2);
+        assert.equal(await digest(page), digests[1], "Next after Back reaches step 2's state again");
+      }
     }
     assert.deepEqual(failures, [], `what the steps of ${tour.id} name is not all shown`);
     // A step with no command and no run only moves the learner's focus to another panel: the

@@ -1,9 +1,8 @@
-// End-to-end tests of the guided tours (www/tours/) beyond a walk through their steps: Back in
-// every tour (the arrow keys in one) rebuilds the previous step's state; the picker, tour links
-// and the browser's back button; leaving a tour mid-way leaves a scenario that plays on. No
-// console error anywhere. Every step's own assertions (title, narration, links, the step's
-// `expect`, its digest, Finish, the last step's URL in a fresh context) are made in the one walk
-// of tests/e2e/tour-walk.test.mjs.
+// End-to-end tests of the guided tours (www/tours/) beyond a walk through their steps: the
+// picker, tour links and the browser's back button; leaving a tour mid-way leaves a scenario that
+// plays on. No console error anywhere. Every step's own assertions (title, narration, links, the
+// step's `expect`, its digest, Back once per tour, Finish, the last step's URL in a fresh
+// context) are made in the one walk of tests/e2e/tour-walk.test.mjs.
 //
 // Run: node --test tests/e2e/tours.test.mjs     (needs pkg/: bash scripts/build.sh)
 
@@ -31,34 +30,6 @@ async function open(ctx, search) {
 const settled = tourSettled;
 
 const digest = (page) => page.evaluate(() => window.__playground.pg().digest());
-
-for (const [ti, tour] of tours.entries()) {
-  const useKeys = tour.id === "writers-race";
-  // As tour-walk.test.mjs walks them: the first tour animated, the others at once; writers-race
-  // with the arrow keys.
-  const animate = ti === 0 ? "" : "&animate=0";
-  test(`tour "${tour.title}": Back from step 2${useKeys ? " with the arrow keys" : ""}${animate ? " (steps at once)" : ""} rebuilds step 1, and Next reaches step 2 again`, { timeout: 60_000 }, async (t) => {
-    const ctx = await launch(t);
-    const page = await open(ctx, tourSearch(tour.id, 1) + animate);
-    const next = () => (useKeys ? page.keyboard.press("ArrowRight") : page.getByTestId("tour-next").click());
-    const back = () => (useKeys ? page.keyboard.press("ArrowLeft") : page.getByTestId("tour-back").click());
-    await settled(page, tour.id, 1);
-    const step1 = await digest(page);
-    await next();
-    await settled(page, tour.id, 2);
-    assert.equal(new URL(page.url()).search, tourSearch(tour.id, 2), "the URL names the step");
-    const step2 = await digest(page);
-    // Back rebuilds the previous step from the seed: the same state as before, then Next again.
-    await back();
-    await settled(page, tour.id, 1);
-    assert.equal(new URL(page.url()).search, tourSearch(tour.id, 1), "the URL names the step");
-    assert.equal(await digest(page), step1, "Back reaches step 1's state again");
-    await next();
-    await settled(page, tour.id, 2);
-    assert.equal(await digest(page), step2, "Next after Back reaches step 2's state again");
-    noErrors(page);
-  });
-}
 
 test("the picker is the first thing a newcomer sees; a tour opens in place; bad tour links say what is wrong", { timeout: 60_000 }, async (t) => {
   const ctx = await launch(t);
