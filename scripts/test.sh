@@ -150,11 +150,11 @@ package_pid=$!
 # The e2e files share nothing (each starts its own server on a free port, and every browser
 # context has its own fresh profile): they run E2E_CONCURRENCY at a time.
 # The runner starts the files in the order given: the longest first (as the summary's list of
-# files by time had them, 2026-12-02), so that the shorter ones fill in beside them rather than
-# leaving a long one at the end to run alone. A second reporter (scripts/e2e-times.mjs) sums each
+# files by time had them, 2026-12-02; tour-walk.test.mjs since it walks the tours alone), so that
+# the shorter ones fill in beside them rather than leaving a long one at the end to run alone. A second reporter (scripts/e2e-times.mjs) sums each
 # file's test times for that list.
 e2e_files=()
-for f in page tours rules tour-walk; do
+for f in tour-walk page rules; do
   if [ -f "tests/e2e/$f.test.mjs" ]; then e2e_files+=("tests/e2e/$f.test.mjs"); fi
 done
 for f in tests/e2e/*.test.mjs; do
