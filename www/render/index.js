@@ -165,7 +165,7 @@ export function whenViewChanges(wake) {
 export function renderAll(dom, state, view, force = false) {
   const snap = state.latest();
   if (!snap) return;
-  forceAll = force;
+  forceAll = force || resized; // a box resized (rare): every panel draws at its new width
   resized = false;
   frameNo += 1;
   checkScrolled();
