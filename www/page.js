@@ -303,7 +303,7 @@ export function makePage(dom, params) {
         const pulled = performance.now();
         renderAll(dom, time.shown(state), view, force);
         time.render();
-        dirty = false;
+        dirty = time.busy(); // a replay under way: the frame after it ends (or is cancelled) draws too
         const drawn = performance.now();
         view.otherMs.push(drawn - simmed);
         view.otherMs.shift();
