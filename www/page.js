@@ -273,15 +273,16 @@ export function makePage(dom, params) {
     const start = performance.now();
     // Time: while the past is shown or a replay runs, nothing is simulated or pulled.
     const still = time && (time.inPast() || time.busy());
-    // A paused seed run that nothing touched since the last draw (and no replay under way): the
-    // loop sleeps until markDirty or a change of the view (a scroll, a resize) wakes it.
-    const paused = pg?.mode === "seed" && !view.playing;
-    if (paused && !view.busy && !dirty && !time.busy() && !viewChanged()) {
-      sleeping = true;
-      lastFrame = now;
-      return;
-    }
+    // (While busy, a reset may have freed the playground: it is not touched.)
     if (!view.busy && pg) {
+      // A paused seed run that nothing touched since the last draw (and no replay under way): the
+      // loop sleeps until markDirty or a change of the view (a scroll, a resize) wakes it.
+      const paused = pg.mode === "seed" && !view.playing;
+      if (paused && !dirty && !time.busy() && !viewChanged()) {
+        sleeping = true;
+        lastFrame = now;
+        return;
+      }
       // After a change while paused, every panel draws at once (off-screen ones too): no other
       // frame follows to take its turn.
       const force = paused && dirty;

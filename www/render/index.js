@@ -126,14 +126,19 @@ function checkScrolled() {
 /** Widths of the observed boxes, as the browser last laid them out. */
 const widths = new WeakMap();
 let sizer = null;
-/** A box changed its width since the last draw: its SVG is drawn again at the new width. */
+/** A box changed its width since the last draw: its panel draws again (`due`) at the new width. */
 let resized = false;
 function widthOf(el) {
   if (!sizer && typeof ResizeObserver === "function") {
     sizer = new ResizeObserver((entries) => {
       for (const e of entries) {
         const w = Math.round(e.contentRect.width);
-        if (widths.get(e.target) !== w) resized = true;
+        if (widths.get(e.target) !== w) {
+          resized = true;
+          // Its panel draws in the next frame, whatever its turn, at the new width.
+          const panel = e.target.closest(".panel");
+          if (panel) due.add(panel);
+        }
         widths.set(e.target, w);
       }
       if (resized) onViewChange();
@@ -165,7 +170,7 @@ export function whenViewChanges(wake) {
 export function renderAll(dom, state, view, force = false) {
   const snap = state.latest();
   if (!snap) return;
-  forceAll = force || resized; // a box resized (rare): every panel draws at its new width
+  forceAll = force;
   resized = false;
   frameNo += 1;
   checkScrolled();
