@@ -3,7 +3,7 @@
 // reach the engine only through it. It holds no protocol state: every frame draws the engine's
 // latest snapshot.
 
-import { renderAll, renderMode, renderRunbar, renderStatus } from "./render/index.js";
+import { renderAll, renderMode, renderRunbar, renderStatus, viewChanged, whenViewChanges } from "./render/index.js";
 import { resetLog, setLogFilter, showNewest } from "./render/log.js";
 import { makeState } from "./state.js";
 import { makeTime } from "./time.js";
@@ -25,6 +25,13 @@ const FULL_SPEED_MIN_MS = 1;
 const FULL_SPEED_MAX_MS = 4;
 const FULL_SPEED_SLICE_STEPS = 5;
 
+/**
+ * Input that may change the run or what the page shows (a button, a select, a key, a panel
+ * opened or closed, the window resized, the history moved): the next frame draws. Listened to
+ * on the window, before any handler, so no control has to remember to say so.
+ */
+const CHANGE_EVENTS = ["click", "input", "change", "submit", "keydown", "toggle", "resize", "popstate"];
+
 const layoutKey = (db) => `persist-playground:layout:${db}`;
 
 /** The actors of a snapshot as a restorable layout: specs, grouped by process. */
@@ -45,6 +52,22 @@ export function makePage(dom, params) {
   // Guided tours: set once the page is ready. A tour's playground replaces the default run.
   let tours = null;
   const touring = tourParams(window.location.search) !== null;
+  /**
+   * Something may have changed since the frame loop last drew: a snapshot pulled (a command, a
+   * step, a tour, a fork), or input (CHANGE_EVENTS). A paused seed run changes only so: until
+   * then the frame loop sleeps (requests no frame), and the tab idles; a change wakes it.
+   */
+  let dirty = true;
+  let sleeping = false;
+  function wake() {
+    if (!sleeping) return;
+    sleeping = false;
+    requestAnimationFrame(frame);
+  }
+  const markDirty = () => {
+    dirty = true;
+    wake();
+  };
 
   const report = (status) => renderStatus(dom, status);
   // The event log panel reads the engine's bounded log for a filter or a citation (render/log.js).
@@ -64,6 +87,7 @@ export function makePage(dom, params) {
   }
 
   function pull() {
+    markDirty();
     const snap = pg.snapshot();
     state.push(snap);
     state.addEvents(pg.eventsAfter(state.cursor(), 500));
@@ -249,7 +273,19 @@ export function makePage(dom, params) {
     const start = performance.now();
     // Time: while the past is shown or a replay runs, nothing is simulated or pulled.
     const still = time && (time.inPast() || time.busy());
+    // (While busy, a reset may have freed the playground: it is not touched.)
     if (!view.busy && pg) {
+      // A paused seed run that nothing touched since the last draw (and no replay under way): the
+      // loop sleeps until markDirty or a change of the view (a scroll, a resize) wakes it.
+      const paused = pg.mode === "seed" && !view.playing;
+      if (paused && !dirty && !time.busy() && !viewChanged()) {
+        sleeping = true;
+        lastFrame = now;
+        return;
+      }
+      // After a change while paused, every panel draws at once (off-screen ones too): no other
+      // frame follows to take its turn.
+      const force = paused && dirty;
       try {
         if (pg.mode === "seed" && view.playing && !still) {
           if (view.speed === "max") {
@@ -266,8 +302,9 @@ export function makePage(dom, params) {
         const simmed = performance.now();
         if (!still) pull();
         const pulled = performance.now();
-        renderAll(dom, time.shown(state), view);
+        renderAll(dom, time.shown(state), view, force);
         time.render();
+        dirty = time.busy(); // a replay under way: the frame after it ends (or is cancelled) draws too
         const drawn = performance.now();
         view.otherMs.push(drawn - simmed);
         view.otherMs.shift();
@@ -275,6 +312,7 @@ export function makePage(dom, params) {
         if (view.parts.length > 2000) view.parts.splice(0, 1000);
       } catch (err) {
         view.playing = false;
+        dirty = false; // paused by the error: said once, not again every frame
         report({ kind: "error", text: `stopped: ${errorText(err)}` });
       }
       const took = performance.now() - start;
@@ -333,6 +371,8 @@ export function makePage(dom, params) {
     refreshDigest();
     renderAll(dom, state, view);
     renderRunbar(dom, state.latest(), view);
+    for (const type of CHANGE_EVENTS) addEventListener(type, markDirty, { capture: true, passive: true });
+    whenViewChanges(wake);
     requestAnimationFrame(frame);
   }
 

@@ -78,6 +78,20 @@ test("run controls: pause, step, speed and their keys", { timeout: 60_000 }, asy
   // Twelve of the page's frames: playing, each would move the clock.
   await frames(page, 12);
   assert.equal(await clockMs(page), paused, "paused: the clock stands still");
+  // Paused and untouched, the page idles: its frames pull no snapshot and draw nothing (a pull
+  // replaces the latest snapshot with a new object; a drawn frame records its time).
+  const idle = () => page.evaluate(() => ({ same: window.__playground.state.latest() === window.__idleSnap, drawn: window.__playground.view.frameMs.length }));
+  await page.evaluate(() => (window.__idleSnap = window.__playground.state.latest()));
+  const idleBefore = await idle();
+  await frames(page, 12);
+  assert.deepEqual(await idle(), idleBefore, "paused and untouched: no pull, no draw");
+  // A view choice while paused still draws: the Shard panel shows the picked shard.
+  const shardShown = () => page.locator("#shard-view svg").getAttribute("aria-label");
+  await page.getByTestId("shard-pick").selectOption("mz_task");
+  await waitFor(page, () => /shard mz_task$/.test(document.querySelector("#shard-view svg")?.getAttribute("aria-label") ?? ""), "the Shard panel to show mz_task while paused");
+  await page.getByTestId("shard-pick").selectOption("data");
+  await waitFor(page, () => /shard data$/.test(document.querySelector("#shard-view svg")?.getAttribute("aria-label") ?? ""), "the Shard panel to show data again");
+  assert.match(await shardShown(), /shard data$/);
   await page.getByTestId("step").click();
   await waitForStatus(page, "ok", /^stepped 100 ms$/);
   assert.equal(await clockMs(page), paused + 100, "Step advances 100 ms");

@@ -15,6 +15,17 @@
 //     any chip is pressed: the card quotes it as the learner reads it). A `{{prev:path}}` value (the previous step's)
 //     may instead have been visible so at the previous step, where the learner saw it. The clock
 //     (`nowMs`) is not a panel's: it shows on the tour card.
+// At every step the walk also asserts what tours.test.mjs asserted in a walk of its own (one walk
+// now does both): the URL names the step; the card's title, narration (filled in from the
+// snapshot, every {{path}} resolving) and links, and its count; every check of the step's
+// `expect` (a snapshot check, or a panel's text); no failed-check warning; the highlighted panels
+// outlined. It keeps each step's digest: a step with no command, run or reset keeps the previous
+// step's digest, every other step changes it. At step 2, Back rebuilds step 1's state and Next
+// step 2's again. After the last step, Finish closes the tour and keeps the state, and the last
+// step's URL in a fresh context reaches the same digest.
+// The first tour is walked with each step's animation, as a learner sees it (the others show each
+// step at once, ?animate=0: the same state, tests/tours.rs proves the chunking and pulls change
+// nothing); the writers-race tour is walked with the arrow keys instead of the Next button.
 // All of it is checked HOLD_FRAMES frames after the step settled (every panel redrawn in its
 // turn since), as the learner reads the card: a settled step holds still (the run is paused
 // during a tour), so what the card quotes stays shown: the run is paused at settle, and its clock
@@ -33,8 +44,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT, frames, launch, latest, newPage, noErrors, serveForTests, shot, tourSettled } from "./helpers.mjs";
-import { checkTour, fillNarration, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
+import { ROOT, frames, launch, latest, newPage, noErrors, serveForTests, shot, tourSettled, waitFor } from "./helpers.mjs";
+import { checkTour, evalSnapCheck, fillNarration, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
 import { fmtMs } from "../../www/spec.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
@@ -421,16 +432,67 @@ async function walkPage(t) {
   return newPage(ctx, { viewport: VIEWPORT });
 }
 
+const digest = (page) => page.evaluate(() => window.__playground.pg().digest());
+const plain = (s) => s.replace(/\*\*([^*]+)\*\*/g, "$1").replace(/`([^`]+)`/g, "$1").replace(/\[([^\]]+)\]\([^)]*\)/g, "$1").replace(/\s+/g, " ").trim();
+
+/**
+ * Asserts step `index` of `tour` as tours.test.mjs did (it throws at the first failure; the walk
+ * collects it): title, narration, links, count, every check of its `expect`, no warning, the
+ * panels the tour hides hidden, the step's shard shown, the highlighted panels outlined.
+ */
+async function checkStep(page, tour, index, prevSnap) {
+  const step = tour.steps[index];
+  const where = `${tour.id} step ${index + 1}`;
+  assert.equal(await page.getByTestId("tour-title").textContent(), step.title, `${where}: title`);
+  const snap = await latest(page);
+  const narration = (await page.getByTestId("tour-narration").textContent()).replace(/\s+/g, " ");
+  for (const p of step.narration) {
+    const want = plain(fillNarration(p, snap, prevSnap));
+    for (const [, prev, path] of p.matchAll(/\{\{(prev:)?([^}]+)\}\}/g)) {
+      assert.notEqual(valueAt(prev ? prevSnap : snap, path.trim()), undefined, `${where}: the narration quotes ${path}, which resolves`);
+    }
+    assert.ok(narration.includes(want), `${where}: narration shows ${JSON.stringify(want.slice(0, 80))}…`);
+  }
+  // Every [text](?query) link of the narration is a link on the card.
+  const links = step.narration.flatMap((p) => [...p.matchAll(/\[([^\]]+)\]\((\?[^)\s]*)\)/g)].map((m) => m[2]));
+  assert.deepEqual(await page.locator("[data-testid=tour-narration] a").evaluateAll((as) => as.map((a) => a.getAttribute("href"))), links, `${where}: narration links`);
+  assert.match(await page.locator(".tour-count").textContent(), new RegExp(`^${index + 1} / ${tour.steps.length}$`));
+  for (const e of step.expect ?? []) {
+    if (e.snap) {
+      const r = evalSnapCheck(e, snap, prevSnap);
+      assert.ok(r.ok, `${where}: ${r.text}`);
+    } else {
+      const text = await page.locator(`#${e.panel}`).innerText();
+      assert.match(text, new RegExp(e.text, "i"), `${where}: ${e.panel} shows /${e.text}/`);
+    }
+  }
+  assert.equal(await page.getByTestId("tour-warn").count(), 0, `${where}: no failed-check warning on the card`);
+  const shard = shardOf(tour, step);
+  for (const id of tour.hide ?? []) assert.equal(await page.locator(`#${id}`).isVisible(), false, `${where}: ${id} hidden during the tour`);
+  if (shard) assert.equal(await page.getByTestId("shard-pick").inputValue(), shard, `${where}: the Shard panel shows ${shard}`);
+  // The highlighted panels are outlined.
+  for (const h of (step.highlight ?? []).filter((x) => x.startsWith("panel-"))) {
+    const outline = await page.locator(`#${h}`).evaluate((el) => getComputedStyle(el).outlineStyle);
+    assert.equal(outline, "solid", `${where}: ${h} highlighted`);
+  }
+}
+
 for (const [ti, tour] of tours.entries()) {
-  test(`tour walk at 1280x800: "${tour.title}", every step shows what it names`, { timeout: 180_000 }, async (t) => {
+  const useKeys = tour.id === "writers-race";
+  const animate = ti === 0 ? "" : "&animate=0";
+  test(`tour walk at 1280x800: "${tour.title}"${useKeys ? " with the arrow keys" : ""}${animate ? " (steps at once)" : " (animated)"}, every step shows what it names and what it expects; Back once; Finish; the last step's URL in a fresh context`, { timeout: 180_000 }, async (t) => {
     const page = await walkPage(t);
-    await page.goto(server.url(`${tourSearch(tour.id, 1)}&animate=0`));
+    const next = () => (useKeys ? page.keyboard.press("ArrowRight") : page.getByTestId("tour-next").click());
+    const back = () => (useKeys ? page.keyboard.press("ArrowLeft") : page.getByTestId("tour-back").click());
+    await page.goto(server.url(`${tourSearch(tour.id, 1)}${animate}`));
     const failures = [];
+    const digests = [];
     let prevSnap = null;
     let seenPrev = new Set();
     for (let i = 0; i < tour.steps.length; i++) {
-      if (i > 0) await page.getByTestId("tour-next").click();
+      if (i > 0) await next();
       await settled(page, tour.id, i + 1);
+      assert.equal(new URL(page.url()).search, tourSearch(tour.id, i + 1), "the URL names the step");
       // The learner reads the card: the step must hold still meanwhile (paused, the same clock
       // and last event after the page's next frames and after the walk).
       const clock = () => page.evaluate(() => {
@@ -448,6 +510,12 @@ for (const [ti, tour] of tours.entries()) {
       await frames(page, HOLD_FRAMES);
       await held(`in the ${HOLD_FRAMES} frames after the step settled`);
       await shot(page, `tour-walk/${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}`, null, { fullPage: false });
+      try {
+        await checkStep(page, tour, i, prevSnap);
+      } catch (err) {
+        failures.push(err.message);
+      }
+      digests.push(await digest(page));
       const r = await walkStep(page, tour, i, prevSnap, seenPrev);
       await held("while the step was walked");
       prevSnap = r.snap;
@@ -456,9 +524,39 @@ for (const [ti, tour] of tours.entries()) {
       tally.steps += 1;
       if (r.atOnce) tally.atOnce += 1;
       else tally.notAtOnce.push(`${tour.id} ${i + 1}`);
+      if (i === 1) {
+        // Back rebuilds the previous step from the seed: the same state as before, then Next again.
+        await back();
+        await settled(page, tour.id, 1);
+        assert.equal(new URL(page.url()).search, tourSearch(tour.id, 1), "Back: the URL names step 1");
+        assert.equal(await digest(page), digests[0], "Back reaches step 1's state again");
+        await next();
+        await settled(page, tour.id, 2);
+        assert.equal(await digest(page), digests[1], "Next after Back reaches step 2's state again");
+      }
     }
-    noErrors(page);
     assert.deepEqual(failures, [], `what the steps of ${tour.id} name is not all shown`);
+    // A step with no command and no run only moves the learner's focus to another panel: the
+    // state stays; every other step changes it.
+    for (let i = 1; i < digests.length; i++) {
+      const s = tour.steps[i];
+      if (!s.reset && !(s.commands ?? []).length && !s.runMs) assert.equal(digests[i], digests[i - 1], `step ${i + 1} only moves the focus`);
+      else assert.notEqual(digests[i], digests[i - 1], `step ${i + 1} changes the state`);
+    }
+    // Finish: the tour closes, the picker is back, the run stays.
+    assert.match(await page.getByTestId("tour-next").textContent(), /Finish/);
+    await page.getByTestId("tour-next").click();
+    await waitFor(page, () => document.getElementById("tour-card").hidden && !document.getElementById("tour-picker").hidden, "the tour to close");
+    assert.match(await page.locator("#status").textContent(), /finished: the run is yours/);
+    assert.equal(await digest(page), digests.at(-1), "finishing keeps the last step's state");
+    noErrors(page);
+
+    // The last step's URL in a fresh browser context rebuilds the same state.
+    const fresh = await walkPage(t);
+    await fresh.goto(server.url(tourSearch(tour.id, tour.steps.length) + animate));
+    await settled(fresh, tour.id, tour.steps.length);
+    assert.equal(await digest(fresh), digests.at(-1), "the step's URL reaches the same digest in a fresh context");
+    noErrors(fresh);
   });
 }
 

@@ -1,9 +1,8 @@
-// End-to-end tests of the guided tours (www/tours/): each tour is clicked through to its end with
-// Next (Back once per tour; the arrow keys in one), and at every step the test asserts the
-// narration and what the panels show (the step's `expect`, read from the same JSON the page
-// loads), saves a screenshot under target/e2e-artifacts/tours/ (E2E_SHOTS=1), and keeps the digest of the
-// snapshot. The last step's URL, opened in a fresh browser context, must reach the same digest.
-// Leaving a tour mid-way must leave a scenario that plays on. No console error anywhere.
+// End-to-end tests of the guided tours (www/tours/) beyond a walk through their steps: the
+// picker, tour links and the browser's back button; leaving a tour mid-way leaves a scenario that
+// plays on. No console error anywhere. Every step's own assertions (title, narration, links, the
+// step's `expect`, its digest, Back once per tour, Finish, the last step's URL in a fresh
+// context) are made in the one walk of tests/e2e/tour-walk.test.mjs.
 //
 // Run: node --test tests/e2e/tours.test.mjs     (needs pkg/: bash scripts/build.sh)
 
@@ -12,7 +11,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT, launch, latest, newPage, noErrors, serveForTests, shot, tourSettled, waitFor } from "./helpers.mjs";
-import { checkTour, evalSnapCheck, fillNarration, shardOf, tourSearch, valueAt } from "../../www/tours/engine.js";
+import { checkTour, tourSearch } from "../../www/tours/engine.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
 const tours = JSON.parse(readFileSync(join(TOURS_DIR, "index.json"), "utf8")).tours.map((id) =>
@@ -31,101 +30,6 @@ async function open(ctx, search) {
 const settled = tourSettled;
 
 const digest = (page) => page.evaluate(() => window.__playground.pg().digest());
-const plain = (s) => s.replace(/\*\*([^*]+)\*\*/g, "$1").replace(/`([^`]+)`/g, "$1").replace(/\[([^\]]+)\]\([^)]*\)/g, "$1").replace(/\s+/g, " ").trim();
-
-/** Asserts step `index` of `tour`: title, narration, every check of its `expect`, no warning. */
-async function checkStep(page, tour, index, prevSnap) {
-  const step = tour.steps[index];
-  const where = `${tour.id} step ${index + 1}`;
-  assert.equal(await page.getByTestId("tour-title").textContent(), step.title, `${where}: title`);
-  const snap = await latest(page);
-  const narration = (await page.getByTestId("tour-narration").textContent()).replace(/\s+/g, " ");
-  for (const p of step.narration) {
-    const want = plain(fillNarration(p, snap, prevSnap));
-    for (const [, prev, path] of p.matchAll(/\{\{(prev:)?([^}]+)\}\}/g)) {
-      assert.notEqual(valueAt(prev ? prevSnap : snap, path.trim()), undefined, `${where}: the narration quotes ${path}, which resolves`);
-    }
-    assert.ok(narration.includes(want), `${where}: narration shows ${JSON.stringify(want.slice(0, 80))}…`);
-  }
-  // Every [text](?query) link of the narration is a link on the card.
-  const links = step.narration.flatMap((p) => [...p.matchAll(/\[([^\]]+)\]\((\?[^)\s]*)\)/g)].map((m) => m[2]));
-  assert.deepEqual(await page.locator("[data-testid=tour-narration] a").evaluateAll((as) => as.map((a) => a.getAttribute("href"))), links, `${where}: narration links`);
-  assert.match(await page.locator(".tour-count").textContent(), new RegExp(`^${index + 1} / ${tour.steps.length}$`));
-  for (const e of step.expect ?? []) {
-    if (e.snap) {
-      const r = evalSnapCheck(e, snap, prevSnap);
-      assert.ok(r.ok, `${where}: ${r.text}`);
-    } else {
-      const text = await page.locator(`#${e.panel}`).innerText();
-      assert.match(text, new RegExp(e.text, "i"), `${where}: ${e.panel} shows /${e.text}/`);
-    }
-  }
-  assert.equal(await page.getByTestId("tour-warn").count(), 0, `${where}: no failed-check warning on the card`);
-  // The step's shard (the one it names, else its own or its tour's `shard`) is the one the Shard
-  // panel shows, and the panels the tour hides are hidden.
-  const shard = shardOf(tour, step);
-  for (const id of tour.hide ?? []) assert.equal(await page.locator(`#${id}`).isVisible(), false, `${where}: ${id} hidden during the tour`);
-  if (shard) assert.equal(await page.getByTestId("shard-pick").inputValue(), shard, `${where}: the Shard panel shows ${shard}`);
-  // The highlighted panels are outlined.
-  for (const h of (step.highlight ?? []).filter((x) => x.startsWith("panel-"))) {
-    const outline = await page.locator(`#${h}`).evaluate((el) => getComputedStyle(el).outlineStyle);
-    assert.equal(outline, "solid", `${where}: ${h} highlighted`);
-  }
-  return snap;
-}
-
-for (const [ti, tour] of tours.entries()) {
-  const useKeys = tour.id === "writers-race";
-  // One tour runs each step's animation as a learner sees it; the others show each step at once
-  // (?animate=0: the same state, tests/tours.rs proves the chunking and pulls change nothing).
-  const animate = ti === 0 ? "" : "&animate=0";
-  test(`tour "${tour.title}": every step to the end${useKeys ? " with the arrow keys" : ""}${animate ? " (steps at once)" : ""}, Back once, and the last step's URL in a fresh context`, { timeout: 120_000 }, async (t) => {
-    const ctx = await launch(t);
-    const page = await open(ctx, tourSearch(tour.id, 1) + animate);
-    const next = () => (useKeys ? page.keyboard.press("ArrowRight") : page.getByTestId("tour-next").click());
-    const back = () => (useKeys ? page.keyboard.press("ArrowLeft") : page.getByTestId("tour-back").click());
-    const digests = [];
-    let prevSnap = null;
-    for (let i = 0; i < tour.steps.length; i++) {
-      await settled(page, tour.id, i + 1);
-      assert.equal(new URL(page.url()).search, tourSearch(tour.id, i + 1), "the URL names the step");
-      prevSnap = await checkStep(page, tour, i, prevSnap);
-      digests.push(await digest(page));
-      await shot(page, `tours/${String(ti + 1).padStart(2, "0")}-${tour.id}-${i + 1}`, null, { fullPage: false });
-      if (i === 1) {
-        // Back rebuilds the previous step from the seed: the same state as before, then Next again.
-        await back();
-        await settled(page, tour.id, 1);
-        assert.equal(await digest(page), digests[0], "Back reaches step 1's state again");
-        await next();
-        await settled(page, tour.id, 2);
-        assert.equal(await digest(page), digests[1], "Next after Back reaches step 2's state again");
-      }
-      if (i < tour.steps.length - 1) await next();
-    }
-    // A step with no command and no run only moves the learner's focus to another panel: the
-    // state stays; every other step changes it.
-    for (let i = 1; i < digests.length; i++) {
-      const s = tour.steps[i];
-      if (!s.reset && !(s.commands ?? []).length && !s.runMs) assert.equal(digests[i], digests[i - 1], `step ${i + 1} only moves the focus`);
-      else assert.notEqual(digests[i], digests[i - 1], `step ${i + 1} changes the state`);
-    }
-    // Finish: the tour closes, the picker is back, the run stays.
-    assert.match(await page.getByTestId("tour-next").textContent(), /Finish/);
-    await page.getByTestId("tour-next").click();
-    await waitFor(page, () => document.getElementById("tour-card").hidden && !document.getElementById("tour-picker").hidden, "the tour to close");
-    assert.match(await page.locator("#status").textContent(), /finished: the run is yours/);
-    assert.equal(await digest(page), digests.at(-1), "finishing keeps the last step's state");
-    noErrors(page);
-
-    // The last step's URL in a fresh browser context rebuilds the same state.
-    const ctx2 = await launch(t);
-    const fresh = await open(ctx2, tourSearch(tour.id, tour.steps.length) + animate);
-    await settled(fresh, tour.id, tour.steps.length);
-    assert.equal(await digest(fresh), digests.at(-1), "the step's URL reaches the same digest in a fresh context");
-    noErrors(fresh);
-  });
-}
 
 test("the picker is the first thing a newcomer sees; a tour opens in place; bad tour links say what is wrong", { timeout: 60_000 }, async (t) => {
   const ctx = await launch(t);

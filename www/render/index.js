@@ -99,9 +99,13 @@ function observe() {
         if (e.isIntersecting && onScreen.get(e.target) === false) due.add(e.target);
         onScreen.set(e.target, e.isIntersecting);
       }
+      if (due.size) onViewChange();
     });
     for (const p of document.querySelectorAll(".panel")) observer.observe(p);
-    addEventListener("scroll", () => (scrolled = true), { capture: true, passive: true });
+    addEventListener("scroll", () => {
+      scrolled = true;
+      onViewChange();
+    }, { capture: true, passive: true });
   }
 }
 /**
@@ -122,10 +126,22 @@ function checkScrolled() {
 /** Widths of the observed boxes, as the browser last laid them out. */
 const widths = new WeakMap();
 let sizer = null;
+/** A box changed its width since the last draw: its panel draws again (`due`) at the new width. */
+let resized = false;
 function widthOf(el) {
   if (!sizer && typeof ResizeObserver === "function") {
     sizer = new ResizeObserver((entries) => {
-      for (const e of entries) widths.set(e.target, Math.round(e.contentRect.width));
+      for (const e of entries) {
+        const w = Math.round(e.contentRect.width);
+        if (widths.get(e.target) !== w) {
+          resized = true;
+          // Its panel draws in the next frame, whatever its turn, at the new width.
+          const panel = e.target.closest(".panel");
+          if (panel) due.add(panel);
+        }
+        widths.set(e.target, w);
+      }
+      if (resized) onViewChange();
     });
   }
   if (!widths.has(el)) {
@@ -135,11 +151,27 @@ function widthOf(el) {
   return widths.get(el) || 940;
 }
 
+/**
+ * Whether the view changed under the panels since the last draw, with the run unchanged: a
+ * scroll, a panel come into view, a box resized. The frame loop of a paused run draws only then
+ * (or when the page marks a change of its own, www/page.js).
+ */
+export function viewChanged() {
+  return scrolled || resized || due.size > 0;
+}
+
+/** Called when the view changes (viewChanged turns true): the page's sleeping frame loop wakes. */
+let onViewChange = () => {};
+export function whenViewChanges(wake) {
+  onViewChange = wake;
+}
+
 /** Draws every panel from the latest snapshot; `force` redraws off-screen panels too. */
 export function renderAll(dom, state, view, force = false) {
   const snap = state.latest();
   if (!snap) return;
   forceAll = force;
+  resized = false;
   frameNo += 1;
   checkScrolled();
   const t0 = view.t0;
