@@ -608,7 +608,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   });
   const narration = await page.getByTestId("tour-narration").innerText();
   for (const w of wr) {
-    const m = /\? (\d+) writes? met a storage timeout \((\d+) in all\): (\d+) → ● resolved by the idempotency token, (\d+) → ✕ token not in the state.*?, (\d+) left \? unknown/.exec(w.line);
+    const m = /\? (\d+) writes? met a storage timeout \((\d+) timeouts? in all: a write may meet several[^)]*\):\s*(\d+) → ● resolved by the idempotency token,\s*(\d+) → ✕ token not in the state.*?,\s*(\d+) left \? unknown/.exec(w.line);
     assert.ok(m, `${w.id}'s row says what became of its timed-out writes: ${w.line}`);
     const [met, all, won, lost, unknown] = m.slice(1).map(Number);
     assert.equal(met, won + lost + unknown, `${w.id}: every timed-out write is accounted for`);
@@ -626,7 +626,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
     await open("rule-idempotency-token", step);
     const kept = await page.evaluate(() => [...document.querySelectorAll('#panel-writers tbody[data-actor="W1"] [data-kept]')].map((s) => ({ kind: s.dataset.kept, text: s.textContent })));
     const line = kept.find((k) => k.kind === "timeouts")?.text ?? "";
-    const m = /\? (\d+) writes? met a storage timeout \((\d+) in all\)/.exec(line);
+    const m = /\? (\d+) writes? met a storage timeout \((\d+) timeouts? in all/.exec(line);
     assert.ok(m, `rule-idempotency-token ${step}: W1 counts its timed-out writes: ${line}`);
     assert.ok(Number(m[2]) >= Number(m[1]), `rule-idempotency-token ${step}: ${m[1]} writes met a timeout but only ${m[2]} timeouts in all: ${line}`);
     const kinds = kept.map((k) => k.kind);
