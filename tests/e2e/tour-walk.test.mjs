@@ -655,7 +655,8 @@ test("what the second learner walk found is shown: undecodable values, the faile
   // view without a click (not only in the folded list of recent messages); the error in state.
   await open("upsert-feedback", 5);
   const line = await page.getByTestId("upsert-undecodable").innerText();
-  assert.match(line, /⚠ \d+ values? made undecodable on purpose by the generator so far; the latest: #\d+ t\d+ key \d+ → error: value for key \(\d+\): undecodable on purpose/);
+  assert.match(line, /⚠ \d+ values? made undecodable on purpose by the generator so far; the latest: message #\d+ t\d+ key \d+ → error: value for key \(\d+\): undecodable on purpose \(in place of the generator's value v\d+\)/);
+  assert.doesNotMatch(await page.locator("#panel-upsert").innerText(), /\(the generator's\) #/, "no bare # for a generated value");
   assert.ok(await textVisible(page, "panel-upsert", ["made undecodable on purpose by the generator so far"]), "the count is in view");
   assert.ok(await textVisible(page, "panel-upsert", ["(made undecodable on purpose by the generator)"]), "an error value in a replica's state is marked, in view");
 
@@ -702,6 +703,16 @@ test("what the third learner walk found is shown: the badge a step names, U2 bes
     assert.equal(await page.locator('#panel-processes li[data-actor="U2"] [data-testid=variant]').count(), badge ? 1 : 0);
     assert.ok(await inWindow("[data-testid=upsert-checker]"), `rule-upsert-feedback ${step}: the checker's line is on screen`);
     assert.doesNotMatch(await page.getByTestId("tour-narration").innerText(), /Upsert panel/);
+    // The graph draws no feedback edge into U2 while it runs without the rule (it never reads
+    // the shard back), and one once it keeps it; U1's always. Every replica's label fits its box.
+    assert.equal(await page.locator('#panel-upsert svg.upsert-svg [data-feedback="U2"]').count(), badge ? 0 : 1, `rule-upsert-feedback ${step}: U2's feedback edge`);
+    assert.equal(await page.locator('#panel-upsert svg.upsert-svg [data-feedback="U1"]').count(), 1);
+    const spill = await page.evaluate(() => [...document.querySelectorAll("#panel-upsert svg.upsert-svg text[data-replica-label]")].filter((t) => {
+      const box = t.previousElementSibling.getBoundingClientRect();
+      const r = t.getBoundingClientRect();
+      return r.left < box.left || r.right > box.right;
+    }).map((t) => t.textContent));
+    assert.deepEqual(spill, [], `rule-upsert-feedback ${step}: replica labels spill over their boxes`);
   }
 
   // upsert-feedback 6: U2's card wholly on screen, the Upsert pipeline title too (it sticks).
