@@ -117,7 +117,7 @@ export function renderUpsert(el, snap, prev) {
   const check = checkerLine(snap);
   setHtml(
     el,
-    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"} (numbered #1, #2, ... by offset, their order in the source; t is the time of each), ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}</p>` +
+    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}${u.sourceMessages ? `. Messages are numbered #1, #2, ... by offset, their order in the source; t is the time of each` : ""}</p>` +
       undecodableLine(u) +
       check +
       (u.walk ? walkLine(u.walk, replicas) : doneLine(u.walkDone, replicas)) +
