@@ -706,7 +706,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   });
   const narration = await page.getByTestId("tour-narration").innerText();
   for (const w of wr) {
-    const m = /\? (\d+) writes? met a storage timeout \((\d+) in all\): (\d+) → ● resolved by the idempotency token, (\d+) → ✕ token not in the state.*?, (\d+) left \? unknown/.exec(w.line);
+    const m = /\? (\d+) writes? met a storage timeout \((\d+) timeouts? in all: a write may meet several[^)]*\):\s*(\d+) → ● resolved by the idempotency token,\s*(\d+) → ✕ token not in the state.*?,\s*(\d+) left \? unknown/.exec(w.line);
     assert.ok(m, `${w.id}'s row says what became of its timed-out writes: ${w.line}`);
     const [met, all, won, lost, unknown] = m.slice(1).map(Number);
     assert.equal(met, won + lost + unknown, `${w.id}: every timed-out write is accounted for`);
@@ -724,7 +724,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
     await open("rule-idempotency-token", step);
     const kept = await page.evaluate(() => [...document.querySelectorAll('#panel-writers tbody[data-actor="W1"] [data-kept]')].map((s) => ({ kind: s.dataset.kept, text: s.textContent })));
     const line = kept.find((k) => k.kind === "timeouts")?.text ?? "";
-    const m = /\? (\d+) writes? met a storage timeout \((\d+) in all\)/.exec(line);
+    const m = /\? (\d+) writes? met a storage timeout \((\d+) timeouts? in all/.exec(line);
     assert.ok(m, `rule-idempotency-token ${step}: W1 counts its timed-out writes: ${line}`);
     assert.ok(Number(m[2]) >= Number(m[1]), `rule-idempotency-token ${step}: ${m[1]} writes met a timeout but only ${m[2]} timeouts in all: ${line}`);
     const kinds = kept.map((k) => k.kind);
@@ -753,7 +753,8 @@ test("what the second learner walk found is shown: undecodable values, the faile
   // view without a click (not only in the folded list of recent messages); the error in state.
   await open("upsert-feedback", 5);
   const line = await page.getByTestId("upsert-undecodable").innerText();
-  assert.match(line, /⚠ \d+ values? made undecodable on purpose by the generator so far; the latest: #\d+ t\d+ key \d+ → error: value for key \(\d+\): undecodable on purpose/);
+  assert.match(line, /⚠ \d+ values? made undecodable on purpose by the generator so far; the latest: message #\d+ t\d+ key \d+ → error: value for key \(\d+\): undecodable on purpose \(in place of the generator's value v\d+\)/);
+  assert.doesNotMatch(await page.locator("#panel-upsert").innerText(), /\(the generator's\) #/, "no bare # for a generated value");
   assert.ok(await textVisible(page, "panel-upsert", ["made undecodable on purpose by the generator so far"]), "the count is in view");
   assert.ok(await textVisible(page, "panel-upsert", ["(made undecodable on purpose by the generator)"]), "an error value in a replica's state is marked, in view");
 
@@ -800,6 +801,16 @@ test("what the third learner walk found is shown: the badge a step names, U2 bes
     assert.equal(await page.locator('#panel-processes li[data-actor="U2"] [data-testid=variant]').count(), badge ? 1 : 0);
     assert.ok(await inWindow("[data-testid=upsert-checker]"), `rule-upsert-feedback ${step}: the checker's line is on screen`);
     assert.doesNotMatch(await page.getByTestId("tour-narration").innerText(), /Upsert panel/);
+    // The graph draws no feedback edge into U2 while it runs without the rule (it never reads
+    // the shard back), and one once it keeps it; U1's always. Every replica's label fits its box.
+    assert.equal(await page.locator('#panel-upsert svg.upsert-svg [data-feedback="U2"]').count(), badge ? 0 : 1, `rule-upsert-feedback ${step}: U2's feedback edge`);
+    assert.equal(await page.locator('#panel-upsert svg.upsert-svg [data-feedback="U1"]').count(), 1);
+    const spill = await page.evaluate(() => [...document.querySelectorAll("#panel-upsert svg.upsert-svg text[data-replica-label]")].filter((t) => {
+      const box = t.previousElementSibling.getBoundingClientRect();
+      const r = t.getBoundingClientRect();
+      return r.left < box.left || r.right > box.right;
+    }).map((t) => t.textContent));
+    assert.deepEqual(spill, [], `rule-upsert-feedback ${step}: replica labels spill over their boxes`);
   }
 
   // upsert-feedback 6: U2's card wholly on screen, the Upsert pipeline title too (it sticks).

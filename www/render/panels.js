@@ -105,12 +105,18 @@ export function renderVerify(el, snap, t0) {
       : `from ${won}`;
     return `<span data-verify-writer="${esc(w.actor)}" data-writes="${w.writes}" data-acked="${w.acked}">${esc(w.actor)}: ${w.found} of ${count(w.acked, "acknowledged update")} found, ${from}${later}</span>`;
   }).join("; ");
+  // A value is "actor:writer_id#n", the n-th update of that write handle: named by its actor
+  // and n, its copies said in words (the handle id is on the actor's process row).
+  const ex = (list) => list.map((x) => {
+    const m = /^([^:]+):[^#]*#(\d+)(?: x(\d+))?$/.exec(x);
+    return m ? `${m[1]}'s update no. ${m[2]}${m[3] ? ` (${m[3]} copies)` : ""}` : x;
+  }).join(", ");
   const verdict = v.lost === 0
     ? `<b class="ok">no acknowledged write lost</b>`
-    : `<b class="err">${count(v.lost, "acknowledged write")} missing</b> (e.g. ${esc(v.lostExamples.join(", "))})`;
+    : `<b class="err">${count(v.lost, "acknowledged update")} missing</b> (e.g. ${esc(ex(v.lostExamples))})`;
   // Each write's values are unique: a value held more than once is a write that landed more than once.
   const twice = v.duplicated > 0
-    ? `; <b class="err">${count(v.duplicated, "acknowledged write")} held more than once</b> (e.g. ${esc(v.duplicatedExamples.join(", "))})`
+    ? `; <b class="err">${count(v.duplicated, "acknowledged update")} held more than once</b> (e.g. ${esc(ex(v.duplicatedExamples))})`
     : "";
   const appendNote = v.uncheckedAppendWriters.length
     ? ` · not checked: ${esc(v.uncheckedAppendWriters.join(", "))} (append trims what a peer already wrote, by design)`
@@ -121,7 +127,7 @@ export function renderVerify(el, snap, t0) {
   setHtml(
     el,
     `<p class="verify" data-testid="verify-line" data-seqno="${v.seqno ?? ""}" data-lost="${v.lost}" data-duplicated="${v.duplicated}" data-acked="${v.acked}" data-foreign="${v.foreignRows}">${moment}: ${verdict}${twice}: ${count(v.acked, "acknowledged update")} checked against ${count(v.rows, "row")} of ${esc(v.shard)} at ${esc(fmtFrontier(v.asOf, t0))}` +
-      ` (${per || "no writers"}); ${count(v.foreignRows, "row")} written by other tabs${appendNote}.</p>`,
+      ` (${per || "no writers"})${v.foreignRows ? `; ${count(v.foreignRows, "row")} written by writers this page does not know (another tab's, sharing its store), not checked` : ""}${appendNote}.</p>`,
   );
 }
 

@@ -28,15 +28,25 @@ function diagram(snap, replicas, prev) {
     const c = actorColour(a.colour);
     const r = a.detail.kind === "replica" ? a.detail : null;
     const active = r && fedSince(prev, a.id, r);
-    parts.push(`<path d="M82,${midY} C130,${midY} 130,${y} 170,${y}" class="up-edge"/>`);
-    parts.push(`<path d="M280,${y} C320,${y} 320,${midY} ${W - 92},${midY}" class="up-edge"/>`);
+    // A replica without the feedback rule never reads the shard back: no feedback edge, and its
+    // box says so. The box is as wide as its label (mono 11px, ~7 px a character).
+    const own = a.variant === "upsert-feedback";
+    const label = `${a.id}${r ? ` gen ${r.generation}` : ""}${a.state !== "running" ? ` (${a.state})` : ""}${own ? " · no feedback" : ""}`;
+    const bw = Math.min(190, Math.max(110, label.length * 7 + 12));
+    const [x0, x1] = [225 - bw / 2, 225 + bw / 2];
+    parts.push(`<path d="M82,${midY} C${x0 - 40},${midY} ${x0 - 40},${y} ${x0},${y}" class="up-edge"/>`);
+    parts.push(`<path d="M${x1},${y} C${x1 + 40},${y} ${x1 + 40},${midY} ${W - 92},${midY}" class="up-edge"/>`);
     // The feedback edge: from the shard back into the replica, below the forward edge.
-    parts.push(`<path d="M${W - 92},${midY + 10} C${W - 150},${y + 22} 300,${y + 14} 280,${y + 8}" class="up-feedback${active ? " active" : ""}" stroke="${c}"><title>feedback: ${a.id} reads back what the shard holds</title></path>`);
-    parts.push(`<rect x="170" y="${y - 13}" width="110" height="26" rx="5" class="up-box" stroke="${c}" style="stroke-width:2"/>`);
-    parts.push(`<text x="225" y="${y + 4}" class="up-label" text-anchor="middle">${esc(a.id)}${r ? ` gen ${r.generation}` : ""}${a.state !== "running" ? ` (${esc(a.state)})` : ""}<title>${esc(a.id)}${r ? `, generation ${r.generation}: ${r.generation === 0 ? "its first start" : `restarted ${r.generation}×, each time rehydrated from the shard`}` : ""}</title></text>`);
+    if (!own) parts.push(`<path d="M${W - 92},${midY + 10} C${W - 150},${y + 22} ${x1 + 20},${y + 14} ${x1},${y + 8}" class="up-feedback${active ? " active" : ""}" data-feedback="${esc(a.id)}" stroke="${c}"><title>feedback: ${a.id} reads back what the shard holds</title></path>`);
+    parts.push(`<rect x="${x0}" y="${y - 13}" width="${bw}" height="26" rx="5" class="up-box" stroke="${c}" style="stroke-width:2"/>`);
+    parts.push(`<text x="225" y="${y + 4}" class="up-label" text-anchor="middle" data-replica-label="${esc(a.id)}">${esc(label)}<title>${esc(a.id)}${r ? `, generation ${r.generation}: ${r.generation === 0 ? "its first start" : `restarted ${r.generation}×, each time rehydrated from the shard`}` : ""}${own ? "; without the feedback rule it never reads the shard back: it learns only from what it emitted itself" : ""}</title></text>`);
   });
   return `<svg viewBox="0 0 ${W} ${H}" class="upsert-svg" role="img" aria-label="the upsert pipeline with its feedback edge">${parts.join("")}</svg>`;
 }
+
+/** The generator numbers its values v0, v1, ...; an undecodable one says "(the generator's) #N"
+ * for the value vN it stands in place of: say that, not a bare "#" (the source's #n are offsets). */
+const shown = (v) => String(v).replace(/\(the generator's\) #(\d+)/g, "(in place of the generator's value v$1)");
 
 /** The generator's undecodable values are made on purpose (its text says so): say it plainly. */
 const ON_PURPOSE = /undecodable on purpose/;
@@ -62,10 +72,10 @@ function stateTable(op, walkCell) {
     // The key is shown by its row (key, value); its hash, the state's own key, only on hover.
     // An error takes its key's place (a value that did not decode): marked ⚠.
     const bad = /^error: /.test(value) || Boolean(c.decode_error);
-    return `<li class="${prov ? "provisional" : ""}${bad ? " err" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${bad ? "⚠ " : ""}${esc(value)}${purposeNote(value)}</li>`;
+    return `<li class="${prov ? "provisional" : ""}${bad ? " err" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${bad ? "⚠ " : ""}${esc(shown(value))}${purposeNote(value)}</li>`;
   });
   // A stashed value shows its row; a delete has no row, so its key's hash stands in.
-  const stash = op.stash.slice(0, 6).map((e) => `<li title="key hash ${esc(e.key)}"><span class="mono">t${e.time}</span> ${e.value != null ? esc(e.value) : `⌫ delete <span class="muted">(key hash ${esc(String(e.key).slice(0, 8))})</span>`}</li>`);
+  const stash = op.stash.slice(0, 6).map((e) => `<li title="key hash ${esc(e.key)}"><span class="mono">t${e.time}</span> ${e.value != null ? esc(shown(e.value)) : `⌫ delete <span class="muted">(key hash ${esc(String(e.key).slice(0, 8))})</span>`}</li>`);
   return `<div class="up-cols"><div><h4>state per key (◌ provisional)</h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
     `<div><h4>stash (${op.stash.length})</h4><ul class="cells" data-testid="upsert-stash">${stash.join("") || `<li class="empty">empty</li>`}</ul></div></div>`;
 }
@@ -80,13 +90,13 @@ function replicaCard(a, walk) {
   const counts = `<span title="updates the operator emitted to its sink">emitted <b>${c.emitted}</b></span> · <span title="stashed upserts dropped because a peer had already written their time">discarded <b>${c.stashDiscarded}</b></span> · <span title="updates read back from the shard into state">fed back <b>${c.fedBack}</b></span> · <span title="emissions at the input frontier before the shard caught up (provisional values)">partial <b>${c.partialEmissions}</b></span> · <span title="sink writes that lost to another replica (UpperMismatch)">lost races <b>${c.sinkMismatches}</b></span> · <span title="times the replica's timely worker ran its operators once (worker.step())">worker steps <b data-testid="worker-steps">${r.worker_steps}</b></span>`;
   const gen = `<span title="which start of the replica this is: 0 its first; each restart adds 1 and rehydrates its state from the shard">generation ${r.generation}</span>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} ${gen}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
-    `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${counts}</div>${emittedLine(r.last_emitted)}${stateTable(op, walk?.replica === a.id ? walk.cell : null)}</div>`;
+    `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${r.generation > 0 ? `<span class="muted" title="a restart starts a new replica: its counters start at 0">since generation ${r.generation} started (its state rebuilt from the shard, the first ${"fed back"} updates):</span> ` : ""}${counts}</div>${emittedLine(r.last_emitted)}${stateTable(op, walk?.replica === a.id ? walk.cell : null)}</div>`;
 }
 
 /** The updates the operator last handed to its sink, each with its sign: the effect of an upsert. */
 function emittedLine(e) {
   if (!e) return `<div class="small muted" data-testid="upsert-emitted">emitted nothing yet</div>`;
-  const rows = e.shown.map((u) => `<span class="mono ${u.startsWith("-") ? "retract" : "add"}">${esc(u.replace(/^-/, "−"))}</span>`).join(", ");
+  const rows = e.shown.map((u) => `<span class="mono ${u.startsWith("-") ? "retract" : "add"}">${esc(shown(u.replace(/^-/, "−")))}</span>`).join(", ");
   const total = e.adds + e.retractions;
   const more = total > e.shown.length ? ` and ${total - e.shown.length} more` : "";
   return `<div class="small" data-testid="upsert-emitted" title="the updates the operator last handed to its sink: +1 adds a row to the shard, −1 retracts one">last emitted: ${rows}${more}</div>`;
@@ -102,12 +112,12 @@ export function renderUpsert(el, snap, prev) {
   const recent = u.recent
     .slice()
     .reverse()
-    .map((m) => `<li><span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → ${esc(m.value ?? "⌫ delete")}${purposeNote(m.value)}</li>`)
+    .map((m) => `<li><span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → ${esc(shown(m.value ?? "⌫ delete"))}${purposeNote(m.value)}</li>`)
     .join("");
   const check = checkerLine(snap);
   setHtml(
     el,
-    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}</p>` +
+    `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}${u.sourceMessages ? `. Messages are numbered #1, #2, ... by offset, their order in the source; t is the time of each` : ""}</p>` +
       undecodableLine(u) +
       check +
       (u.walk ? walkLine(u.walk, replicas) : doneLine(u.walkDone, replicas)) +
@@ -125,7 +135,7 @@ function undecodableLine(u) {
   const n = u.undecodableMessages ?? 0;
   if (!n) return u.generating && u.undecodable ? `<p class="small muted" data-testid="upsert-undecodable">no value made undecodable yet</p>` : "";
   const m = u.lastUndecodable;
-  const latest = m ? `; the latest: <span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → <span class="err">${esc(m.value ?? "")}</span>` : "";
+  const latest = m ? `; the latest: message <span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → <span class="err">${esc(shown(m.value ?? ""))}</span>` : "";
   return `<p class="small" data-testid="upsert-undecodable">⚠ <b>${n}</b> value${n === 1 ? "" : "s"} made undecodable on purpose by the generator so far${latest}</p>`;
 }
 

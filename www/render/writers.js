@@ -72,7 +72,7 @@ function statusOf(a, w, t0) {
   if (w?.inFlight) {
     const f = w.inFlight;
     const now = f.retrying
-      ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? `, ${count(f.timeouts, "timeout")} so far` : ""}`
+      ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? ` after ${count(f.timeouts, "timeout")} (its ? in the Consensus log): it reads the state back and looks for its idempotency token` : ""}`
       : `<span class="busy">writing</span> ${f.updates} update${f.updates === 1 ? "" : "s"} at ${range(f)}`;
     return now + lastText;
   }
@@ -93,10 +93,14 @@ function timeoutLine(w) {
     ];
     const unknown = w.timedOutWrites - w.resolvedByToken - w.timedOutThenLost;
     how.push(`${unknown} left ${mark("indeterminate", OUTCOMES)} unknown${unknown ? " (no token: it cannot tell)" : ""}`);
-    parts.push(`${mark("indeterminate", OUTCOMES)} ${writesWord(w.timedOutWrites)} met a storage timeout (${w.timeouts} in all): ${how.join(", ")}`);
+    // `timeouts` counts every timeout of its writes, the one in flight's too (not yet settled,
+    // so not among the writes counted here): say what the total holds.
+    const flying = w.inFlight?.timeouts ?? 0;
+    const total = `${w.timeouts} timeout${w.timeouts === 1 ? "" : "s"} in all: a write may meet several${flying ? `, and ${flying} ${flying === 1 ? "is" : "are"} the retrying write's, above` : ""}`;
+    parts.push(`${mark("indeterminate", OUTCOMES)} ${writesWord(w.timedOutWrites)} met a storage timeout (${total}):<br>${how.join(",<br>")}`);
   }
   if (w.otherTimeouts) parts.push(`${w.otherTimeouts} more timeout${w.otherTimeouts === 1 ? "" : "s"} hit its upkeep (heartbeats, compaction, rollups), not a write: persist retries those itself`);
-  return `<span data-kept="timeouts">${parts.join(" · ")}</span>`;
+  return `<span data-kept="timeouts">${parts.join("<br>")}</span>`;
 }
 
 /** The outcomes kept until the next of their kind. */

@@ -107,6 +107,15 @@ export function startTours(host, tours) {
     const r = row.getBoundingClientRect();
     const below = r.bottom - (window.innerHeight - VIEW_MARGIN_PX);
     if (below > 0) window.scrollBy({ top: Math.min(below, r.top - VIEW_MARGIN_PX), behavior: "instant" });
+    else return;
+    // The panel's title sticks at the top: a block of the panel cut by it (a paragraph showing
+    // only its last lines, upsert-feedback 6) goes wholly under it, if the row stays in view.
+    const h2 = panel.querySelector("header > h2")?.getBoundingClientRect();
+    if (!h2) return;
+    const blocks = [...panel.children].filter((el) => el.tagName !== "HEADER").flatMap((el) => [...el.children]);
+    const cut = blocks.map((el) => el.getBoundingClientRect()).find((b) => b.top < h2.bottom - 1 && b.bottom > h2.bottom + 1);
+    const extra = cut ? cut.bottom - h2.bottom : 0;
+    if (extra > 0 && row.getBoundingClientRect().top - extra >= h2.bottom) window.scrollBy({ top: extra, behavior: "instant" });
   }
 
   /** A "Look at" chip: shows its shard, scrolls its panel or actor into view, and flashes it. */

@@ -199,7 +199,10 @@ fn oracle_line(e: &OracleEvent) -> (Outcome, String) {
             wait_ms,
         } => (
             Outcome::Info,
-            format!("stored upper {stored_upper} is far ahead of the clock ({now_ms}): waiting {wait_ms} ms"),
+            format!(
+                "stored upper {stored_upper} is {} ms ahead of the clock ({now_ms}), more than the two persist intervals allowed: waiting {wait_ms} ms (at most 1 s a wait) to close the gap to that",
+                stored_upper.saturating_sub(*now_ms)
+            ),
         ),
         OracleEventKind::ClockGuardGaveUp {
             stored_upper,
