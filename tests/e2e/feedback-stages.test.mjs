@@ -121,7 +121,7 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     await page.keyboard.press("j");
     await waitFor(page, (b) => window.__playground.state.latest().actors.find((x) => x.id === "U1").detail.worker_steps > b, `press ${n} stepped U1`, before);
     // It names the push that went through, not "push an upsert" as if none had been.
-    await waitForStatus(page, "ok", /^nothing new to walk: your push, key 3 = \(3, "hello"\), went through all seven stages \(✓ done in the Upserts panel\); push another upsert to walk it\. Instead, one worker step of every replica, each reading what it has not read yet: stepped U1: .*; U2: /s);
+    await waitForStatus(page, "ok", /^nothing new to walk: your push, key 3 = \(3, "hello"\), went through all seven stages\. Instead, one worker step of every replica: stepped U1: .*; U2: /s);
     await saidBesideButton(page, "feedback", n);
     assert.match(await page.getByTestId("upsert-walk-done").textContent(), /Step replicas \(j\) has nothing left to walk: each further press takes one worker step of every replica/);
     await shot(page, `feedback-stage-${n}`, "#panel-upsert");
