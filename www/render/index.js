@@ -10,6 +10,7 @@ import { markCited, renderCheck } from "./check.js"; // the check panel (issue 1
 import { renderProcesses } from "./processes.js";
 import { renderShard } from "./shard.js";
 import { renderRules } from "./rules.js";
+import { learnHandles } from "./names.js";
 import { esc, setHtml } from "./dom.js";
 import { findTimeDom } from "./timeline.js";
 import { fmtMs } from "../spec.js";
@@ -161,6 +162,7 @@ export function renderAll(dom, state, view, force = false) {
       (prof[name] ??= []).push(performance.now() - t);
     }
     : (_, f) => f();
+  learnHandles(snap);
   if (visible(dom.shard)) draw("shard", () => renderShard(dom.shard, snap, dom.shardPick.value, t0, shardWidth));
   if (visible(dom.writers)) draw("writers", () => renderWriters(dom.writers, snap, t0));
   renderVerify(dom.verifyView, snap, t0);
@@ -209,7 +211,7 @@ function syncFaultForm(dom, snap) {
 
 export function renderRunbar(dom, snap, view) {
   const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since the database was created`;
-  setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span data-testid="digest">${esc(view.digest)}</span>` : ""}`);
+  setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span title="a digest of the whole state: the same seed and the same clicks give the same digest">state digest <span data-testid="digest">${esc(view.digest)}</span></span>` : ""}`);
   dom.play.textContent = view.playing ? "❚❚ Pause" : "▶ Play";
   dom.play.setAttribute("aria-pressed", String(view.playing));
   const live = snap.mode === "live";

@@ -2,6 +2,10 @@
 
 import { OUTCOMES, actorColour, colourOf, fmtFrontier, fmtMs } from "../spec.js";
 import { chip, count, esc, mark, setHtml } from "./dom.js";
+import { namedIds } from "./names.js";
+
+/** An acknowledged value as the check names it: "W1:w…#2 x3" → "W1's update #2, 3 copies". */
+const example = (v) => v.replace(/^(\w+):[wr][0-9a-f]{24}#(\d+)(?: x(\d+))?$/, (_, a, n, x) => `${a}'s update #${n}${x ? `, ${x} copies` : ""}`);
 
 /** A compare_and_set's outcome in a word, beside its mark in the summary. */
 const CAS_WORDS = { committed: "won", mismatch: "lost (seqno moved)", indeterminate: "timed out (unknown at the time)", retrying: "failed, retried", error: "failed" };
@@ -39,6 +43,8 @@ function lostWords(attempts) {
 }
 
 export function renderConsensus(el, snap, t0) {
+  // What took a seqno names its handle by its actor (names.js), never by a raw id.
+  snap = { ...snap, consensus: snap.consensus.map((c) => (c.takenBy ? { ...c, takenBy: namedIds(c.takenBy, snap) } : c)) };
   const rows = snap.consensus
     .slice(-16)
     .reverse()
@@ -107,10 +113,10 @@ export function renderVerify(el, snap, t0) {
   }).join("; ");
   const verdict = v.lost === 0
     ? `<b class="ok">no acknowledged write lost</b>`
-    : `<b class="err">${count(v.lost, "acknowledged write")} missing</b> (e.g. ${esc(v.lostExamples.join(", "))})`;
+    : `<b class="err">${count(v.lost, "acknowledged write")} missing</b> (e.g. ${esc(v.lostExamples.map(example).join("; "))})`;
   // Each write's values are unique: a value held more than once is a write that landed more than once.
   const twice = v.duplicated > 0
-    ? `; <b class="err">${count(v.duplicated, "acknowledged write")} held more than once</b> (e.g. ${esc(v.duplicatedExamples.join(", "))})`
+    ? `; <b class="err">${count(v.duplicated, "acknowledged write")} held more than once</b> (e.g. ${esc(v.duplicatedExamples.map(example).join("; "))})`
     : "";
   const appendNote = v.uncheckedAppendWriters.length
     ? ` · not checked: ${esc(v.uncheckedAppendWriters.join(", "))} (append trims what a peer already wrote, by design)`
