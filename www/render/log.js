@@ -133,6 +133,15 @@ function rowsToShow(events, snap, eventsAfter) {
   return { rows, note: `${rows.length === 1 ? "the newest event" : `${rows.length} newest events`}${choice.actor ? ` of ${choice.actor}` : ""}${choice.kind ? ` of kind ${choice.kind}` : ""}` };
 }
 
+/** A replica's operator words (src/playground/actors/replica.rs) in a learner's. */
+function upsertWords(d) {
+  const mid = /^drain skipped: the feedback is mid-timestamp at (\d+)$/.exec(d);
+  if (mid) return `did not drain its stash: the feedback read back so far stops partway through time ${mid[1]} (the shard's upper is not past it yet), so some keys may hold only part of that time's updates; it drains once the rest arrives`;
+  const folded = /^folded 0 feedback updates into state; persist upper (.*)$/.exec(d);
+  if (folded) return `no new feedback to fold into state; the shard is read back up to ${folded[1]} (the persist upper moved, no rows changed)`;
+  return d;
+}
+
 /**
  * Persist's reasons for a command with nothing to commit come as the names its code gives them
  * ("Upper(shard [250], writer [0])", "SpineBackpressure"): each as a sentence. `cmd` is the
@@ -185,6 +194,7 @@ export function plainDetail(e, t0 = 0) {
   // A handle is its actor's (the row's chip names it), or named in words (names.js).
   let d = namedIds(String(e.detail ?? "").replace(/ \(handle id [wr][0-9a-f]{24}\)/, ""));
   if (e.component === "task") d = taskWords(d, t0);
+  if (e.component === "upsert") d = upsertWords(d);
   if (e.component !== "persist") return d;
   const skip = /^(.*?: (\w+) expected seqno .*?): nothing to commit \((.*)\)$/s.exec(d);
   if (skip) {
