@@ -72,6 +72,10 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
   await page.getByTestId("u-value").fill("hello");
   await page.getByTestId("push-upsert").click();
   await waitForStatus(page, "ok", /pushed upsert: key 3 → "hello"/);
+  // The push confirms beside the Upserts box too (the status line is off screen there).
+  const pushSaid = page.getByTestId("push-said");
+  assert.match(await pushSaid.textContent(), /^✓ pushed upsert: key 3 → "hello"; Step replicas walks it through a replica$/);
+  assert.ok(await pushSaid.isVisible(), "the push's confirmation shows");
 
   const said = [];
   const u2Steps = [];
@@ -103,6 +107,16 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       // uppers reading that time do not mean the upsert is in.
       const snap = await page.evaluate(() => window.__playground.state.latest().upsert.walk);
       if (snap.emptyRange) assert.match(await walk.textContent(), new RegExp(`The uppers read ${snap.ts} now: to get there the sink wrote an empty range \\(no updates\\)\\. An upper ${snap.ts} says every time before ${snap.ts} is complete; the upsert at t${snap.ts} is not in the shard until stage 5\\.`));
+    }
+    if (stage === "shard") {
+      // The commit shows in the panel: the shard's new upper, past the upsert's time.
+      const { ts, upper } = await page.evaluate(() => {
+        const s = window.__playground.state.latest();
+        return { ts: s.upsert.walk.ts, upper: s.shards.find((x) => x.name === s.upsert.shard).upper };
+      });
+      assert.ok(upper > ts, `the shard's upper ${upper} is past t${ts}`);
+      assert.match(await page.getByTestId("upsert-walk-shard").textContent(), new RegExp(`its upper is ${upper}, past t${ts}`));
+      assert.equal(await page.getByTestId("upsert-shard-upper").textContent(), `upper ${upper}`);
     }
     if (stage === "partial emission") {
       await waitFor(page, (sel) => /◌\s*\(3, "hello"\)/.test(document.querySelector(sel)?.textContent ?? ""), "◌ hello in U1's state", U1_STATE);

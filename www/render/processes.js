@@ -75,12 +75,10 @@ export function renderProcesses(el, snap, rules) {
       .map((a) => {
         const state = a.state === "running" ? "" : ` <span class="state s-${a.state}">${esc(a.state)}</span>`;
         // An oracle's "handle" is its epoch; a persist handle is named by its actor, its id on hover.
-        const handle = !a.handleId
-          ? ""
-          : a.spec.kind === "oracle"
-            ? ` <span class="muted small handle">${esc(a.handleId.replace(/^oracle /, ""))}</span>`
-            : ` <span class="muted small handle" title="its persist handle id ${esc(shortId(a.handleId))}, registered in the shard's state; a restarted process gets a new one">its persist ${a.handleId[0] === "w" ? "writer" : "reader"} handle</span>`;
-        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a, snap))}</span>${handle}${variantBadge(a, rules)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
+        const oracle = a.spec.kind === "oracle";
+        const handle = a.handleId && oracle ? ` <span class="muted small handle">${esc(a.handleId.replace(/^oracle /, ""))}</span>` : "";
+        const title = a.handleId && !oracle ? ` title="its persist ${a.handleId[0] === "w" ? "writer" : "reader"} handle, id ${esc(shortId(a.handleId))}, registered in the shard's state; a restarted process gets a new one"` : "";
+        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc"${title}>${esc(describe(a, snap))}</span>${handle}${variantBadge(a, rules)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
       })
       .join("");
     return `<div class="proc ${p.alive ? "alive" : "crashed"}" data-process="${pid}"><div class="proc-head"><b>${pid}</b> ${processState(p, byId)}${origin} <span class="muted mono seed" title="the seed of its persist ids (handle ids, Blob keys)">seed ${esc(p.seed)}</span> ${button}</div><ul>${actors || `<li class="empty">no actors</li>`}</ul></div>`;
