@@ -212,6 +212,10 @@ impl Scenario {
             // write with nothing to write waited out two budgets: the clock jumped 6 s).
             let lower = r.borrow().sink_upper();
             if lower.is_some_and(|u| u >= ts) {
+                // Its feedback may still be on the way: run until it reaches the time.
+                if r.borrow().persist_fed_upper().is_none_or(|u| u < ts) {
+                    self.run_until(|_| r.borrow_mut().pull_feedback().1 >= Some(ts))?;
+                }
                 continue;
             }
             r.borrow_mut().set_manual(Manual::WriteOnce);
