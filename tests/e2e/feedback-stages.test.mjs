@@ -112,7 +112,7 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       // The commit shows in the panel: the shard's new upper, past the upsert's time.
       const { ts, upper } = await page.evaluate(() => {
         const s = window.__playground.state.latest();
-        return { ts: s.upsert.walk.ts, upper: s.shards.find((x) => x.name === s.upsert.shard).upper };
+        return { ts: s.upsert.walk.ts, upper: s.actors.find((a) => a.id === "U1").detail.sink.upper };
       });
       assert.ok(upper > ts, `the shard's upper ${upper} is past t${ts}`);
       assert.match(await page.getByTestId("upsert-walk-shard").textContent(), new RegExp(`its upper is ${upper}, past t${ts}`));

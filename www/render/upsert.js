@@ -9,8 +9,14 @@ import { actorColour } from "../spec.js";
 const fmtT = (t) => (t === null || t === undefined ? "∅" : String(t));
 import { chip, esc, setHtml } from "./dom.js";
 
-/** The upsert shard's upper (a source time, as the panel shows times). */
-const shardUpper = (snap) => snap.shards.find((s) => s.name === snap.upsert.shard)?.upper;
+/** The upsert shard's upper (a source time, as the panel shows times): the newest of the
+ * observed state's and what the replicas' sinks learned from their writes (the observer reads the
+ * state a moment later). */
+function shardUpper(snap) {
+  const ups = [snap.shards.find((s) => s.name === snap.upsert.shard)?.upper,
+    ...snap.actors.map((a) => (a.detail?.kind === "replica" ? a.detail.sink?.upper : null))].filter((u) => u != null);
+  return ups.length ? Math.max(...ups) : null;
+}
 
 /** Did replica `id` get feedback since the previous snapshot? */
 function fedSince(prev, id, now) {
