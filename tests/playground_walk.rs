@@ -197,3 +197,38 @@ fn with_the_generator_on_a_press_says_so_and_the_line_stays_for_the_page() {
         "{m}"
     );
 }
+
+/// The page's own start (its default actors, the generator on, then off and a push): the
+/// partial emission (stage 3) once ran the clock 6 s (two stage budgets) after the sink's empty
+/// range had already moved the shard's upper to the upsert's time, asking the sink for a write
+/// it did not have. A stage runs only as long as its write or read takes.
+#[test]
+fn the_partial_emission_does_not_run_the_clock_for_seconds() {
+    let mut s = Scenario::seeded(1);
+    for spec in persist_playground::playground::table::default_actors() {
+        s.apply(Command::AddActor {
+            spec,
+            process: None,
+        })
+        .unwrap();
+    }
+    s.apply(Command::SetGenerator { on: true }).unwrap();
+    s.run_for(3_900).unwrap();
+    s.apply(Command::SetGenerator { on: false }).unwrap();
+    push(&mut s, 3, "hello");
+    let mut said = Vec::new();
+    for _ in 0..7 {
+        let before = s.now_ms();
+        let m = press(&mut s);
+        said.push((s.now_ms() - before, m));
+    }
+    let (ran, third) = &said[2];
+    assert!(
+        third.starts_with("stage 3/7, partial emission: U1 drained"),
+        "{third}"
+    );
+    assert!(*ran < 1_000, "stage 3 ran the clock {ran} ms: {third}");
+    for (_, m) in &said {
+        assert!(!m.contains(" 1 updates"), "{m}");
+    }
+}

@@ -90,9 +90,22 @@ export function wireControls(dom, app) {
   dom.addReplica.addEventListener("click", guarded(() => addActor({ ...defaults.replica })));
   dom.upsertForm.addEventListener("submit", guarded((e) => {
     e.preventDefault();
-    const key = wholeNumber("upsert key", dom.upsertKey.value);
-    const value = dom.upsertValue.value.trim();
-    app.send({ type: "pushUpsert", key, value: value === "" ? null : value });
+    // The push confirms here, beside the box (the status line is off screen by then).
+    const said = (text, err) => {
+      if (!dom.pushSaid) return;
+      dom.pushSaid.hidden = false;
+      dom.pushSaid.classList.toggle("err", err);
+      dom.pushSaid.textContent = text;
+    };
+    try {
+      const key = wholeNumber("upsert key", dom.upsertKey.value);
+      const value = dom.upsertValue.value.trim();
+      const applied = app.send({ type: "pushUpsert", key, value: value === "" ? null : value });
+      said(`✓ ${applied.message}${app.latest()?.upsert?.generating || app.latest()?.mode !== "seed" ? "" : "; Step replicas walks it through a replica"}`, false);
+    } catch (err) {
+      said(err instanceof Error ? err.message : String(err), true);
+      throw err;
+    }
   }));
   dom.generator.addEventListener("change", guarded(() => app.send({ type: "setGenerator", on: dom.generator.checked })));
   dom.undecodable.addEventListener("change", guarded(() => app.send({ type: "setUndecodable", on: dom.undecodable.checked })));

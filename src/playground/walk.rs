@@ -359,7 +359,7 @@ impl Scenario {
             )
         } else if let Some(done) = self.walk_done.as_ref().filter(|d| d.by_hand) {
             format!(
-                "nothing new to walk: your push, key {} = {}, went through all seven stages (✓ done in the Upserts panel); push another upsert to walk it",
+                "nothing new to walk: your push, key {} = {}, went through all seven stages",
                 done.key.unwrap_or_default(),
                 done.pushed.as_deref().unwrap_or("?")
             )
@@ -459,7 +459,7 @@ impl Scenario {
             None,
             None,
             format!(
-                "{why}. Instead, one worker step of every replica, each reading what it has not read yet: stepped {}",
+                "{why}. Instead, one worker step of every replica: stepped {}",
                 stepped.join("; ")
             ),
         ))

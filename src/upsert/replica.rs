@@ -526,6 +526,11 @@ impl Replica {
         });
     }
 
+    /// How far the feedback fed into the operator reaches (its persist upper).
+    pub fn persist_fed_upper(&self) -> Option<Timestamp> {
+        self.persist_fed.elements().first().copied()
+    }
+
     /// The shard's upper as the sink knows it.
     pub fn sink_upper(&self) -> Option<Timestamp> {
         self.sink.upper().elements().first().copied()

@@ -72,6 +72,10 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
   await page.getByTestId("u-value").fill("hello");
   await page.getByTestId("push-upsert").click();
   await waitForStatus(page, "ok", /pushed upsert: key 3 → "hello"/);
+  // The push confirms beside the Upserts box too (the status line is off screen there).
+  const pushSaid = page.getByTestId("push-said");
+  assert.match(await pushSaid.textContent(), /^✓ pushed upsert: key 3 → "hello"; Step replicas walks it through a replica$/);
+  assert.ok(await pushSaid.isVisible(), "the push's confirmation shows");
 
   const said = [];
   const u2Steps = [];
@@ -104,6 +108,16 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       const snap = await page.evaluate(() => window.__playground.state.latest().upsert.walk);
       if (snap.emptyRange) assert.match(await walk.textContent(), new RegExp(`The uppers read ${snap.ts} now: to get there the sink wrote an empty range \\(no updates\\)\\. An upper ${snap.ts} says every time before ${snap.ts} is complete; the upsert at t${snap.ts} is not in the shard until stage 5\\.`));
     }
+    if (stage === "shard") {
+      // The commit shows in the panel: the shard's new upper, past the upsert's time.
+      const { ts, upper } = await page.evaluate(() => {
+        const s = window.__playground.state.latest();
+        return { ts: s.upsert.walk.ts, upper: s.actors.find((a) => a.id === "U1").detail.sink.upper };
+      });
+      assert.ok(upper > ts, `the shard's upper ${upper} is past t${ts}`);
+      assert.match(await page.getByTestId("upsert-walk-shard").textContent(), new RegExp(`its upper is ${upper}, past t${ts}`));
+      assert.equal(await page.getByTestId("upsert-shard-upper").textContent(), `upper ${upper}`);
+    }
     if (stage === "partial emission") {
       await waitFor(page, (sel) => /◌\s*\(3, "hello"\)/.test(document.querySelector(sel)?.textContent ?? ""), "◌ hello in U1's state", U1_STATE);
     }
@@ -121,7 +135,7 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     await page.keyboard.press("j");
     await waitFor(page, (b) => window.__playground.state.latest().actors.find((x) => x.id === "U1").detail.worker_steps > b, `press ${n} stepped U1`, before);
     // It names the push that went through, not "push an upsert" as if none had been.
-    await waitForStatus(page, "ok", /^nothing new to walk: your push, key 3 = \(3, "hello"\), went through all seven stages \(✓ done in the Upserts panel\); push another upsert to walk it\. Instead, one worker step of every replica, each reading what it has not read yet: stepped U1: .*; U2: /s);
+    await waitForStatus(page, "ok", /^nothing new to walk: your push, key 3 = \(3, "hello"\), went through all seven stages\. Instead, one worker step of every replica: stepped U1: .*; U2: /s);
     await saidBesideButton(page, "feedback", n);
     assert.match(await page.getByTestId("upsert-walk-done").textContent(), /Step replicas \(j\) has nothing left to walk: each further press takes one worker step of every replica/);
     await shot(page, `feedback-stage-${n}`, "#panel-upsert");

@@ -138,6 +138,8 @@ test("a run replaced by a tour starts the log and the status line over; a share 
 
 /** What reads as code, not as a sentence: persist's reason names, frontier lists, a replica's internal name. */
 const CODE = /Upper\(|\[\d*\], writer|NotApplied|Backpressure|AlreadyCommitted|Expired\b|U\d#\d/;
+/** A raw persist handle id. */
+const RAW_ID = /\b[wr][0-9a-f]{24}\b/;
 /** A count of one with a plural noun. */
 const ONE_MANY = /(^|[^\d.,])1 (updates|rows|versions|blobs|rollups|actors|commands|checks|events|parts|msgs|snapshots|stash entries|writes)\b/;
 
@@ -193,5 +195,13 @@ test("every event reads as a sentence: no persist reason code, no raw handle id 
   assert.ok(taken.some((x) => /^U\d's /.test(x)), `a lost attempt names a replica: ${taken.slice(0, 5)}`);
   for (const x of taken) assert.doesNotMatch(x, /\b[wr][0-9a-f]{20,}\b/, x);
   assert.doesNotMatch(await page.locator("#consensus-view").textContent(), /\b[wr][0-9a-f]{20,}\b/);
+  // No raw handle id anywhere a learner reads (WALK3 B1): not in an event, not in any panel's
+  // text (processes, since holds, Blob keys, lost races), nor in the clock footer; the digest is labelled.
+  for (const d of details) assert.doesNotMatch(d.shown, RAW_ID, `an event with a raw id: ${d.shown}`);
+  const shown = await page.evaluate(() => `${document.querySelector(".panels").innerText}\n${document.getElementById("clock").innerText}`);
+  assert.match(shown, /W1's part pm\w+|in Blob/, "the Shard panel shows its parts");
+  const raw = shown.split("\n").filter((l) => RAW_ID.test(l));
+  assert.deepEqual(raw, [], "lines with a raw handle id");
+  assert.match(await page.locator("#clock").innerText(), /state digest [0-9a-f]{16}/);
   noErrors(page);
 });

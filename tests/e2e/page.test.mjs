@@ -46,8 +46,9 @@ test("a newcomer's first view: every panel with its caption, moving, legible at 
   await waitFor(page, () => document.querySelectorAll("#log-view li[data-seq]").length > 20, "events in the log");
   await waitFor(page, () => document.querySelector("#oracle-view [data-testid=durable-upper]")?.textContent !== "∅", "the oracle's durable upper");
   // Both stores at work (issue 16): small writes inline in the state, merges in Blob, whose parts
-  // the Shard panel names with their keys and sizes; its legend says what the marks mean.
-  await waitFor(page, () => /^\d+ parts? in Blob, newest: data\/\S+ \d/.test(document.querySelector("#shard-view [data-testid=blob-parts]")?.textContent ?? ""), "a Blob part named in the Shard panel");
+  // the Shard panel names by their writer and key ("W1's part pm11x0", the full key on hover) and
+  // sizes; its legend says what the marks mean.
+  await waitFor(page, () => /^\d+ parts? in Blob, newest: W\d's part pm\w+ \d/.test(document.querySelector("#shard-view [data-testid=blob-parts]")?.textContent ?? ""), "a Blob part named in the Shard panel");
   assert.doesNotMatch(await stat(page, "in Blob"), /^0 B$/);
   assert.match(await page.locator("[data-testid=shard-legend]").textContent(), /in Blob.*inline in the state.*rollup.*GC's point/s);
   assert.match(await page.locator("#frontiers-view").textContent(), /square-root scale.*the run's clock/s);

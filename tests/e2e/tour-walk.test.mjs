@@ -662,7 +662,7 @@ test("what the learner walk found missing is shown: signed to_write rows, read-o
   // durability 5: the since's holder, what a lease is and when it expires; no hidden controls.
   await open("durability", 5);
   const held = await page.getByTestId("since-held").innerText();
-  assert.match(held, /held by reader R1's old handle r[0-9a-f]+, from before its process restarted \(no heartbeat since\), lease \d+ s, last heartbeat .*(expires in|expired) [\d.]+ s/);
+  assert.match(held, /held by reader R1's old handle, from before its process restarted \(no heartbeat since\), lease \d+ s, last heartbeat .*(expires in|expired) [\d.]+ s/);
   assert.match(held, /a lease is a reader's hold on the since, renewed by each heartbeat/);
   assert.doesNotMatch(await page.getByTestId("tour-narration").innerText(), /every control on the left works from here/);
   noErrors(page);

@@ -10,6 +10,7 @@ import { markCited, renderCheck } from "./check.js"; // the check panel (issue 1
 import { renderProcesses } from "./processes.js";
 import { renderShard } from "./shard.js";
 import { renderRules } from "./rules.js";
+import { learnHandles } from "./names.js";
 import { esc, setHtml } from "./dom.js";
 import { findTimeDom } from "./timeline.js";
 import { fmtMs } from "../spec.js";
@@ -22,7 +23,7 @@ export function findDom(doc) {
     modeHint: $("mode-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"), oBurst: $("o-burst"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
-    upsertValue: $("u-value"), generator: $("u-generator"), undecodable: $("u-undecodable"), stepReplicas: $("step-replicas"), stepSaid: $("step-said"),
+    upsertValue: $("u-value"), generator: $("u-generator"), undecodable: $("u-undecodable"), stepReplicas: $("step-replicas"), stepSaid: $("step-said"), pushSaid: $("push-said"),
     stepReplicasHere: $("step-replicas-here"), stepSaidHere: $("step-said-here"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
     rules: $("rules-view"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
@@ -193,6 +194,7 @@ export function renderAll(dom, state, view, force = false) {
       (prof[name] ??= []).push(performance.now() - t);
     }
     : (_, f) => f();
+  learnHandles(snap);
   if (visible(dom.shard)) draw("shard", () => renderShard(dom.shard, snap, dom.shardPick.value, t0, shardWidth));
   if (visible(dom.writers)) draw("writers", () => renderWriters(dom.writers, snap, t0));
   renderVerify(dom.verifyView, snap, t0);
@@ -241,7 +243,7 @@ function syncFaultForm(dom, snap) {
 
 export function renderRunbar(dom, snap, view) {
   const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since the database was created`;
-  setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span data-testid="digest">${esc(view.digest)}</span>` : ""}`);
+  setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span title="a digest of the whole state: the same seed and the same clicks give the same digest">state digest <span data-testid="digest">${esc(view.digest)}</span></span>` : ""}`);
   dom.play.textContent = view.playing ? "❚❚ Pause" : "▶ Play";
   dom.play.setAttribute("aria-pressed", String(view.playing));
   const live = snap.mode === "live";

@@ -10,6 +10,24 @@
 
 import { OUTCOMES, colourOf, fmtMs } from "../spec.js";
 import { chip, esc, mark, setHtml } from "./dom.js";
+import { namedIds } from "./names.js";
+
+/** A count of rows: "1 row", "2 rows". */
+const rowsN = (n) => `${n} row${n === "1" ? "" : "s"}`;
+
+/**
+ * A write task's words (src/playground/actors/task.rs) as the page says them: its times in the
+ * page's format ("upper now 12.0 s", not 12000) and its to_write as a sentence ("to_write: add
+ * 1 row, retract 2 rows", not "+1 −2 rows").
+ */
+export function taskWords(text, t0 = 0) {
+  return String(text)
+    .replace(/\b(upper now|at upper|the shard is at|expected) (\d+)\b/g, (_, w, v) => `${w} ${fmtMs(Number(v), t0)}`)
+    .replace(/to_write \+(\d+) −(\d+) rows/, (_, a, r) => {
+      const parts = [a !== "0" ? `add ${rowsN(a)}` : "", r !== "0" ? `retract ${rowsN(r)}` : ""].filter(Boolean);
+      return `to_write: ${parts.join(", ") || "nothing"}`;
+    });
+}
 
 /** Rows the log shows. */
 export const LOG_ROWS = 60;
@@ -115,6 +133,15 @@ function rowsToShow(events, snap, eventsAfter) {
   return { rows, note: `${rows.length === 1 ? "the newest event" : `${rows.length} newest events`}${choice.actor ? ` of ${choice.actor}` : ""}${choice.kind ? ` of kind ${choice.kind}` : ""}` };
 }
 
+/** A replica's operator words (src/playground/actors/replica.rs) in a learner's. */
+function upsertWords(d) {
+  const mid = /^drain skipped: the feedback is mid-timestamp at (\d+)$/.exec(d);
+  if (mid) return `did not drain its stash: the feedback read back so far stops partway through time ${mid[1]} (the shard's upper is not past it yet), so some keys may hold only part of that time's updates; it drains once the rest arrives`;
+  const folded = /^folded 0 feedback updates into state; persist upper (.*)$/.exec(d);
+  if (folded) return `no new feedback to fold into state; the shard is read back up to ${folded[1]} (the persist upper moved, no rows changed)`;
+  return d;
+}
+
 /**
  * Persist's reasons for a command with nothing to commit come as the names its code gives them
  * ("Upper(shard [250], writer [0])", "SpineBackpressure"): each as a sentence. `cmd` is the
@@ -163,8 +190,11 @@ const SKIPPED = {
  * An event's detail as the log shows it: persist's coded reasons (above) as sentences, in a
  * command's "nothing to commit (…)" and a merge that was not applied.
  */
-export function plainDetail(e) {
-  const d = String(e.detail ?? "");
+export function plainDetail(e, t0 = 0) {
+  // A handle is its actor's (the row's chip names it), or named in words (names.js).
+  let d = namedIds(String(e.detail ?? "").replace(/ \(handle id [wr][0-9a-f]{24}\)/, ""));
+  if (e.component === "task") d = taskWords(d, t0);
+  if (e.component === "upsert") d = upsertWords(d);
   if (e.component !== "persist") return d;
   const skip = /^(.*?: (\w+) expected seqno .*?): nothing to commit \((.*)\)$/s.exec(d);
   if (skip) {
@@ -178,7 +208,7 @@ export function plainDetail(e) {
 
 function logRow(e, snap, t0) {
   const who = e.actor ? chip(e.actor, colourOf(snap, e.actor)) : e.process ? `<span class="muted">${esc(e.process)}</span>` : "";
-  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail">${esc(plainDetail(e))}</span></li>`;
+  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail">${esc(plainDetail(e, t0))}</span></li>`;
 }
 
 /** Keeps a filter <select>'s options equal to `values` (after its first, "all" option). */

@@ -2,6 +2,9 @@
 
 import { OUTCOMES, actorColour, colourOf, fmtFrontier, fmtMs } from "../spec.js";
 import { chip, count, esc, mark, setHtml } from "./dom.js";
+import { namedIds } from "./names.js";
+
+/** An acknowledged value as the check names it: "W1:w…#2 x3" → "W1's update #2, 3 copies". */
 
 /** A compare_and_set's outcome in a word, beside its mark in the summary. */
 const CAS_WORDS = { committed: "won", mismatch: "lost (seqno moved)", indeterminate: "timed out (unknown at the time)", retrying: "failed, retried", error: "failed" };
@@ -39,6 +42,8 @@ function lostWords(attempts) {
 }
 
 export function renderConsensus(el, snap, t0) {
+  // What took a seqno names its handle by its actor (names.js), never by a raw id.
+  snap = { ...snap, consensus: snap.consensus.map((c) => (c.takenBy ? { ...c, takenBy: namedIds(c.takenBy, snap) } : c)) };
   const rows = snap.consensus
     .slice(-16)
     .reverse()

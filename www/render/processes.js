@@ -5,6 +5,7 @@
 import { actorColour } from "../spec.js";
 import { chip, esc, setHtml } from "./dom.js";
 import { variantBadge } from "./rules.js";
+import { shortId } from "./names.js";
 
 function actorControls(a) {
   const s = a.spec;
@@ -73,11 +74,14 @@ export function renderProcesses(el, snap, rules) {
       .filter(Boolean)
       .map((a) => {
         const state = a.state === "running" ? "" : ` <span class="state s-${a.state}">${esc(a.state)}</span>`;
-        const handle = a.handleId ? ` <span class="muted small">handle id</span> <span class="mono handle" title="its persist handle id (w…: a writer, r…: a reader), registered in the shard's state; a restarted process gets a new one">${esc(a.handleId)}</span>` : "";
-        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc">${esc(describe(a, snap))}</span>${handle}${variantBadge(a, rules)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
+        // An oracle's "handle" is its epoch; a persist handle is named by its actor, its id on hover.
+        const oracle = a.spec.kind === "oracle";
+        const handle = a.handleId && oracle ? ` <span class="muted small handle">${esc(a.handleId.replace(/^oracle /, ""))}</span>` : "";
+        const title = a.handleId && !oracle ? ` title="its persist ${a.handleId[0] === "w" ? "writer" : "reader"} handle, id ${esc(shortId(a.handleId))}, registered in the shard's state; a restarted process gets a new one"` : "";
+        return `<li data-actor="${esc(a.id)}">${chip(a.id, actorColour(a.colour))} <span class="desc"${title}>${esc(describe(a, snap))}</span>${handle}${variantBadge(a, rules)}${state}<span class="actor-ctl">${actorControls(a)}</span></li>`;
       })
       .join("");
-    return `<div class="proc ${p.alive ? "alive" : "crashed"}" data-process="${pid}"><div class="proc-head"><b>${pid}</b> ${processState(p, byId)}${origin} <span class="muted mono" title="id seed">seed ${esc(p.seed.slice(0, 8))}…</span> ${button}</div><ul>${actors || `<li class="empty">no actors</li>`}</ul></div>`;
+    return `<div class="proc ${p.alive ? "alive" : "crashed"}" data-process="${pid}"><div class="proc-head"><b>${pid}</b> ${processState(p, byId)}${origin} <span class="muted mono seed" title="the seed of its persist ids (handle ids, Blob keys)">seed ${esc(p.seed)}</span> ${button}</div><ul>${actors || `<li class="empty">no actors</li>`}</ul></div>`;
   });
   setHtml(el, cards.join(""));
 }

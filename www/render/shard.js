@@ -3,6 +3,7 @@
 
 import { batchLabels, batchRects, fmtBytes, fmtFrontier, fmtMs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
 import { count, esc, setHtml, svgEl } from "./dom.js";
+import { blobKeyName, handleName, namedIds, shortId } from "./names.js";
 
 const H = 232;
 const LEFT = 70;
@@ -118,7 +119,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     parts.push(svgEl("rect", { x: px.toFixed(1), y: 196, width: w.toFixed(1), height: 22, class: p.key ? "part blob" : "part inline" }, `<title>${esc(p.key ?? "inline part")}: ${fmtBytes(p.bytes)}</title>`));
     px += w + 2;
   }
-  parts.push(blobPartsText(allParts, allParts.length ? px + 8 : LEFT, 211, W - RIGHT - px - 8));
+  parts.push(blobPartsText(allParts, allParts.length ? px + 8 : LEFT, 211, W - RIGHT - px - 8, snapshot));
   const svg = `<svg viewBox="0 0 ${W} ${H}" class="shard-svg" role="img" aria-label="batches of shard ${esc(shard.name)}">${parts.join("")}</svg>`;
 
   const stats = [
@@ -136,24 +137,24 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   const statHtml = stats
     .map(([k, v, title]) => `<span class="stat" data-stat="${k}"${title ? ` title="${esc(title)}"` : ""}><span class="k">${k}</span> <span class="v mono">${esc(v)}</span></span>`)
     .join("");
-  const maint = shard.maintenance.slice(-6).reverse();
+  const maint = gcRuns(shard.maintenance.slice(-24)).slice(-6).reverse();
   const maintHtml = maint.length
     ? maint
         .map((m) => {
           const what = m.kind === "merge"
             ? `merged [${fmtFrontier(m.lower, t0)}, ${fmtFrontier(m.upper, t0)}) → ${count(m.count, "update")}`
-            : m.kind === "truncate"
-              ? `GC truncated ${count(m.count, "version")} below seqno ${m.seqno}`
+            : m.kind === "gc run"
+              ? gcRunText(m)
               : m.kind.startsWith("sweep")
                 ? `sweep deleted ${swept(m.count, m.kind)}`
                 : `GC deleted ${count(m.count, `${m.kind.replace("gc ", "")} blob`)}`;
-          return `<li><span class="mono">${esc(fmtMs(m.atMs, t0))}</span> ${esc(what)}</li>`;
+          return `<li${m.kind === "gc run" ? ` title="${esc(GC_TICKET)}"` : ""}><span class="mono">${esc(fmtMs(m.atMs, t0))}</span> ${esc(what)}</li>`;
         })
         .join("")
     : `<li class="empty">no compaction or GC yet</li>`;
   const sw = shard.lastSweep;
   const sweepHtml = sw
-    ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${esc(swept(sw.count, sw.kind))}${sw.writers.length ? ` (${esc(sw.writers.join(", "))})` : ""}</p>`
+    ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${esc(swept(sw.count, sw.kind))}${sw.writers.length ? ` (${esc(namedIds(sw.writers.join(", "), snapshot))})` : ""}</p>`
     : "";
   const holdHtml = sinceHolds(shard, snapshot, t0, spansSince ? SPAN_NOTE : "");
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
@@ -161,6 +162,38 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     el,
     `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
   );
+}
+
+/** What a GC run's ticket is (it deleted one each run: a line of its own read as a bug). */
+const GC_TICKET = "A GC run first writes a ticket to Blob, the list of what it deletes, so that a run that stops midway is finished by the next; it deletes the ticket last.";
+
+/**
+ * The maintenance entries with each GC run's (its truncate, then its deletes of parts, rollups
+ * and its ticket) folded into one `gc run` entry: `{ kind: "gc run", atMs, seqno, versions, deleted: Map }`.
+ */
+function gcRuns(list) {
+  const out = [];
+  let run = null;
+  for (const m of list) {
+    if (m.kind === "truncate") {
+      run = { kind: "gc run", atMs: m.atMs, seqno: m.seqno, versions: m.count, deleted: new Map() };
+      out.push(run);
+    } else if (m.kind.startsWith("gc ") && run) {
+      const what = m.kind.slice(3);
+      run.deleted.set(what, (run.deleted.get(what) ?? 0) + m.count);
+      if (what === "ticket") run = null;
+    } else {
+      out.push(m);
+    }
+  }
+  return out;
+}
+
+/** A GC run in a line: "GC to seqno 97: 0 old versions removed; deleted 3 part blobs, 1 rollup blob (and its ticket)". */
+function gcRunText(r) {
+  const blobs = [...r.deleted].filter(([w]) => w !== "ticket").map(([w, n]) => count(n, `${w} blob`));
+  const ticket = r.deleted.has("ticket") ? " (and its ticket)" : "";
+  return `GC to seqno ${r.seqno}: ${count(r.versions, "old version")} removed${blobs.length ? `; deleted ${blobs.join(", ")}${ticket}` : ticket}`;
 }
 
 /** What a sweep deleted (its kind names them in the plural: "sweep: stale merge outputs"). */
@@ -187,19 +220,20 @@ function sinceHolds(shard, snapshot, t0, span = "") {
   const items = holds.map((h) => {
     // A handle no actor owns: in live mode another tab's; in seed mode one the scenario opened
     // for itself (the upsert checker's reader, a write task's re-sync reader).
-    const owner = snapshot.mode === "live" ? "another tab" : "not an actor's: a checker's or a re-sync's reader";
+    // Named in words, the id on hover (names.js).
+    const id = `<span class="hid" title="persist handle id ${esc(shortId(h.handle.id))}">`;
     // An actor restarted since it opened this handle: the holder is its old incarnation's.
     // (An upsert replica's handle id is its sink's writer, w…: its reader, r…, is no old one.)
     const current = snapshot.actors.find((a) => a.id === h.handle.actor)?.handleId;
     const who = !h.handle.actor
-      ? `${h.handle.id} (${owner})`
+      ? `${id}${esc(handleName(h.handle.id, snapshot).replace(/ reader$/, ""))}</span>`
       : current && current !== h.handle.id && current[0] === h.handle.id[0]
-        ? `${h.handle.actor}'s old handle ${h.handle.id}, from before its process restarted (no heartbeat since)`
-        : `${h.handle.actor} (${h.handle.id})`;
-    if (h.kind === "critical") return `critical reader ${esc(who)}, no lease: it holds the since until it moves it`;
+        ? `${id}${esc(h.handle.actor)}'s old handle</span>, from before its process restarted (no heartbeat since)`
+        : `${id}${esc(h.handle.actor)}</span>`;
+    if (h.kind === "critical") return `critical reader ${who}, no lease: it holds the since until it moves it`;
     const left = h.handle.expiresMs - now;
     const expiry = left > 0 ? `expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago`;
-    return `reader ${esc(who)}, lease ${(h.handle.leaseMs / 1000).toFixed(0)} s, last heartbeat ${esc(fmtMs(h.handle.heartbeatMs, t0))}, ${expiry} (at ${esc(fmtMs(h.handle.expiresMs, t0))})`;
+    return `reader ${who}, lease ${(h.handle.leaseMs / 1000).toFixed(0)} s, last heartbeat ${esc(fmtMs(h.handle.heartbeatMs, t0))}, ${expiry} (at ${esc(fmtMs(h.handle.expiresMs, t0))})`;
   });
   const leased = holds.some((h) => h.kind !== "critical");
   const lease = leased
@@ -213,18 +247,13 @@ const SPAN_NOTE = ` <span data-testid="since-span">· A batch across the since l
 
 /** The newest Blob parts, with their keys and sizes (what the shard keeps outside Consensus),
  * as a line of the drawing's parts row, right of the part blocks. */
-function blobPartsText(all, x, y, room) {
+function blobPartsText(all, x, y, room, snap) {
   const blob = all.filter((p) => p.key);
   if (!all.length) return svgEl("text", { x, y, class: "tick-label" }, "no parts: every batch is empty");
   if (!blob.length) return svgEl("text", { x, y, class: "tick-label", "data-testid": "blob-parts" }, "no part in Blob: each is small enough to be inline in the state");
   // About 6.3 px a character: as many of the newest keys as fit.
-  const shown = blob.slice(-2).reverse().map((p) => `${shortKey(p.key)} ${fmtBytes(p.bytes)}`).slice(0, room > 560 ? 2 : room > 330 ? 1 : 0);
+  const shown = blob.slice(-2).reverse().map((p) => `${blobKeyName(p.key, snap)} ${fmtBytes(p.bytes)}`).slice(0, room > 560 ? 2 : room > 330 ? 1 : 0);
   const all2 = blob.map((p) => `${p.key} ${fmtBytes(p.bytes)}`).join("\n");
   return svgEl("text", { x, y, class: "tick-label blob-parts", "data-testid": "blob-parts" },
     `${esc(`${blob.length} part${blob.length === 1 ? "" : "s"} in Blob${shown.length ? `, newest: ${shown.join(", ")}` : ""}`)}<title>${esc(all2)}</title>`);
-}
-
-/** A Blob key without its long ids in the middle (the whole key on hover). */
-function shortKey(key) {
-  return key.length > 34 ? `${key.slice(0, 16)}…${key.slice(-14)}` : key;
 }

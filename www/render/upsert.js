@@ -9,6 +9,15 @@ import { actorColour } from "../spec.js";
 const fmtT = (t) => (t === null || t === undefined ? "∅" : String(t));
 import { chip, esc, setHtml } from "./dom.js";
 
+/** The upsert shard's upper (a source time, as the panel shows times): the newest of the
+ * observed state's and what the replicas' sinks learned from their writes (the observer reads the
+ * state a moment later). */
+function shardUpper(snap) {
+  const ups = [snap.shards.find((s) => s.name === snap.upsert.shard)?.upper,
+    ...snap.actors.map((a) => (a.detail?.kind === "replica" ? a.detail.sink?.upper : null))].filter((u) => u != null);
+  return ups.length ? Math.max(...ups) : null;
+}
+
 /** Did replica `id` get feedback since the previous snapshot? */
 function fedSince(prev, id, now) {
   const before = prev?.actors.find((a) => a.id === id)?.detail?.counters?.fedBack ?? 0;
@@ -22,7 +31,7 @@ function diagram(snap, replicas, prev) {
   const midY = H / 2;
   const parts = [];
   parts.push(`<rect x="4" y="${midY - 18}" width="78" height="36" rx="5" class="up-box"/><text x="43" y="${midY - 2}" class="up-label" text-anchor="middle">source</text><text x="43" y="${midY + 12}" class="up-sub" text-anchor="middle">${snap.upsert.sourceMessages} msg${snap.upsert.sourceMessages === 1 ? "" : "s"}</text>`);
-  parts.push(`<rect x="${W - 92}" y="${midY - 18}" width="88" height="36" rx="5" class="up-box shard"/><text x="${W - 48}" y="${midY - 2}" class="up-label" text-anchor="middle">${snap.upsert.shard}</text><text x="${W - 48}" y="${midY + 12}" class="up-sub" text-anchor="middle">shard</text>`);
+  parts.push(`<rect x="${W - 92}" y="${midY - 18}" width="88" height="36" rx="5" class="up-box shard"/><text x="${W - 48}" y="${midY - 2}" class="up-label" text-anchor="middle">${snap.upsert.shard}</text><text x="${W - 48}" y="${midY + 12}" class="up-sub${snap.upsert.walk?.nextName === "feedback read" ? " walk-hit" : ""}" text-anchor="middle" data-testid="upsert-shard-upper">upper ${fmtT(shardUpper(snap))}</text>`);
   replicas.forEach((a, i) => {
     const y = 10 + i * rowH + rowH / 2;
     const c = actorColour(a.colour);
@@ -120,7 +129,7 @@ export function renderUpsert(el, snap, prev) {
     `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}${u.sourceMessages ? `. Messages are numbered #1, #2, ... by offset, their order in the source; t is the time of each` : ""}</p>` +
       undecodableLine(u) +
       check +
-      (u.walk ? walkLine(u.walk, replicas) : doneLine(u.walkDone, replicas)) +
+      (u.walk ? walkLine(u.walk, replicas, snap) : doneLine(u.walkDone, replicas)) +
       diagram(snap, replicas, prev) +
       replicas.map((a) => replicaCard(a, u.walk)).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
@@ -186,7 +195,7 @@ export function renderDifference(text) {
 const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedback read", "state"];
 
 /** The stage-by-stage walk of Step replicas (j), while one runs: the stages done and the next. */
-function walkLine(walk, replicas) {
+function walkLine(walk, replicas, snap) {
   if (!walk) return "";
   const held = replicas.map((a) => a.id).filter((id) => id !== walk.replica);
   const waiting = held.length ? ` ${held.join(", ")} ${held.length === 1 ? "waits" : "wait"} until the walk ends.` : "";
@@ -206,7 +215,11 @@ function walkLine(walk, replicas) {
   const emptyRange = walk.emptyRange && at >= 3 && at <= 4 && walk.ts !== null
     ? ` <span class="walk-note">The uppers read ${walk.ts} now: to get there the sink wrote an empty range (no updates). An upper ${walk.ts} says every time <i>before</i> ${walk.ts} is complete; the upsert at t${walk.ts} is not in the shard until stage 5.</span>`
     : "";
-  return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}.${along}${overtaken}${emptyRange} <span class="muted">Each press runs the scenario until that stage's write or read completes, so the clock may move by seconds.${esc(waiting)}</span></p>`;
+  // Stage 5 done: the shard holds the upsert, and its upper is past the upsert's time.
+  const committed = at >= 5 && walk.ts !== null
+    ? ` <span class="walk-note" data-testid="upsert-walk-shard">The shard ${esc(snap.upsert.shard)} holds it now: its upper is <b class="mono">${fmtT(shardUpper(snap))}</b>, past t${walk.ts} (the shard box below; the replica's “sink's upper”).</span>`
+    : "";
+  return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}.${along}${overtaken}${emptyRange}${committed} <span class="muted">Each press runs the scenario until that stage's write or read completes, so the clock may move by seconds.${esc(waiting)}</span></p>`;
 }
 
 /** The walk just finished: what it confirmed, and what the next press does. */

@@ -7,6 +7,7 @@
 
 import { OUTCOMES, actorColour, fmtFrontier, fmtMs, lagBar } from "../spec.js";
 import { chip, count, esc, mark, setHtml } from "./dom.js";
+import { taskWords } from "./log.js";
 
 const LAG_W = 70;
 /** Read-only is not an error: its own mark, drawn in CSS (two bars; Chromium's fonts have no
@@ -68,7 +69,7 @@ function statusOf(a, w, t0) {
     return `${READ_ONLY} read-only: ${a.detail.refused} command${a.detail.refused === 1 ? "" : "s"} kept in desired, not written`;
   }
   const range = (f) => `[${esc(fmtFrontier(f.lower, t0))}, ${esc(fmtFrontier(f.upper, t0))})`;
-  const lastText = last ? ` · last ${mark(last.outcome, OUTCOMES)} ${esc(last.detail)}` : "";
+  const lastText = last ? ` · last ${mark(last.outcome, OUTCOMES)} ${esc(taskWords(last.detail, t0))}` : "";
   if (w?.inFlight) {
     const f = w.inFlight;
     const now = f.retrying
@@ -76,7 +77,7 @@ function statusOf(a, w, t0) {
       : `<span class="busy">writing</span> ${f.updates} update${f.updates === 1 ? "" : "s"} at ${range(f)}`;
     return now + lastText;
   }
-  if (last) return `${mark(last.outcome, OUTCOMES)} ${esc(last.detail)}`;
+  if (last) return `${mark(last.outcome, OUTCOMES)} ${esc(taskWords(last.detail, t0))}`;
   return `<span class="muted">waiting</span>`;
 }
 

@@ -136,6 +136,10 @@ export function startTours(host, tours) {
     // first when it is taller than the window).
     const block = actor ? "center" : target.offsetHeight > window.innerHeight - 2 * VIEW_MARGIN_PX ? "start" : "nearest";
     target.scrollIntoView({ block, behavior: "instant" });
+    // Below its panel's sticky title (touring), never under it.
+    const title = target.closest(".panel")?.querySelector("h2")?.getBoundingClientRect();
+    const under = title ? title.bottom + 4 - target.getBoundingClientRect().top : 0;
+    if (actor && under > 0) window.scrollBy({ top: -under, behavior: "instant" });
     flash(target);
   }
 

@@ -55,8 +55,9 @@ impl Scenario {
                 let (n, upper) = r.borrow_mut().pull_feedback();
                 Ok(if done {
                     format!(
-                        "{}'s persist source read {n} updates back from the shard (listen, up to {}); they wait at the operator's persist input",
+                        "{}'s persist source read {} back from the shard (listen, up to {}); they wait at the operator's persist input",
                         walk.actor,
+                        plural(n, "update"),
                         crate::playground::log::fmt_frontier(upper)
                     )
                 } else {
@@ -207,7 +208,16 @@ impl Scenario {
                 }
             }
             // The persist upper must reach the time first: write the (empty) range up to it.
+            // Once the shard's upper is there, the operator needs another step, not a write (a
+            // write with nothing to write waited out two budgets: the clock jumped 6 s).
             let lower = r.borrow().sink_upper();
+            if lower.is_some_and(|u| u >= ts) {
+                // Its feedback may still be on the way: run until it reaches the time.
+                if r.borrow().persist_fed_upper().is_none_or(|u| u < ts) {
+                    self.run_until(|_| r.borrow_mut().pull_feedback().1 >= Some(ts))?;
+                }
+                continue;
+            }
             r.borrow_mut().set_manual(Manual::WriteOnce);
             self.run_until(|_| {
                 let rb = r.borrow();
