@@ -277,6 +277,28 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
                 plural(*responders, "command")
             )
         }
+        k @ (K::Ticked { .. }
+        | K::WriteAttempted { .. }
+        | K::Committed { .. }
+        | K::Mismatch { .. }
+        | K::Resynced { .. }
+        | K::AttemptTimedOut { .. }) => write_line(k),
+        K::ResyncFailed { reason } => format!("re-sync failed: {reason}"),
+        K::GaveUp {
+            attempts,
+            responders,
+        } => format!("gave up after {attempts} attempts; {responders} commands got an error"),
+        K::ShutDown { answered } => format!("shut down; {answered} queued commands answered"),
+        K::Ended { reason } => format!("ended: {reason}"),
+    }
+}
+
+/// [`task_line`]'s line for the kinds about the task's writes: ticks, attempts, their outcomes
+/// and re-syncs (`task_line` routes only those kinds here).
+fn write_line(kind: &WriteTaskEventKind) -> String {
+    use WriteTaskEventKind as K;
+    let f = fmt_frontier;
+    match kind {
         K::Ticked {
             current_upper,
             pending,
@@ -331,7 +353,6 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
             to_write.adds,
             to_write.retractions
         ),
-        K::ResyncFailed { reason } => format!("re-sync failed: {reason}"),
         K::AttemptTimedOut {
             expected_upper,
             after_ms,
@@ -339,12 +360,7 @@ fn task_line(e: &WriteTaskEvent, shard: &str) -> String {
             "the attempt at {} timed out after {after_ms} ms: it may have committed",
             f(*expected_upper)
         ),
-        K::GaveUp {
-            attempts,
-            responders,
-        } => format!("gave up after {attempts} attempts; {responders} commands got an error"),
-        K::ShutDown { answered } => format!("shut down; {answered} queued commands answered"),
-        K::Ended { reason } => format!("ended: {reason}"),
+        _ => String::new(),
     }
 }
 
