@@ -229,17 +229,7 @@ fn store_error_heals(e: &::object_store::Error) -> bool {
 
 /// `e` and its causes, joined (object_store's own message stops at "error sending request").
 fn error_chain(e: &::object_store::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
+    super::open_error::error_chain(e)
 }
 
 fn classify_open_error(url: String, e: ::object_store::Error) -> LocationError {

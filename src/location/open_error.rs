@@ -161,3 +161,19 @@ pub fn redact_url(url: &str) -> String {
     }
     out
 }
+
+/// `e`'s message followed by each of its causes not already in it, joined by ": " (a client's own
+/// message often stops at "error connecting to server" or "error sending request").
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

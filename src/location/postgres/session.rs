@@ -216,17 +216,7 @@ pub(super) fn pg_message(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!("{} (SQLSTATE {})", db.message(), db.code().code());
     }
-    let mut out = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
+    crate::location::open_error::error_chain(e)
 }
 
 /// Whether a failure may heal by itself, so that trying again later can succeed: the server is
