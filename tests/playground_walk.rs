@@ -241,8 +241,9 @@ fn the_partial_emission_does_not_run_the_clock_for_seconds() {
 /// and no press runs the clock long enough for a lease to run out.
 #[test]
 fn a_push_walked_from_any_pause_reaches_state_without_a_failure() {
-    for pause_at in [150, 560, 1_000, 2_500, 3_900] {
-        let mut s = Scenario::seeded(1);
+    let pauses = [150, 560, 1_000, 2_500, 3_900];
+    for (seed, pause_at) in [1, 2, 3].into_iter().flat_map(|s| pauses.map(|p| (s, p))) {
+        let mut s = Scenario::seeded(seed);
         for spec in persist_playground::playground::table::default_actors() {
             s.apply(Command::AddActor {
                 spec,
@@ -259,11 +260,11 @@ fn a_push_walked_from_any_pause_reaches_state_without_a_failure() {
             let before = s.now_ms();
             let m = match s.apply(Command::StepReplicas) {
                 Ok(a) => a.message,
-                Err(e) => panic!("press failed: {e}; paused at {pause_at}: {said:#?}"),
+                Err(e) => panic!("press failed: {e}; seed {seed}, paused at {pause_at}: {said:#?}"),
             };
             said.push((s.now_ms() - before, m));
         }
-        let log = format!("paused at {pause_at}: {said:#?}");
+        let log = format!("seed {seed}, paused at {pause_at}: {said:#?}");
         // Half a lease per press, and the whole walk within one lease: every reader's lease
         // stays alive (a held replica's listen heartbeats only when a batch arrives).
         for (ran, _) in &said {
