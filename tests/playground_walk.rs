@@ -8,7 +8,9 @@
 
 use persist_playground::playground::command::{ActorSpec, Command, ReplicaSpec};
 use persist_playground::playground::walk::PressView;
+use persist_playground::playground::walk::PRESS_BUDGET_MS;
 use persist_playground::playground::Scenario;
+use persist_playground::playground::PLAYGROUND_LEASE_MS;
 
 fn two_replicas(seed: u64) -> Scenario {
     let mut s = Scenario::seeded(seed);
@@ -230,5 +232,67 @@ fn the_partial_emission_does_not_run_the_clock_for_seconds() {
     assert!(*ran < 1_000, "stage 3 ran the clock {ran} ms: {third}");
     for (_, m) in &said {
         assert!(!m.contains(" 1 updates"), "{m}");
+    }
+}
+
+/// Free play as a learner meets it: the default actors, the generator on from the start, paused
+/// at some moment, the generator turned off, one push, then Step replicas until the walk is done.
+/// Whenever the learner pauses, the walk ends with the pushed value in state, no replica fails,
+/// and no press runs the clock long enough for a lease to run out.
+#[test]
+fn a_push_walked_from_any_pause_reaches_state_without_a_failure() {
+    let pauses = [150, 560, 1_000, 2_500, 3_900];
+    for (seed, pause_at) in [1, 2, 3].into_iter().flat_map(|s| pauses.map(|p| (s, p))) {
+        let mut s = Scenario::seeded(seed);
+        for spec in persist_playground::playground::table::default_actors() {
+            s.apply(Command::AddActor {
+                spec,
+                process: None,
+            })
+            .unwrap();
+        }
+        s.apply(Command::SetGenerator { on: true }).unwrap();
+        s.run_for(pause_at).unwrap();
+        s.apply(Command::SetGenerator { on: false }).unwrap();
+        push(&mut s, 1, "hello");
+        let mut said = Vec::new();
+        for _ in 0..7 {
+            let before = s.now_ms();
+            let m = match s.apply(Command::StepReplicas) {
+                Ok(a) => a.message,
+                Err(e) => panic!("press failed: {e}; seed {seed}, paused at {pause_at}: {said:#?}"),
+            };
+            said.push((s.now_ms() - before, m));
+        }
+        let log = format!("seed {seed}, paused at {pause_at}: {said:#?}");
+        // Half a lease per press, and the whole walk within one lease: every reader's lease
+        // stays alive (a held replica's listen heartbeats only when a batch arrives).
+        for (ran, _) in &said {
+            assert!(
+                *ran <= PRESS_BUDGET_MS,
+                "a press ran the clock {ran} ms; {log}"
+            );
+        }
+        let total: u64 = said.iter().map(|(ran, _)| ran).sum();
+        assert!(
+            total < PLAYGROUND_LEASE_MS,
+            "the walk ran the clock {total} ms; {log}"
+        );
+        assert!(said[6].1.starts_with("stage 7/7, state: "), "{log}");
+        let snap = s.snapshot();
+        let done = snap.upsert.as_ref().and_then(|u| u.walk_done.clone());
+        let done = done.unwrap_or_else(|| panic!("no finished walk; {log}"));
+        assert_eq!(done.key, Some(1), "{log}");
+        assert!(
+            done.value.as_deref().is_some_and(|v| v.contains("hello")),
+            "{done:?}; {log}"
+        );
+        let failed: Vec<_> = snap
+            .actors
+            .iter()
+            .filter(|a| a.error.is_some())
+            .map(|a| (a.id.clone(), a.error.clone()))
+            .collect();
+        assert!(failed.is_empty(), "failed actors {failed:?}; {log}");
     }
 }

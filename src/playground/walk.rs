@@ -41,8 +41,14 @@ use crate::upsert::types::{UpsertKey, UpsertValue};
 
 mod stages;
 
-/// Virtual time a stage may run the scenario for before it reports that it could not finish.
+/// Virtual time one wait of a stage may run the scenario for before it reports that it could
+/// not finish.
 const STAGE_BUDGET_MS: u64 = 3_000;
+
+/// Virtual time one press may run the scenario for in all: half a lease. A held replica's
+/// persist source heartbeats its reader only when a batch arrives, so a press that ran the clock
+/// a whole lease without a write let the readers expire (and the replicas fail).
+pub const PRESS_BUDGET_MS: u64 = super::PLAYGROUND_LEASE_MS / 2;
 
 /// The stages, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -111,6 +117,8 @@ pub(crate) struct Walk {
     along: Vec<Along>,
     overtaken_by: Option<u64>,
     empty_range: bool,
+    /// Until when (virtual time) the press now running may run the scenario.
+    press_deadline_ms: u64,
 }
 
 /// A message that goes through the stages with the walked one.
@@ -301,6 +309,7 @@ impl Scenario {
                 along: Vec::new(),
                 overtaken_by: None,
                 empty_range: false,
+                press_deadline_ms: 0,
             });
         }
         let Some(walk) = self.walk.clone() else {
@@ -313,8 +322,27 @@ impl Scenario {
                 walk.actor
             ));
         };
-        let text = self.run_stage(&walk, &replica)?;
+        let deadline = self.now_ms() + PRESS_BUDGET_MS;
+        if let Some(w) = &mut self.walk {
+            w.press_deadline_ms = deadline;
+        }
         let stage = walk.next;
+        let text = match self.run_stage(&walk, &replica)? {
+            Ok(text) => text,
+            Err(text) => {
+                // A stage that could not finish ends the walk: it says so, never a later stage.
+                self.end_walk();
+                return Ok(applied(
+                    Some(&walk.actor),
+                    None,
+                    format!(
+                        "stage {}/7, {}: {text}; the walk stops here, unfinished: the replicas run on their own again (push and press to walk again)",
+                        stage.number(),
+                        stage.name()
+                    ),
+                ));
+            }
+        };
         match stage.next() {
             Some(next) => {
                 if let Some(w) = &mut self.walk {
@@ -504,7 +532,8 @@ impl Scenario {
         let Mode::Seed(sim) = &self.mode else {
             return Ok(done(self));
         };
-        let deadline = sim.now_ms() + STAGE_BUDGET_MS;
+        let press = self.walk.as_ref().map_or(u64::MAX, |w| w.press_deadline_ms);
+        let deadline = (sim.now_ms() + STAGE_BUDGET_MS).min(press);
         while !done(self) {
             if sim.now_ms() >= deadline {
                 return Ok(false);

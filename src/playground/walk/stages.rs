@@ -26,7 +26,7 @@ impl Scenario {
         &mut self,
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
-    ) -> Result<String, CommandError> {
+    ) -> Result<Result<String, String>, CommandError> {
         let source = Rc::clone(&self.upsert_hub().source);
         match walk.next {
             super::Stage::Source => self.stage_source(walk, r, &source),
@@ -38,12 +38,12 @@ impl Scenario {
                 let done = self.run_until(|_| r.borrow().sink_upper().is_some_and(|u| u > ts))?;
                 let upper = r.borrow().sink_upper();
                 Ok(if done {
-                    format!(
+                    Ok(format!(
                         "the compare_and_append committed: the shard holds the upsert, its upper is {}",
                         crate::playground::log::fmt_frontier(upper)
-                    )
+                    ))
                 } else {
-                    "the write has not committed yet".into()
+                    Err("the write has not committed yet".into())
                 })
             }
             super::Stage::Feedback => {
@@ -54,14 +54,14 @@ impl Scenario {
                 })?;
                 let (n, upper) = r.borrow_mut().pull_feedback();
                 Ok(if done {
-                    format!(
+                    Ok(format!(
                         "{}'s persist source read {} back from the shard (listen, up to {}); they wait at the operator's persist input",
                         walk.actor,
                         plural(n, "update"),
                         crate::playground::log::fmt_frontier(upper)
-                    )
+                    ))
                 } else {
-                    "the persist source has not read the write back yet".into()
+                    Err("the persist source has not read the write back yet".into())
                 })
             }
             super::Stage::State => {
@@ -69,11 +69,11 @@ impl Scenario {
                 let fed = rb.feed();
                 rb.step_worker();
                 let key = walk.message.map_or(0, |m| m.1);
-                Ok(format!(
+                Ok(Ok(format!(
                     "{} folded {} into its state: key {key} now holds what the shard holds, no longer provisional",
                     walk.actor,
                     plural(fed, "feedback update")
-                ))
+                )))
             }
         }
     }
@@ -85,7 +85,7 @@ impl Scenario {
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
         source: &Rc<RefCell<SourceLog>>,
-    ) -> Result<String, CommandError> {
+    ) -> Result<Result<String, String>, CommandError> {
         let by_hand = !walk.pushes.is_empty();
         let arrived = if by_hand {
             self.run_until(|_| walk.locate(&source.borrow()).1.is_some())?
@@ -104,7 +104,7 @@ impl Scenario {
             src.messages().last().cloned()
         };
         let Some(m) = m.filter(|_| arrived) else {
-            return Ok("the upsert did not reach the source log in time".into());
+            return Ok(Err("the upsert did not reach the source log in time".into()));
         };
         let unread = r.borrow().unread_offsets(&src);
         let along: Vec<Along> = src
@@ -123,7 +123,7 @@ impl Scenario {
             .map(|o| o.offset)
             .max();
         drop(src);
-        let text = source_text(walk, &m, &along, overtaken_by);
+        let text = Ok(source_text(walk, &m, &along, overtaken_by));
         if let Some(w) = &mut self.walk {
             w.message = Some((m.offset, m.key, m.ts));
             w.value = Some(render_value(&m.value));
@@ -139,12 +139,28 @@ impl Scenario {
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
         source: &Rc<RefCell<SourceLog>>,
-    ) -> String {
+    ) -> Result<String, String> {
         let Some((offset, key, ts)) = walk.message else {
-            return "nothing to stash: the upsert never reached the source log".into();
+            return Err("nothing to stash: the upsert never reached the source log".into());
         };
         let mut rb = r.borrow_mut();
         rb.feed();
+        // Earlier unread messages first (the generator's, before it was turned off): the input
+        // frontier may not pass their times before they are read (the replica would fail).
+        let mut read = 0;
+        for _ in 0..MAX_READS {
+            let src = source.borrow();
+            let behind = rb
+                .unread_offsets(&src)
+                .iter()
+                .any(|o| src.messages().iter().any(|m| m.offset == *o && m.ts < ts));
+            if !behind || rb.halted().is_some() {
+                break;
+            }
+            read += rb.read_source_capped(&src, ts, ts);
+            drop(src);
+            rb.step_worker_once();
+        }
         // The input frontier first, then the data at it: it arrives exactly at the frontier.
         rb.advance_source_to(ts);
         for _ in 0..8 {
@@ -159,7 +175,6 @@ impl Scenario {
         }
         // Read (nothing after the message's time) until the message is in the stash.
         let from = offset.to_string();
-        let mut read = 0;
         let mut stash = Vec::new();
         for _ in 0..MAX_READS {
             read += rb.read_source_capped(&source.borrow(), ts + 1, ts);
@@ -179,71 +194,103 @@ impl Scenario {
                 plural(stash.len() as u64, "entry")
             )
         } else {
-            format!("key {key} (offset {offset}) is not in the stash")
+            let why = rb
+                .halted()
+                .map_or(String::new(), |h| format!(" ({} failed: {h})", walk.actor));
+            format!("key {key} (offset {offset}) is not in the stash{why}")
         };
-        format!(
+        let text = format!(
             "{} read {} with its input frontier held at {ts}; {where_}",
             walk.actor,
             plural(read, "message")
-        )
+        );
+        if there {
+            Ok(text)
+        } else {
+            Err(text)
+        }
     }
 
+    /// Stage 3. The operator drains at `ts` only once its persist upper is `ts` (the state is
+    /// complete before it). Earlier stash entries (a generator burst it read) hold its output,
+    /// hence the sink, below `ts`; each round here folds the feedback in, steps the worker until
+    /// quiet, and then either waits for the feedback to reach the shard's upper as the sink knows
+    /// it, or lets the sink write the range it has complete (the earlier entries, or an empty
+    /// range up to `ts`). SUBTLE: the driver is let write only when the sink has a range: a
+    /// write-once with nothing to write, or a wait for feedback the operator already took, ran
+    /// the clock out (8 budgets, 24 s: the readers' leases expired).
     fn stage_provisional(
         &mut self,
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
-    ) -> Result<String, CommandError> {
+    ) -> Result<Result<String, String>, CommandError> {
         let Some((_, key, ts)) = walk.message else {
-            return Ok("nothing to emit".into());
+            return Ok(Err("nothing to emit".into()));
         };
         let before = r.borrow().counters().provisional_written;
-        let mut caught_up = false;
-        for _ in 0..6 {
+        let made = || r.borrow().counters().provisional_written > before;
+        let (mut wrote, mut with_updates) = (false, 0u64);
+        for _ in 0..MAX_READS {
             {
                 let mut rb = r.borrow_mut();
                 rb.feed();
-                rb.step_worker_once();
-                if rb.counters().provisional_written > before {
-                    break;
-                }
+                rb.step_worker();
             }
-            // The persist upper must reach the time first: write the (empty) range up to it.
-            // Once the shard's upper is there, the operator needs another step, not a write (a
-            // write with nothing to write waited out two budgets: the clock jumped 6 s).
+            if made() || r.borrow().halted().is_some() {
+                break;
+            }
             let lower = r.borrow().sink_upper();
-            if lower.is_some_and(|u| u >= ts) {
-                // Its feedback may still be on the way: run until it reaches the time.
-                if r.borrow().persist_fed_upper().is_none_or(|u| u < ts) {
-                    self.run_until(|_| r.borrow_mut().pull_feedback().1 >= Some(ts))?;
-                }
-                continue;
+            let fed = |r: &Rc<RefCell<Replica>>| {
+                let mut rb = r.borrow_mut();
+                rb.pull_feedback().1.max(rb.persist_fed_upper())
+            };
+            let next = r.borrow_mut().next_write();
+            let ok = if fed(r) < lower {
+                // The shard is ahead of the operator's persist input: its feedback is on the way.
+                self.run_until(|_| fed(r) >= lower)?
+            } else if let Some(w) = next {
+                with_updates += w.updates.len() as u64;
+                r.borrow_mut().set_manual(Manual::WriteOnce);
+                let ok = self.run_until(|_| {
+                    let rb = r.borrow();
+                    rb.manual() == Manual::Hold && rb.sink_upper() != lower
+                })?;
+                wrote |= ok;
+                ok
+            } else {
+                // Nothing to write and the feedback is in: only newer feedback can move it.
+                let at = fed(r);
+                self.run_until(|_| fed(r) > at)?
+            };
+            if !ok {
+                break;
             }
-            r.borrow_mut().set_manual(Manual::WriteOnce);
-            self.run_until(|_| {
-                let rb = r.borrow();
-                rb.manual() == Manual::Hold && rb.sink_upper() != lower
-            })?;
-            let upper = r.borrow().sink_upper();
-            self.run_until(|_| r.borrow_mut().pull_feedback().1 >= upper)?;
-            caught_up = true;
         }
-        let made = r.borrow().counters().provisional_written > before;
         if let Some(w) = &mut self.walk {
-            w.empty_range = caught_up;
+            w.empty_range = wrote && with_updates == 0;
         }
-        let how = if caught_up {
+        let how = if !wrote {
+            String::new()
+        } else if with_updates == 0 {
             format!(
                 " (its sink first wrote an empty range, no updates, to move the shard's upper to \
                  {ts}: the uppers now read {ts}, and an upper {ts} means every time before {ts} \
                  is complete, not {ts} itself; the upsert at {ts} is not in the shard yet)"
             )
         } else {
-            String::new()
+            format!(
+                " (its sink first wrote the earlier messages it had read, {}, to move the \
+                 shard's upper to {ts}; the upsert at {ts} is not in the shard yet)",
+                plural(with_updates, "update")
+            )
         };
-        Ok(if made {
-            format!("{} drained at its input frontier {ts}{how}: key {key} is in its state as a provisional value ◌, not yet in the shard", walk.actor)
+        Ok(if made() {
+            Ok(format!("{} drained at its input frontier {ts}{how}: key {key} is in its state as a provisional value ◌, not yet in the shard", walk.actor))
         } else {
-            format!("{} made no partial emission at {ts}{how}", walk.actor)
+            Err(format!(
+                "{} made no partial emission at {ts}{how}",
+                walk.actor
+            ))
         })
     }
 
@@ -252,7 +299,7 @@ impl Scenario {
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
         source: &Rc<RefCell<SourceLog>>,
-    ) -> Result<String, CommandError> {
+    ) -> Result<Result<String, String>, CommandError> {
         let ts = walk.message.map_or(0, |m| m.2);
         let write = {
             let mut rb = r.borrow_mut();
@@ -280,21 +327,21 @@ impl Scenario {
             write
         };
         let Some(w) = write else {
-            return Ok("the sink has nothing complete to write yet".into());
+            return Ok(Err("the sink has nothing complete to write yet".into()));
         };
         r.borrow_mut().set_manual(Manual::WriteOnce);
         self.run_until(|_| r.borrow().manual() == Manual::Hold)?;
         let f = |a: &timely::progress::Antichain<u64>| {
             crate::playground::log::fmt_frontier(a.elements().first().copied())
         };
-        Ok(format!(
+        Ok(Ok(format!(
             "the input frontier moved past {ts}; {}'s sink sent compare_and_append of {} at [{}, {}), expecting the shard's upper {}",
             walk.actor,
             plural(w.updates.len() as u64, "update"),
             f(&w.lower),
             f(&w.upper),
             f(&w.lower)
-        ))
+        )))
     }
 }
 
