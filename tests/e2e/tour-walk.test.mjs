@@ -334,6 +334,73 @@ async function pressChip(page, id) {
   return true;
 }
 
+/**
+ * Presses every "Look at" chip of the card in turn, each from where the step settled (window
+ * scrolled to `settleY`), and returns what went wrong: after each press the card's Back and Next
+ * buttons must be inside the window, and the chip's target (the element it flashes) in view: an
+ * actor's row or card wholly (below its panel's sticky title; or filling the window, if it is
+ * taller), a panel with its title and min(its height, MIN_VISIBLE_PX) of it. An actor chip whose
+ * actor already had a row or card wholly in view must not scroll at all (issue 16 finding A:
+ * write-task 4, oracle-restart 2, rule-upsert-feedback 2 centred a row already in view and pushed
+ * Next off the bottom of the window).
+ */
+async function pressEveryChip(page, where, settleY) {
+  const failures = [];
+  const chips = page.locator("[data-testid=tour-card] button.look");
+  const n = await chips.count();
+  for (let i = 0; i < n; i++) {
+    const before = await page.evaluate(([k, y]) => {
+      window.scrollTo({ top: y, behavior: "instant" });
+      document.querySelectorAll(".flash").forEach((el) => el.classList.remove("flash"));
+      const chip = document.querySelectorAll("[data-testid=tour-card] button.look")[k];
+      const actor = chip.dataset.actor ?? null;
+      const vh = window.innerHeight;
+      const wholly = (el) => {
+        const r = el.getBoundingClientRect();
+        const title = el.closest(".panel")?.querySelector("h2")?.getBoundingClientRect();
+        const top = Math.max(0, title ? title.bottom : 0);
+        return r.height > 0 && r.top >= top - 1 && r.bottom <= vh + 1;
+      };
+      const sel = actor && `[data-actor="${CSS.escape(actor)}"]`;
+      const rows = actor ? [...document.querySelectorAll(`.panels ${sel}`)].filter((el) => el.getClientRects().length && !el.parentElement.closest(sel)) : [];
+      return { actor, label: actor ?? chip.dataset.panel, y: window.scrollY, shown: rows.some(wholly) };
+    }, [i, settleY]);
+    await chips.nth(i).click();
+    const after = await page.evaluate(() => {
+      const vh = window.innerHeight;
+      const inside = (el) => {
+        const r = el?.getBoundingClientRect();
+        return Boolean(r) && r.height > 0 && r.top >= 0 && r.bottom <= vh;
+      };
+      const target = document.querySelector(".panels .flash");
+      let seen = false;
+      if (target?.classList.contains("panel")) {
+        const r = target.getBoundingClientRect();
+        const visible = Math.max(0, Math.min(r.bottom, vh) - Math.max(r.top, 0));
+        seen = inside(target.querySelector("h2")) && visible >= Math.min(r.height, 200) - 1;
+      } else if (target) {
+        const r = target.getBoundingClientRect();
+        const title = target.closest(".panel")?.querySelector("h2")?.getBoundingClientRect();
+        const top = Math.max(0, title ? title.bottom : 0);
+        seen = r.height > 0 && ((r.top >= top - 1 && r.bottom <= vh + 1) || (r.top <= top + 1 && r.bottom >= vh - 1));
+      }
+      return {
+        y: window.scrollY,
+        buttons: inside(document.querySelector("[data-testid=tour-back]")) && inside(document.querySelector("[data-testid=tour-next]")),
+        target: target ? `${target.tagName.toLowerCase()}${target.id ? `#${target.id}` : ""}` : null,
+        seen,
+      };
+    });
+    const chip = `${where}: the chip ${before.label}`;
+    if (!after.buttons) failures.push(`${chip} scrolls the tour card's Back/Next buttons off the window`);
+    if (!after.target) failures.push(`${chip} flashes nothing on the panels`);
+    else if (!after.seen) failures.push(`${chip} leaves its target (${after.target}) not in view`);
+    if (before.actor && before.shown && after.y !== before.y) failures.push(`${chip} scrolls by ${after.y - before.y} px though ${before.actor} was wholly in view`);
+  }
+  await page.evaluate((y) => window.scrollTo({ top: y, behavior: "instant" }), settleY);
+  return failures;
+}
+
 /** Walks one settled step; returns the failures (strings) and whether it showed all at once. */
 async function walkStep(page, tour, index, prevSnap, seenPrev) {
   const step = tour.steps[index];
@@ -341,6 +408,7 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   const failures = [];
   const panels = namedPanels(step.highlight);
   const snap = await latest(page);
+  const settleY = await page.evaluate(() => window.scrollY);
   const m = await measure(page, panels);
   const actors = namedActors(step, snap);
   const actorsAtSettle = [];
@@ -415,6 +483,8 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
       failures.push(`${where}: the narration's {{${q.path}}} = ${JSON.stringify(q.value)} is in no named panel's visible text (${panels.join(", ") || "none named"})${q.prev ? ", nor was it at the previous step" : ""}`);
     }
   }
+  // Every chip, pressed from where the step settled: the card's buttons stay, the target shows.
+  failures.push(...(await pressEveryChip(page, where, settleY)));
   // What the next step will quote from this one: is it visible here?
   const shownNow = new Set();
   const next = tour.steps[index + 1];

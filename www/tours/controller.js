@@ -118,7 +118,56 @@ export function startTours(host, tours) {
     if (extra > 0 && row.getBoundingClientRect().top - extra >= h2.bottom) window.scrollBy({ top: extra, behavior: "instant" });
   }
 
-  /** A "Look at" chip: shows its shard, scrolls its panel or actor into view, and flashes it. */
+  /**
+   * The top of the part of the window where `el` shows: below its panel's title, which sticks at
+   * the top of the window during a tour.
+   */
+  function topOf(el) {
+    const title = el.closest(".panel")?.querySelector("h2")?.getBoundingClientRect();
+    return Math.max(0, title ? title.bottom : 0);
+  }
+
+  /** True if `el` is wholly in the window, below its panel's sticky title. */
+  function whollyShown(el) {
+    const r = el.getBoundingClientRect();
+    return r.height > 0 && r.top >= topOf(el) - 1 && r.bottom <= window.innerHeight + 1;
+  }
+
+  /**
+   * Scrolls the window by as little as shows `el` wholly below its panel's sticky title (its top
+   * first, if it is taller than that).
+   */
+  function scrollToShow(el) {
+    for (let pass = 0; pass < 2 && !whollyShown(el); pass++) {
+      const r = el.getBoundingClientRect();
+      const top = topOf(el) + VIEW_MARGIN_PX / 2;
+      const below = r.bottom - (window.innerHeight - VIEW_MARGIN_PX);
+      // Down until its bottom is in (never its top under the title), else up until its top is.
+      const by = below > 0 ? Math.min(below, r.top - top) : r.top - top;
+      if (Math.abs(by) < 1) return;
+      window.scrollBy({ top: by, behavior: "instant" });
+    }
+  }
+
+  /**
+   * Keeps the tour card's Back and Next buttons in the window. The card is sticky: above the top
+   * of the panels (the page scrolled up to its header) it sits lower, and its foot can leave the
+   * window; scrolling down by as much as it is out brings it back.
+   */
+  function keepCardButtons() {
+    const nav = els.card.querySelector(".tour-nav")?.getBoundingClientRect();
+    if (!nav || nav.height === 0) return;
+    const out = nav.bottom - (window.innerHeight - VIEW_MARGIN_PX);
+    if (out > 0) window.scrollBy({ top: out, behavior: "instant" });
+    else if (nav.top < VIEW_MARGIN_PX) window.scrollBy({ top: nav.top - VIEW_MARGIN_PX, behavior: "instant" });
+  }
+
+  /**
+   * A "Look at" chip: shows its shard, brings its panel or actor into view, and flashes it. An
+   * actor's row or card (in the step's panels first, in their order) that is already wholly in
+   * view is only flashed; else the window scrolls as little as shows it. Either way the tour card's
+   * buttons stay in the window.
+   */
   function look(chipEl) {
     const { panel, shard, actor } = chipEl.dataset;
     if (shard && host.dom.shardPick.value !== shard && [...host.dom.shardPick.options].some((o) => o.value === shard)) {
@@ -127,19 +176,26 @@ export function startTours(host, tours) {
     }
     let target = panel ? doc.getElementById(panel) : null;
     if (actor) {
-      const all = [...doc.querySelectorAll(`.panels [data-actor="${CSS.escape(actor)}"]`)].filter((el) => el.getClientRects().length);
-      const named = new Set(at.tour ? namedPanels(at.tour.steps[at.step - 1].highlight) : []);
-      target = all.find((el) => named.has(el.closest(".panel")?.id)) ?? all[0] ?? null;
+      // Its rows and cards: elements carrying it not inside another that does (a row's buttons).
+      const sel = `[data-actor="${CSS.escape(actor)}"]`;
+      const named = at.tour ? namedPanels(at.tour.steps[at.step - 1].highlight) : [];
+      const rank = (el) => {
+        const i = named.indexOf(el.closest(".panel")?.id);
+        return i < 0 ? named.length : i;
+      };
+      const all = [...doc.querySelectorAll(`.panels ${sel}`)]
+        .filter((el) => el.getClientRects().length && !el.parentElement.closest(sel))
+        .sort((a, b) => rank(a) - rank(b));
+      target = all.find(whollyShown) ?? all[0] ?? null;
     }
     if (!target) return;
-    // An actor's row goes to the middle of the window; a panel as little as it must (its top
-    // first when it is taller than the window).
-    const block = actor ? "center" : target.offsetHeight > window.innerHeight - 2 * VIEW_MARGIN_PX ? "start" : "nearest";
-    target.scrollIntoView({ block, behavior: "instant" });
-    // Below its panel's sticky title (touring), never under it.
-    const title = target.closest(".panel")?.querySelector("h2")?.getBoundingClientRect();
-    const under = title ? title.bottom + 4 - target.getBoundingClientRect().top : 0;
-    if (actor && under > 0) window.scrollBy({ top: -under, behavior: "instant" });
+    if (actor) scrollToShow(target);
+    else {
+      // A panel as little as it must (its top first when it is taller than the window).
+      const block = target.offsetHeight > window.innerHeight - 2 * VIEW_MARGIN_PX ? "start" : "nearest";
+      target.scrollIntoView({ block, behavior: "instant" });
+    }
+    keepCardButtons();
     flash(target);
   }
 
