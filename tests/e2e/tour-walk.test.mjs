@@ -322,7 +322,7 @@ async function pressActorChip(page, id) {
 
 /** Opens tour `id` at `step` without animation and waits until it settles. */
 async function openStep(page, id, step) {
-  await page.goto(server.url(`${tourSearch(id, step)}&animate=0`));
+  await page.goto(server.url(`${tourSearch(tours.find((t) => t.id === id), step)}&animate=0`));
   await settled(page, id, step);
 }
 
@@ -554,7 +554,7 @@ for (const [ti, tour] of tours.entries()) {
     const page = await walkPage(t);
     const next = () => (useKeys ? page.keyboard.press("ArrowRight") : page.getByTestId("tour-next").click());
     const back = () => (useKeys ? page.keyboard.press("ArrowLeft") : page.getByTestId("tour-back").click());
-    await page.goto(server.url(`${tourSearch(tour.id, 1)}${animate}`));
+    await page.goto(server.url(`${tourSearch(tour, 1)}${animate}`));
     const failures = [];
     const digests = [];
     let prevSnap = null;
@@ -562,7 +562,7 @@ for (const [ti, tour] of tours.entries()) {
     for (let i = 0; i < tour.steps.length; i++) {
       if (i > 0) await next();
       await settled(page, tour.id, i + 1);
-      assert.equal(new URL(page.url()).search, tourSearch(tour.id, i + 1), "the URL names the step");
+      assert.equal(new URL(page.url()).search, tourSearch(tour, i + 1), "the URL names the step");
       // The learner reads the card: the step must hold still meanwhile (paused, the same clock
       // and last event after the page's next frames and after the walk).
       const clock = () => page.evaluate(() => {
@@ -598,7 +598,7 @@ for (const [ti, tour] of tours.entries()) {
         // Back rebuilds the previous step from the seed: the same state as before, then Next again.
         await back();
         await settled(page, tour.id, 1);
-        assert.equal(new URL(page.url()).search, tourSearch(tour.id, 1), "Back: the URL names step 1");
+        assert.equal(new URL(page.url()).search, tourSearch(tour, 1), "Back: the URL names step 1");
         assert.equal(await digest(page), digests[0], "Back reaches step 1's state again");
         await next();
         await settled(page, tour.id, 2);
@@ -623,7 +623,7 @@ for (const [ti, tour] of tours.entries()) {
 
     // The last step's URL in a fresh browser context rebuilds the same state.
     const fresh = await walkPage(t);
-    await fresh.goto(server.url(tourSearch(tour.id, tour.steps.length) + animate));
+    await fresh.goto(server.url(tourSearch(tour, tour.steps.length) + animate));
     await settled(fresh, tour.id, tour.steps.length);
     assert.equal(await digest(fresh), digests.at(-1), "the step's URL reaches the same digest in a fresh context");
     noErrors(fresh);

@@ -2,7 +2,8 @@
 // picker, tour links and the browser's back button; leaving a tour mid-way leaves a scenario that
 // plays on. No console error anywhere. Every step's own assertions (title, narration, links, the
 // step's `expect`, its digest, Back once per tour, Finish, the last step's URL in a fresh
-// context) are made in the one walk of tests/e2e/tour-walk.test.mjs.
+// context) are made in the one walk of tests/e2e/tour-walk.test.mjs. A link made before a tour's
+// steps were renumbered (a tour's `renumbered`, engine.js stepOf) opens the step it meant.
 //
 // Run: node --test tests/e2e/tours.test.mjs     (needs pkg/: bash scripts/build.sh)
 
@@ -11,7 +12,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT, launch, latest, newPage, noErrors, serveForTests, shot, tourSettled, waitFor } from "./helpers.mjs";
-import { checkTour, tourSearch } from "../../www/tours/engine.js";
+import { checkTour, stepOf, tourParams, tourSearch } from "../../www/tours/engine.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
 const tours = JSON.parse(readFileSync(join(TOURS_DIR, "index.json"), "utf8")).tours.map((id) =>
@@ -119,4 +120,41 @@ test("leaving a tour mid-way keeps the scenario and plays on; a manual command l
   await waitFor(p3, () => document.getElementById("tour-card").hidden && /added W2/.test(document.getElementById("status").textContent), "w to leave the tour and add W2");
   assert.match(new URL(p3.url()).search, /step=4&free=1/, "left at step 4");
   for (const p of [p2, p3]) noErrors(p);
+});
+
+test("a link made before a tour's steps were renumbered opens the step it meant; a link made after, its own", { timeout: 90_000 }, async (t) => {
+  const tour = tours.find((x) => x.id === "rule-idempotency-token");
+  // Its step 2 was split in two: the old steps 3 and 4 are 4 and 5 now; 1 and 2 stay.
+  const old = (step) => tourParams(`?tour=${tour.id}&step=${step}`);
+  assert.deepEqual([1, 2, 3, 4].map((n) => stepOf(tour, old(n).step, old(n).numbering)), [1, 2, 4, 5]);
+  // The tour's own links say which numbering they follow, so they open the step they name.
+  for (let n = 1; n <= tour.steps.length; n++) {
+    const p = tourParams(tourSearch(tour, n));
+    assert.equal(stepOf(tour, p.step, p.numbering), n, `the link ${tourSearch(tour, n)}`);
+  }
+  // A tour never renumbered keeps its links as they were.
+  for (const other of tours.filter((x) => !x.renumbered)) assert.equal(tourSearch(other, 2), tourSearch(other.id, 2));
+  // Every tour's maps lead to steps it has, and a malformed map is refused.
+  for (const x of tours) {
+    for (const r of x.renumbered ?? []) for (const from of Object.keys(r.steps)) assert.ok(stepOf(x, Number(from)) <= x.steps.length, `${x.id}: old step ${from}`);
+  }
+  assert.throws(() => checkTour({ ...tour, renumbered: [{ why: "x", steps: { 3: "four" } }] }), /renumbered\[0\]/);
+  assert.throws(() => checkTour({ ...tour, renumbered: { 3: 4 } }), /renumbered must be a list/);
+
+  // On the page: the old links open steps 4 and 5, and the URL becomes the step's link.
+  const ctx = await launch(t);
+  for (const [oldStep, step] of [[3, 4], [4, 5], [2, 2]]) {
+    const page = await open(ctx, `?tour=${tour.id}&step=${oldStep}&autoplay=0&animate=0`);
+    await settled(page, tour.id, step);
+    assert.equal(await page.getByTestId("tour-title").textContent(), tour.steps[step - 1].title, `old step ${oldStep}`);
+    assert.equal(new URL(page.url()).search, tourSearch(tour, step), `old step ${oldStep}: the URL names the step it opened`);
+    assert.equal(await page.locator("[data-testid=tour-card] .tour-foot a").getAttribute("href"), tourSearch(tour, step), "the card's link to this step");
+    noErrors(page);
+    await page.close();
+  }
+  // A link of today's numbering opens its own step 3 (the Check panel), not step 4.
+  const now = await open(ctx, `${tourSearch(tour, 3)}&animate=0`);
+  await settled(now, tour.id, 3);
+  assert.equal(await now.getByTestId("tour-title").textContent(), tour.steps[2].title);
+  noErrors(now);
 });

@@ -26,7 +26,7 @@ export function renderPicker(el, tours, shown) {
   } catch {
     // storage unavailable: start unfolded
   }
-  const item = (t, i) => `<li><a href="${esc(tourSearch(t.id, 1))}" data-tour="${esc(t.id)}" title="${esc(t.blurb ?? "")}"><span class="n">${i + 1}</span> ${esc(t.title.replace(/^broken rule: /, ""))}</a></li>`;
+  const item = (t, i) => `<li><a href="${esc(tourSearch(t, 1))}" data-tour="${esc(t.id)}" title="${esc(t.blurb ?? "")}"><span class="n">${i + 1}</span> ${esc(t.title.replace(/^broken rule: /, ""))}</a></li>`;
   const learn = tours.filter((t) => t.group !== "rules");
   const rules = tours.filter((t) => t.group === "rules");
   const row = (label, list, from) => (list.length ? `<div class="tour-row"><span class="tour-row-label">${label}</span><ol class="tour-list" start="${from + 1}">${list.map((t, i) => item(t, from + i)).join("")}</ol></div>` : "");
@@ -79,7 +79,7 @@ export function renderTourCard(el, at) {
   const n = tour.steps.length;
   const last = index === n - 1;
   const dots = tour.steps
-    .map((s, i) => `<a href="${esc(tourSearch(tour.id, i + 1))}" class="dot${i === index ? " here" : ""}${i < index ? " done" : ""}" data-tour-action="goto" data-step="${i + 1}" title="${esc(`${i + 1}. ${s.title}`)}">${i + 1}</a>`)
+    .map((s, i) => `<a href="${esc(tourSearch(tour, i + 1))}" class="dot${i === index ? " here" : ""}${i < index ? " done" : ""}" data-tour-action="goto" data-step="${i + 1}" title="${esc(`${i + 1}. ${s.title}`)}">${i + 1}</a>`)
     .join("");
   const warn = failed.length
     ? `<p class="tour-warn small" data-testid="tour-warn">This step should show more than it does (the engine changed?): ${esc(failed.map((f) => f.text).join("; "))}</p>`
@@ -96,7 +96,7 @@ export function renderTourCard(el, at) {
       `<span class="tour-count mono">${index + 1} / ${n}</span>` +
       `<button class="primary" data-tour-action="next" data-testid="tour-next" title="${last ? "Finish the tour and play on" : "Next step (→)"}">${last ? "Finish ✓" : "Next →"}</button></div>` +
       `<nav class="tour-dots" aria-label="Steps">${dots}</nav>` +
-      `<p class="tour-foot small"><button data-tour-action="leave" data-testid="tour-leave">Leave the tour and play from here</button> <a href="${esc(tourSearch(tour.id, index + 1))}" class="muted">link to this step</a> <span class="muted">· ← → step, Esc leaves</span></p>` +
+      `<p class="tour-foot small"><button data-tour-action="leave" data-testid="tour-leave">Leave the tour and play from here</button> <a href="${esc(tourSearch(tour, index + 1))}" class="muted">link to this step</a> <span class="muted">· ← → step, Esc leaves</span></p>` +
       warn +
       `</div>`,
   );

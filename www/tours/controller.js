@@ -286,7 +286,7 @@ export function startTours(host, tours) {
           host.pull();
         }
       }
-      setUrl(tourSearch(tour.id, k), push);
+      setUrl(tourSearch(tour, k), push);
       runStep(k - 1, !animate);
     } catch (err) {
       fail(err);
@@ -301,7 +301,7 @@ export function startTours(host, tours) {
       return;
     }
     try {
-      setUrl(tourSearch(at.tour.id, at.step + 1), true);
+      setUrl(tourSearch(at.tour, at.step + 1), true);
       runStep(at.step, false);
     } catch (err) {
       fail(err);
@@ -320,7 +320,7 @@ export function startTours(host, tours) {
     const { tour, step } = at;
     at.tour = null;
     at.step = 0;
-    setUrl(tourSearch(tour.id, step, true), false);
+    setUrl(tourSearch(tour, step, true), false);
     draw();
     host.redraw();
     host.report({
@@ -374,7 +374,15 @@ export function startTours(host, tours) {
   window.addEventListener("popstate", () => {
     const p = tourParams(window.location.search);
     const tour = p && byId(p.id);
-    if (tour && !p.free) open(tour, p.step);
+    if (tour && !p.free) {
+      let step = p.step;
+      try {
+        step = stepOf(tour, p.step, p.numbering);
+      } catch {
+        // a step name the tour cannot resolve: open() says it has no such step
+      }
+      open(tour, step);
+    }
     else if (at.tour) window.location.reload(); // back past the tour: the page that was there
   });
 
@@ -385,7 +393,7 @@ export function startTours(host, tours) {
     else {
       let step = null;
       try {
-        step = stepOf(tour, wanted.step);
+        step = stepOf(tour, wanted.step, wanted.numbering);
       } catch (err) {
         fail(err);
       }

@@ -37,8 +37,10 @@
 export const CHUNK_MS = 50;
 
 /**
- * `?tour=ID&step=N[&free=1][&animate=0]`: which tour and step the URL opens (or null); `free`:
- * with the tour closed; `animate=0`: each step's run shows at once instead of over a second.
+ * `?tour=ID&step=N[&numbering=K][&free=1][&animate=0]`: which tour and step the URL opens (or
+ * null); `numbering`: how many of the tour's renumberings the link already follows (see stepOf;
+ * none if absent: a link made before them); `free`: with the tour closed; `animate=0`: each step's
+ * run shows at once instead of over a second.
  *
  * An old broken-rule preset link, `?preset=RULE&rule=off|on`, opens the rule's tour
  * (`rule-RULE`): its broken step (`step: "broken"`, the last before the tour starts over) with
@@ -54,16 +56,28 @@ export function tourParams(search) {
   if (!p.get("tour")) return { id, step: p.get("rule") === "on" ? "intact" : "broken", free: false, animate };
   const raw = p.get("step") ?? "1";
   const step = /^\d{1,3}$/.test(raw) ? Number(raw) : NaN;
-  return { id, step, free: p.get("free") === "1", animate };
+  const numbering = /^\d{1,3}$/.test(p.get("numbering") ?? "") ? Number(p.get("numbering")) : 0;
+  return { id, step, numbering, free: p.get("free") === "1", animate };
 }
 
 /**
- * The 1-based step `step` names in `tour`: a number as it is; "broken", the last step before the
- * first `reset` (a broken-rule tour's run without the rule); "intact", the last step (the same
- * run with it). Throws on a name the tour cannot resolve (a tour that never starts over).
+ * The 1-based step `step` names in `tour`: a number as a link that follows the tour's first
+ * `numbering` renumberings meant it; "broken", the last step before the first `reset` (a
+ * broken-rule tour's run without the rule); "intact", the last step (the same run with it).
+ * Throws on a name the tour cannot resolve (a tour that never starts over).
+ *
+ * A tour whose steps were split, merged or moved keeps old links working with `renumbered`: a
+ * list, oldest first, of `{ why, steps: { "OLD": NEW, ... } }`, one per change, each mapping the
+ * numbers that change from the numbering before it to the one after (a number it does not list
+ * stays). A link carries how many it follows (`numbering=K`, which tourSearch writes), so an old
+ * link goes through the later maps and a new one through none.
  */
-export function stepOf(tour, step) {
-  if (typeof step === "number") return step;
+export function stepOf(tour, step, numbering = 0) {
+  if (typeof step === "number") {
+    let n = step;
+    for (const r of (tour.renumbered ?? []).slice(numbering)) n = r.steps[String(n)] ?? n;
+    return n;
+  }
   const reset = tour.steps.findIndex((s, i) => i > 0 && s.reset);
   if (reset < 0) throw new Error(`tour ${JSON.stringify(tour.id)} has no ${step} step: it never starts over with the rule on`);
   if (step === "broken") return reset;
@@ -71,9 +85,14 @@ export function stepOf(tour, step) {
   throw new Error(`tour ${JSON.stringify(tour.id)} has no step ${JSON.stringify(step)}`);
 }
 
-/** The URL search of a tour step. */
-export function tourSearch(id, step, free = false) {
-  const p = new URLSearchParams({ tour: id, step: String(step) });
+/**
+ * The URL search of a tour step. `tour` is the tour (its link says which numbering of its steps
+ * it follows, if it was ever renumbered: see stepOf) or, for a tour never renumbered, its id.
+ */
+export function tourSearch(tour, step, free = false) {
+  const p = new URLSearchParams({ tour: typeof tour === "string" ? tour : tour.id, step: String(step) });
+  const numbering = typeof tour === "string" ? 0 : (tour.renumbered ?? []).length;
+  if (numbering) p.set("numbering", String(numbering));
   if (free) p.set("free", "1");
   p.set("autoplay", "0");
   return `?${p}`;
@@ -106,6 +125,12 @@ export function checkTour(tour) {
     if (!Number.isInteger(s.runMs ?? 0) || (s.runMs ?? 0) < 0 || s.runMs > 60_000) throw new Error(`${at}: runMs must be 0 to 60000`);
     for (const e of s.expect ?? []) if (e.prev && i === 0) throw new Error(`${at}: the first step has no previous step`);
   });
+  if ("renumbered" in tour && !Array.isArray(tour.renumbered)) throw new Error(`${where}: renumbered must be a list`);
+  for (const [k, r] of (tour.renumbered ?? []).entries()) {
+    const map = Object.entries(r?.steps ?? {});
+    const ok = map.length > 0 && map.every(([from, to]) => /^[1-9]\d{0,2}$/.test(from) && Number.isInteger(to) && to >= 1);
+    if (!ok || typeof r.why !== "string" || !r.why) throw new Error(`${where}: renumbered[${k}] needs a why and steps mapping old step numbers to new ones`);
+  }
   return tour;
 }
 
