@@ -10,6 +10,12 @@
 //     else its chip brings it there, the card staying
 //     on screen (an actor the narration names and the step does not highlight has no chip, so it
 //     must be in view at settle);
+//   - the step's first actor highlight (its focus) shows wholly: its row or card in the first of
+//     the step's panels that has one (below the panel's sticky title);
+//   - the step's other panels that are on screen show their figure (an svg image: the Shard
+//     panel's batches, the Frontiers lines) from its top, wholly or at least MIN_FIGURE_PX of it;
+//   - every "Look at" chip, pressed from where the step settled, keeps the card's Back and Next
+//     buttons in the window and shows its target; an actor already wholly in view scrolls nothing;
 //   - every value the narration fills in from the snapshot (`{{path}}`) is visible text of a
 //     named panel: inside the window and inside every scrolling box around it, at settle (before
 //     any chip is pressed: the card quotes it as the learner reads it). A `{{prev:path}}` value (the previous step's)
@@ -312,6 +318,62 @@ function actorInView(page, id) {
   }, id);
 }
 
+/**
+ * Whether the step's first actor highlight (its focus) shows wholly at settle: one of its rows or
+ * cards (an element carrying it, not inside another that does) in the first of the step's named
+ * panels that has one, inside the window below that panel's sticky title, or filling the window
+ * if it is taller. Returns what is wrong, or null (also for a step with no actor, or none on its
+ * panels).
+ */
+function focusShown(page, step) {
+  const actor = (step.highlight ?? []).find((h) => /^[A-Z]\d+$/.test(h));
+  if (!actor) return null;
+  return page.evaluate(([id, panels]) => {
+    const vh = window.innerHeight;
+    const sel = `[data-actor="${CSS.escape(id)}"]`;
+    for (const pid of panels) {
+      const rows = [...document.getElementById(pid).querySelectorAll(sel)].filter((el) => el.getClientRects().length && !el.parentElement.closest(sel));
+      if (!rows.length) continue;
+      const top = Math.max(0, document.getElementById(pid).querySelector("h2").getBoundingClientRect().bottom);
+      const ok = rows.some((el) => {
+        const r = el.getBoundingClientRect();
+        return (r.top >= top - 1 && r.bottom <= vh + 1) || (r.top <= top + 1 && r.bottom >= vh - 1);
+      });
+      const r = rows[0].getBoundingClientRect();
+      return ok ? null : `its focus ${id} (its first actor) is not wholly in view in ${pid} at settle (at ${Math.round(r.top)}..${Math.round(r.bottom)} px, the window showing ${Math.round(top)}..${vh})`;
+    }
+    return null;
+  }, [actor, namedPanels(step.highlight)]);
+}
+
+/**
+ * How much of a figure of a step's panel must show from its top, if it is taller: the Shard
+ * panel's batch rows and time axis are its first ~125 px (its seqno and part rows below them may
+ * be cut); a figure this short or shorter, the Frontiers panel's lines (190 px), shows wholly.
+ */
+const MIN_FIGURE_PX = 150;
+
+/**
+ * The named panels `ids` whose title is in the window but whose figure (their first drawing, an
+ * svg image at least 40 px tall) does not show its top and min(its height, MIN_FIGURE_PX) of it
+ * in the window, said as failures.
+ */
+function figuresCut(page, ids) {
+  return page.evaluate(([list, min]) => {
+    const vh = window.innerHeight;
+    const out = [];
+    for (const id of list) {
+      const panel = document.getElementById(id);
+      const t = panel.querySelector("h2").getBoundingClientRect();
+      const fig = [...panel.querySelectorAll("svg[role=img]")].find((el) => el.getBoundingClientRect().height >= 40);
+      if (!fig || t.top < 0 || t.bottom > vh) continue;
+      const r = fig.getBoundingClientRect();
+      if (r.top < 0 || Math.min(r.bottom, vh) - r.top < Math.min(r.height, min) - 1) out.push(`the figure of ${id} (svg.${fig.getAttribute("class")}) is cut by the window at settle (at ${Math.round(r.top)}..${Math.round(r.bottom)} px of ${vh})`);
+    }
+    return out;
+  }, [ids, MIN_FIGURE_PX]);
+}
+
 /** Presses the step's chip for actor `id`; false if it has none. */
 async function pressActorChip(page, id) {
   const chip = page.locator(`[data-testid=tour-card] button.look-actor[data-actor="${id}"]`).first();
@@ -442,6 +504,14 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   for (const phrase of quotedPhrases(step, snap, prevSnap)) {
     if ((await phraseOnScreen(page, phrase)) === "hidden") failures.push(`${where}: the narration quotes “${phrase}”, which is panel text, but not on screen at settle`);
   }
+  // The step's focus, its first actor highlight, shows wholly at settle: its row or card in the
+  // first of the step's panels that has one (upsert-feedback 5 and rule-upsert-feedback 2 left
+  // U2's card below the fold, under U1's).
+  const focus = await focusShown(page, step);
+  if (focus) failures.push(`${where}: ${focus}`);
+  // The step's other panels that are on screen show their figure wholly (upper-since 5 cut the
+  // Frontiers panel's lines at the bottom of the window, write-task 6 the Shard panel's batches).
+  for (const cut of await figuresCut(page, panels.slice(1))) failures.push(`${where}: ${cut}`);
   if (!m.card) failures.push(`${where}: the tour card is not wholly on screen`);
   if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
   const atOnce = m.card && panels.every((id) => inView(m.panels[id])) && actorsAtSettle.every(Boolean);

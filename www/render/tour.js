@@ -105,7 +105,8 @@ export function renderTourCard(el, at) {
 /**
  * Outlines the highlighted panels and actors (ids as in the snapshot: W1, T2, ...) and, during a
  * tour, puts the named panels first in the panel grid, in the step's order, so that they sit
- * together beside the tour card (the other panels follow in their usual order). `hidden`: the
+ * together beside the tour card (the other panels follow in their usual order), and the named
+ * actors' replica cards first among the cards of the Upsert pipeline panel. `hidden`: the
  * panels the tour never uses, hidden while it is open.
  */
 export function renderHighlights(styleEl, highlight, hidden = []) {
@@ -114,12 +115,12 @@ export function renderHighlights(styleEl, highlight, hidden = []) {
     rules.push(`.layout.touring #${CSS.escape(id)} { order: ${i - 20}; }`);
     rules.push(`#${CSS.escape(id)} { outline: 3px solid var(--accent); outline-offset: 1px; }`);
   });
-  for (const h of highlight ?? []) {
-    if (/^[A-Z]\d+$/.test(h)) {
-      const a = `[data-actor="${h}"]`;
-      rules.push(`.panels tbody${a} td, .panels tr${a} > td, .panels li${a}, .panels .up-replica${a} { background: #fff3c4; }`);
-    }
-  }
+  (highlight ?? []).filter((h) => /^[A-Z]\d+$/.test(h)).forEach((h, i) => {
+    const a = `[data-actor="${h}"]`;
+    rules.push(`.panels tbody${a} td, .panels tr${a} > td, .panels li${a}, .panels .up-replica${a} { background: #fff3c4; }`);
+    // Its replica card first among the cards (style.css: the others follow, order 10).
+    rules.push(`.layout.touring #upsert-view > .up-replica${a} { order: ${i + 1}; }`);
+  });
   const text = rules.join("\n");
   if (styleEl.textContent !== text) styleEl.textContent = text;
 }

@@ -12,6 +12,12 @@ import { PICKER_KEY, flash, namedPanels, renderHighlights, renderPicker, renderT
 const MAX_FRAMES_PER_STEP = 80;
 /** Where a step's first panel settles: this far below the top of the window. */
 const VIEW_MARGIN_PX = 8;
+/**
+ * For this many frames after a step settles, it settles into view again while the window stays
+ * where it put it: a panel the step moved draws again at its new width a frame or two later
+ * (www/render/index.js), and its figure's height changes with it.
+ */
+const RESETTLE_FRAMES = 8;
 
 /** Fetches index.json and every tour it lists (checked: a malformed tour is an Error naming it). */
 export async function loadTours() {
@@ -90,7 +96,8 @@ export function startTours(host, tours) {
   /**
    * Brings the step's panels into view: they sit first in the panel grid during a tour (see
    * renderHighlights), so the top of the first one goes to the top of the window; the tour card
-   * is sticky beside them and stays on screen.
+   * is sticky beside them and stays on screen. Then the step's focus actor (see focusOn), then the
+   * figures of its other panels (see figuresIntoView).
    */
   function settleIntoView(step) {
     const id = namedPanels(step.highlight)[0];
@@ -98,8 +105,15 @@ export function startTours(host, tours) {
     if (!panel) return;
     const top = panel.getBoundingClientRect().top;
     if (Math.abs(top - VIEW_MARGIN_PX) > 1) window.scrollTo({ top: window.scrollY + top - VIEW_MARGIN_PX, behavior: "instant" });
-    // A step whose first highlight is an actor is about that actor's row or card in the first
-    // panel: scroll on until it is wholly in the window (the panel's top going up, if need be).
+    focusOn(step, panel);
+    figuresIntoView(step);
+  }
+
+  /**
+   * A step whose first highlight is an actor is about that actor's row or card in the first
+   * panel: scroll on until it is wholly in the window (the panel's top going up, if need be).
+   */
+  function focusOn(step, panel) {
     const first = step.highlight?.[0];
     if (!first || !/^[A-Z]\d+$/.test(first)) return;
     const row = [...panel.querySelectorAll(`[data-actor="${CSS.escape(first)}"]`)].find((el) => el.getClientRects().length);
@@ -116,6 +130,60 @@ export function startTours(host, tours) {
     const cut = blocks.map((el) => el.getBoundingClientRect()).find((b) => b.top < h2.bottom - 1 && b.bottom > h2.bottom + 1);
     const extra = cut ? cut.bottom - h2.bottom : 0;
     if (extra > 0 && row.getBoundingClientRect().top - extra >= h2.bottom) window.scrollBy({ top: extra, behavior: "instant" });
+  }
+
+  /**
+   * The step's other panels, below the first, show their figure (the Shard panel's batches, the
+   * Frontiers panel's lines) wholly: the window scrolls on by as much as the lowest one is cut at
+   * the bottom, if its panel's title is in the window, but never so far that the first panel's
+   * figure or its table's column heads, or the step's first actor's row or card, wholly in view
+   * until then, goes under a panel's sticky title.
+   */
+  function figuresIntoView(step) {
+    const vh = window.innerHeight;
+    const [first, ...others] = namedPanels(step.highlight).map((id) => doc.getElementById(id)).filter(Boolean);
+    let need = 0;
+    for (const p of others) {
+      const fig = figureOf(p);
+      const title = p.querySelector("h2")?.getBoundingClientRect();
+      if (fig && title && title.top >= 0 && title.bottom <= vh) need = Math.max(need, fig.getBoundingClientRect().bottom - (vh - VIEW_MARGIN_PX));
+    }
+    if (need <= 0) return;
+    const keep = [figureOf(first), first.querySelector("thead"), focusRow(step)].filter((el) => el && whollyShown(el));
+    // Once scrolled, the title of the keeper's panel sticks at the top: the keeper must stay below it.
+    const room = Math.min(Infinity, ...keep.map((el) => el.getBoundingClientRect().top - (el.closest(".panel")?.querySelector("h2")?.offsetHeight ?? 0) - VIEW_MARGIN_PX));
+    const by = Math.floor(Math.min(need, room));
+    if (by > 0) window.scrollBy({ top: by, behavior: "instant" });
+  }
+
+  /** Settles `step` into view again each frame, RESETTLE_FRAMES times, unless the learner moved on. */
+  function resettle(step) {
+    let y = window.scrollY;
+    let left = RESETTLE_FRAMES;
+    const tick = () => {
+      if (!at.tour || at.run || at.tour.steps[at.step - 1] !== step || window.scrollY !== y || left-- <= 0) return;
+      settleIntoView(step);
+      y = window.scrollY;
+      requestAnimationFrame(tick);
+    };
+    requestAnimationFrame(tick);
+  }
+
+  /** A panel's figure: its first drawing (an svg image) taller than a line, or null. */
+  function figureOf(panel) {
+    return [...(panel?.querySelectorAll("svg[role=img]") ?? [])].find((el) => el.getBoundingClientRect().height >= 40) ?? null;
+  }
+
+  /** The row or card of the step's first actor highlight in the first of its panels that shows one. */
+  function focusRow(step) {
+    const actor = (step.highlight ?? []).find((h) => /^[A-Z]\d+$/.test(h));
+    if (!actor) return null;
+    const sel = `[data-actor="${CSS.escape(actor)}"]`;
+    for (const id of namedPanels(step.highlight)) {
+      const row = [...(doc.getElementById(id)?.querySelectorAll(sel) ?? [])].find((el) => el.getClientRects().length && !el.parentElement.closest(sel));
+      if (row) return row;
+    }
+    return null;
   }
 
   /**
@@ -258,6 +326,7 @@ export function startTours(host, tours) {
     redrawStep();
     draw();
     settleIntoView(at.tour.steps[at.step - 1]);
+    resettle(at.tour.steps[at.step - 1]);
     host.report({ kind: at.note ? "error" : "ok", text: `tour "${at.tour.title}": step ${at.step} of ${at.tour.steps.length}${at.note}` });
     at.note = "";
   }
