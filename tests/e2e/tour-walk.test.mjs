@@ -953,8 +953,9 @@ test("what the third learner walk found is shown: the badge a step names, U2 bes
     assert.deepEqual(spill, [], `rule-upsert-feedback ${step}: replica labels spill over their boxes`);
   }
 
-  // upsert-feedback 6: U2's card wholly on screen, the Upsert pipeline title too (it sticks).
-  await open("upsert-feedback", 6);
+  // upsert-feedback 7 (Provisional values; 6 before step 5 was split): U2's card wholly on
+  // screen, the Upsert pipeline title too (it sticks).
+  await open("upsert-feedback", 7);
   assert.ok(await inWindow('#panel-upsert .up-replica[data-actor="U2"]'), "U2's card is on screen");
   assert.ok(await inWindow("#panel-upsert h2"), "the Upsert pipeline title is on screen");
 

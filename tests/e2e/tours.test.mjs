@@ -127,6 +127,9 @@ test("a link made before a tour's steps were renumbered opens the step it meant;
   // Its step 2 was split in two: the old steps 3 and 4 are 4 and 5 now; 1 and 2 stay.
   const old = (step) => tourParams(`?tour=${tour.id}&step=${step}`);
   assert.deepEqual([1, 2, 3, 4].map((n) => stepOf(tour, old(n).step, old(n).numbering)), [1, 2, 4, 5]);
+  // upsert-feedback's step 5 was split in two too: its old 6 and 7 are 7 and 8.
+  const uf = tours.find((x) => x.id === "upsert-feedback");
+  assert.deepEqual([5, 6, 7].map((n) => stepOf(uf, n)), [5, 7, 8]);
   // The tour's own links say which numbering they follow, so they open the step they name.
   for (let n = 1; n <= tour.steps.length; n++) {
     const p = tourParams(tourSearch(tour, n));
