@@ -402,16 +402,17 @@ async function pressChip(page, id) {
  * buttons must be inside the window, and the chip's target (the element it flashes) in view: an
  * actor's row or card wholly (below its panel's sticky title; or filling the window, if it is
  * taller), a panel with its title and min(its height, MIN_VISIBLE_PX) of it. An actor chip whose
- * actor already had a row or card wholly in view must not scroll at all (issue 16 finding A:
+ * actor already had a row or card wholly in view (in the step's named `panels`, if they show it;
+ * else anywhere on the panels) must not scroll at all (issue 16 finding A:
  * write-task 4, oracle-restart 2, rule-upsert-feedback 2 centred a row already in view and pushed
  * Next off the bottom of the window).
  */
-async function pressEveryChip(page, where, settleY) {
+async function pressEveryChip(page, where, settleY, panels) {
   const failures = [];
   const chips = page.locator("[data-testid=tour-card] button.look");
   const n = await chips.count();
   for (let i = 0; i < n; i++) {
-    const before = await page.evaluate(([k, y]) => {
+    const before = await page.evaluate(([k, y, named]) => {
       window.scrollTo({ top: y, behavior: "instant" });
       document.querySelectorAll(".flash").forEach((el) => el.classList.remove("flash"));
       const chip = document.querySelectorAll("[data-testid=tour-card] button.look")[k];
@@ -424,9 +425,11 @@ async function pressEveryChip(page, where, settleY) {
         return r.height > 0 && r.top >= top - 1 && r.bottom <= vh + 1;
       };
       const sel = actor && `[data-actor="${CSS.escape(actor)}"]`;
-      const rows = actor ? [...document.querySelectorAll(`.panels ${sel}`)].filter((el) => el.getClientRects().length && !el.parentElement.closest(sel)) : [];
-      return { actor, label: actor ?? chip.dataset.panel, y: window.scrollY, shown: rows.some(wholly) };
-    }, [i, settleY]);
+      const all = actor ? [...document.querySelectorAll(`.panels ${sel}`)].filter((el) => el.getClientRects().length && !el.parentElement.closest(sel)) : [];
+      // Its rows and cards in the step's panels, if they show it there, else anywhere.
+      const inNamed = all.filter((el) => named.includes(el.closest(".panel")?.id));
+      return { actor, label: actor ?? chip.dataset.panel, y: window.scrollY, shown: (inNamed.length ? inNamed : all).some(wholly) };
+    }, [i, settleY, panels]);
     await chips.nth(i).click();
     const after = await page.evaluate(() => {
       const vh = window.innerHeight;
@@ -554,7 +557,7 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
     }
   }
   // Every chip, pressed from where the step settled: the card's buttons stay, the target shows.
-  failures.push(...(await pressEveryChip(page, where, settleY)));
+  failures.push(...(await pressEveryChip(page, where, settleY, panels)));
   // What the next step will quote from this one: is it visible here?
   const shownNow = new Set();
   const next = tour.steps[index + 1];

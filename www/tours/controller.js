@@ -232,9 +232,9 @@ export function startTours(host, tours) {
 
   /**
    * A "Look at" chip: shows its shard, brings its panel or actor into view, and flashes it. An
-   * actor's row or card (in the step's panels first, in their order) that is already wholly in
-   * view is only flashed; else the window scrolls as little as shows it. Either way the tour card's
-   * buttons stay in the window.
+   * actor's row or card (in the step's panels, in their order, if they show it; else anywhere on
+   * the panels) that is already wholly in view is only flashed; else the window scrolls as little
+   * as shows the first of them. Either way the tour card's buttons stay in the window.
    */
   function look(chipEl) {
     const { panel, shard, actor } = chipEl.dataset;
@@ -254,7 +254,10 @@ export function startTours(host, tours) {
       const all = [...doc.querySelectorAll(`.panels ${sel}`)]
         .filter((el) => el.getClientRects().length && !el.parentElement.closest(sel))
         .sort((a, b) => rank(a) - rank(b));
-      target = all.find(whollyShown) ?? all[0] ?? null;
+      // Those in the step's panels, if it has any there (not a row in another panel instead).
+      const inNamed = all.filter((el) => rank(el) < named.length);
+      const mine = inNamed.length ? inNamed : all;
+      target = mine.find(whollyShown) ?? mine[0] ?? null;
     }
     if (!target) return;
     if (actor) scrollToShow(target);
