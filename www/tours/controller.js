@@ -454,8 +454,7 @@ export function startTours(host, tours) {
         // a step name the tour cannot resolve: open() says it has no such step
       }
       open(tour, step);
-    }
-    else if (at.tour) window.location.reload(); // back past the tour: the page that was there
+    } else if (at.tour) window.location.reload(); // back past the tour: the page that was there
   });
 
   const wanted = tourParams(window.location.search);
