@@ -276,10 +276,10 @@ function doneLine(done, replicas) {
     : "";
   // The other replicas were held while the walk ran: what their steps do now.
   const behind = replicas
-    .filter((a) => a.id !== done.replica && a.detail.kind === "replica" && (a.detail.source_unread > 0 || a.detail.operator?.stash?.length > 0))
+    .filter((a) => a.id !== done.replica && a.detail.kind === "replica" && (a.detail.source_unread > 0 || a.detail.operator?.stash?.length > 0 || (done.ts != null && (a.detail.operator?.persist_upper ?? 0) <= done.ts)))
     .map((a) => a.id);
   const others = behind.length
-    ? ` ${behind.join(" and ")} ${behind.length === 1 ? "was" : "were"} held during the walk and ${behind.length === 1 ? "catches" : "catch"} up now: ${behind.length === 1 ? "its" : "their"} steps read the message, then read the shard back, where ${esc(done.replica)} has written it already, so ${behind.length === 1 ? "it drops its copy and learns" : "they drop their copies and learn"} the value from the shard.`
+    ? ` ${behind.join(" and ")} ${behind.length === 1 ? "was" : "were"} held during the walk. These presses move ${behind.length === 1 ? "its" : "their"} worker only (the message into the stash, then out as an emission); the sink's write and the read-back need the run to go on (Step or Play). ${esc(done.replica)} has written that time already, so none of ${behind.join(" and ")}'s output for it lands (a write of it loses the race), and ${behind.length === 1 ? "it learns" : "they learn"} the value from the shard.`
     : "";
   return `<p class="small walk" data-testid="upsert-walk-done"><span class="done">✓ done: ${esc(whose)}key ${esc(done.key ?? "?")} ${esc(value)} at t${esc(done.ts ?? "?")} went through all seven stages${esc(over)}</span>: ${esc(done.replica)}'s state holds it as the shard does, no longer provisional (◌). ` +
     `<span class="muted">The walk is over. From now on each press of Step replicas (j) runs one worker step of every replica.${others} To walk another upsert, push it, then press Step replicas.</span></p>`;
