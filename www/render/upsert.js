@@ -120,7 +120,7 @@ function stateTable(op, walkCell, keys) {
 
 /**
  * Why a card's persist upper trails its "emitted up to" (0 beside 1010, say), said once a
- * panel, on the first card that shows it: they count different things.
+ * panel, on the first card that shows it before reading anything back: they count different things.
  */
 function trailNote(a, r) {
   const p = r.operator?.persist_upper;
@@ -135,7 +135,7 @@ function replicaCard(a, walk, keys, note) {
   if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
   const op = r.operator;
   const c = r.counters;
-  const frontiers = `<span title="its input frontier: how far the operator has read the source (every source time before it is in)">input upper <b class="mono">${fmtT(op?.input_upper)}</b></span> · <span title="how far the operator has read the shard back (feedback): it knows the shard's contents before this time">persist upper <b class="mono">${fmtT(op?.persist_upper)}</b></span> · <span title="the operator's output frontier: it has emitted every update before this time to its sink">emitted up to <b class="mono">${fmtT(r.output_frontier)}</b></span> · <span title="the shard's upper as this replica's sink last saw it: its next compare_and_append starts here">sink's upper <b class="mono">${fmtT(r.sink.upper)}</b></span>`;
+  const frontiers = `<span title="its input frontier: how far the operator has read the source (every source time before it is in)">input upper <b class="mono">${fmtT(op?.input_upper)}</b></span> · <span title="how far the operator has read the shard back (feedback): it knows the shard's contents before this time. It trails “emitted up to”: the sink writes first, the read-back comes after">persist upper <b class="mono">${fmtT(op?.persist_upper)}</b></span> · <span title="the operator's output frontier: it has emitted every update before this time to its sink">emitted up to <b class="mono">${fmtT(r.output_frontier)}</b></span> · <span title="the shard's upper as this replica's sink last saw it: its next compare_and_append starts here">sink's upper <b class="mono">${fmtT(r.sink.upper)}</b></span>`;
   const counts = `<span title="updates the operator emitted to its sink">emitted <b>${c.emitted}</b></span> · <span title="stashed upserts dropped because a peer had already written their time">discarded <b>${c.stashDiscarded}</b></span> · <span title="updates read back from the shard into state">fed back <b>${c.fedBack}</b></span> · <span title="emissions at the input frontier before the shard caught up (provisional values)">partial <b>${c.partialEmissions}</b></span> · <span title="sink writes that lost to another replica (UpperMismatch)">lost races <b>${c.sinkMismatches}</b></span> · <span title="times the replica's timely worker ran its operators once (worker.step())">worker steps <b data-testid="worker-steps">${r.worker_steps}</b></span>`;
   const gen = `<span title="which start of the replica this is: 0 its first; each restart adds 1 and rehydrates its state from the shard">generation ${r.generation}</span>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} ${gen}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
@@ -165,7 +165,9 @@ export function renderUpsert(el, snap, prev) {
     .join("");
   const check = checkerLine(snap);
   const keys = keysByHash(replicas);
-  const trailAt = replicas.findIndex((a) => a.detail?.kind === "replica" && a.detail.operator?.persist_upper < a.detail.output_frontier);
+  // Said where the learner first meets it (a replica that has read nothing back yet, its
+  // persist upper 0 beside a later "emitted up to"); later the persist upper's title says it.
+  const trailAt = replicas.findIndex((a) => a.detail?.kind === "replica" && a.detail.counters?.fedBack === 0 && a.detail.operator?.persist_upper < a.detail.output_frontier);
   setHtml(
     el,
     `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}${u.sourceMessages ? `. Messages are numbered #1, #2, ... by offset, their order in the source; t is the time of each` : ""}</p>` +
