@@ -241,7 +241,8 @@ const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedbac
 /** The stage-by-stage walk of Step replicas (j), while one runs: the stages done and the next. */
 function walkLine(walk, replicas, snap) {
   if (!walk) return "";
-  const held = replicas.map((a) => a.id).filter((id) => id !== walk.replica);
+  // The other running replicas are held (a crashed one waits for nothing).
+  const held = replicas.filter((a) => a.state === "running").map((a) => a.id).filter((id) => id !== walk.replica);
   const waiting = held.length ? ` ${held.join(", ")} ${held.length === 1 ? "waits" : "wait"} until the walk ends.` : "";
   const at = STAGES.indexOf(walk.nextName);
   const stages = STAGES.map((s, i) => `<span class="${i < at ? "done" : i === at ? "next" : "muted"}">${i < at ? "✓ " : i === at ? "▸ " : ""}${esc(s)}</span>`).join(" → ");

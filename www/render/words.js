@@ -75,5 +75,8 @@ function steppedWords(list) {
 
 /** A Step replicas press's text (and the status line's, an event's detail) in a learner's words. */
 export function pressWords(text) {
-  return errorWords(rowWords(text)).replace(/Instead, one worker step of every replica: stepped (.*)$/s, (_, list) => `Instead, each replica ran one worker step: ${steppedWords(list)}.`);
+  return errorWords(rowWords(text))
+    // A stage that could not finish (src/playground/walk.rs): what happens next, and what to do.
+    .replace(/; the walk stops here, unfinished: the replicas run on their own again \(push and press to walk again\)$/, ", so the walk ends here, unfinished. The replicas run on their own again; to walk an upsert, push one, then press Step replicas.")
+    .replace(/Instead, one worker step of every replica: stepped (.*)$/s, (_, list) => `Instead, each replica ran one worker step: ${steppedWords(list)}.`);
 }
