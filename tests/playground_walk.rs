@@ -296,3 +296,26 @@ fn a_push_walked_from_any_pause_reaches_state_without_a_failure() {
         assert!(failed.is_empty(), "failed actors {failed:?}; {log}");
     }
 }
+
+/// A walk cut short keeps the push the learner's: crash the walked replica's process midway,
+/// and the next press walks the same push through the other replica, as "your push", never as
+/// "the generator's" (issue 16, the free-play walk looked at on the page).
+#[test]
+fn a_walk_cut_short_by_a_crash_walks_the_same_push_as_yours_next() {
+    let mut s = two_replicas(10);
+    s.run_for(500).unwrap();
+    push(&mut s, 3, "hello");
+    for _ in 0..3 {
+        press(&mut s);
+    }
+    s.apply(Command::CrashProcess {
+        process: "P1".into(),
+    })
+    .unwrap();
+    let next = press(&mut s);
+    assert!(
+        next.starts_with("stage 1/7, source: your push, key 3 = (3, \"hello\")"),
+        "{next}"
+    );
+    assert!(!next.contains("the generator's"), "{next}");
+}

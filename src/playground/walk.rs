@@ -331,6 +331,10 @@ impl Scenario {
             Ok(text) => text,
             Err(text) => {
                 // A stage that could not finish ends the walk: it says so, never a later stage.
+                // Its pushes are not given back: the learner pushes again.
+                if let Some(w) = &mut self.walk {
+                    w.pushes.clear();
+                }
                 self.end_walk();
                 return Ok(applied(
                     Some(&walk.actor),
@@ -351,6 +355,9 @@ impl Scenario {
             }
             None => {
                 let done = self.done_view(&walk, &replica);
+                if let Some(w) = &mut self.walk {
+                    w.pushes.clear();
+                }
                 self.end_walk();
                 self.walk_done = Some(done);
             }
@@ -519,6 +526,13 @@ impl Scenario {
 
     /// Ends a walk in progress, and forgets the line of a finished one and the last press's.
     pub(super) fn end_walk(&mut self) {
+        // A walk cut short (a command, a crash, the run going on) gives its pushes back: the
+        // next walk still follows them as the learner's, not as the generator's messages.
+        if let (Some(w), Some(hub)) = (&mut self.walk, &self.upsert) {
+            let mut hand = hub.hand.borrow_mut();
+            w.pushes.append(&mut hand);
+            std::mem::swap(&mut *hand, &mut w.pushes);
+        }
         self.walk_done = None;
         self.press = None;
         if self.walk.take().is_some() {

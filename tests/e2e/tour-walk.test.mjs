@@ -751,12 +751,12 @@ test("what the learner walk found missing is shown: signed to_write rows, read-o
 
   // write-task 3: the deleted row's −1, as a signed row, visible in the Writers panel.
   await open("write-task", 3);
-  assert.match(await rowText("T1"), /last write carried −1 row: −1 \("T1-P\d+-1", 1\)/);
+  assert.match(await rowText("T1"), /last write carried −1 row: −1 key T1-P\d+-1 = 1/);
   assert.ok(await textVisible(page, "panel-writers", ["last write carried −1 row"]), "the retraction is in view");
   // write-task 5: each re-sync's to_write in signed rows, one task adding the row the other retracts.
   await open("write-task", 5);
   const [t1, t2] = [await rowText("T1"), await rowText("T2")];
-  const resync = /→ to_write ([+−])1 row: ([+−])1 \("T1-P\d+-4", 4\)/;
+  const resync = /→ to_write ([+−])1 row: ([+−])1 key T1-P\d+-4 = 4/;
   const [r1, r2] = [resync.exec(t1), resync.exec(t2)];
   assert.ok(r1 && r1[1] === r1[2], `T1's re-sync in signed rows: ${t1}`);
   assert.ok(r2 && r2[1] === r2[2], `T2's re-sync in signed rows: ${t2}`);
@@ -849,15 +849,19 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
   });
   const narration = await page.getByTestId("tour-narration").innerText();
   for (const w of wr) {
-    const m = /\? (\d+) writes? met a storage timeout \((\d+) timeouts? in all: a write may meet several[^)]*\):\s*(\d+) → ● resolved by the idempotency token,\s*(\d+) → ✕ token not in the state.*?,\s*(\d+) left \? unknown/.exec(w.line);
+    const m = /\? (\d+) writes? met a storage timeout and (?:is|are) settled \((\d+) timeouts? in all: a write may meet several[^)]*\):\s*(\d+) → ● its token was in the state.*?,\s*(\d+) → ✕ its token was not in the state.*?,\s*(\d+|none) left \? unknown/.exec(w.line);
     assert.ok(m, `${w.id}'s row says what became of its timed-out writes: ${w.line}`);
-    const [met, all, won, lost, unknown] = m.slice(1).map(Number);
+    const [met, all, won, lost, unknown] = m.slice(1).map((x) => (x === "none" ? 0 : Number(x)));
     assert.equal(met, won + lost + unknown, `${w.id}: every timed-out write is accounted for`);
     assert.ok(met > 0 && all >= met, `${w.id} met timeouts at this step`);
     assert.deepEqual([met, won, unknown], [w.d.timedOutWrites, w.d.resolvedByToken, w.d.indeterminate]);
     assert.equal(w.cell.split("/")[2], String(unknown), `${w.id}: the column's ? is the writes left unknown`);
   }
   const w1 = wr.find((w) => w.id === "W1").d;
+  // The narration's retrying write is the row's: in flight, retrying after a timeout, and said
+  // apart from the settled ones.
+  assert.ok(w1.inFlight?.retrying && w1.inFlight.timeouts > 0, `W1 retries a timed-out write at this step: ${JSON.stringify(w1.inFlight)}`);
+  assert.match(wr.find((w) => w.id === "W1").line, /the write in flight met \d+ timeouts? too and is not settled yet/);
   assert.match(narration, new RegExp(`${w1.timedOutWrites} of W1's did, and the token resolved them all, ${w1.resolvedByToken} into ●`));
   assert.match(narration, new RegExp(`the \\? of its won/lost/\\? is ${w1.indeterminate}\\.`));
   // rule-idempotency-token 1 and 4: the writes that met a timeout never outnumber the timeouts
@@ -867,12 +871,17 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
     await open("rule-idempotency-token", step);
     const kept = await page.evaluate(() => [...document.querySelectorAll('#panel-writers tbody[data-actor="W1"] [data-kept]')].map((s) => ({ kind: s.dataset.kept, text: s.textContent })));
     const line = kept.find((k) => k.kind === "timeouts")?.text ?? "";
-    const m = /\? (\d+) writes? met a storage timeout \((\d+) timeouts? in all/.exec(line);
+    const m = /\? (\d+) writes? met a storage timeout(?: and (?:is|are) settled)? \((\d+) timeouts? in all/.exec(line);
     assert.ok(m, `rule-idempotency-token ${step}: W1 counts its timed-out writes: ${line}`);
     assert.ok(Number(m[2]) >= Number(m[1]), `rule-idempotency-token ${step}: ${m[1]} writes met a timeout but only ${m[2]} timeouts in all: ${line}`);
     const kinds = kept.map((k) => k.kind);
     assert.ok(kinds.indexOf("timeouts") < kinds.indexOf("timed-out"), `rule-idempotency-token ${step}: the count comes before the latest of its writes: ${kinds}`);
     assert.match(kept.find((k) => k.kind === "timed-out").text, /^the latest of them: write at /);
+    // Step 1's W1 has no token: its row says so and shows no line about a token it lacks.
+    if (step === 1) {
+      assert.match(line, /all \d+ left \? unknown: without an idempotency token it cannot tell/, line);
+      assert.doesNotMatch(line, /its token was/, `rule-idempotency-token 1: no token lines on the writer without one: ${line}`);
+    }
   }
   // A lost compare_and_set with one writer: the Consensus log names what took the seqno (the
   // writer's own process's maintenance), in its summary and on the row.
@@ -896,7 +905,7 @@ test("what the second learner walk found is shown: undecodable values, the faile
   // view without a click (not only in the folded list of recent messages); the error in state.
   await open("upsert-feedback", 5);
   const line = await page.getByTestId("upsert-undecodable").innerText();
-  assert.match(line, /⚠ \d+ values? made undecodable on purpose by the generator so far; the latest: message #\d+ t\d+ key \d+ → error: value for key \(\d+\): undecodable on purpose \(in place of the generator's value v\d+\)/);
+  assert.match(line, /⚠ \d+ values? made undecodable on purpose by the generator so far; the latest: message #\d+ t\d+ key \d+ → error: value for key \d+: undecodable on purpose \(in place of the generator's value v\d+\)/);
   assert.doesNotMatch(await page.locator("#panel-upsert").innerText(), /\(the generator's\) #/, "no bare # for a generated value");
   assert.ok(await textVisible(page, "panel-upsert", ["made undecodable on purpose by the generator so far"]), "the count is in view");
   assert.ok(await textVisible(page, "panel-upsert", ["(made undecodable on purpose by the generator)"]), "an error value in a replica's state is marked, in view");

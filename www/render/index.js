@@ -12,6 +12,7 @@ import { renderShard } from "./shard.js";
 import { renderRules } from "./rules.js";
 import { learnHandles } from "./names.js";
 import { esc, setHtml } from "./dom.js";
+import { pressWords } from "./words.js";
 import { findTimeDom } from "./timeline.js";
 import { fmtMs } from "../spec.js";
 
@@ -269,7 +270,7 @@ function renderPress(el, press) {
   const off = press.generatorOn
     ? ` <button type="button" data-action="generator-off" data-testid="press-generator-off">Turn the generator off</button>`
     : "";
-  setHtml(el, `<b>Step replicas${press.refused ? " refused" : ""}:</b> <span data-testid="step-said-text" class="${press.refused ? "err" : ""}">${esc(press.text)}</span>${off}`);
+  setHtml(el, `<b>Step replicas${press.refused ? " refused" : ""}:</b> <span data-testid="step-said-text" class="${press.refused ? "err" : ""}">${esc(pressWords(press.text))}</span>${off}`);
 }
 
 /**
@@ -283,12 +284,12 @@ function renderPressHere(el, press) {
   const off = press.generatorOn
     ? ` <button type="button" data-action="generator-off" data-testid="press-here-generator-off">Turn the generator off</button>`
     : "";
-  setHtml(el, `<b>Step replicas${press.refused ? " refused" : ""}:</b> <span data-testid="upsert-press-text" class="${press.refused ? "err" : ""}">${esc(press.text)}</span>${off}`);
+  setHtml(el, `<b>Step replicas${press.refused ? " refused" : ""}:</b> <span data-testid="upsert-press-text" class="${press.refused ? "err" : ""}">${esc(pressWords(press.text))}</span>${off}`);
 }
 
 export function renderStatus(dom, status) {
   dom.status.dataset.kind = status.kind;
-  dom.status.textContent = status.text;
+  dom.status.textContent = pressWords(status.text);
 }
 
 export function renderMode(dom, mode, db) {

@@ -11,6 +11,7 @@
 import { OUTCOMES, colourOf, fmtMs } from "../spec.js";
 import { chip, esc, mark, setHtml } from "./dom.js";
 import { namedIds } from "./names.js";
+import { pressWords } from "./words.js";
 
 /** A count of rows: "1 row", "2 rows". */
 const rowsN = (n) => `${n} row${n === "1" ? "" : "s"}`;
@@ -208,7 +209,7 @@ export function plainDetail(e, t0 = 0) {
 
 function logRow(e, snap, t0) {
   const who = e.actor ? chip(e.actor, colourOf(snap, e.actor)) : e.process ? `<span class="muted">${esc(e.process)}</span>` : "";
-  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail">${esc(plainDetail(e, t0))}</span></li>`;
+  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail">${esc(pressWords(plainDetail(e, t0)))}</span></li>`;
 }
 
 /** Keeps a filter <select>'s options equal to `values` (after its first, "all" option). */

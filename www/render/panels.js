@@ -3,6 +3,10 @@
 import { OUTCOMES, actorColour, colourOf, fmtFrontier, fmtMs } from "../spec.js";
 import { chip, count, esc, mark, setHtml } from "./dom.js";
 import { namedIds } from "./names.js";
+import { errorWords } from "./words.js";
+
+/** A Consensus key that may wrap only after its separators ("upsert_<wbr>out"), never mid-word. */
+const keyBreaks = (key) => esc(key).replace(/([/_-])/g, "$1<wbr>");
 
 /** An acknowledged value as the check names it: "W1:w…#2 x3" → "W1's update #2, 3 copies". */
 
@@ -51,11 +55,11 @@ export function renderConsensus(el, snap, t0) {
       const procActor = snap.processes.find((p) => p.id === c.process)?.actors?.[0];
       const colour = procActor ? colourOf(snap, procActor) : "#6b7480";
       return `<tr><td class="mono">${esc(fmtMs(c.atMs, t0))}</td><td>${chip(c.process, colour)}</td>` +
-        `<td class="mono key" title="${esc(c.key)}">${esc(c.key)}</td>` +
+        `<td class="mono key" title="${esc(c.key)}">${keyBreaks(c.key)}</td>` +
         `<td class="mono num">${c.expected ?? "none"} → ${c.newSeqno}</td><td class="mono num">${c.bytes}</td>` +
         `<td>${mark(c.outcome, OUTCOMES)}</td></tr>` +
         // The error on a wrapped row of its own: the table is as wide as the panel.
-        (c.error ? `<tr class="sub"><td colspan="6" class="err small" style="white-space:normal">${esc(c.error)}</td></tr>` : "") +
+        (c.error ? `<tr class="sub"><td colspan="6" class="err small" style="white-space:normal">${esc(errorWords(c.error))}</td></tr>` : "") +
         // A lost attempt says what took its seqno (with one writer: its own process's maintenance).
         (c.outcome === "mismatch" ? `<tr class="sub"><td colspan="6" class="small" style="white-space:normal" data-testid="cas-taken">${esc(takenLine(c))}</td></tr>` : "");
     })

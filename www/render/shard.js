@@ -52,7 +52,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   parts.push(svgEl("text", { x: 4, y: 160, class: "axis-label" }, "seqnos"));
   parts.push(svgEl("text", { x: 4, y: 212, class: "axis-label" }, "parts"));
   // Batches.
-  let spansSince = false;
+  let spansSince = null;
   const rects = batchRects(shard, x, 24, 26);
   for (const r of rects) {
     const b = r.batch;
@@ -60,13 +60,19 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     const signs = b.adds === null || b.adds === undefined ? "" : ` (${b.adds} added, ${b.retractions} retracted)`;
     const where = b.parts.length === 0 ? "" : r.inline ? ", inline in the state" : `, in Blob`;
     const title = `batch [${fmtFrontier(b.lower, t0)}, ${fmtFrontier(b.upper, t0)}) since ${fmtFrontier(b.since, t0)}: ${count(b.len, "update")}${signs} in ${count(b.parts.length, "part")}${where}`;
-    if (shard.since !== null && b.lower !== null && b.lower < shard.since && (b.upper === null || b.upper > shard.since)) spansSince = true;
+    if (shard.since !== null && b.lower !== null && b.lower < shard.since && (b.upper === null || b.upper > shard.since)) spansSince ??= b;
     parts.push(
       svgEl("rect", {
         x: r.x.toFixed(1), y: r.y.toFixed(1), width: r.w.toFixed(1), height: r.h.toFixed(1),
         class: `batch${r.inline ? " inline" : ""}${b.len === 0 ? " empty-batch" : ""}${retracts ? " retracts" : ""}`,
       }, `<title>${esc(title)}</title>`),
     );
+    // A batch that begins left of the axis (a merge reaching back to 0, say) is drawn from the
+    // axis's start: a ◀ at its left end says it goes on.
+    if (r.clippedLeft) {
+      const mid = r.y + r.h / 2;
+      parts.push(svgEl("path", { d: `M${LEFT - 8},${mid.toFixed(1)} L${LEFT - 2},${(mid - 4).toFixed(1)} L${LEFT - 2},${(mid + 4).toFixed(1)} Z`, class: `batch${r.inline ? " inline" : ""}`, "data-testid": "batch-clipped" }, `<title>${esc(`${title}: it begins at ${fmtFrontier(b.lower, t0)}, left of the axis`)}</title>`));
+    }
   }
   // The labels: laid out so that none meets another, at any batch count (spec.js).
   for (const l of batchLabels(rects, { textWidth, minX: 0, maxX: W, reserved: [AXIS_LABEL_BOX] })) {
@@ -89,7 +95,9 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     const anchor = px > W - 150 ? "end" : "start";
     parts.push(svgEl("text", { x: px + (anchor === "end" ? -4 : 4), y: dy, class: `${cls}-label`, "text-anchor": anchor }, text));
   };
-  frontierLine(shard.since, "since", "since", 12, spansSince ? " · a merged batch may span it" : "");
+  // A merged batch may span the since: legitimate state (see SPAN_NOTE), named, not hidden.
+  const spanned = spansSince ? ` · batch [${fmtFrontier(spansSince.lower, t0)}, ${fmtFrontier(spansSince.upper, t0)}) spans it` : "";
+  frontierLine(shard.since, "since", "since", 12, spanned);
   frontierLine(shard.upper, "upper", "upper", 122);
   // Seqno strip.
   const cells = seqnoCells(shard, LEFT, W - LEFT - RIGHT, 50);
@@ -243,7 +251,7 @@ function sinceHolds(shard, snapshot, t0, span = "") {
 }
 
 /** Why a batch may be drawn across the since line. */
-const SPAN_NOTE = ` <span data-testid="since-span">· A batch across the since line is no broken rule: compaction merged batches from both sides, moving only the times <i>below</i> the since up to it.</span>`;
+const SPAN_NOTE = ` <span data-testid="since-span">· A batch drawn across the since line is no broken rule: compaction merged batches from both sides of it into one, and moved only the times <i>below</i> the since up to the since; every time at or after it is kept as it was.</span>`;
 
 /** The newest Blob parts, with their keys and sizes (what the shard keeps outside Consensus),
  * as a line of the drawing's parts row, right of the part blocks. */

@@ -8,6 +8,7 @@ import { actorColour } from "../spec.js";
 /** Source times are not the clock: plain numbers (∅ for the empty frontier). */
 const fmtT = (t) => (t === null || t === undefined ? "∅" : String(t));
 import { chip, esc, setHtml } from "./dom.js";
+import { rowValue, rowWords } from "./words.js";
 
 /** The upsert shard's upper (a source time, as the panel shows times): the newest of the
  * observed state's and what the replicas' sinks learned from their writes (the observer reads the
@@ -55,7 +56,34 @@ function diagram(snap, replicas, prev) {
 
 /** The generator numbers its values v0, v1, ...; an undecodable one says "(the generator's) #N"
  * for the value vN it stands in place of: say that, not a bare "#" (the source's #n are offsets). */
-const shown = (v) => String(v).replace(/\(the generator's\) #(\d+)/g, "(in place of the generator's value v$1)");
+const shown = (v) => rowWords(String(v).replace(/\(the generator's\) #(\d+)/g, "(in place of the generator's value v$1)"));
+
+/**
+ * Replicas key their stash and state by a hash of the key. A delete carries no row, so the panel
+ * names its key from a cell or stash entry of the same hash that has a row (whose first column
+ * is the key): `hash → key`, over every replica.
+ */
+function keysByHash(replicas) {
+  const keys = new Map();
+  const learn = (hash, row) => {
+    const m = /^\((-?\d+), /.exec(row ?? "");
+    if (m) keys.set(String(hash), m[1]);
+  };
+  for (const a of replicas) {
+    const op = a.detail?.kind === "replica" ? a.detail.operator : null;
+    for (const c of op?.state ?? []) learn(c.key, c.value ?? c.provisional_value);
+    for (const e of op?.stash ?? []) learn(e.key, e.value);
+  }
+  return keys;
+}
+
+/** A delete's key: named if a row of the same key hash is in view, else its hash, explained. */
+function deletedKey(hash, keys) {
+  const k = keys.get(String(hash));
+  return k !== undefined
+    ? `key ${esc(k)}`
+    : `<span class="muted" title="replicas key their stash and state by a hash of the key; a delete carries no row to name its key by, and no row of this key is in view">key hash ${esc(String(hash).slice(0, 8))}</span>`;
+}
 
 /** The generator's undecodable values are made on purpose (its text says so): say it plainly. */
 const ON_PURPOSE = /undecodable on purpose/;
@@ -63,7 +91,7 @@ const purposeNote = (v) => (v && ON_PURPOSE.test(v)
   ? ` <span class="muted small" title="the generator makes about 1 upsert in 20 undecodable, to show an error travelling through the pipeline; switch it off with setUndecodable">(made undecodable on purpose by the generator)</span>`
   : "");
 
-function stateTable(op, walkCell) {
+function stateTable(op, walkCell, keys) {
   if (!op) return "";
   // The cell of the upsert a stage-by-stage walk follows comes first, so it is always in view.
   const state = op.state.slice();
@@ -76,7 +104,8 @@ function stateTable(op, walkCell) {
     // A cell that does not decode (two rows for one key, say) says why, its key named.
     // A provisional delete names the row it retracts (the value the state held, whose row
     // carries the key), else its key's hash, as the stash does.
-    const del = `⌫ delete ${c.value != null ? c.value : `(key hash ${String(c.key).slice(0, 8)})`}`;
+    const k = keys?.get(String(c.key));
+    const del = `⌫ delete ${c.value != null ? c.value : k !== undefined ? `key ${k}` : `(key hash ${String(c.key).slice(0, 8)})`}`;
     const value = prov ? (c.provisional_value ?? del) : (c.value ?? (c.decode_error ? `does not decode: ${c.decode_error}` : c.mode === "tombstone" ? "⌫" : "–"));
     // The key is shown by its row (key, value); its hash, the state's own key, only on hover.
     // An error takes its key's place (a value that did not decode): marked ⚠.
@@ -84,22 +113,33 @@ function stateTable(op, walkCell) {
     return `<li class="${prov ? "provisional" : ""}${bad ? " err" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${bad ? "⚠ " : ""}${esc(shown(value))}${purposeNote(value)}</li>`;
   });
   // A stashed value shows its row; a delete has no row, so its key's hash stands in.
-  const stash = op.stash.slice(0, 6).map((e) => `<li title="key hash ${esc(e.key)}"><span class="mono">t${e.time}</span> ${e.value != null ? esc(shown(e.value)) : `⌫ delete <span class="muted">(key hash ${esc(String(e.key).slice(0, 8))})</span>`}</li>`);
+  const stash = op.stash.slice(0, 6).map((e) => `<li title="key hash ${esc(e.key)}"><span class="mono">t${e.time}</span> ${e.value != null ? esc(shown(e.value)) : `⌫ delete ${deletedKey(e.key, keys)}`}</li>`);
   return `<div class="up-cols"><div><h4>state per key (◌ provisional)</h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
     `<div><h4>stash (${op.stash.length})</h4><ul class="cells" data-testid="upsert-stash">${stash.join("") || `<li class="empty">empty</li>`}</ul></div></div>`;
 }
 
-function replicaCard(a, walk) {
+/**
+ * Why a card's persist upper trails its "emitted up to" (0 beside 1010, say), said once a
+ * panel, on the first card that shows it before reading anything back: they count different things.
+ */
+function trailNote(a, r) {
+  const p = r.operator?.persist_upper;
+  const out = r.output_frontier;
+  if (p == null || out == null || p >= out) return "";
+  return `<div class="small muted" data-testid="upsert-trail">Why persist upper ${fmtT(p)} trails emitted up to ${fmtT(out)}: ${esc(a.id)} will emit nothing more before ${fmtT(out)} (its sink writes the shard up to there, with an empty write if it has nothing new), but it has read the shard back only to ${fmtT(p)}: the read-back comes after the write. Its stash waits until the persist upper reaches each message's time.</div>`;
+}
+
+function replicaCard(a, walk, keys, note) {
   const r = a.detail.kind === "replica" ? a.detail : null;
   const head = `${chip(a.id, actorColour(a.colour))} <span class="muted">${esc(a.process)}</span>`;
   if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
   const op = r.operator;
   const c = r.counters;
-  const frontiers = `<span title="its input frontier: how far the operator has read the source (every source time before it is in)">input upper <b class="mono">${fmtT(op?.input_upper)}</b></span> · <span title="how far the operator has read the shard back (feedback): it knows the shard's contents before this time">persist upper <b class="mono">${fmtT(op?.persist_upper)}</b></span> · <span title="the operator's output frontier: it has emitted every update before this time to its sink">emitted up to <b class="mono">${fmtT(r.output_frontier)}</b></span> · <span title="the shard's upper as this replica's sink last saw it: its next compare_and_append starts here">sink's upper <b class="mono">${fmtT(r.sink.upper)}</b></span>`;
+  const frontiers = `<span title="its input frontier: how far the operator has read the source (every source time before it is in)">input upper <b class="mono">${fmtT(op?.input_upper)}</b></span> · <span title="how far the operator has read the shard back (feedback): it knows the shard's contents before this time. It trails “emitted up to”: the sink writes first, the read-back comes after">persist upper <b class="mono">${fmtT(op?.persist_upper)}</b></span> · <span title="the operator's output frontier: it has emitted every update before this time to its sink">emitted up to <b class="mono">${fmtT(r.output_frontier)}</b></span> · <span title="the shard's upper as this replica's sink last saw it: its next compare_and_append starts here">sink's upper <b class="mono">${fmtT(r.sink.upper)}</b></span>`;
   const counts = `<span title="updates the operator emitted to its sink">emitted <b>${c.emitted}</b></span> · <span title="stashed upserts dropped because a peer had already written their time">discarded <b>${c.stashDiscarded}</b></span> · <span title="updates read back from the shard into state">fed back <b>${c.fedBack}</b></span> · <span title="emissions at the input frontier before the shard caught up (provisional values)">partial <b>${c.partialEmissions}</b></span> · <span title="sink writes that lost to another replica (UpperMismatch)">lost races <b>${c.sinkMismatches}</b></span> · <span title="times the replica's timely worker ran its operators once (worker.step())">worker steps <b data-testid="worker-steps">${r.worker_steps}</b></span>`;
   const gen = `<span title="which start of the replica this is: 0 its first; each restart adds 1 and rehydrates its state from the shard">generation ${r.generation}</span>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} ${gen}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
-    `<div class="small">${frontiers}</div><div class="small" data-testid="upsert-counters">${r.generation > 0 ? `<span class="muted" title="a restart starts a new replica: its counters start at 0">since generation ${r.generation} started (its state rebuilt from the shard, the first ${"fed back"} updates):</span> ` : ""}${counts}</div>${emittedLine(r.last_emitted)}${stateTable(op, walk?.replica === a.id ? walk.cell : null)}</div>`;
+    `<div class="small">${frontiers}</div>${note ? trailNote(a, r) : ""}<div class="small" data-testid="upsert-counters">${r.generation > 0 ? `<span class="muted" data-testid="upsert-generation-counts" title="a restart starts a new replica: its counters start at 0">generation ${r.generation} only, counted from 0 at its restart (the counts of earlier generations went with their process); it resumed at the shard's upper ${fmtT(r.resume_upper)}, and its first ${"fed back"} updates rebuilt its state from the shard:</span> ` : ""}${counts}</div>${emittedLine(r.last_emitted)}${stateTable(op, walk?.replica === a.id ? walk.cell : null, keys)}</div>`;
 }
 
 /** The updates the operator last handed to its sink, each with its sign: the effect of an upsert. */
@@ -124,6 +164,10 @@ export function renderUpsert(el, snap, prev) {
     .map((m) => `<li><span class="mono">#${m.offset} t${m.ts}</span> key ${m.key} → ${esc(shown(m.value ?? "⌫ delete"))}${purposeNote(m.value)}</li>`)
     .join("");
   const check = checkerLine(snap);
+  const keys = keysByHash(replicas);
+  // Said where the learner first meets it (a replica that has read nothing back yet, its
+  // persist upper 0 beside a later "emitted up to"); later the persist upper's title says it.
+  const trailAt = replicas.findIndex((a) => a.detail?.kind === "replica" && a.detail.counters?.fedBack === 0 && a.detail.operator?.persist_upper < a.detail.output_frontier);
   setHtml(
     el,
     `<p class="small" data-testid="upsert-source">source: ${u.sourceMessages} message${u.sourceMessages === 1 ? "" : "s"}, ${u.queued} queued, frontier ${u.sourceUpper}, generator ${u.generating ? "on" : "off"}${generatorNote(u)}${u.sourceMessages ? `. Messages are numbered #1, #2, ... by offset, their order in the source; t is the time of each` : ""}</p>` +
@@ -131,7 +175,7 @@ export function renderUpsert(el, snap, prev) {
       check +
       (u.walk ? walkLine(u.walk, replicas, snap) : doneLine(u.walkDone, replicas)) +
       diagram(snap, replicas, prev) +
-      replicas.map((a) => replicaCard(a, u.walk)).join("") +
+      replicas.map((a, i) => replicaCard(a, u.walk, keys, i === trailAt)).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
   );
 }
@@ -197,15 +241,16 @@ const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedbac
 /** The stage-by-stage walk of Step replicas (j), while one runs: the stages done and the next. */
 function walkLine(walk, replicas, snap) {
   if (!walk) return "";
-  const held = replicas.map((a) => a.id).filter((id) => id !== walk.replica);
+  // The other running replicas are held (a crashed one waits for nothing).
+  const held = replicas.filter((a) => a.state === "running").map((a) => a.id).filter((id) => id !== walk.replica);
   const waiting = held.length ? ` ${held.join(", ")} ${held.length === 1 ? "waits" : "wait"} until the walk ends.` : "";
   const at = STAGES.indexOf(walk.nextName);
   const stages = STAGES.map((s, i) => `<span class="${i < at ? "done" : i === at ? "next" : "muted"}">${i < at ? "✓ " : i === at ? "▸ " : ""}${esc(s)}</span>`).join(" → ");
   const whose = walk.byHand ? "your push" : "the newest message (no push of yours was waiting)";
-  const what = walk.key !== null ? `${whose}, key ${walk.key} = ${walk.value} at t${walk.ts},` : whose;
+  const what = walk.key !== null ? `${whose}, key ${walk.key} = ${rowValue(walk.value)} at t${walk.ts},` : whose;
   // The messages the replica has not read up to that time go through the stages with it.
   const along = walk.along.length
-    ? ` <span class="walk-note" data-testid="upsert-walk-along">With it go ${walk.along.length} message${walk.along.length === 1 ? "" : "s"} ${esc(walk.replica)} had not read, queued before it: ${walk.along.slice(0, 6).map((a) => `${esc(a.text)} (${a.byHand ? "your earlier push" : "the generator's"})`).join(", ")}${walk.along.length > 6 ? ` and ${walk.along.length - 6} more` : ""}.</span>`
+    ? ` <span class="walk-note" data-testid="upsert-walk-along">With it go ${walk.along.length} message${walk.along.length === 1 ? "" : "s"} ${esc(walk.replica)} had not read, queued before it: ${walk.along.slice(0, 6).map((a) => `${esc(rowWords(a.text))} (${a.byHand ? "your earlier push" : "the generator's"})`).join(", ")}${walk.along.length > 6 ? ` and ${walk.along.length - 6} more` : ""}.</span>`
     : "";
   const overtaken = walk.overtakenBy != null
     ? ` <span class="walk-note">Message #${walk.overtakenBy} has key ${esc(walk.key)} at the same time and a later offset: the upsert keeps it, so the state ends with its value.</span>`
@@ -227,15 +272,18 @@ function doneLine(done, replicas) {
   if (!done) return "";
   // The key and the value of one message: the value is what the replica's state holds for the
   // walked key (the engine looks the key's own cell up).
-  const value = done.value ? `= ${done.value}` : "(deleted)";
+  const value = done.value ? `= ${rowValue(done.value)}` : "(deleted)";
   const whose = done.byHand ? "your push, " : "";
   const over = done.overtakenBy != null
-    ? ` (message #${done.overtakenBy}, for the same key at the same time with a later offset, won over ${done.pushed})`
+    ? ` (message #${done.overtakenBy}, for the same key at the same time with a later offset, won over ${rowValue(done.pushed)})`
     : "";
+  // The other replicas were held while the walk ran: what their steps do now.
   const behind = replicas
-    .filter((a) => a.id !== done.replica && a.detail.kind === "replica" && a.detail.source_unread > 0)
-    .map((a) => `${a.id} has ${a.detail.source_unread} source message${a.detail.source_unread === 1 ? "" : "s"} unread`);
-  const others = behind.length ? ` (${behind.join(", ")}: its steps read ${behind.length === 1 ? "it" : "them"}; the value is in the shard already, so ${behind.length === 1 ? "it finds" : "they find"} it written)` : "";
-  return `<p class="small walk" data-testid="upsert-walk-done"><span class="done">✓ done: ${esc(whose)}key ${esc(done.key ?? "?")} ${esc(value)} at t${esc(done.ts ?? "?")} confirmed${esc(over)}</span>: ${esc(done.replica)}'s state holds what the shard holds, no longer provisional (◌). ` +
-    `<span class="muted">Step replicas (j) has nothing left to walk: each further press takes one worker step of every replica${esc(others)}. Push another upsert to walk it.</span></p>`;
+    .filter((a) => a.id !== done.replica && a.detail.kind === "replica" && (a.detail.source_unread > 0 || a.detail.operator?.stash?.length > 0 || (done.ts != null && (a.detail.operator?.persist_upper ?? 0) <= done.ts)))
+    .map((a) => a.id);
+  const others = behind.length
+    ? ` ${behind.join(" and ")} ${behind.length === 1 ? "was" : "were"} held during the walk. These presses move ${behind.length === 1 ? "its" : "their"} worker only (the message into the stash, then out as an emission); the sink's write and the read-back need the run to go on (Step or Play). ${esc(done.replica)} has written that time already, so none of ${behind.join(" and ")}'s output for it lands (a write of it loses the race), and ${behind.length === 1 ? "it learns" : "they learn"} the value from the shard.`
+    : "";
+  return `<p class="small walk" data-testid="upsert-walk-done"><span class="done">✓ done: ${esc(whose)}key ${esc(done.key ?? "?")} ${esc(value)} at t${esc(done.ts ?? "?")} went through all seven stages${esc(over)}</span>: ${esc(done.replica)}'s state holds it as the shard does, no longer provisional (◌). ` +
+    `<span class="muted">The walk is over. From now on each press of Step replicas (j) runs one worker step of every replica.${others} To walk another upsert, push it, then press Step replicas.</span></p>`;
 }

@@ -8,6 +8,7 @@
 import { OUTCOMES, actorColour, fmtFrontier, fmtMs, lagBar } from "../spec.js";
 import { chip, count, esc, mark, setHtml } from "./dom.js";
 import { taskWords } from "./log.js";
+import { errorWords, rowWords } from "./words.js";
 
 const LAG_W = 70;
 /** Read-only is not an error: its own mark, drawn in CSS (two bars; Chromium's fonts have no
@@ -25,11 +26,11 @@ export function signedRows(sr) {
   return parts.join(", ");
 }
 
-/** The first rows of a signed-rows list, each with its diff: "+1 (T1-P1-1, 1)". */
+/** The first rows of a signed-rows list, each with its diff, key and value: "+1 key T1-P1-1 = 1". */
 function shownRows(sr) {
   if (!sr?.shown?.length) return "";
   const more = sr.adds + sr.retractions - sr.shown.length;
-  const rows = sr.shown.map((r) => `<span class="mono signed ${r.startsWith("-") ? "minus" : "plus"}">${esc(r.replace(/^-/, "−"))}</span>`);
+  const rows = sr.shown.map((r) => `<span class="mono signed ${r.startsWith("-") ? "minus" : "plus"}">${esc(rowWords(r.replace(/^-/, "−")))}</span>`);
   return `: ${rows.join(" ")}${more > 0 ? ` and ${more} more` : ""}`;
 }
 
@@ -63,43 +64,49 @@ const exactMs = (v, t0) => (v === null || v === undefined ? "[] finished" : `${v
 function statusOf(a, w, t0) {
   const last = w?.last;
   if (a.state !== "running") {
-    return `<span class="state s-${a.state}">${esc(a.state)}</span>${a.error ? ` <span class="err">${esc(a.error)}</span>` : ""}`;
+    return `<span class="state s-${a.state}">${esc(a.state)}</span>${a.error ? ` <span class="err">${esc(errorWords(a.error))}</span>` : ""}`;
   }
   if (a.detail.kind === "task" && a.detail.readOnly) {
     return `${READ_ONLY} read-only: ${a.detail.refused} command${a.detail.refused === 1 ? "" : "s"} kept in desired, not written`;
   }
   const range = (f) => `[${esc(fmtFrontier(f.lower, t0))}, ${esc(fmtFrontier(f.upper, t0))})`;
-  const lastText = last ? ` · last ${mark(last.outcome, OUTCOMES)} ${esc(taskWords(last.detail, t0))}` : "";
+  const lastText = last ? ` · last ${mark(last.outcome, OUTCOMES)} ${esc(errorWords(taskWords(last.detail, t0)))}` : "";
   if (w?.inFlight) {
     const f = w.inFlight;
     const now = f.retrying
-      ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? ` after ${count(f.timeouts, "timeout")} (its ? in the Consensus log): it reads the state back and looks for its idempotency token` : ""}`
+      ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? ` after ${count(f.timeouts, "timeout")} (its ? in the Consensus log): ${a.variant === "idempotency-token" ? "without a token it cannot look, so it writes again" : "it reads the state back and looks for its idempotency token"}` : ""}`
       : `<span class="busy">writing</span> ${f.updates} update${f.updates === 1 ? "" : "s"} at ${range(f)}`;
     return now + lastText;
   }
-  if (last) return `${mark(last.outcome, OUTCOMES)} ${esc(taskWords(last.detail, t0))}`;
+  if (last) return `${mark(last.outcome, OUTCOMES)} ${esc(errorWords(taskWords(last.detail, t0)))}`;
   return `<span class="muted">waiting</span>`;
 }
 
 const writesWord = (n) => `${n} write${n === 1 ? "" : "s"}`;
 
-/** What became of its writes that met a timeout: each was ? (unknown) until persist looked for
- * its idempotency token in the state; the won/lost/? column's ? counts those left unknown. */
-function timeoutLine(w) {
+/**
+ * What became of its writes that met a timeout, counted as the won/lost/? column counts them:
+ * each was ? (unknown) until persist looked for its idempotency token in the state; the ?
+ * counts those left unknown. A writer without the token (the broken rule) resolves none: it
+ * writes each again blindly. The write in flight is not settled yet, so not among them: said
+ * apart, with its own timeouts.
+ */
+function timeoutLine(w, noToken) {
   const parts = [];
+  const flying = w.inFlight?.timeouts ?? 0;
   if (w.timedOutWrites) {
-    const how = [
-      `${w.resolvedByToken} → ${mark("committed", OUTCOMES)} resolved by the idempotency token`,
-      `${w.timedOutThenLost} → ${mark("mismatch", OUTCOMES)} token not in the state, so it had not landed: the retry lost the race`,
-    ];
     const unknown = w.timedOutWrites - w.resolvedByToken - w.timedOutThenLost;
-    how.push(`${unknown} left ${mark("indeterminate", OUTCOMES)} unknown${unknown ? " (no token: it cannot tell)" : ""}`);
-    // `timeouts` counts every timeout of its writes, the one in flight's too (not yet settled,
-    // so not among the writes counted here): say what the total holds.
-    const flying = w.inFlight?.timeouts ?? 0;
     const total = `${w.timeouts} timeout${w.timeouts === 1 ? "" : "s"} in all: a write may meet several${flying ? `, and ${flying} ${flying === 1 ? "is" : "are"} the retrying write's, above` : ""}`;
-    parts.push(`${mark("indeterminate", OUTCOMES)} ${writesWord(w.timedOutWrites)} met a storage timeout (${total}):<br>${how.join(",<br>")}`);
+    const how = noToken
+      ? [`all ${unknown} left ${mark("indeterminate", OUTCOMES)} unknown: without an idempotency token it cannot tell whether a timed-out write landed, so it wrote each again at the shard's new upper (a blind retry)`]
+      : [
+        `${w.resolvedByToken} → ${mark("committed", OUTCOMES)} its token was in the state: it had landed, once`,
+        `${w.timedOutThenLost} → ${mark("mismatch", OUTCOMES)} its token was not in the state: it had not landed, and the retry lost the race`,
+        unknown ? `${unknown} left ${mark("indeterminate", OUTCOMES)} unknown` : `none left ${mark("indeterminate", OUTCOMES)} unknown, so its ? count is 0`,
+      ];
+    parts.push(`${mark("indeterminate", OUTCOMES)} ${writesWord(w.timedOutWrites)} met a storage timeout${noToken ? "" : ` and ${w.timedOutWrites === 1 ? "is" : "are"} settled`} (${total}):<br>${how.join(",<br>")}`);
   }
+  if (flying && !noToken) parts.push(`${mark("retrying", OUTCOMES)} the write in flight met ${count(flying, "timeout")} too and is not settled yet: persist reads the state back for its token, and counts it (won, or lost) once it knows`);
   if (w.otherTimeouts) parts.push(`${w.otherTimeouts} more timeout${w.otherTimeouts === 1 ? "" : "s"} hit its upkeep (heartbeats, compaction, rollups), not a write: persist retries those itself`);
   return `<span data-kept="timeouts">${parts.join("<br>")}</span>`;
 }
@@ -112,12 +119,12 @@ function keptLines(a, w, t0) {
     lines.push(`<span data-kept="lost">${mark("mismatch", OUTCOMES)} lost a race at ${esc(fmtMs(l.atMs, t0))}: UpperMismatch, expected upper ${esc(exactMs(l.expected, t0))}, actual ${esc(exactMs(l.actual, t0))}</span>`);
   }
   // The count of timed-out writes first, then the latest of them (one of that count).
-  if (w && (w.timedOutWrites || w.otherTimeouts)) lines.push(timeoutLine(w));
+  if (w && (w.timedOutWrites || w.otherTimeouts || w.inFlight?.timeouts)) lines.push(timeoutLine(w, a.variant === "idempotency-token"));
   if (w?.lastTimedOut) {
     const o = w.lastTimedOut;
     const how = o.resolvedByToken
       ? `${mark("indeterminate", OUTCOMES)} → ${mark("committed", OUTCOMES)} resolved by the idempotency token`
-      : `${mark(o.outcome, OUTCOMES)} ${o.outcome === "indeterminate" ? "still unknown" : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
+      : `${mark(o.outcome, OUTCOMES)} ${o.outcome === "indeterminate" ? (a.variant === "idempotency-token" ? "unknown for good (no token), written again" : "still unknown") : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
     lines.push(`<span data-kept="timed-out">${w.timedOutWrites > 1 ? "the latest of them: " : ""}write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(fmtMs(o.atMs, t0))}): ${how}</span>`);
   }
   if (a.detail.kind === "task") lines.push(...taskLines(a.detail, w, t0));
