@@ -6,6 +6,7 @@
 //   - seed running: seed 1 with the default actors, playing at speed 1.
 // The page's own counters over the window too: frames drawn (view.frameMs) and panel draws
 // (view.panelMs, the page benchmark's per-panel hook).
+// (style + layout: RecalcStyleDuration + LayoutDuration.)
 // Usage: node scripts/bench-idle.mjs [seconds=10] [--runs=3] [--compare=DIR] [--only=live,paused,seed]
 // With --compare=DIR (an older page: DIR/index.html, DIR/www/, DIR/pkg/ under the repository, e.g.
 // target/before), the runs alternate between this page and that one; medians are printed per state.
@@ -65,6 +66,7 @@ async function measure(base, state) {
   const result = {
     task: (m1.TaskDuration - m0.TaskDuration) / wall,
     script: (m1.ScriptDuration - m0.ScriptDuration) / wall,
+    layout: (m1.LayoutDuration - m0.LayoutDuration + m1.RecalcStyleDuration - m0.RecalcStyleDuration) / wall,
     frames: c1.frames - c0.frames,
     panels: c1.panels - c0.panels,
     paused,
@@ -88,13 +90,13 @@ try {
         const k = `${name} | ${key}`;
         if (!all.has(k)) all.set(k, []);
         all.get(k).push(res);
-        console.log(`run ${r + 1} ${k}: task ${fmt(res.task)}, script ${fmt(res.script)}, frames drawn ${res.frames}, panel draws ${res.panels}${key === "paused" ? ` (${res.paused})` : ""}`);
+        console.log(`run ${r + 1} ${k}: task ${fmt(res.task)}, script ${fmt(res.script)}, style + layout ${fmt(res.layout)}, frames drawn ${res.frames}, panel draws ${res.panels}${key === "paused" ? ` (${res.paused})` : ""}`);
       }
     }
   }
   for (const [k, rs] of all) {
     const m = (f) => median(rs.map(f));
-    console.log(`median ${k}: task ${fmt(m((x) => x.task))} (${rs.map((x) => fmt(x.task)).join(", ")}), script ${fmt(m((x) => x.script))}, frames drawn ${m((x) => x.frames)}, panel draws ${m((x) => x.panels)}`);
+    console.log(`median ${k}: task ${fmt(m((x) => x.task))} (${rs.map((x) => fmt(x.task)).join(", ")}), script ${fmt(m((x) => x.script))}, style + layout ${fmt(m((x) => x.layout))}, frames drawn ${m((x) => x.frames)}, panel draws ${m((x) => x.panels)}`);
   }
 } finally {
   await closeBrowser();

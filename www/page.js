@@ -37,6 +37,13 @@ const LIVE_REFRESH_MS = 1000;
 /** Live mode reads at most this many events a pull; further behind (after a pause), it skips to the newest. */
 const LIVE_EVENTS_PER_PULL = 500;
 const LIVE_EVENTS_KEPT = 400;
+/**
+ * The actors' components keep their events until the engine folds them into its merged log
+ * (src/playground/snapshot.rs `pump`, on a pull), each up to 100,000 before it drops the oldest.
+ * Without a pull for this long (paused, or a hidden tab: no animation frame), the page has the
+ * engine fold them (no snapshot, no draw): nothing is dropped, and Play meets no backlog.
+ */
+const LIVE_FOLD_MS = 1000;
 
 /**
  * Input that may change the run or what the page shows (a button, a select, a key, a panel
@@ -130,6 +137,17 @@ export function makePage(dom, params) {
     state.addEvents(pg.eventsAfter(behind ? snap.lastSeq - LIVE_EVENTS_KEPT : state.cursor(), LIVE_EVENTS_PER_PULL));
     time?.record(snap);
     return snap;
+  }
+
+  /** Live mode, every LIVE_FOLD_MS: the engine folds its actors' events if no pull did. */
+  function foldEvents() {
+    setTimeout(foldEvents, LIVE_FOLD_MS);
+    if (view.busy || pg?.mode !== "live" || performance.now() - pulledAt < LIVE_FOLD_MS) return;
+    try {
+      pg.eventsAfter(Number.MAX_SAFE_INTEGER, 0); // reads (and copies) none: the fold is what it is for
+    } catch {
+      // (busy in another call: the next fold or pull does it)
+    }
   }
 
   /** Whether the engine logged an event since the last pull (cheap: reads at most one). */
@@ -456,6 +474,7 @@ export function makePage(dom, params) {
     renderRunbar(dom, state.latest(), view);
     for (const type of CHANGE_EVENTS) addEventListener(type, markTouched, { capture: true, passive: true });
     whenViewChanges(wake);
+    if (pg.mode === "live") setTimeout(foldEvents, LIVE_FOLD_MS);
     requestAnimationFrame(frame);
   }
 
