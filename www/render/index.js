@@ -278,17 +278,21 @@ function syncFaultForm(dom, snap) {
 export function renderRunbar(dom, snap, view) {
   const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since the database was created`;
   setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span title="a digest of the whole state: the same seed and the same clicks give the same digest">state digest <span data-testid="digest">${esc(view.digest)}</span></span>` : ""}`);
-  dom.play.textContent = view.playing ? "❚❚ Pause" : "▶ Play";
-  dom.play.setAttribute("aria-pressed", String(view.playing));
+  // Each set only on a change: a text or an attribute set, even to its value, restyles the page.
+  const set = (o, prop, v) => {
+    if (o[prop] !== v) o[prop] = v;
+  };
+  set(dom.play, "textContent", view.playing ? "❚❚ Pause" : "▶ Play");
+  if (dom.play.getAttribute("aria-pressed") !== String(view.playing)) dom.play.setAttribute("aria-pressed", String(view.playing));
   const live = snap.mode === "live";
   // Viewing the past (or a replay under way): nothing runs; Fork here or Present (www/time.js).
   const still = Boolean(view.past || view.busyTime);
   // Live mode's Pause pauses the page (it stops following the actors), not the actors.
-  dom.play.disabled = still;
-  dom.step.disabled = live || view.playing || still;
-  dom.speed.disabled = live;
-  dom.modePill.textContent = live ? `live · ${view.db}` : `seed ${snap.seed}`;
-  dom.modePill.dataset.mode = snap.mode;
+  set(dom.play, "disabled", still);
+  set(dom.step, "disabled", live || view.playing || still);
+  set(dom.speed, "disabled", live);
+  set(dom.modePill, "textContent", live ? `live · ${view.db}` : `seed ${snap.seed}`);
+  set(dom.modePill.dataset, "mode", snap.mode);
 }
 
 /** The status line: `{ kind: "ok" | "error" | "busy", text }`. Notices from the engine show too. */
@@ -299,7 +303,7 @@ export function renderRunbar(dom, snap, view) {
  */
 function renderPress(el, press) {
   if (!el) return;
-  el.hidden = !press;
+  if (el.hidden !== !press) el.hidden = !press;
   if (!press) return setHtml(el, "");
   const off = press.generatorOn
     ? ` <button type="button" data-action="generator-off" data-testid="press-generator-off">Turn the generator off</button>`
