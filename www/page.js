@@ -24,6 +24,26 @@ const FRAME_SCRIPT_TARGET_MS = 7;
 const FULL_SPEED_MIN_MS = 1;
 const FULL_SPEED_MAX_MS = 4;
 const FULL_SPEED_SLICE_STEPS = 5;
+/**
+ * Live mode: the actors run on real timers whatever the page does, and the page follows them.
+ * It pulls when the engine logged an event since the last pull, at most once per LIVE_PULL_MS
+ * (the period at which live mode's observers read the shards, src/playground/mod.rs
+ * `observe_period_ms`: the Shard panel changes no faster), and at least once per
+ * LIVE_REFRESH_MS (the clock; what an observer read without an event of this tab). In between
+ * it sleeps on a timer, with no animation frame.
+ */
+const LIVE_PULL_MS = 200;
+const LIVE_REFRESH_MS = 1000;
+/** Live mode reads at most this many events a pull; further behind (after a pause), it skips to the newest. */
+const LIVE_EVENTS_PER_PULL = 500;
+const LIVE_EVENTS_KEPT = 400;
+/**
+ * The actors' components keep their events until the engine folds them into its merged log
+ * (src/playground/snapshot.rs `pump`, on a pull), each up to 100,000 before it drops the oldest.
+ * Without a pull for this long (paused, or a hidden tab: no animation frame), the page has the
+ * engine fold them (no snapshot, no draw): nothing is dropped, and Play meets no backlog.
+ */
+const LIVE_FOLD_MS = 1000;
 
 /**
  * Input that may change the run or what the page shows (a button, a select, a key, a panel
@@ -58,15 +78,36 @@ export function makePage(dom, params) {
    * then the frame loop sleeps (requests no frame), and the tab idles; a change wakes it.
    */
   let dirty = true;
+  /**
+   * Input since the last draw (CHANGE_EVENTS): in live mode the next draw draws every panel, as
+   * input may change what a panel shows without changing the data it is drawn from (a log
+   * filter, a break picked in the Check panel).
+   */
+  let touched = true;
   let sleeping = false;
+  /** Live mode sleeps on a timer until its next pull may be due (`sleep`). */
+  let timer = null;
+  /** When the page last pulled a snapshot (performance.now()). */
+  let pulledAt = -Infinity;
   function wake() {
     if (!sleeping) return;
     sleeping = false;
+    clearTimeout(timer);
+    timer = null;
     requestAnimationFrame(frame);
+  }
+  /** The frame loop stops requesting frames: until `ms` from now, or (null) until a wake. */
+  function sleep(ms = null) {
+    sleeping = true;
+    if (ms !== null) timer = setTimeout(wake, ms);
   }
   const markDirty = () => {
     dirty = true;
     wake();
+  };
+  const markTouched = () => {
+    touched = true;
+    markDirty();
   };
 
   const report = (status) => renderStatus(dom, status);
@@ -88,11 +129,30 @@ export function makePage(dom, params) {
 
   function pull() {
     markDirty();
+    pulledAt = performance.now();
     const snap = pg.snapshot();
     state.push(snap);
-    state.addEvents(pg.eventsAfter(state.cursor(), 500));
+    // Live mode, far behind (the page was paused): the newest events, not a backlog to catch up on.
+    const behind = pg.mode === "live" && snap.lastSeq - state.cursor() > LIVE_EVENTS_PER_PULL;
+    state.addEvents(pg.eventsAfter(behind ? snap.lastSeq - LIVE_EVENTS_KEPT : state.cursor(), LIVE_EVENTS_PER_PULL));
     time?.record(snap);
     return snap;
+  }
+
+  /** Live mode, every LIVE_FOLD_MS: the engine folds its actors' events if no pull did. */
+  function foldEvents() {
+    setTimeout(foldEvents, LIVE_FOLD_MS);
+    if (view.busy || pg?.mode !== "live" || performance.now() - pulledAt < LIVE_FOLD_MS) return;
+    try {
+      pg.eventsAfter(Number.MAX_SAFE_INTEGER, 0); // reads (and copies) none: the fold is what it is for
+    } catch {
+      // (busy in another call: the next fold or pull does it)
+    }
+  }
+
+  /** Whether the engine logged an event since the last pull (cheap: reads at most one). */
+  function news() {
+    return pg.eventsAfter(state.cursor(), 1).length > 0;
   }
 
   /** After a command or a step: draw at once, so the page never shows the state before it. */
@@ -200,18 +260,23 @@ export function makePage(dom, params) {
       redraw();
     },
     latest: () => state.latest(),
-    /** Whether a seed-mode run is playing (live mode never is: it runs on real timers). */
+    /** Whether a seed-mode run is playing (live mode runs on real timers: only its page pauses). */
     playing: () => pg.mode === "seed" && view.playing,
     /** The engine's table of fixed facts (src/playground/table.rs): rules, default specs. */
     table: () => view.table,
+    /**
+     * Seed mode: plays or pauses the run. Live mode: the actors run on real timers whatever the
+     * page does; paused, the page stops pulling and drawing (it idles), and Play follows the
+     * actors again.
+     */
     togglePlay() {
-      if (pg.mode === "live") throw new Error("live mode runs on real timers: it cannot be paused");
       time.guard();
       tours?.beforeManual();
       view.playing = !view.playing;
       lastFrame = performance.now();
       redraw();
-      report({ kind: "ok", text: view.playing ? "playing" : "paused" });
+      const live = pg.mode === "live";
+      report({ kind: "ok", text: view.playing ? "playing" : live ? "paused: this page stops following the actors, which run on (real timers)" : "paused" });
     },
     step() {
       if (pg.mode === "live") throw new Error("live mode runs on real timers: there is nothing to step");
@@ -274,6 +339,11 @@ export function makePage(dom, params) {
     // Time: while the past is shown or a replay runs, nothing is simulated or pulled.
     const still = time && (time.inPast() || time.busy());
     // (While busy, a reset may have freed the playground: it is not touched.)
+    if (!view.busy && pg && pg.mode === "live") {
+      liveFrame(start);
+      lastFrame = now;
+      return;
+    }
     if (!view.busy && pg) {
       // A paused seed run that nothing touched since the last draw (and no replay under way): the
       // loop sleeps until markDirty or a change of the view (a scroll, a resize) wakes it.
@@ -323,6 +393,36 @@ export function makePage(dom, params) {
     requestAnimationFrame(frame);
   }
 
+  /**
+   * Live mode's frame. Playing: a pull when one is due (LIVE_PULL_MS), and then only the panels
+   * whose data changed are drawn. Paused: never a pull; input or a change of the view draws the
+   * snapshot held. Either way the frame loop then sleeps: playing, until the next pull may be
+   * due; paused, until input or the view wakes it (no timer: the page idles).
+   */
+  function liveFrame(start) {
+    const since = start - pulledAt;
+    const due = view.playing && since >= LIVE_PULL_MS && (since >= LIVE_REFRESH_MS || news());
+    if (due || dirty || viewChanged()) {
+      try {
+        if (due) pull();
+        const pulled = performance.now();
+        renderAll(dom, state, view, touched, true);
+        time.render();
+        const drawn = performance.now();
+        view.parts.push([0, pulled - start, drawn - pulled]);
+        if (view.parts.length > 2000) view.parts.splice(0, 1000);
+        view.frameMs.push(drawn - start);
+        if (view.frameMs.length > 2000) view.frameMs.splice(0, 1000);
+      } catch (err) {
+        view.playing = false;
+        report({ kind: "error", text: `stopped following the actors: ${errorText(err)}` });
+      }
+      dirty = false;
+      touched = false;
+    }
+    sleep(view.playing ? Math.max(0, pulledAt + LIVE_PULL_MS - performance.now()) : null);
+  }
+
   /** Loads the playground: time first (a share link replays through it), then the run. */
   async function load(wasmModule) {
     wasm = wasmModule;
@@ -333,7 +433,8 @@ export function makePage(dom, params) {
 
   /** Draws every panel, then says the page is ready (and what went wrong on the way). */
   function ready() {
-    view.playing = pg.mode === "seed" && params.autoplay && !view.linkText && !touring;
+    // Live mode follows its actors unless ?autoplay=0 (then the page starts paused).
+    view.playing = pg.mode === "live" ? params.autoplay : params.autoplay && !view.linkText && !touring;
     refreshDigest();
     renderAll(dom, state, view, true);
     renderRunbar(dom, state.latest(), view);
@@ -371,8 +472,9 @@ export function makePage(dom, params) {
     refreshDigest();
     renderAll(dom, state, view);
     renderRunbar(dom, state.latest(), view);
-    for (const type of CHANGE_EVENTS) addEventListener(type, markDirty, { capture: true, passive: true });
+    for (const type of CHANGE_EVENTS) addEventListener(type, markTouched, { capture: true, passive: true });
     whenViewChanges(wake);
+    if (pg.mode === "live") setTimeout(foldEvents, LIVE_FOLD_MS);
     requestAnimationFrame(frame);
   }
 

@@ -7,7 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  launch, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
+  frames, launch, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 
 const server = serveForTests();
@@ -34,8 +34,8 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
   const db = `e2e-reload-${process.pid}`;
   const page = await openPage(ctx, server.url(`?mode=live&db=${db}`));
   assert.match(await page.getByTestId("mode").textContent(), new RegExp(`live · ${db}`));
-  assert.ok(await page.getByTestId("play").isDisabled(), "live mode cannot be paused");
-  assert.ok(await page.getByTestId("step").isDisabled(), "nor stepped");
+  assert.match(await page.getByTestId("play").textContent(), /Pause/, "live mode plays (follows its actors); only the page pauses");
+  assert.ok(await page.getByTestId("step").isDisabled(), "live mode cannot be stepped");
   await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the default actors");
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="10"]').click();
   await page.locator('button[data-action="push"][data-actor="T1"][data-rows="1"]').click();
@@ -150,5 +150,54 @@ test("live mode: reset database deletes it and starts the actors again on an emp
   assert.ok(after < before, `a fresh shard (${after} < ${before})`);
   await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the actors again");
   await waitFor(page, () => /●/.test(document.getElementById("writers-view").textContent), "writers commit on the new database", null, 30_000);
+  noErrors(page);
+});
+
+test("live mode: a panel whose data did not change is not drawn again; paused and untouched, the page pulls and draws nothing while the actors run on", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const db = `e2e-idle-${process.pid}`;
+  const page = await openPage(ctx, server.url(`?mode=live&db=${db}`));
+  await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "W1")?.detail.committed > 2, "W1 commits", null, 30_000);
+  // Playing: the page follows the actors (the Shard panel's data, the shard and the clock, moves
+  // with every pull), but the Rules panel's data (the rules, and which actors run without one)
+  // stays the same, and it is not drawn again. (view.panelMs: the page benchmark's per-panel
+  // record of draws.)
+  const drawCounts = () => page.evaluate(() => Object.fromEntries(Object.entries(window.__playground.view.panelMs).map(([k, v]) => [k, v.length])));
+  await page.evaluate(() => (window.__playground.view.panelMs = {}));
+  const seqBefore = (await latest(page)).lastSeq;
+  await waitFor(page, () => (window.__playground.view.panelMs.shard?.length ?? 0) >= 3, "the Shard panel drawn three times", null, 30_000);
+  const playing = await drawCounts();
+  assert.ok((await latest(page)).lastSeq > seqBefore, "the page pulled newer snapshots");
+  assert.equal(playing.rules ?? 0, 0, `the Rules panel's data did not change: not drawn again (draws: ${JSON.stringify(playing)})`);
+
+  // Paused: no pull (a pull replaces the latest snapshot with a new object) and no draw (a drawn
+  // frame records its time; each panel drawn records its cost), while the engine logs new events.
+  await page.getByTestId("play").click();
+  await waitForStatus(page, "ok", /^paused: this page stops following the actors/);
+  assert.match(await page.getByTestId("play").textContent(), /Play/);
+  await frames(page, 3); // the click's draw
+  const idle = () => page.evaluate(() => {
+    const v = window.__playground.view;
+    return { same: window.__playground.state.latest() === window.__idleSnap, frames: v.frameMs.length, panels: Object.values(v.panelMs).reduce((n, xs) => n + xs.length, 0) };
+  });
+  await page.evaluate(() => (window.__idleSnap = window.__playground.state.latest()));
+  const idleBefore = await idle();
+  assert.ok(idleBefore.same);
+  const pausedSeq = (await latest(page)).lastSeq;
+  // The actors run on: the engine has logged events the page has not pulled.
+  await waitFor(page, (seq) => window.__playground.pg().eventsAfter(seq, 1).length > 0, "the actors to log an event while the page is paused", pausedSeq);
+  await frames(page, 30);
+  assert.deepEqual(await idle(), idleBefore, "paused and untouched: no pull, no draw");
+  // Input while paused draws what the page holds, and pulls nothing: the Shard panel shows the
+  // picked shard.
+  await page.getByTestId("shard-pick").selectOption("mz_task");
+  await waitFor(page, () => /shard mz_task$/.test(document.querySelector("#shard-view svg")?.getAttribute("aria-label") ?? ""), "the Shard panel to show mz_task while paused");
+  assert.equal((await idle()).same, true, "a view choice while paused pulls nothing");
+  await page.getByTestId("shard-pick").selectOption("data");
+
+  // Play: the page follows the actors again, from their newest state.
+  await page.getByTestId("play").click();
+  await waitForStatus(page, "ok", /^playing$/);
+  await waitFor(page, (seq) => window.__playground.state.latest().lastSeq > seq, "a snapshot newer than the paused one", pausedSeq);
   noErrors(page);
 });

@@ -78,20 +78,39 @@ let offscreenFrame = -1;
  */
 const due = new Set();
 let scrolled = true;
-function visible(el) {
+/**
+ * Live mode draws only what changed (`renderAll`'s `changedOnly`): each panel keeps the key of
+ * the data it last drew from (the parts of the snapshot it reads), and is not drawn again from
+ * the same key unless every panel is forced, or it came into view or was resized (`due`). Seed
+ * mode draws by turns instead (GROUP).
+ */
+const drewFrom = new Map();
+let changedOnly = false;
+/** Whether the panel of `el` draws in this frame; `key`: the data it would draw from (live mode). */
+function visible(el, key = null) {
   const panel = el.closest(".panel");
   if (!panel) return true;
   const fresh = due.has(panel);
-  if (!forceAll && !fresh && (GROUP[panel.id] ?? 0) !== frameNo % GROUPS) return false;
+  if (changedOnly) {
+    if (!forceAll && !fresh && drewFrom.get(panel) === key) return false;
+  } else if (!forceAll && !fresh && (GROUP[panel.id] ?? 0) !== frameNo % GROUPS) return false;
   const now = performance.now();
   if (!forceAll && !fresh && onScreen.get(panel) === false) {
     observe();
-    if (now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS || offscreenFrame === frameNo) return false;
+    // (Live mode's draws are a few a second: each off-screen panel may draw in the same one.)
+    if (now - (drawnAt.get(panel) ?? 0) < OFFSCREEN_REDRAW_MS || (!changedOnly && offscreenFrame === frameNo)) return false;
     offscreenFrame = frameNo;
   }
   due.delete(panel);
   drawnAt.set(panel, now);
+  drewFrom.set(panel, key);
   observe();
+  return true;
+}
+/** For what draws outside a panel's turn (processes, rules): whether its data `key` is new. */
+function changed(name, key) {
+  if (changedOnly && !forceAll && drewFrom.get(name) === key) return false;
+  drewFrom.set(name, key);
   return true;
 }
 function observe() {
@@ -168,11 +187,16 @@ export function whenViewChanges(wake) {
   onViewChange = wake;
 }
 
-/** Draws every panel from the latest snapshot; `force` redraws off-screen panels too. */
-export function renderAll(dom, state, view, force = false) {
+/**
+ * Draws every panel from the latest snapshot; `force` redraws off-screen panels too.
+ * `changedOnly` (live mode): instead of taking turns, a panel draws when the data it reads
+ * changed since it last drew (see `drewFrom`).
+ */
+export function renderAll(dom, state, view, force = false, changedOnly_ = false) {
   const snap = state.latest();
   if (!snap) return;
   forceAll = force;
+  changedOnly = changedOnly_;
   resized = false;
   frameNo += 1;
   checkScrolled();
@@ -196,23 +220,33 @@ export function renderAll(dom, state, view, force = false) {
     }
     : (_, f) => f();
   learnHandles(snap);
-  if (visible(dom.shard)) draw("shard", () => renderShard(dom.shard, snap, dom.shardPick.value, t0, shardWidth));
-  if (visible(dom.writers)) draw("writers", () => renderWriters(dom.writers, snap, t0));
+  // A panel's key (live mode only; null otherwise): the snapshot's parts it reads, as JSON (each
+  // part made once a frame), and its other inputs.
+  const parts = new Map();
+  const part = (name) => {
+    if (!parts.has(name)) parts.set(name, JSON.stringify(snap[name]) ?? "");
+    return parts.get(name);
+  };
+  const key = changedOnly ? (names, ...more) => [...names.map(part), ...more].join("\u0001") : () => null;
+  const history = state.history();
+  const prev = history.at(-2);
+  if (visible(dom.shard, key(["shards", "actors", "nowMs", "mode"], dom.shardPick.value, t0, shardWidth))) draw("shard", () => renderShard(dom.shard, snap, dom.shardPick.value, t0, shardWidth));
+  if (visible(dom.writers, key(["actors", "shards", "timelines", "mode"], t0))) draw("writers", () => renderWriters(dom.writers, snap, t0));
   renderVerify(dom.verifyView, snap, t0);
   renderNotices(dom.notices, snap, t0);
-  draw("processes", () => renderProcesses(dom.processes, snap, view.table.rules));
-  draw("rules", () => renderRules(dom.rules, snap, view.table.rules));
-  if (visible(dom.consensus)) draw("consensus", () => renderConsensus(dom.consensus, snap, t0));
-  if (visible(dom.oracle)) draw("oracle", () => renderOracle(dom.oracle, snap, t0));
-  if (visible(dom.frontiers)) draw("frontiers", () => renderFrontiers(dom.frontiers, state.history(), t0, frontiersWidth));
-  if (visible(dom.upsert)) draw("upsert", () => renderUpsert(dom.upsert, snap, state.history().at(-2)));
+  if (changed("processes", key(["processes", "actors", "upsert"]))) draw("processes", () => renderProcesses(dom.processes, snap, view.table.rules));
+  if (changed("rules", key(["rules"], changedOnly && snap.actors.map((a) => `${a.id}:${a.variant ?? ""}`).join()))) draw("rules", () => renderRules(dom.rules, snap, view.table.rules));
+  if (visible(dom.consensus, key(["consensus", "processes", "actors", "shards", "mode"], t0))) draw("consensus", () => renderConsensus(dom.consensus, snap, t0));
+  if (visible(dom.oracle, key(["actors", "timelines"], t0))) draw("oracle", () => renderOracle(dom.oracle, snap, t0));
+  if (visible(dom.frontiers, key(["nowMs", "shards", "actors", "upsert"], history.length, history[0]?.nowMs, t0, frontiersWidth))) draw("frontiers", () => renderFrontiers(dom.frontiers, history, t0, frontiersWidth));
+  if (visible(dom.upsert, key(["actors", "upsert", "check", "shards"], changedOnly && JSON.stringify(prev?.actors ?? null)))) draw("upsert", () => renderUpsert(dom.upsert, snap, prev));
   renderPress(dom.stepSaid, snap.upsert?.press);
   renderPressHere(dom.stepSaidHere, snap.upsert?.press);
   dom.generator.checked = Boolean(snap.upsert?.generating);
   if (snap.upsert) dom.undecodable.checked = Boolean(snap.upsert.undecodable);
-  if (visible(dom.log)) draw("log", () => renderLog(dom, state.events(), snap, t0, view.eventsAfter));
+  if (visible(dom.log, key(["actors", "processes", "lastSeq"], state.events().at(-1)?.seq, t0))) draw("log", () => renderLog(dom, state.events(), snap, t0, view.eventsAfter));
   // The check panel (issue 11): the live check of the history, and its marks in the log view.
-  if (dom.check && visible(dom.check)) draw("check", () => renderCheck(dom.check, snap, state, t0));
+  if (dom.check && visible(dom.check, key(["check"], t0))) draw("check", () => renderCheck(dom.check, snap, state, t0));
   markCited(dom.log);
   renderLegend(dom.legend, snap);
   renderRunbar(dom, snap, view);
@@ -245,16 +279,21 @@ function syncFaultForm(dom, snap) {
 export function renderRunbar(dom, snap, view) {
   const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since the database was created`;
   setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span title="a digest of the whole state: the same seed and the same clicks give the same digest">state digest <span data-testid="digest">${esc(view.digest)}</span></span>` : ""}`);
-  dom.play.textContent = view.playing ? "❚❚ Pause" : "▶ Play";
-  dom.play.setAttribute("aria-pressed", String(view.playing));
+  // Each set only on a change: a text or an attribute set, even to its value, restyles the page.
+  const set = (o, prop, v) => {
+    if (o[prop] !== v) o[prop] = v;
+  };
+  set(dom.play, "textContent", view.playing ? "❚❚ Pause" : "▶ Play");
+  if (dom.play.getAttribute("aria-pressed") !== String(view.playing)) dom.play.setAttribute("aria-pressed", String(view.playing));
   const live = snap.mode === "live";
   // Viewing the past (or a replay under way): nothing runs; Fork here or Present (www/time.js).
   const still = Boolean(view.past || view.busyTime);
-  dom.play.disabled = live || still;
-  dom.step.disabled = live || view.playing || still;
-  dom.speed.disabled = live;
-  dom.modePill.textContent = live ? `live · ${view.db}` : `seed ${snap.seed}`;
-  dom.modePill.dataset.mode = snap.mode;
+  // Live mode's Pause pauses the page (it stops following the actors), not the actors.
+  set(dom.play, "disabled", still);
+  set(dom.step, "disabled", live || view.playing || still);
+  set(dom.speed, "disabled", live);
+  set(dom.modePill, "textContent", live ? `live · ${view.db}` : `seed ${snap.seed}`);
+  set(dom.modePill.dataset, "mode", snap.mode);
 }
 
 /** The status line: `{ kind: "ok" | "error" | "busy", text }`. Notices from the engine show too. */
@@ -265,7 +304,7 @@ export function renderRunbar(dom, snap, view) {
  */
 function renderPress(el, press) {
   if (!el) return;
-  el.hidden = !press;
+  if (el.hidden !== !press) el.hidden = !press;
   if (!press) return setHtml(el, "");
   const off = press.generatorOn
     ? ` <button type="button" data-action="generator-off" data-testid="press-generator-off">Turn the generator off</button>`
