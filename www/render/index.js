@@ -251,6 +251,12 @@ export function renderAll(dom, state, view, force = false, changedOnly_ = false)
   renderLegend(dom.legend, snap);
   renderRunbar(dom, snap, view);
   syncFaultForm(dom, snap);
+  // No panel stays due after a draw: the panels that take turns drew if due (`visible`), and
+  // the others (Processes, the legend) have no turn to miss: they draw in every draw, or, in
+  // live mode, whenever their data changed, on screen or not. A panel left due (Processes,
+  // scrolled out of view and back while the run played) kept viewChanged() true: a paused run's
+  // frame loop then drew every frame, never idle.
+  due.clear();
 }
 
 /** A rate (0 to 1) as the faults form writes it: a percentage. */
