@@ -20,13 +20,7 @@
 //!
 //! Differences from the original, by design: the state function is synchronous (no RocksDB
 //! here); an error stops the operator with a health update instead of a panic; the host reaches
-//! the operator's insides through [`UpsertMetrics::inspect`] for snapshots; and both inputs use
-//! the `Pipeline` pact, not the original's `Exchange` by key hash (the source by its key, the
-//! feedback by the key columns of its row). Every worker here is alone in its timely instance
-//! (a replica is one single-thread worker), where the exchange sends every update to the one
-//! worker there is, so the pipeline delivers the same updates to the same operator; but
-//! `Exchange` compiled timely's multi-process channels (its `Process` allocator and the bytes
-//! encoding of messages) for both input types into the page's `.wasm`: ~10 KB gzipped.
+//! the operator's insides through [`UpsertMetrics::inspect`] for snapshots.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -36,7 +30,7 @@ use std::rc::Rc;
 
 use differential_dataflow::{AsCollection, VecCollection};
 use serde::Serialize;
-use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::channels::pact::Exchange;
 use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
 use timely::dataflow::operators::generic::OutputBuilder;
 use timely::dataflow::operators::{Capability, CapabilitySet};
@@ -229,6 +223,7 @@ where
     US: UpsertStateBackend<T, Option<FromTime>> + 'static,
 {
     let scope = input.inner.scope();
+    let route_indices = key_indices.clone();
     let mut builder = OperatorBuilder::new(format!("Upsert({})", source_config.id), scope);
     let info = builder.operator_info();
     let activator = scope.activator_for(Rc::clone(&info.address));
@@ -241,15 +236,16 @@ where
     let mut health_output = OutputBuilder::from(health_output);
 
     // The source input is connected to the data output only; the persist input to nothing.
-    // Both stay on the one worker (the module docs say why not `Exchange`).
+    // Both inputs route a key to one worker: the source by its key, the feedback by the key
+    // columns of the row.
     let mut source = builder.new_input_connection(
         input.inner,
-        Pipeline,
+        Exchange::new(source_route::<T, FromTime>),
         [(0, Antichain::from_elem(Default::default()))],
     );
     let mut persist = builder.new_input_connection(
         persist_input.inner,
-        Pipeline,
+        Exchange::new(move |update: &Feedback<T>| feedback_route(&update.0, &route_indices)),
         no_connection::<T>(),
     );
 
@@ -357,12 +353,28 @@ fn stalled(error: String) -> (usize, HealthStatusUpdate) {
 /// An update of the data output, and (read back from the shard) of the persist input.
 type Feedback<T> = (Result<Row, DataflowError>, T, Diff);
 
+/// Where a source update goes: the worker its key hashes to.
+fn source_route<T, F>(((key, _, _), _, _): &((UpsertKey, Option<UpsertValue>, F), T, Diff)) -> u64 {
+    key.hashed()
+}
+
 /// Drains a core's output into the data output's shape (an upsert error is a dataflow error).
 fn as_output<T>(
     out: &mut Vec<(UpsertValue, T, Diff)>,
 ) -> impl Iterator<Item = (Result<Row, DataflowError>, T, Diff)> + '_ {
     out.drain(..)
         .map(|(v, t, d)| (v.map_err(DataflowError::from), t, d))
+}
+
+/// Where a key's feedback goes: the worker its source updates go to (rows without their key
+/// columns go anywhere: the core reports them).
+fn feedback_route(value: &Result<Row, DataflowError>, route_indices: &[usize]) -> u64 {
+    let value = match value {
+        Ok(row) => Ok(row),
+        Err(DataflowError::EnvelopeError(super::types::EnvelopeError::Upsert(e))) => Err(e),
+        Err(_) => return 0,
+    };
+    UpsertKey::from_value(value, route_indices).map_or(0, |k| k.hashed())
 }
 
 /// What the operator keeps between activations besides its core: its capabilities (snapshot
