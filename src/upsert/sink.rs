@@ -14,7 +14,6 @@
 //!
 //! Invariant: every buffered update is at or beyond `upper`.
 
-use differential_dataflow::consolidation::consolidate_updates;
 use serde::Serialize;
 use timely::progress::Antichain;
 use timely::PartialOrder;
@@ -87,7 +86,14 @@ impl PersistSink {
         if !PartialOrder::less_than(&self.upper, &self.frontier) {
             return None;
         }
-        consolidate_updates(&mut self.buffer);
+        // The crate's one consolidation (its sort compiled once), not differential's, whose
+        // unstable sort was a copy of its own for this update type. A run whose diffs overflow
+        // (never, with the +1/-1 diffs of upsert) is left unsummed rather than wrapped.
+        let _ = crate::persist::consolidate::consolidate_by(
+            &mut self.buffer,
+            |a, b| (&a.0, a.1).cmp(&(&b.0, b.1)),
+            |u| &mut u.2,
+        );
         let frontier = &self.frontier;
         let updates = self
             .buffer

@@ -136,7 +136,12 @@ impl SourceLog {
         if !text.contains(PREFIX) {
             return text.to_string();
         }
-        let keys: std::collections::BTreeSet<i64> = self.messages.iter().map(|m| m.key).collect();
+        // Inserted one by one: `collect` into a BTreeSet sorts first, a sort compiled for this
+        // type alone.
+        let mut keys = std::collections::BTreeSet::new();
+        for m in &self.messages {
+            keys.insert(m.key);
+        }
         let named: Vec<(String, i64)> = keys
             .into_iter()
             .map(|k| (UpsertKey::from_key(&Row::new([Datum::Int(k)])).short(), k))

@@ -152,7 +152,12 @@ pub(super) async fn walk(
     };
     // Every blob some version in [earliest, new) refers to was referred to by the state at
     // `earliest` or was inserted by one of the diffs after it: no need to rebuild each version.
-    let mut referenced_below_new: BTreeSet<String> = references(&state).collect();
+    // Inserted one by one: `collect` into a BTreeSet sorts first, a sort compiled for `String`
+    // alone.
+    let mut referenced_below_new = BTreeSet::new();
+    for key in references(&state) {
+        referenced_below_new.insert(key);
+    }
     // SUBTLE: what a version inserts is read from this process's memo of the versions it
     // committed or decoded (`Machine::seen`) when it is there, so that routine collections do
     // not decode every diff again; the diffs themselves are decoded only to replay to `new`.
