@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT, launch, latest, newPage, noErrors, serveForTests, shot, tourSettled, waitFor } from "./helpers.mjs";
-import { checkTour, stepOf, tourParams, tourSearch } from "../../www/tours/engine.js";
+import { checkTour, keepOtherParams, remapOf, stepOf, tourParams, tourSearch } from "../../www/tours/engine.js";
 
 const TOURS_DIR = join(ROOT, "www", "tours");
 const tours = JSON.parse(readFileSync(join(TOURS_DIR, "index.json"), "utf8")).tours.map((id) =>
@@ -143,15 +143,39 @@ test("a link made before a tour's steps were renumbered opens the step it meant;
   }
   assert.throws(() => checkTour({ ...tour, renumbered: [{ why: "x", steps: { 3: "four" } }] }), /renumbered\[0\]/);
   assert.throws(() => checkTour({ ...tour, renumbered: { 3: 4 } }), /renumbered must be a list/);
+  // What a renumbering did to a link's step: nothing for a step it left, nothing for a link of
+  // today's numbering.
+  assert.deepEqual(remapOf(uf, 6), { from: 6, to: 7, whys: [uf.renumbered[0].why] });
+  assert.equal(remapOf(uf, 5), null);
+  assert.equal(remapOf(uf, 6, uf.renumbered.length), null);
+  // A step's URL keeps the page's other parameters, not an old preset link's.
+  assert.equal(keepOtherParams(tourSearch(uf, 7), "?tour=upsert-feedback&step=6&animate=0&x=1"), `${tourSearch(uf, 7)}&animate=0&x=1`);
+  assert.equal(keepOtherParams(tourSearch(tour, 4), "?seed=41&empty=1&preset=idempotency-token&rule=off"), tourSearch(tour, 4));
 
-  // On the page: the old links open steps 4 and 5, and the URL becomes the step's link.
+  // On the page: the old links open steps 4 and 5, and say so in one line over the step's title,
+  // with a link to today's step of their number; the URL becomes the step's link, keeping the
+  // link's animate=0.
   const ctx = await launch(t);
   for (const [oldStep, step] of [[3, 4], [4, 5], [2, 2]]) {
     const page = await open(ctx, `?tour=${tour.id}&step=${oldStep}&autoplay=0&animate=0`);
     await settled(page, tour.id, step);
     assert.equal(await page.getByTestId("tour-title").textContent(), tour.steps[step - 1].title, `old step ${oldStep}`);
-    assert.equal(new URL(page.url()).search, tourSearch(tour, step), `old step ${oldStep}: the URL names the step it opened`);
+    assert.equal(new URL(page.url()).search, `${tourSearch(tour, step)}&animate=0`, `old step ${oldStep}: the URL names the step it opened, animate=0 kept`);
     assert.equal(await page.locator("[data-testid=tour-card] .tour-foot a").getAttribute("href"), tourSearch(tour, step), "the card's link to this step");
+    const remap = page.getByTestId("tour-remap");
+    if (oldStep === step) assert.equal(await remap.count(), 0, `old step ${oldStep}: nothing moved, nothing said`);
+    else {
+      const text = await remap.textContent();
+      assert.match(text, new RegExp(`older than a change to this tour \\(step 2 was split in two\\): it opens step ${step}, the step it meant\\. Step ${oldStep} today is “${tour.steps[oldStep - 1].title}”`), text);
+      assert.ok(await remap.isVisible(), "the line is on screen");
+    }
+    if (oldStep === 3) {
+      // Its link opens today's step 3 (a link of today's numbering), and the line goes.
+      await remap.locator("a").click();
+      await settled(page, tour.id, 3);
+      assert.equal(new URL(page.url()).search, `${tourSearch(tour, 3)}&animate=0`);
+      assert.equal(await page.getByTestId("tour-remap").count(), 0, "today's step 3 says nothing of old links");
+    }
     noErrors(page);
     await page.close();
   }
@@ -162,7 +186,7 @@ test("a link made before a tour's steps were renumbered opens the step it meant;
   assert.equal(await now.getByTestId("tour-title").textContent(), tour.steps[2].title);
   await now.getByTestId("tour-next").click();
   await settled(now, tour.id, 4);
-  assert.equal(new URL(now.url()).search, tourSearch(tour, 4));
+  assert.equal(new URL(now.url()).search, `${tourSearch(tour, 4)}&animate=0`, "Next keeps animate=0");
   await now.goBack();
   await settled(now, tour.id, 3);
   noErrors(now);

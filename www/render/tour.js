@@ -74,7 +74,7 @@ export function renderTourCard(el, at) {
     setHtml(el, "");
     return;
   }
-  const { tour, index, settled, failed, snap, prevSnap } = at;
+  const { tour, index, settled, failed, snap, prevSnap, remap } = at;
   const step = tour.steps[index];
   const n = tour.steps.length;
   const last = index === n - 1;
@@ -88,6 +88,7 @@ export function renderTourCard(el, at) {
     el,
     `<div class="tour-inner" data-testid="tour-card" data-tour="${esc(tour.id)}" data-step="${index + 1}" data-state="${settled ? "settled" : "running"}">` +
       `<div class="tour-head"><span class="tour-name">Tour: ${esc(tour.title)}</span><button class="tour-x" data-tour-action="leave" title="Leave the tour and play on (Esc)" aria-label="Leave the tour">×</button></div>` +
+      remapLine(tour, remap) +
       `<h2 data-testid="tour-title">${esc(step.title)}</h2>` +
       `<div class="tour-narration" data-testid="tour-narration">${step.narration.map((p) => `<p>${narrationHtml(settled ? fillNarration(p, snap, prevSnap) : p.replace(/\{\{[^}]+\}\}/g, "…"))}</p>`).join("")}</div>` +
       `<p class="tour-look small">Look at: ${lookChips(step, snap)}</p>` +
@@ -100,6 +101,21 @@ export function renderTourCard(el, at) {
       warn +
       `</div>`,
   );
+}
+
+/**
+ * One line over the step's title when the link that opened it is older than a renumbering of the
+ * tour's steps (engine.js remapOf): what changed (each `why` up to its detail, whole in the
+ * tooltip), the step it opens instead, and today's step of the link's number, linked.
+ */
+export function remapLine(tour, remap) {
+  if (!remap) return "";
+  const short = remap.whys.map((w) => w.split(/ \(|: /)[0]).join("; ");
+  const today = tour.steps[remap.from - 1];
+  const now = today
+    ? ` Step ${remap.from} today is <a href="${esc(tourSearch(tour, remap.from))}" data-tour-action="goto" data-step="${remap.from}">“${esc(today.title)}”</a>.`
+    : "";
+  return `<p class="tour-remap small" data-testid="tour-remap" title="${esc(remap.whys.join("; "))}">This link is older than a change to this tour (${esc(short)}): it opens step ${remap.to}, the step it meant.${now}</p>`;
 }
 
 /**

@@ -5,7 +5,7 @@
 // closes and the page is free play again. Drawing is render/tour.js's; this file holds no
 // protocol state, only where the learner is.
 
-import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, shardOf, stepOf, tourParams, tourSearch } from "./engine.js";
+import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, keepOtherParams, remapOf, shardOf, stepOf, tourParams, tourSearch } from "./engine.js";
 import { PICKER_KEY, flash, namedPanels, renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
 
 /** Animation pace: a step's run is spread over at most this many frames. */
@@ -45,13 +45,19 @@ export function startTours(host, tours) {
     style: doc.getElementById("tour-style"),
     layout: doc.querySelector(".layout"),
   };
-  /** Where the learner is: a tour and its step (1-based), and a step being run, if any. */
-  const at = { tour: null, step: 0, run: null, prevSnap: null, note: "" };
+  /**
+   * Where the learner is: a tour and its step (1-based), and a step being run, if any; `remap`:
+   * the tour was opened by a link older than a renumbering of its steps (engine.js remapOf), which
+   * the card says until the learner moves on.
+   */
+  const at = { tour: null, step: 0, run: null, prevSnap: null, note: "", remap: null };
   /** `?animate=0` on the URL the page opened with: steps show at once (the state is the same). */
   const animated = tourParams(window.location.search)?.animate ?? true;
 
   const byId = (id) => tours.find((t) => t.id === id);
-  const setUrl = (search, push) => {
+  // A step's URL keeps the parameters of the page's that are not a tour step's own (animate=0).
+  const setUrl = (step, push) => {
+    const search = keepOtherParams(step, window.location.search);
     if (window.location.search === search) return;
     if (push) window.history.pushState(null, "", search);
     else window.history.replaceState(null, "", search);
@@ -69,7 +75,7 @@ export function startTours(host, tours) {
     const settled = !at.run;
     const failed = settled ? failedChecks(at.tour, at.step - 1, host.latest(), at.prevSnap) : [];
     for (const f of failed) console.warn(`tour ${at.tour.id} step ${at.step}: ${f.text}`);
-    renderTourCard(els.card, { tour: at.tour, index: at.step - 1, settled, failed, snap: host.latest(), prevSnap: at.prevSnap });
+    renderTourCard(els.card, { tour: at.tour, index: at.step - 1, settled, failed, snap: host.latest(), prevSnap: at.prevSnap, remap: at.remap });
     renderHighlights(els.style, step.highlight ?? [], at.tour.hide ?? []);
   }
 
@@ -340,9 +346,13 @@ export function startTours(host, tours) {
     draw();
   }
 
-  /** Opens `tour` at `step` (1-based): rebuilds steps 1..step-1 at once, then runs `step`. */
-  function open(tour, step, { push = false, animate = true } = {}) {
+  /**
+   * Opens `tour` at `step` (1-based): rebuilds steps 1..step-1 at once, then runs `step`. `remap`:
+   * what the renumberings did to the link's step, if it was older than them (remapOf).
+   */
+  function open(tour, step, { push = false, animate = true, remap = null } = {}) {
     const n = tour.steps.length;
+    at.remap = remap;
     const k = Math.min(Math.max(Number.isInteger(step) ? step : 1, 1), n);
     at.note = k === step ? "" : ` (it has no step ${Number.isNaN(step) ? "like that" : step})`;
     try {
@@ -368,6 +378,7 @@ export function startTours(host, tours) {
   function next() {
     if (!at.tour) return;
     finishRun();
+    at.remap = null;
     if (at.step >= at.tour.steps.length) {
       leave("finished");
       return;
@@ -389,8 +400,9 @@ export function startTours(host, tours) {
   function leave(why = "left") {
     if (!at.tour) return;
     finishRun();
-    const { tour, step } = at;
+    const { tour, step, remap } = at;
     at.tour = null;
+    at.remap = null;
     at.step = 0;
     setUrl(tourSearch(tour, step, true), false);
     draw();
@@ -399,7 +411,7 @@ export function startTours(host, tours) {
       kind: "ok",
       text: why === "finished"
         ? `tour "${tour.title}" finished: the run is yours, play on (space)`
-        : `left the tour "${tour.title}" at step ${step}: the run is yours, play on (space)`,
+        : `left the tour "${tour.title}" at step ${step}${remap ? ` (the link's step ${remap.from}, from before a change to this tour)` : ""}: the run is yours, play on (space)`,
     });
   }
 
@@ -453,7 +465,7 @@ export function startTours(host, tours) {
       } catch {
         // a step name the tour cannot resolve: open() says it has no such step
       }
-      open(tour, step);
+      open(tour, step, { remap: remapOf(tour, p.step, p.numbering) });
     } else if (at.tour) window.location.reload(); // back past the tour: the page that was there
   });
 
@@ -471,7 +483,7 @@ export function startTours(host, tours) {
       if (step !== null && wanted.free) {
         open(tour, step, { animate: false });
         leave();
-      } else if (step !== null) open(tour, step);
+      } else if (step !== null) open(tour, step, { remap: remapOf(tour, wanted.step, wanted.numbering) });
     }
   }
   draw();

@@ -86,6 +86,43 @@ export function stepOf(tour, step, numbering = 0) {
 }
 
 /**
+ * What the renumberings a link made under the tour's first `numbering` ones did to its step
+ * `step` (a number): `null` if they left it where it was, else `{ from, to, whys }`, `whys` the
+ * `why` of each renumbering that moved it, oldest first. The tour card says so (render/tour.js):
+ * an old link opens the step it meant, never silently.
+ */
+export function remapOf(tour, step, numbering = 0) {
+  if (typeof step !== "number" || !Number.isInteger(step)) return null;
+  let n = step;
+  const whys = [];
+  for (const r of (tour.renumbered ?? []).slice(numbering)) {
+    const to = r.steps[String(n)];
+    if (to !== undefined && to !== n) {
+      whys.push(r.why);
+      n = to;
+    }
+  }
+  return n === step ? null : { from: step, to: n, whys };
+}
+
+/**
+ * The parameters a tour step's URL sets (tourSearch), the old preset link's, and the page's that a
+ * tour decides itself (its seed, its actors: main.js).
+ */
+const TOUR_KEYS = ["tour", "step", "numbering", "free", "autoplay", "preset", "rule", "seed", "empty", "run", "mode", "db"];
+
+/**
+ * `search` (a tour step's URL search, from tourSearch) with the other parameters of `current`
+ * (the URL the page is on) kept, in their order: a link's `animate=0` stays when the page
+ * rewrites the URL to the step it opened, and on every step after.
+ */
+export function keepOtherParams(search, current) {
+  const p = new URLSearchParams(search);
+  for (const [k, v] of new URLSearchParams(current)) if (!TOUR_KEYS.includes(k) && !p.has(k)) p.append(k, v);
+  return `?${p}`;
+}
+
+/**
  * The URL search of a tour step. `tour` is the tour (its link says which numbering of its steps
  * it follows, if it was ever renumbered: see stepOf) or, for a tour never renumbered, its id.
  */
