@@ -173,6 +173,8 @@ test("live mode: a panel whose data did not change is not drawn again; paused an
   const ctx = await launch(t);
   const db = `e2e-idle-${process.pid}`;
   const page = await openPage(ctx, server.url(`?mode=live&db=${db}`));
+  // The mode's hint says what Pause does here: the view stops, the actors do not.
+  assert.match(await page.locator("#mode-hint").textContent(), /^Live mode: .* Pause freezes this view; the actors keep running\.$/);
   await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "W1")?.detail.committed > 2, "W1 commits", null, 30_000);
   // Playing: the page follows the actors (the Shard panel's data, the shard and the clock, moves
   // with every pull), but the Rules panel's data (the rules, and which actors run without one)
