@@ -6,6 +6,7 @@
 //! upsert pushed during a walk for a walk of its own, and keep every press's message in the
 //! snapshot for the page to show beside the button, with the generator named when it is on.
 
+use persist_playground::playground::actor::ActorDetail;
 use persist_playground::playground::command::{ActorSpec, Command, ReplicaSpec};
 use persist_playground::playground::walk::PressView;
 use persist_playground::playground::walk::PRESS_BUDGET_MS;
@@ -318,4 +319,44 @@ fn a_walk_cut_short_by_a_crash_walks_the_same_push_as_yours_next() {
         "{next}"
     );
     assert!(!next.contains("the generator's"), "{next}");
+}
+
+/// The walk cut short after U1's partial emission (stage 3 moved the shard's upper to the
+/// upsert's time with an empty range) goes on through U2, whose persist source has that upper
+/// waiting: fed at the stash, the operator drained the message in the step that stashed it, and
+/// the walk stopped with "key 3 is not in the stash" while U2's state showed ◌ key 3 = hello.
+/// Now each press runs one stage: the message waits in the stash at stage 2, ◌ comes at stage 3.
+#[test]
+fn a_walk_through_a_replica_whose_shard_is_at_the_upserts_time_stashes_before_it_drains() {
+    for (seed, cut) in [3, 4, 5].into_iter().flat_map(|s| [3, 4].map(|c| (s, c))) {
+        let mut s = two_replicas(seed);
+        s.run_for(500).unwrap();
+        push(&mut s, 3, "hello");
+        for _ in 0..cut {
+            press(&mut s);
+        }
+        s.apply(Command::CrashProcess {
+            process: "P1".into(),
+        })
+        .unwrap();
+        let mut said = Vec::new();
+        for n in 1..=7 {
+            let m = press(&mut s);
+            let log = format!("seed {seed}, cut after stage {cut}: {said:#?}\n{m}");
+            assert!(m.starts_with(&format!("stage {n}/7, ")), "{log}");
+            assert!(!m.contains("unfinished"), "{log}");
+            if n == 2 || n == 3 {
+                let snap = s.snapshot();
+                let u2 = snap.actors.iter().find(|a| a.id == "U2").map(|a| &a.detail);
+                let Some(ActorDetail::Replica(r)) = u2 else {
+                    panic!("U2 runs; {log}")
+                };
+                let op = r.operator.clone().expect("U2's operator");
+                let provisional = op.state.iter().any(|c| c.mode == "provisional");
+                assert_eq!(provisional, n == 3, "◌ only from stage 3; {log}");
+                assert_eq!(op.stash.len(), usize::from(n == 2), "{log}");
+            }
+            said.push(m);
+        }
+    }
 }

@@ -195,15 +195,20 @@ export function batchLabels(rects, { textWidth = (s) => 7 * [...s].length, minX 
   return out;
 }
 
-/** Evenly spaced ticks over a domain, at "nice" steps. */
-export function ticks(d0, d1, count = 6) {
+/**
+ * Evenly spaced ticks over a domain, at "nice" steps (1, 2 or 5 times a power of ten), each a
+ * multiple of the step with no float error (0.6, never 0.6000000000000001); `minStep` keeps
+ * them whole for a clock in ms.
+ */
+export function ticks(d0, d1, count = 6, minStep = 0) {
   const span = d1 - d0;
   if (!(span > 0)) return [d0];
   const raw = span / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? raw;
+  const step = Math.max(minStep, [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? raw);
+  const digits = Math.max(0, -Math.floor(Math.log10(step)));
   const out = [];
-  for (let v = Math.ceil(d0 / step) * step; v <= d1; v += step) out.push(v);
+  for (let k = Math.ceil(d0 / step - 1e-9); k * step <= d1 + step * 1e-9; k++) out.push(Number((k * step).toFixed(digits)));
   return out;
 }
 

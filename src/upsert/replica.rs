@@ -330,6 +330,11 @@ impl Replica {
     /// budget's worth of updates ([`Replica::set_feed_budget`]; progress stays behind the
     /// updates it follows).
     pub fn feed(&mut self) -> u64 {
+        self.feed_below(None)
+    }
+
+    /// [`Replica::feed`], but a progress at or past `cap` (and all after it) stays queued.
+    pub fn feed_below(&mut self, cap: Option<Timestamp>) -> u64 {
         while let Ok(event) = self.feedback.try_recv() {
             self.feedback_queue.push_back(event);
         }
@@ -337,7 +342,9 @@ impl Replica {
         let mut upper = None;
         let budget = self.feed_budget as u64;
         while let Some(mut event) = self.feedback_queue.pop_front() {
-            if moved >= budget {
+            let held = matches!(&event, FeedbackEvent::Progress(p)
+                if cap.is_some_and(|c| p.elements().first().is_none_or(|t| *t >= c)));
+            if moved >= budget || held {
                 self.feedback_queue.push_front(event);
                 break;
             }

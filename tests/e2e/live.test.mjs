@@ -9,6 +9,8 @@ import assert from "node:assert/strict";
 import {
   frames, launch, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
+import { ticks } from "../../www/spec.js";
+import { renderFrontiers } from "../../www/render/frontiers.js";
 
 const server = serveForTests();
 
@@ -26,8 +28,22 @@ async function badTimes(page) {
   // (A scenario's seed is a 64-bit number too, and no time: "seed N" is left out.)
   for (const m of text.matchAll(/(?<!seed )\b\d{12,}\b/g)) bad.push(m[0]);
   for (const m of text.matchAll(/\b(\d{7,}(\.\d+)?) s\b/g)) bad.push(m[0]);
+  // A float's error printed as a time ("1206.6000000000001 ms": an axis tick over ~1 ms).
+  for (const m of text.matchAll(/\b\d+\.\d{3,} ?(ms|s)\b/g)) bad.push(m[0]);
   return bad;
 }
+
+test("the frontiers axis over a history of ~1 ms: whole-ms ticks, no float error in a label", () => {
+  assert.deepEqual(ticks(1206, 1207, 6, 1), [1206, 1207]);
+  assert.deepEqual(ticks(0, 1.2, 6), [0, 0.2, 0.4, 0.6, 0.8, 1, 1.2]);
+  assert.deepEqual(ticks(0.1, 0.7, 6), [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]);
+  const snap = (nowMs) => ({ nowMs, shards: [{ name: "s", upper: nowMs - 3, since: 0 }], actors: [], upsert: null });
+  const el = { querySelectorAll: () => [] };
+  renderFrontiers(el, [snap(1206), snap(1206.5), snap(1207)], 0);
+  const labels = [...el.innerHTML.matchAll(/class="tick-label"[^>]*>([^<]*)</g)].map((m) => m[1]);
+  const times = labels.filter((l) => !/^\d+ ms$/.test(l) || Number(l.split(" ")[0]) > 1000);
+  assert.deepEqual(times, ["1206 ms", "1207 ms"], labels.join(" | "));
+});
 
 test("live mode: shards, the oracle and the write task's rows come back from IndexedDB after a reload", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
@@ -165,6 +181,8 @@ test("live mode: a panel whose data did not change is not drawn again; paused an
   const ctx = await launch(t);
   const db = `e2e-idle-${process.pid}`;
   const page = await openPage(ctx, server.url(`?mode=live&db=${db}`));
+  // The mode's hint says what Pause does here: the view stops, the actors do not.
+  assert.match(await page.locator("#mode-hint").textContent(), /^Live mode: .* Pause freezes this view; the actors keep running\.$/);
   await waitFor(page, () => window.__playground.state.latest().actors.find((a) => a.id === "W1")?.detail.committed > 2, "W1 commits", null, 30_000);
   // Playing: the page follows the actors (the Shard panel's data, the shard and the clock, moves
   // with every pull), but the Rules panel's data (the rules, and which actors run without one)

@@ -182,6 +182,12 @@ test("every event reads as a sentence: no persist reason code, no raw handle id 
   }
   const sentence = details.find((d) => /Upper\(shard \[\d+\], writer/.test(d.raw)).shown;
   assert.match(sentence, /nothing to commit — the shard's upper is already \d+, not where this batch starts; (another writer moved it|this writer's own)/);
+  // A replica's stash event says what its time is and why the messages wait ("stashed 1 source
+  // update at 0" left a learner asking what "at 0" was).
+  const stash = details.find((d) => /^(generation \d+: )?stashed 1 source update at \d+$/.test(d.raw));
+  assert.ok(stash, "the run has a replica that stashed one source message");
+  const at = /at (\d+)$/.exec(stash.raw)[1];
+  assert.match(stash.shown, new RegExp(`stashed 1 source message \\(t${at}\\): it waits for the shard's state at t${at} before its update goes out$`));
   // The rows drawn say the same.
   await page.locator("#panel-log").scrollIntoViewIfNeeded();
   const rows = await page.locator("#log-view li[data-seq]").allTextContents();

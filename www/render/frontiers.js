@@ -39,7 +39,8 @@ export function renderFrontiers(el, history, t0, width = 940) {
     parts.push(svgEl("line", { x1: LEFT, x2: W - RIGHT, y1: y(v), y2: y(v), class: "grid-line" }));
     parts.push(svgEl("text", { x: LEFT - 6, y: y(v) + 4, class: "tick-label", "text-anchor": "end" }, `${v} ms`));
   }
-  for (const t of ticks(tMin, tMax, 6)) {
+  // The clock counts whole ms: no tick between two of them, however short the history.
+  for (const t of ticks(tMin, tMax, 6, 1)) {
     parts.push(svgEl("text", { x: x(t), y: H - 6, class: "tick-label", "text-anchor": "middle" }, fmtMs(t, t0)));
   }
   const labels = [];

@@ -343,6 +343,6 @@ export function renderMode(dom, mode, db) {
   dom.toSeed.hidden = !live;
   dom.seedForm.querySelector("button").disabled = false;
   dom.modeHint.textContent = live
-    ? `Live mode: IndexedDB database "${db}" and real timers. Reload the page: the shards and the oracle come back. Open a second tab: two processes race on one database.`
+    ? `Live mode: IndexedDB database "${db}" and real timers. Reload the page: the shards and the oracle come back. Open a second tab: two processes race on one database. Pause freezes this view; the actors keep running.`
     : "Seed mode: a simulator over memory. The same seed and the same clicks give the same run.";
 }

@@ -136,6 +136,13 @@ function rowsToShow(events, snap, eventsAfter) {
 
 /** A replica's operator words (src/playground/actors/replica.rs) in a learner's. */
 function upsertWords(d) {
+  // "stashed 1 source update at 510": what "at" means (the messages' time) and why they wait.
+  const stashed = /^((?:generation \d+: )?)stashed (\d+) source updates? at (\d+)$/.exec(d);
+  if (stashed) {
+    const [, gen, n, t] = stashed;
+    const one = n === "1";
+    return `${gen}stashed ${n} source message${one ? "" : "s"} (t${t}): ${one ? "it waits" : "they wait"} for the shard's state at t${t} before ${one ? "its" : "their"} update goes out`;
+  }
   const mid = /^drain skipped: the feedback is mid-timestamp at (\d+)$/.exec(d);
   if (mid) return `did not drain its stash: the feedback read back so far stops partway through time ${mid[1]} (the shard's upper is not past it yet), so some keys may hold only part of that time's updates; it drains once the rest arrives`;
   const folded = /^folded 0 feedback updates into state; persist upper (.*)$/.exec(d);

@@ -35,7 +35,17 @@ impl Scenario {
             super::Stage::Sink => self.stage_sink(walk, r, &source),
             super::Stage::Shard => {
                 let ts = walk.message.map_or(0, |m| m.2);
-                let done = self.run_until(|_| r.borrow().sink_upper().is_some_and(|u| u > ts))?;
+                // A sink behind the shard (a walk cut short: another replica wrote) loses its
+                // write, learns the upper, and writes once more.
+                let mut lost = r.borrow().counters().sink_mismatches;
+                let done = self.run_until(|_| {
+                    let mut rb = r.borrow_mut();
+                    if rb.counters().sink_mismatches > lost {
+                        lost = rb.counters().sink_mismatches;
+                        rb.set_manual(Manual::WriteOnce);
+                    }
+                    rb.sink_upper().is_some_and(|u| u > ts)
+                })?;
                 let upper = r.borrow().sink_upper();
                 Ok(if done {
                     Ok(format!(
@@ -144,7 +154,9 @@ impl Scenario {
             return Err("nothing to stash: the upsert never reached the source log".into());
         };
         let mut rb = r.borrow_mut();
-        rb.feed();
+        // The shard's upper may be at `ts` already (a walk cut short wrote up to it): fed, the
+        // operator would drain the message in the step that stashes it. It waits for stage 3.
+        rb.feed_below(Some(ts));
         // Earlier unread messages first (the generator's, before it was turned off): the input
         // frontier may not pass their times before they are read (the replica would fail).
         let mut read = 0;
