@@ -112,17 +112,22 @@ export function wireControls(dom, app) {
   dom.stepReplicas.addEventListener("click", guarded(() => {
     // A walk moves only a paused run (running it ends the walk): the press pauses it first.
     if (app.playing()) app.togglePlay();
+    // Where the panel's own button is before the press: a press made there leaves it there.
+    const here = dom.stepReplicasHere;
+    const was = here?.getBoundingClientRect();
+    const shown = Boolean(was) && was.height > 0 && was.top >= 0 && was.bottom <= innerHeight;
     try {
       app.send({ type: "stepReplicas" });
     } finally {
       // The press's effect shows in the Upsert pipeline panel, ~2000 px below the controls at
       // 1280x800: bring it into view, its title at the top. Its own Step replicas button and the
       // press's message are there (render/index.js renderPressHere), so the next press is made
-      // where it shows; a press from there moves nothing.
+      // where it shows, and that button then stays where it is (keepPressStill).
       const panel = dom.stepSaidHere?.closest(".panel");
       const title = panel?.querySelector("h2").getBoundingClientRect();
       const bar = dom.stepSaidHere?.closest("p").getBoundingClientRect();
-      if (panel && (title.top < -2 || bar.bottom > innerHeight)) panel.scrollIntoView({ block: "start" });
+      if (panel && !shown && (title.top < -2 || bar.bottom > innerHeight)) panel.scrollIntoView({ block: "start" });
+      if (panel && here) keepPressStill(here, panel, shown ? was.top : here.getBoundingClientRect().top);
     }
   }));
   dom.stepReplicasHere?.addEventListener("click", () => dom.stepReplicas.click());
@@ -261,4 +266,65 @@ function actorAction(dom, app, el) {
     default:
       return undefined;
   }
+}
+
+/** For this many frames after a Step replicas press, its button is held where it was. */
+const PRESS_HOLD_FRAMES = 20;
+/** The walked key's row keeps this far above the bottom of the window. */
+const PRESS_ROW_MARGIN_PX = 8;
+/** The press being held, if any: a newer press replaces it. */
+let pressHold = null;
+
+/**
+ * Holds the Upsert pipeline panel's Step replicas button at `y` (its top in the window) for a
+ * few frames after a press: what the press changes (the walk's line, the replicas' cards, the
+ * panels above, drawn again a frame or two later) must not move the button the learner presses
+ * next (the fourth learner walk saw it drift from y 111 to 263 over seven presses). The
+ * browser's scroll anchoring is off meanwhile, which moved the page on its own. The one scroll
+ * allowed: the walked key's row in the state (render/upsert.js marks it data-walked) below the
+ * bottom of the window comes up into it (the button with it, never above the window's top), and
+ * the button is held at its new place. A wheel, a touch or a key other than j lets go.
+ */
+function keepPressStill(button, panel, y) {
+  const root = document.documentElement;
+  if (pressHold) pressHold.stop();
+  const hold = { left: PRESS_HOLD_FRAMES, y };
+  const release = () => hold.stop();
+  const onKey = (e) => {
+    if (e.key !== "j") release();
+  };
+  hold.stop = () => {
+    hold.left = 0;
+    root.style.overflowAnchor = "";
+    removeEventListener("wheel", release);
+    removeEventListener("touchstart", release);
+    removeEventListener("keydown", onKey);
+    if (pressHold === hold) pressHold = null;
+  };
+  pressHold = hold;
+  root.style.overflowAnchor = "none";
+  addEventListener("wheel", release, { passive: true });
+  addEventListener("touchstart", release, { passive: true });
+  addEventListener("keydown", onKey);
+  const settle = () => {
+    const top = button.getBoundingClientRect().top;
+    if (Math.abs(top - hold.y) >= 1) window.scrollBy({ top: top - hold.y, behavior: "instant" });
+    const row = [...panel.querySelectorAll("[data-walked]")].find((el) => el.getClientRects().length);
+    const below = row ? row.getBoundingClientRect().bottom - (innerHeight - PRESS_ROW_MARGIN_PX) : 0;
+    const by = Math.min(below, button.getBoundingClientRect().top);
+    if (by >= 1) {
+      window.scrollBy({ top: by, behavior: "instant" });
+      hold.y = button.getBoundingClientRect().top;
+    }
+  };
+  settle();
+  const tick = () => {
+    if (hold.left-- <= 0) {
+      hold.stop();
+      return;
+    }
+    settle();
+    requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
 }

@@ -43,6 +43,16 @@ export function fmtMs(ms, t0 = 0) {
   return `${(d / 1000).toFixed(1)} s`;
 }
 
+/**
+ * One format for the times of one line or list: seconds (as fmtMs) if every one of `values` is
+ * 10 s or later, else all in ms ("the last at 10012 ms … at 9553 ms", never "10.0 s … 9553 ms").
+ * Null (the empty frontier) is ∅ as in fmtMs.
+ */
+export function fmtMsAs(values, t0 = 0) {
+  const secs = values.every((v) => v === null || v === undefined || Math.abs(v - t0) >= 10_000);
+  return (ms) => (ms === null || ms === undefined ? "∅" : secs ? fmtMs(ms, t0) : `${ms - t0} ms`);
+}
+
 /** A frontier (null: the empty frontier, "finished"). */
 export function fmtFrontier(f, t0 = 0) {
   return f === null || f === undefined ? "[] finished" : fmtMs(f, t0);

@@ -18,7 +18,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  launch, openTwoReplicas, noErrors, shot, waitFor, waitForStatus, serveForTests,
+  frames, launch, openTwoReplicas, noErrors, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 import { rowWords } from "../../www/render/words.js";
 
@@ -26,6 +26,21 @@ const server = serveForTests();
 
 const STAGES = ["source", "stash", "partial emission", "sink", "shard", "feedback read", "state"];
 const U1_STATE = '#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-state]';
+
+/**
+ * Where the panel's Step replicas button and the walked key's row in U1's state are, once the
+ * press has been drawn and the page has held still for a while (longer than controls.js holds
+ * the button: what moves after that moves it too).
+ */
+async function pressPlaces(page) {
+  await frames(page, 30);
+  return page.evaluate((sel) => {
+    const b = document.querySelector("[data-testid=upsert-step-replicas]").getBoundingClientRect();
+    const row = document.querySelector(`${sel} li[data-walked]`);
+    const r = row?.getBoundingClientRect();
+    return { button: b.top, row: r ? { top: r.top, bottom: r.bottom, text: row.textContent } : null, vh: innerHeight };
+  }, U1_STATE);
+}
 
 /**
  * Where the press shows (issue 16, finding 7): the press brings the Upsert pipeline panel into
@@ -82,6 +97,11 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
   const u2Steps = [];
   assert.match(await page.getByTestId("step-replicas").getAttribute("title"), /walks that upsert through one replica, one stage per press \(the other replicas wait until the walk ends\); a stage runs the scenario until its write or read completes, so the clock may move by seconds/);
   const provisional = () => page.locator(`${U1_STATE} li.provisional`).count();
+  // The fourth learner walk: the button drifted (its top at y 111, 95, 111, 176, 244, 263, 247
+  // over the seven presses) as the page scrolled itself, and the walked row ended below the
+  // window at presses 5 to 7. The first press brings the panel into view; from there on the
+  // button stays where the learner presses it, and the walked row is in the window.
+  const places = [];
   for (const [i, stage] of STAGES.entries()) {
     // Nothing is focused but the page: the key goes to the page's shortcuts.
     await page.evaluate(() => document.activeElement?.blur());
@@ -90,6 +110,13 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     await waitForStatus(page, "ok", new RegExp(`stage ${n}/7, ${stage}: `));
     said.push(await page.locator("#status").textContent());
     await saidBesideButton(page, "feedback", n);
+    const at = await pressPlaces(page);
+    places.push(at);
+    assert.ok(Math.abs(at.button - places[0].button) <= 1.5, `press ${n}: the Step replicas button stays where press 1 left it (y ${places.map((p) => Math.round(p.button)).join(", ")})`);
+    if (n >= 3) {
+      assert.ok(at.row && /key 3 = hello/.test(at.row.text), `press ${n}: U1's state marks the walked row: ${JSON.stringify(at.row)}`);
+      assert.ok(at.row.top >= 0 && at.row.bottom <= at.vh, `press ${n}: the walked row ${at.row.text} is in the window (${Math.round(at.row.top)}..${Math.round(at.row.bottom)} of ${at.vh})`);
+    }
     const walk = page.getByTestId("upsert-walk");
     if (n < STAGES.length) {
       // What the button's title promises: the walk moves one replica, the other waits, and a

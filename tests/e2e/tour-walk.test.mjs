@@ -16,6 +16,8 @@
 //     panel's batches, the Frontiers lines) from its top, wholly or at least MIN_FIGURE_PX of it;
 //   - every "Look at" chip, pressed from where the step settled, keeps the card's Back and Next
 //     buttons in the window and shows its target; an actor already wholly in view scrolls nothing;
+//   - at settle and after a chip scrolls, no line of text, button, short table row or description
+//     of a named panel is half under that panel's sticky title (linesCut);
 //   - every value the narration fills in from the snapshot (`{{path}}`) is visible text of a
 //     named panel: inside the window and inside every scrolling box around it, at settle (before
 //     any chip is pressed: the card quotes it as the learner reads it). A `{{prev:path}}` value (the previous step's)
@@ -374,6 +376,49 @@ function figuresCut(page, ids) {
   }, [ids, MIN_FIGURE_PX]);
 }
 
+/**
+ * The lines cut at the top of the named panels `ids` (the fourth learner walk: after a chip the
+ * Shard panel's title covered half a line of its legend; at settle the Writers panel's
+ * description showed only its last line, "last attempt ended.", and a Crash button was cut in
+ * half): for each panel whose title sticks (the panel's top above it), each line of its text,
+ * button, field, table row up to 40 px tall and its description (.caption, whole) that is partly
+ * under the title and partly below it, said as failures. The Event log's own scrolling box is
+ * left out (its lines scroll within it).
+ */
+function linesCut(page, ids) {
+  return page.evaluate((ids) => {
+  const out = [];
+  for (const id of ids) {
+    const panel = document.getElementById(id);
+    const h2 = panel?.querySelector("h2");
+    if (!h2 || !panel.getClientRects().length) continue;
+    const p = panel.getBoundingClientRect();
+    const t = h2.getBoundingClientRect();
+    // Its title sticks: the panel's top is above it, over the window's top.
+    if (!(p.top < t.top - 2 && t.bottom > 0 && t.top < window.innerHeight)) continue;
+    const line = t.bottom;
+    const cut = (r) => r.height > 0 && r.width > 0 && r.top < line - 2 && r.bottom > line + 2;
+    const inLog = (el) => el.closest(".log");
+    const say = (what, r) => `${id}: ${what} is half under its sticky title (${Math.round(r.top)}..${Math.round(r.bottom)} px, the title's bottom at ${Math.round(line)})`;
+    for (const el of panel.querySelectorAll(".caption, button, input, select, tr")) {
+      if (h2.contains(el) || inLog(el)) continue;
+      const r = el.getBoundingClientRect();
+      if (el.tagName === "TR" && r.height > 40) continue;
+      if (cut(r)) out.push(say(`${el.tagName.toLowerCase()}${el.className ? `.${el.className}` : ""} “${el.textContent.trim().slice(0, 40)}”`, r));
+    }
+    const walker = document.createTreeWalker(panel, NodeFilter.SHOW_TEXT);
+    const range = document.createRange();
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (!n.data.trim() || h2.contains(n) || inLog(n.parentElement)) continue;
+      range.selectNodeContents(n);
+      const r = [...range.getClientRects()].find(cut);
+      if (r) out.push(say(`a line of text “${n.data.trim().slice(0, 40)}”`, r));
+    }
+  }
+  return out;
+}, ids);
+}
+
 /** Presses the step's chip for actor `id`; false if it has none. */
 async function pressActorChip(page, id) {
   const chip = page.locator(`[data-testid=tour-card] button.look-actor[data-actor="${id}"]`).first();
@@ -461,6 +506,8 @@ async function pressEveryChip(page, where, settleY, panels) {
     if (!after.target) failures.push(`${chip} flashes nothing on the panels`);
     else if (!after.seen) failures.push(`${chip} leaves its target (${after.target}) not in view`);
     if (before.actor && before.shown && after.y !== before.y) failures.push(`${chip} scrolls by ${after.y - before.y} px though ${before.actor} was wholly in view`);
+    // Where a chip scrolled to, no line half under a named panel's sticky title either.
+    if (after.y !== before.y) for (const cut of await linesCut(page, panels)) failures.push(`${chip}: ${cut}`);
   }
   await page.evaluate((y) => window.scrollTo({ top: y, behavior: "instant" }), settleY);
   return failures;
@@ -515,6 +562,8 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   // The step's other panels that are on screen show their figure wholly (upper-since 5 cut the
   // Frontiers panel's lines at the bottom of the window, write-task 6 the Shard panel's batches).
   for (const cut of await figuresCut(page, panels.slice(1))) failures.push(`${where}: ${cut}`);
+  // No line half under a named panel's sticky title at settle.
+  for (const cut of await linesCut(page, panels)) failures.push(`${where}: at settle, ${cut}`);
   if (!m.card) failures.push(`${where}: the tour card is not wholly on screen`);
   if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
   const atOnce = m.card && panels.every((id) => inView(m.panels[id])) && actorsAtSettle.every(Boolean);

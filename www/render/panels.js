@@ -5,8 +5,11 @@ import { chip, count, esc, mark, setHtml } from "./dom.js";
 import { namedIds } from "./names.js";
 import { errorWords } from "./words.js";
 
-/** A Consensus key that may wrap only after its separators ("upsert_<wbr>out"), never mid-word. */
-const keyBreaks = (key) => esc(key).replace(/([/_-])/g, "$1<wbr>");
+/**
+ * A Consensus key that may wrap only after a "/" ("timestamp_oracle/<wbr>epoch_ms"), never
+ * mid-word nor after a "_" ("timestamp_/oracle/epoch_/ms" read as four words).
+ */
+const keyBreaks = (key) => esc(key).replace(/\//g, "/<wbr>");
 
 /** An acknowledged value as the check names it: "W1:w…#2 x3" → "W1's update #2, 3 copies". */
 

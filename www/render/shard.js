@@ -1,7 +1,7 @@
 // The shard panel: batches on a time axis with since and upper, the seqno strip with rollups,
 // the parts and their sizes, and recent merges and GCs.
 
-import { batchLabels, batchRects, fmtBytes, fmtFrontier, fmtMs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
+import { batchLabels, batchRects, fmtBytes, fmtFrontier, fmtMs, fmtMsAs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
 import { count, esc, setHtml, svgEl } from "./dom.js";
 import { blobKeyName, handleName, namedIds, shortId } from "./names.js";
 
@@ -146,23 +146,26 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     .map(([k, v, title]) => `<span class="stat" data-stat="${k}"${title ? ` title="${esc(title)}"` : ""}><span class="k">${k}</span> <span class="v mono">${esc(v)}</span></span>`)
     .join("");
   const maint = gcRuns(shard.maintenance.slice(-24)).slice(-6).reverse();
+  const sw = shard.lastSweep;
+  // One time format for the whole list and the sweep line under it (not "10.9 s" over "9846 ms").
+  const at = fmtMsAs([...maint.flatMap((m) => (m.kind === "merge" ? [m.atMs, m.lower, m.upper] : [m.atMs])), sw?.atMs], t0);
+  const frontier = (f) => (f === null || f === undefined ? fmtFrontier(f, t0) : at(f));
   const maintHtml = maint.length
     ? maint
         .map((m) => {
           const what = m.kind === "merge"
-            ? `merged [${fmtFrontier(m.lower, t0)}, ${fmtFrontier(m.upper, t0)}) → ${count(m.count, "update")}`
+            ? `merged [${frontier(m.lower)}, ${frontier(m.upper)}) → ${count(m.count, "update")}`
             : m.kind === "gc run"
               ? gcRunText(m)
               : m.kind.startsWith("sweep")
                 ? `sweep deleted ${swept(m.count, m.kind)}`
                 : `GC deleted ${count(m.count, `${m.kind.replace("gc ", "")} blob`)}`;
-          return `<li${m.kind === "gc run" ? ` title="${esc(GC_TICKET)}"` : ""}><span class="mono">${esc(fmtMs(m.atMs, t0))}</span> ${esc(what)}</li>`;
+          return `<li${m.kind === "gc run" ? ` title="${esc(GC_TICKET)}"` : ""}><span class="mono">${esc(at(m.atMs))}</span> ${esc(what)}</li>`;
         })
         .join("")
     : `<li class="empty">no compaction or GC yet</li>`;
-  const sw = shard.lastSweep;
   const sweepHtml = sw
-    ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(fmtMs(sw.atMs, t0))}</span> last sweep deleted ${esc(swept(sw.count, sw.kind))}${sw.writers.length ? ` (${esc(namedIds(sw.writers.join(", "), snapshot))})` : ""}</p>`
+    ? `<p class="last-sweep" data-testid="last-sweep"><span class="mono">${esc(at(sw.atMs))}</span> last sweep deleted ${esc(swept(sw.count, sw.kind))}${sw.writers.length ? ` (${esc(namedIds(sw.writers.join(", "), snapshot))})` : ""}</p>`
     : "";
   const holdHtml = sinceHolds(shard, snapshot, t0, spansSince ? SPAN_NOTE : "");
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";

@@ -93,14 +93,14 @@ const purposeNote = (v) => (v && ON_PURPOSE.test(v)
   ? ` <span class="muted small" title="the generator makes about 1 upsert in 20 undecodable, to show an error travelling through the pipeline; switch it off with setUndecodable">(made undecodable on purpose by the generator)</span>`
   : "");
 
-function stateTable(op, walkCell, keys) {
+function stateTable(op, walkCell, keys, doneValue = null) {
   if (!op) return "";
-  // The cell of the upsert a stage-by-stage walk follows comes first, so it is always in view.
+  // The cell of the upsert a stage-by-stage walk follows comes first, so it is always in view,
+  // and stays first once the walk is done (the cell holding the value it confirmed); it is marked
+  // (data-walked) for the press to keep in the window (controls.js).
   const state = op.state.slice();
-  if (walkCell) {
-    const i = state.findIndex((c) => c.key === walkCell);
-    if (i > 0) state.unshift(...state.splice(i, 1));
-  }
+  const w = walkCell ? state.findIndex((c) => c.key === walkCell) : doneValue != null ? state.findIndex((c) => c.value === doneValue && c.mode !== "provisional") : -1;
+  if (w > 0) state.unshift(...state.splice(w, 1));
   const cells = state.slice(0, 10).map((c) => {
     const prov = c.mode === "provisional";
     // A cell that does not decode (two rows for one key, say) says why, its key named.
@@ -112,11 +112,12 @@ function stateTable(op, walkCell, keys) {
     // The key is shown by its row (key, value); its hash, the state's own key, only on hover.
     // An error takes its key's place (a value that did not decode): marked ⚠.
     const bad = /^error: /.test(value) || Boolean(c.decode_error);
-    return `<li class="${prov ? "provisional" : ""}${bad ? " err" : ""}" title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${bad ? "⚠ " : ""}${esc(shown(value))}${purposeNote(value)}</li>`;
+    const walked = w >= 0 && c === state[0] ? " data-walked" : "";
+    return `<li class="${prov ? "provisional" : ""}${bad ? " err" : ""}"${walked} title="${esc(c.mode)}${prov ? ` at ${c.provisional_time}` : ""}; key hash ${esc(c.key)}">${prov ? "◌ " : ""}${bad ? "⚠ " : ""}${esc(shown(value))}${purposeNote(value)}</li>`;
   });
   // A stashed value shows its row; a delete has no row, so its key's hash stands in.
   const stash = op.stash.slice(0, 6).map((e) => `<li title="key hash ${esc(e.key)}"><span class="mono">t${e.time}</span> ${e.value != null ? esc(shown(e.value)) : `⌫ delete ${deletedKey(e.key, keys)}`}</li>`);
-  return `<div class="up-cols"><div><h4>state per key (◌ provisional)</h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
+  return `<div class="up-cols"><div><h4>state per key <span class="nowrap">(◌ provisional)</span></h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
     `<div><h4>stash (${op.stash.length})</h4><ul class="cells" data-testid="upsert-stash">${stash.join("") || `<li class="empty">empty</li>`}</ul></div></div>`;
 }
 
@@ -131,7 +132,7 @@ function trailNote(a, r) {
   return `<div class="small muted" data-testid="upsert-trail">Why persist upper ${fmtT(p)} trails emitted up to ${fmtT(out)}: ${esc(a.id)} will emit nothing more before ${fmtT(out)} (its sink writes the shard up to there, with an empty write if it has nothing new), but it has read the shard back only to ${fmtT(p)}: the read-back comes after the write. Its stash waits until the persist upper reaches each message's time.</div>`;
 }
 
-function replicaCard(a, walk, keys, note) {
+function replicaCard(a, walk, keys, note, done = null) {
   const r = a.detail.kind === "replica" ? a.detail : null;
   const head = `${chip(a.id, actorColour(a.colour))} <span class="muted">${esc(a.process)}</span>`;
   if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
@@ -146,7 +147,7 @@ function replicaCard(a, walk, keys, note) {
   const counts = `<span title="updates the operator emitted to its sink">emitted <b>${c.emitted}</b></span> · <span title="stashed upserts dropped because a peer had already written their time">discarded <b>${c.stashDiscarded}</b></span> · ${fed} · <span title="emissions at the input frontier before the shard caught up (provisional values)">partial <b>${c.partialEmissions}</b></span> · <span title="sink writes that lost to another replica (UpperMismatch)">lost races <b>${c.sinkMismatches}</b></span> · <span title="times the replica's timely worker ran its operators once (worker.step())">worker steps <b data-testid="worker-steps">${r.worker_steps}</b></span>`;
   const gen = `<span title="which start of the replica this is: 0 its first; each restart adds 1 and rehydrates its state from the shard">generation ${r.generation}</span>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} ${gen}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
-    `<div class="small">${frontiers}</div>${note ? trailNote(a, r) : ""}<div class="small" data-testid="upsert-counters">${r.generation > 0 ? `<span class="muted" data-testid="upsert-generation-counts" title="a restart starts a new replica: its counters start at 0">generation ${r.generation} only, counted from 0 at its restart (the counts of earlier generations went with their process); it resumed at the shard's upper ${fmtT(r.resume_upper)}, and its first ${"fed back"} updates rebuilt its state from the shard:</span> ` : ""}${counts}</div>${emittedLine(r.last_emitted)}${stateTable(op, walk?.replica === a.id ? walk.cell : null, keys)}</div>`;
+    `<div class="small">${frontiers}</div>${note ? trailNote(a, r) : ""}<div class="small" data-testid="upsert-counters">${r.generation > 0 ? `<span class="muted" data-testid="upsert-generation-counts" title="a restart starts a new replica: its counters start at 0">generation ${r.generation} only, counted from 0 at its restart (the counts of earlier generations went with their process); it resumed at the shard's upper ${fmtT(r.resume_upper)}, and its first ${"fed back"} updates rebuilt its state from the shard:</span> ` : ""}${counts}</div>${emittedLine(r.last_emitted)}${stateTable(op, walk?.replica === a.id ? walk.cell : null, keys, !walk && done?.replica === a.id ? done.value : null)}</div>`;
 }
 
 /** The updates the operator last handed to its sink, each with its sign: the effect of an upsert. */
@@ -158,8 +159,17 @@ function emittedLine(e) {
   return `<div class="small" data-testid="upsert-emitted" title="the updates the operator last handed to its sink: +1 adds a row to the shard, −1 retracts one">last emitted: ${rows}${more}</div>`;
 }
 
+/** Whether the reader opened the done line's "what the next press does" (kept across redraws). */
+let openNext = false;
+
 export function renderUpsert(el, snap, prev) {
   const replicas = snap.actors.filter((a) => a.spec.kind === "replica");
+  if (!el.__wired) {
+    el.__wired = true;
+    el.addEventListener("toggle", (ev) => {
+      if (ev.target.classList?.contains("walk-next")) openNext = ev.target.open;
+    }, true);
+  }
   if (!snap.upsert) {
     setHtml(el, `<p class="empty">No replicas yet. Add one with + Replica (u), then push upserts or turn the generator on (g).</p>`);
     return;
@@ -182,7 +192,7 @@ export function renderUpsert(el, snap, prev) {
       check +
       (u.walk ? walkLine(u.walk, replicas, snap) : doneLine(u.walkDone, replicas)) +
       diagram(snap, replicas, prev) +
-      replicas.map((a, i) => replicaCard(a, u.walk, keys, i === trailAt)).join("") +
+      replicas.map((a, i) => replicaCard(a, u.walk, keys, i === trailAt, u.walkDone)).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
   );
 }
@@ -291,6 +301,8 @@ function doneLine(done, replicas) {
   const others = behind.length
     ? ` ${behind.join(" and ")} ${behind.length === 1 ? "was" : "were"} held during the walk. These presses move ${behind.length === 1 ? "its" : "their"} worker only (the message into the stash, then out as an emission); the sink's write and the read-back need the run to go on (Step or Play). ${esc(done.replica)} has written that time already, so none of ${behind.join(" and ")}'s output for it lands (a write of it loses the race), and ${behind.length === 1 ? "it learns" : "they learn"} the value from the shard.`
     : "";
-  return `<p class="small walk" data-testid="upsert-walk-done"><span class="done">✓ done: ${esc(whose)}key ${esc(done.key ?? "?")} ${esc(value)} at t${esc(done.ts ?? "?")} went through all seven stages${esc(over)}</span>: ${esc(done.replica)}'s state holds it as the shard does, no longer provisional (◌). ` +
-    `<span class="muted">The walk is over. From now on each press of Step replicas (j) runs one worker step of every replica.${others} To walk another upsert, push it, then press Step replicas.</span></p>`;
+  // Compact: what the walk confirmed in one line or two; what the next presses do folded away
+  // (open, it pushed the replica's card off the window at 1280x800).
+  return `<div class="small walk" data-testid="upsert-walk-done"><span class="done">✓ done: ${esc(whose)}key ${esc(done.key ?? "?")} ${esc(value)} at t${esc(done.ts ?? "?")} went through all seven stages${esc(over)}</span>: ${esc(done.replica)}'s state holds it as the shard does, no longer provisional (◌). ` +
+    `<details class="walk-next"${openNext ? " open" : ""}><summary class="muted">what the next press does</summary><span class="muted">The walk is over. From now on each press of Step replicas (j) runs one worker step of every replica.${others} To walk another upsert, push it, then press Step replicas.</span></details></div>`;
 }

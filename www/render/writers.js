@@ -5,7 +5,7 @@
 // latest re-sync; each oracle instance's timestamps, its first one in this incarnation and its
 // durable windows.
 
-import { OUTCOMES, actorColour, fmtFrontier, fmtMs, lagBar } from "../spec.js";
+import { OUTCOMES, actorColour, fmtFrontier, fmtMs, fmtMsAs, lagBar } from "../spec.js";
 import { chip, count, esc, mark, setHtml } from "./dom.js";
 import { taskWords } from "./log.js";
 import { errorWords, rowWords } from "./words.js";
@@ -116,7 +116,7 @@ function keptLines(a, w, t0) {
   const lines = [];
   if (w?.lastLost) {
     const l = w.lastLost;
-    lines.push(`<span data-kept="lost">${mark("mismatch", OUTCOMES)} lost a race at ${esc(fmtMs(l.atMs, t0))}: UpperMismatch, expected upper ${esc(exactMs(l.expected, t0))}, actual ${esc(exactMs(l.actual, t0))}</span>`);
+    lines.push(`<span data-kept="lost">${mark("mismatch", OUTCOMES)} lost a race at ${esc(exactMs(l.atMs, t0))}: UpperMismatch, expected upper ${esc(exactMs(l.expected, t0))}, actual ${esc(exactMs(l.actual, t0))}</span>`);
   }
   // The count of timed-out writes first, then the latest of them (one of that count).
   if (w && (w.timedOutWrites || w.otherTimeouts || w.inFlight?.timeouts)) lines.push(timeoutLine(w, a.variant === "idempotency-token"));
@@ -125,7 +125,7 @@ function keptLines(a, w, t0) {
     const how = o.resolvedByToken
       ? `${mark("indeterminate", OUTCOMES)} → ${mark("committed", OUTCOMES)} resolved by the idempotency token`
       : `${mark(o.outcome, OUTCOMES)} ${o.outcome === "indeterminate" ? (a.variant === "idempotency-token" ? "unknown for good (no token), written again" : "still unknown") : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
-    lines.push(`<span data-kept="timed-out">${w.timedOutWrites > 1 ? "the latest of them: " : ""}write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(fmtMs(o.atMs, t0))}): ${how}</span>`);
+    lines.push(`<span data-kept="timed-out">${w.timedOutWrites > 1 ? "the latest of them: " : ""}write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(exactMs(o.atMs, t0))}): ${how}</span>`);
   }
   if (a.detail.kind === "task") lines.push(...taskLines(a.detail, w, t0));
   // Kept lines wrap: none of them is cut.
@@ -149,7 +149,8 @@ function taskLines(t, w, t0) {
   let resync = `${t.resyncs} re-sync${t.resyncs === 1 ? "" : "s"}`;
   if (t.lastResync) {
     const r = t.lastResync;
-    resync += `, the last at ${esc(fmtMs(r.atMs, t0))}: desired ${rowsWord(r.desiredRows)} − shard ${rowsWord(r.shardRows)} at ${esc(fmtFrontier(r.upper, t0))} → to_write ${signedRows(r.toWrite)}${shownRows(r.toWrite)}`;
+    const at = fmtMsAs([r.atMs, r.upper], t0);
+    resync += `, the last at ${esc(at(r.atMs))}: desired ${rowsWord(r.desiredRows)} − shard ${rowsWord(r.shardRows)} at ${esc(r.upper === null || r.upper === undefined ? fmtFrontier(r.upper, t0) : at(r.upper))} → to_write ${signedRows(r.toWrite)}${shownRows(r.toWrite)}`;
   }
   if (!t.readOnly || t.resyncs) lines.push(`<span data-kept="resync">${resync}</span>`);
   return lines;

@@ -7,6 +7,7 @@
 
 import { applyCommands, checkTour, chunksOf, failedChecks, firstStepOf, keepOtherParams, remapOf, shardOf, stepOf, tourParams, tourSearch } from "./engine.js";
 import { PICKER_KEY, flash, namedPanels, renderHighlights, renderPicker, renderTourCard } from "../render/tour.js";
+import { uncutScrolls } from "./uncut.js";
 
 /** Animation pace: a step's run is spread over at most this many frames. */
 const MAX_FRAMES_PER_STEP = 80;
@@ -18,6 +19,8 @@ const VIEW_MARGIN_PX = 8;
  * (www/render/index.js), and its figure's height changes with it.
  */
 const RESETTLE_FRAMES = 8;
+/** How far (px, up or down) a scroll may move on so that no line is half under a sticky title. */
+const UNCUT_PX = 160;
 
 /** Fetches index.json and every tour it lists (checked: a malformed tour is an Error naming it). */
 export async function loadTours() {
@@ -113,6 +116,45 @@ export function startTours(host, tours) {
     if (Math.abs(top - VIEW_MARGIN_PX) > 1) window.scrollTo({ top: window.scrollY + top - VIEW_MARGIN_PX, behavior: "instant" });
     focusOn(step, panel);
     figuresIntoView(step);
+    // What the step shows stays shown (the first panel's figure and column heads, its focus, the
+    // other panels' figures, the card's buttons), and no line sits half under a sticky title.
+    const [first, ...others] = namedPanels(step.highlight).map((id) => doc.getElementById(id)).filter(Boolean);
+    const keep = [figureOf(first), first?.querySelector("thead"), focusRow(step), els.card.querySelector(".tour-nav")].filter((el) => el && whollyShown(el));
+    const figs = others.map(figureOf).filter((el) => el && figureShown(el));
+    uncutTitles(() => keep.every(whollyShown) && figs.every(figureShown), [first, ...others]);
+  }
+
+  /**
+   * A panel's figure shows as a step needs it: its top in the window and min(its height, 150 px)
+   * of it (tests/e2e/tour-walk.test.mjs MIN_FIGURE_PX), or its panel's title is off the window.
+   */
+  function figureShown(fig) {
+    const vh = window.innerHeight;
+    const t = fig.closest(".panel")?.querySelector("h2")?.getBoundingClientRect();
+    if (!t || t.top < 0 || t.bottom > vh) return true;
+    const r = fig.getBoundingClientRect();
+    return r.top >= 0 && Math.min(r.bottom, vh) - r.top >= Math.min(r.height, 150) - 1;
+  }
+
+  /**
+   * Moves the window (by at most UNCUT_PX) to the nearest place where no line, button, short
+   * row or description of a panel is half under that panel's sticky title (uncut.js), if
+   * `ok()` still holds there; failing that, of the panels `mine` only (the step's, a chip's
+   * target's: two panels side by side may have no such place in common); else leaves it.
+   */
+  function uncutTitles(ok, mine) {
+    const y0 = window.scrollY;
+    const max = doc.documentElement.scrollHeight - window.innerHeight;
+    const lo = Math.max(-y0, -UNCUT_PX);
+    const hi = Math.min(max - y0, UNCUT_PX);
+    for (const panels of [[...doc.querySelectorAll(".panels > .panel")], mine.filter(Boolean)]) {
+      for (const d of uncutScrolls(panels, 0, lo, hi)) {
+        if (d === 0) return;
+        window.scrollTo({ top: y0 + d, behavior: "instant" });
+        if (ok()) return;
+      }
+      if (window.scrollY !== y0) window.scrollTo({ top: y0, behavior: "instant" });
+    }
   }
 
   /**
@@ -236,6 +278,20 @@ export function startTours(host, tours) {
     else if (nav.top < VIEW_MARGIN_PX) window.scrollBy({ top: nav.top - VIEW_MARGIN_PX, behavior: "instant" });
   }
 
+  /** True if the tour card's Back and Next buttons are inside the window. */
+  function cardButtonsShown() {
+    const nav = els.card.querySelector(".tour-nav")?.getBoundingClientRect();
+    return !nav || nav.height === 0 || (nav.top >= 0 && nav.bottom <= window.innerHeight);
+  }
+
+  /** A panel a chip brought into view: its title in the window and min(its height, 200 px) of it. */
+  function panelSeen(panel) {
+    const vh = window.innerHeight;
+    const r = panel.getBoundingClientRect();
+    const t = panel.querySelector("h2").getBoundingClientRect();
+    return t.top >= 0 && t.bottom <= vh && Math.min(r.bottom, vh) - Math.max(r.top, 0) >= Math.min(r.height, 200) - 1;
+  }
+
   /**
    * A "Look at" chip: shows its shard, brings its panel or actor into view, and flashes it. An
    * actor's row or card (in the step's panels, in their order, if they show it; else anywhere on
@@ -266,6 +322,7 @@ export function startTours(host, tours) {
       target = mine.find(whollyShown) ?? mine[0] ?? null;
     }
     if (!target) return;
+    const y0 = window.scrollY;
     if (actor) scrollToShow(target);
     else {
       // A panel as little as it must (its top first when it is taller than the window).
@@ -273,6 +330,9 @@ export function startTours(host, tours) {
       target.scrollIntoView({ block, behavior: "instant" });
     }
     keepCardButtons();
+    // Where it scrolled to, no line left half under a panel's sticky title (the target and the
+    // card's buttons staying in view).
+    if (window.scrollY !== y0) uncutTitles(() => cardButtonsShown() && (actor ? whollyShown(target) : panelSeen(target)), [target.closest(".panel")]);
     flash(target);
   }
 
