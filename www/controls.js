@@ -92,10 +92,12 @@ export function wireControls(dom, app) {
     e.preventDefault();
     // The push confirms here, beside the box (the status line is off screen by then).
     const said = (text, err) => {
-      if (!dom.pushSaid) return;
-      dom.pushSaid.hidden = false;
-      dom.pushSaid.classList.toggle("err", err);
-      dom.pushSaid.textContent = text;
+      for (const el of [dom.pushSaid, dom.pushSaidHere]) {
+        if (!el) continue;
+        el.hidden = false;
+        el.classList.toggle("err", err);
+        el.textContent = text;
+      }
     };
     try {
       const key = wholeNumber("upsert key", dom.upsertKey.value);
@@ -107,6 +109,14 @@ export function wireControls(dom, app) {
       throw err;
     }
   }));
+  // The same push from the Upsert pipeline panel's own form (beside Step replicas): one code
+  // path, the sidebar's form, so both boxes always hold what was pushed last.
+  dom.upsertFormHere?.addEventListener("submit", (e) => {
+    e.preventDefault();
+    dom.upsertKey.value = dom.upsertKeyHere.value;
+    dom.upsertValue.value = dom.upsertValueHere.value;
+    dom.upsertForm.requestSubmit();
+  });
   dom.generator.addEventListener("change", guarded(() => app.send({ type: "setGenerator", on: dom.generator.checked })));
   dom.undecodable.addEventListener("change", guarded(() => app.send({ type: "setUndecodable", on: dom.undecodable.checked })));
   dom.stepReplicas.addEventListener("click", guarded(() => {

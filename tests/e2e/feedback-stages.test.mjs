@@ -269,3 +269,35 @@ test("with the generator on, a press says so beside the button and offers to tur
   await saidBesideButton(page, "feedback-generator", 2);
   noErrors(page);
 });
+
+test("the Upsert pipeline panel has its own Push beside Step replicas: a push there confirms there, and the next press walks it", { timeout: 90_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openTwoReplicas(ctx, server);
+  // The learner walk found Push only in the sidebar, ~2300 px above the panel it acts on.
+  await page.locator("#panel-upsert").scrollIntoViewIfNeeded();
+  const form = page.getByTestId("upsert-push-here");
+  assert.ok(await form.isVisible(), "the panel's push form shows");
+  await page.getByTestId("u-key-here").fill("5");
+  await page.getByTestId("u-value-here").fill("plum");
+  await page.getByTestId("push-upsert-here").click();
+  await waitForStatus(page, "ok", /pushed upsert: key 5 → "plum"/);
+  const here = page.getByTestId("push-said-here");
+  assert.match(await here.textContent(), /^✓ pushed upsert: key 5 → "plum"; Step replicas walks it through a replica$/);
+  const box = await here.boundingBox();
+  assert.ok(box && box.y >= 0 && box.y + box.height <= 800, "the confirmation is in the window, beside the form");
+  // One code path: the sidebar's box holds what was pushed.
+  assert.equal(await page.getByTestId("u-key").inputValue(), "5");
+  assert.equal(await page.getByTestId("u-value").inputValue(), "plum");
+  await page.getByTestId("upsert-step-replicas").click();
+  await waitForStatus(page, "ok", /stage 1\/7, source: /);
+  assert.match(await page.getByTestId("upsert-walk").textContent(), /key 5/);
+  // Bad input: a clear message beside the form, nothing pushed.
+  const sourceLen = () => page.evaluate(() => window.__playground.state.latest().upsert.sourceMessages);
+  const before = await sourceLen();
+  await page.getByTestId("u-key-here").fill("x");
+  await page.getByTestId("push-upsert-here").click();
+  await waitFor(page, () => document.querySelector("[data-testid=push-said-here]").classList.contains("err"), "the refusal beside the form");
+  assert.match(await here.textContent(), /upsert key/);
+  assert.equal(await sourceLen(), before, "nothing pushed");
+  noErrors(page);
+});

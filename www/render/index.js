@@ -25,7 +25,7 @@ export function findDom(doc) {
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"), oBurst: $("o-burst"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
     upsertValue: $("u-value"), generator: $("u-generator"), undecodable: $("u-undecodable"), stepReplicas: $("step-replicas"), stepSaid: $("step-said"), pushSaid: $("push-said"),
-    stepReplicasHere: $("step-replicas-here"), stepSaidHere: $("step-said-here"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
+    stepReplicasHere: $("step-replicas-here"), upsertFormHere: $("upsert-form-here"), upsertKeyHere: $("u-key-here"), upsertValueHere: $("u-value-here"), pushSaidHere: $("push-said-here"), stepSaidHere: $("step-said-here"), verify: $("verify"), faultsForm: $("faults-form"), faultsOff: $("faults-off"),
     rules: $("rules-view"),
     corruptKey: $("corrupt-key"), corrupt: $("corrupt"), resetDb: $("reset-db"), shardPick: $("shard-pick"),
     shard: $("shard-view"), writers: $("writers-view"), processes: $("processes-view"), consensus: $("consensus-view"),
