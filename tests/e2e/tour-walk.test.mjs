@@ -883,7 +883,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
       assert.doesNotMatch(line, /its token was/, `rule-idempotency-token 1: no token lines on the writer without one: ${line}`);
     }
   }
-  // A lost compare_and_set with one writer: the Consensus log names what took the seqno (the
+  // A refused compare_and_set with one writer: the Consensus log names what took the seqno (the
   // writer's own process's maintenance), in its summary and on the row.
   for (const [id, step] of [["upper-since", 6], ["rule-idempotency-token", 4]]) {
     await open(id, step);
@@ -891,9 +891,9 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
       summary: document.querySelector("#consensus-view .summary")?.textContent ?? "",
       rows: [...document.querySelectorAll("#consensus-view [data-testid=cas-taken]")].map((r) => r.textContent),
     }));
-    assert.match(got.summary, /✕ \d+ lost \(seqno moved by [^)]*(compaction|rollup|garbage collection|since downgrade|heartbeat|registration|expiry|write|timed out but had landed)/, `${id} ${step}: ${got.summary}`);
-    assert.ok(got.rows.length > 0, `${id} ${step}: a lost attempt is listed`);
-    for (const r of got.rows) assert.match(r, /was written first by (\S+'s [a-z ]+ \([a-z_]+\)|an earlier attempt of \S+ that timed out)[^.]*, in (this same|another) process/, `${id} ${step}: ${r}`);
+    assert.match(got.summary, /✕ \d+ refused: seqno already taken by [^;]*(compaction|rollup|garbage collection|since downgrade|heartbeat|registration|expiry|write|timed out but had landed)/, `${id} ${step}: ${got.summary}`);
+    assert.ok(got.rows.length > 0, `${id} ${step}: a refused attempt is listed`);
+    for (const r of got.rows) assert.match(r, /was already written by (\S+'s [a-z ]+ \([a-z_]+\)|an earlier attempt of \S+ that timed out)[^.]*, in (this same|another) process/, `${id} ${step}: ${r}`);
   }
   noErrors(page);
 });
