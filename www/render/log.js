@@ -139,7 +139,7 @@ function upsertWords(d) {
   const mid = /^drain skipped: the feedback is mid-timestamp at (\d+)$/.exec(d);
   if (mid) return `did not drain its stash: the feedback it has seen stops partway through time ${mid[1]} (its persist frontier, as the operator sees it, is not past ${mid[1]} yet), so some keys may hold only part of that time's updates; it drains once the frontier moves on`;
   const folded = /^folded 0 feedback updates into state; persist upper (.*)$/.exec(d);
-  if (folded) return `no new feedback to fold into state; the shard is read back up to ${folded[1]} (the persist upper moved, no rows changed)`;
+  if (folded) return `no new feedback to fold into state; the operator's persist frontier moved to ${folded[1]} (the shard is read back up to it, no rows changed)`;
   // The persist source hands the operator updates and a frontier at once; timely shows the
   // operator the new frontier a worker step after the updates, so its upper here may trail the
   // "fed back" event's by one step (2320 here, 2321 there).
