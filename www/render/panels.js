@@ -98,8 +98,10 @@ export function renderConsensus(el, snap, t0) {
 }
 
 export function renderLegend(el, snap) {
+  // ✕ is a write's lost race, and in the Consensus log a refused compare_and_set: said apart.
+  const label = (k, v) => (k === "mismatch" ? "lost the race (UpperMismatch); in the Consensus log: refused, seqno already taken" : v.label);
   const marks = Object.entries(OUTCOMES)
-    .map(([k, v]) => `<span class="legend-item">${mark(k, OUTCOMES)} ${esc(v.label)}</span>`)
+    .map(([k, v]) => `<span class="legend-item">${mark(k, OUTCOMES)} ${esc(label(k, v))}</span>`)
     .join("");
   const actors = snap.actors.map((a) => chip(a.id, actorColour(a.colour))).join(" ");
   setHtml(

@@ -10,6 +10,10 @@ import { chip, count, esc, mark, setHtml } from "./dom.js";
 import { taskWords } from "./log.js";
 import { errorWords, rowWords } from "./words.js";
 
+/** The Writers panel's marks: its ✕ is a write that lost a race (the Consensus log's is a refused
+ * compare_and_set: panels.js). */
+const W_MARKS = { ...OUTCOMES, mismatch: { ...OUTCOMES.mismatch, label: "lost a race (UpperMismatch): another writer moved the shard's upper first" } };
+
 const LAG_W = 70;
 /** Read-only is not an error: its own mark, drawn in CSS (two bars; Chromium's fonts have no
  * ⏸), named for screen readers. */
@@ -72,7 +76,7 @@ function statusOf(a, w, t0) {
   const range = (f) => `[${esc(fmtFrontier(f.lower, t0))}, ${esc(fmtFrontier(f.upper, t0))})`;
   // A last attempt that lost a race is said once, by its own line (lostLine), with its time.
   const lastLost = lostInStatus(a, w);
-  const lastText = last && !(last.outcome === "mismatch" && w.lastLost) ? ` · last ${mark(last.outcome, OUTCOMES)} ${esc(errorWords(taskWords(last.detail, t0)))}` : "";
+  const lastText = last && !(last.outcome === "mismatch" && w.lastLost) ? ` · last ${mark(last.outcome, W_MARKS)} ${esc(errorWords(taskWords(last.detail, t0)))}` : "";
   if (w?.inFlight) {
     const f = w.inFlight;
     // A retry after a timeout: with a token, the timeouts line below says so and what persist
@@ -85,7 +89,7 @@ function statusOf(a, w, t0) {
     return now + lastText;
   }
   if (lastLost) return lostLine(w.lastLost, t0);
-  if (last) return `${mark(last.outcome, OUTCOMES)} ${esc(errorWords(taskWords(last.detail, t0)))}`;
+  if (last) return `${mark(last.outcome, W_MARKS)} ${esc(errorWords(taskWords(last.detail, t0)))}`;
   return `<span class="muted">waiting</span>`;
 }
 
@@ -94,7 +98,7 @@ const lostInStatus = (a, w) => Boolean(a.state === "running" && !(a.detail.kind 
 
 /** The latest lost race, with its expected and actual upper (the numbers a step quotes). */
 function lostLine(l, t0) {
-  return `<span data-kept="lost">${mark("mismatch", OUTCOMES)} lost a race at ${esc(fmtMs(l.atMs, t0))}: it expected the upper at ${esc(exactMs(l.expected, t0))}, the shard's was ${esc(exactMs(l.actual, t0))} <span class="muted" title="compare_and_append's error when the shard's upper is not the one the writer expected: another writer wrote first">(UpperMismatch)</span></span>`;
+  return `<span data-kept="lost">${mark("mismatch", W_MARKS)} lost a race at ${esc(fmtMs(l.atMs, t0))}: it expected the upper at ${esc(exactMs(l.expected, t0))}, the shard's was ${esc(exactMs(l.actual, t0))} <span class="muted" title="compare_and_append's error when the shard's upper is not the one the writer expected: another writer wrote first">(UpperMismatch)</span></span>`;
 }
 
 const writesWord = (n) => `${n} write${n === 1 ? "" : "s"}`;
@@ -119,7 +123,7 @@ function timeoutLine(w, noToken) {
       ? [`all ${unknown} left ${mark("indeterminate", OUTCOMES)} unknown: without an idempotency token it cannot tell whether a timed-out write landed, so it wrote each again at the shard's new upper (a blind retry)`]
       : [
         `<span title="it had landed, once">${w.resolvedByToken} → ${mark("committed", OUTCOMES)} its token was in the state</span>`,
-        `<span title="it had not landed; written again, it lost a race (these count in the lost column)">${w.timedOutThenLost} → ${mark("mismatch", OUTCOMES)} its token was not in the state</span>`,
+        `<span title="it had not landed; written again, it lost a race (these count in the lost column)">${w.timedOutThenLost} → ${mark("mismatch", W_MARKS)} its token was not in the state</span>`,
         unknown ? `${unknown} left ${mark("indeterminate", OUTCOMES)} unknown` : `none left ${mark("indeterminate", OUTCOMES)} unknown`,
       ];
     parts.push(`${mark("indeterminate", OUTCOMES)} ${writesWord(w.timedOutWrites)} met a storage timeout${noToken ? "" : ` and ${w.timedOutWrites === 1 ? "is" : "are"} settled`} (${total}): ${how.join(", ")}`);
@@ -141,7 +145,7 @@ function keptLines(a, w, t0) {
     const o = w.lastTimedOut;
     const how = o.resolvedByToken
       ? `${mark("indeterminate", OUTCOMES)} → ${mark("committed", OUTCOMES)} resolved by the idempotency token`
-      : `${mark(o.outcome, OUTCOMES)} ${o.outcome === "indeterminate" ? (a.variant === "idempotency-token" ? "unknown for good (no token), written again" : "still unknown") : o.outcome === "mismatch" ? "had not landed, and its retry lost a race" : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
+      : `${mark(o.outcome, W_MARKS)} ${o.outcome === "indeterminate" ? (a.variant === "idempotency-token" ? "unknown for good (no token), written again" : "still unknown") : o.outcome === "mismatch" ? "had not landed, and its retry lost a race" : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
     lines.push(`<span data-kept="timed-out">${w.timedOutWrites > 1 ? "the latest of them: " : ""}write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(fmtMs(o.atMs, t0))}): ${how}</span>`);
   }
   if (w?.otherTimeouts) lines.push(maintenanceLine(w));
