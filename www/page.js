@@ -305,7 +305,7 @@ export function makePage(dom, params) {
       window.location.search = next.toString();
     },
     switchMode() {
-      window.location.search = pg.mode === "live" ? `seed=${encodeURIComponent(dom.seed.value || "1")}` : `mode=live&db=${encodeURIComponent(params.db)}`;
+      window.location.search = pg.mode === "live" ? `seed=${encodeURIComponent(params.seed)}` : `mode=live&db=${encodeURIComponent(params.db)}`;
     },
     presetBusy() {
       tours?.beforeManual();

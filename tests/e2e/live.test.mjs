@@ -167,6 +167,11 @@ test("live mode: reset database deletes it and starts the actors again on an emp
   const db = `e2e-reset-${process.pid}`;
   const page = await openPage(ctx, server.url(`?mode=live&db=${db}`));
   await waitFor(page, () => window.__playground.state.latest().shards.find((s) => s.name === "data").seqno > 10, "some versions", null, 30_000);
+  // The Seed field shows live mode's own seed, the one its notice names, and cannot be edited
+  // (a live run cannot be replayed from a seed): WALK4 saw "1" beside "live mode, seed 8181…".
+  const seedField = await page.evaluate(() => ({ value: document.getElementById("seed").value, disabled: document.getElementById("seed").disabled, title: document.getElementById("seed").title }));
+  assert.equal(seedField.value, String((await latest(page)).seed), "the field shows the run's seed");
+  assert.ok(seedField.disabled && /cannot replay/.test(seedField.title), `disabled, with why: ${JSON.stringify(seedField)}`);
   const before = shardOf(await latest(page), "data").seqno;
   await page.getByTestId("reset-db").click();
   await waitForStatus(page, "ok", new RegExp(`^reset: deleted ${db} and started again, empty$`));

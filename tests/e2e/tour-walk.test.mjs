@@ -860,7 +860,7 @@ test("what the learner walk found missing is shown: signed to_write rows, read-o
   noErrors(page);
 });
 
-test("the counts a step puts side by side agree, and a lost compare_and_set names what took its seqno", { timeout: 150_000 }, async (t) => {
+test("the counts a step puts side by side agree, and a refused compare_and_set names what took its seqno", { timeout: 150_000 }, async (t) => {
   const page = await walkPage(t);
   const open = (id, step) => openStep(page, id, step);
   // Check acked writes counts as of the moment the Writers rows show: each writer's won writes in
@@ -897,6 +897,15 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
     });
   });
   const narration = await page.getByTestId("tour-narration").innerText();
+  // Each fact once on W1's row (WALK4 6): its latest lost race on its own line, not again in the
+  // status line; the retry's timeout on the in-flight line only.
+  const rowText = await page.evaluate(() => {
+    const body = document.querySelector('#panel-writers tbody[data-actor="W1"]');
+    return { status: body.querySelector("td.last").textContent, lost: [...body.querySelectorAll("[data-kept=lost]")].map((s) => s.textContent) };
+  });
+  assert.doesNotMatch(rowText.status, /UpperMismatch|timeout/, `W1's status line: ${rowText.status}`);
+  assert.equal(rowText.lost.length, 1, `one lost-race line: ${rowText.lost}`);
+  assert.match(rowText.lost[0], /lost a race at .*: it expected the upper at \d+ ms, the shard's was \d+ ms/);
   for (const w of wr) {
     const m = /\? (\d+) writes? met a storage timeout and (?:is|are) settled \((\d+) timeouts? in all: a write may meet several[^)]*\):\s*(\d+) → ● its token was in the state.*?,\s*(\d+) → ✕ its token was not in the state.*?,\s*(\d+|none) left \? unknown/.exec(w.line);
     assert.ok(m, `${w.id}'s row says what became of its timed-out writes: ${w.line}`);
@@ -932,7 +941,7 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
       assert.doesNotMatch(line, /its token was/, `rule-idempotency-token 1: no token lines on the writer without one: ${line}`);
     }
   }
-  // A lost compare_and_set with one writer: the Consensus log names what took the seqno (the
+  // A refused compare_and_set with one writer: the Consensus log names what took the seqno (the
   // writer's own process's maintenance), in its summary and on the row.
   for (const [id, step] of [["upper-since", 6], ["rule-idempotency-token", 4]]) {
     await open(id, step);
@@ -940,9 +949,9 @@ test("the counts a step puts side by side agree, and a lost compare_and_set name
       summary: document.querySelector("#consensus-view .summary")?.textContent ?? "",
       rows: [...document.querySelectorAll("#consensus-view [data-testid=cas-taken]")].map((r) => r.textContent),
     }));
-    assert.match(got.summary, /✕ \d+ lost \(seqno moved by [^)]*(compaction|rollup|garbage collection|since downgrade|heartbeat|registration|expiry|write|timed out but had landed)/, `${id} ${step}: ${got.summary}`);
-    assert.ok(got.rows.length > 0, `${id} ${step}: a lost attempt is listed`);
-    for (const r of got.rows) assert.match(r, /was written first by (\S+'s [a-z ]+ \([a-z_]+\)|an earlier attempt of \S+ that timed out)[^.]*, in (this same|another) process/, `${id} ${step}: ${r}`);
+    assert.match(got.summary, /✕ \d+ refused: seqno already taken by [^;]*(compaction|rollup|garbage collection|since downgrade|heartbeat|registration|expiry|write|timed out but had landed)/, `${id} ${step}: ${got.summary}`);
+    assert.ok(got.rows.length > 0, `${id} ${step}: a refused attempt is listed`);
+    for (const r of got.rows) assert.match(r, /was already written by (\S+'s [a-z ]+ \([a-z_]+\)|an earlier attempt of \S+ that timed out)[^.]*, in (this same|another) process/, `${id} ${step}: ${r}`);
   }
   noErrors(page);
 });

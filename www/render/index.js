@@ -284,7 +284,7 @@ function syncFaultForm(dom, snap) {
 
 export function renderRunbar(dom, snap, view) {
   const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since the database was created`;
-  setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span title="a digest of the whole state: the same seed and the same clicks give the same digest">state digest <span data-testid="digest">${esc(view.digest)}</span></span>` : ""}`);
+  setHtml(dom.clock, `${esc(clock)}${view.digest ? ` · <span title="a digest is a short fingerprint (a hash) of the whole state: the same seed and the same clicks give the same digest, so two runs can be compared by it">state digest <span data-testid="digest">${esc(view.digest)}</span> (the run's fingerprint)</span>` : ""}`);
   // Each set only on a change: a text or an attribute set, even to its value, restyles the page.
   const set = (o, prop, v) => {
     if (o[prop] !== v) o[prop] = v;
@@ -299,6 +299,7 @@ export function renderRunbar(dom, snap, view) {
   set(dom.step, "disabled", live || view.playing || still);
   set(dom.speed, "disabled", live);
   set(dom.modePill, "textContent", live ? `live · ${view.db}` : `seed ${snap.seed}`);
+  if (live) set(dom.seed, "value", String(snap.seed));
   set(dom.modePill.dataset, "mode", snap.mode);
 }
 
@@ -341,7 +342,18 @@ export function renderMode(dom, mode, db) {
   const live = mode === "live";
   dom.toLive.hidden = live;
   dom.toSeed.hidden = !live;
-  dom.seedForm.querySelector("button").disabled = false;
+  // Live mode draws its own seed (shown in the field once the run is up: renderRunbar); the field
+  // is for choosing one, which only a seed-mode run can.
+  const button = dom.seedForm.querySelector("button");
+  button.disabled = live;
+  dom.seed.disabled = live;
+  if (live) {
+    const why = "live mode's own seed, drawn at random for this page: it picks the ids, not the timing (real timers), so it cannot replay a run. Switch to seed mode to choose a seed.";
+    dom.seed.value = "";
+    dom.seed.placeholder = "random";
+    dom.seed.title = why;
+    button.title = why;
+  }
   dom.modeHint.textContent = live
     ? `Live mode: IndexedDB database "${db}" and real timers. Reload the page: the shards and the oracle come back. Open a second tab: two processes race on one database. Pause freezes this view; the actors keep running.`
     : "Seed mode: a simulator over memory. The same seed and the same clicks give the same run.";

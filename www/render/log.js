@@ -144,9 +144,16 @@ function upsertWords(d) {
     return `${gen}stashed ${n} source message${one ? "" : "s"} (t${t}): ${one ? "it waits" : "they wait"} for the shard's state at t${t} before ${one ? "its" : "their"} update goes out`;
   }
   const mid = /^drain skipped: the feedback is mid-timestamp at (\d+)$/.exec(d);
-  if (mid) return `did not drain its stash: the feedback read back so far stops partway through time ${mid[1]} (the shard's upper is not past it yet), so some keys may hold only part of that time's updates; it drains once the rest arrives`;
+  if (mid) return `did not drain its stash: the feedback it has seen stops partway through time ${mid[1]} (its persist frontier, as the operator sees it, is not past ${mid[1]} yet), so some keys may hold only part of that time's updates; it drains once the frontier moves on`;
   const folded = /^folded 0 feedback updates into state; persist upper (.*)$/.exec(d);
-  if (folded) return `no new feedback to fold into state; the shard is read back up to ${folded[1]} (the persist upper moved, no rows changed)`;
+  if (folded) return `no new feedback to fold into state; the operator's persist frontier moved to ${folded[1]} (the shard is read back up to it, no rows changed)`;
+  // The persist source hands the operator updates and a frontier at once; timely shows the
+  // operator the new frontier a worker step after the updates, so its upper here may trail the
+  // "fed back" event's by one step (2320 here, 2321 there).
+  const some = /^folded (.*) into state; persist upper (.*)$/.exec(d);
+  if (some) return `folded ${some[1]} into state; the operator's persist frontier is ${some[2]} so far (a frontier fed back with the updates reaches it a worker step later)`;
+  const fed = /^fed back (.*); persist input upper (.*)$/.exec(d);
+  if (fed) return `fed back ${fed[1]} from the shard into the operator's persist input, with the read-back frontier ${fed[2]}`;
   return d;
 }
 
@@ -203,6 +210,7 @@ export function plainDetail(e, t0 = 0) {
   let d = namedIds(String(e.detail ?? "").replace(/ \(handle id [wr][0-9a-f]{24}\)/, ""));
   if (e.component === "task") d = taskWords(d, t0);
   if (e.component === "upsert") d = upsertWords(d);
+  if (e.component === "oracle") d = d.replace("the two persist intervals allowed", "the two persist intervals allowed (a persist interval is the span of timestamps one durable write covers: a starting instance waits while the stored upper is more than two of them ahead of the clock)");
   if (e.component !== "persist") return d;
   const skip = /^(.*?: (\w+) expected seqno .*?): nothing to commit \((.*)\)$/s.exec(d);
   if (skip) {

@@ -5,38 +5,64 @@ import { chip, count, esc, mark, setHtml } from "./dom.js";
 import { namedIds } from "./names.js";
 import { errorWords } from "./words.js";
 
+<<<<<<< HEAD
 /**
  * A Consensus key that may wrap only after a "/" ("timestamp_oracle/<wbr>epoch_ms"), never
  * mid-word nor after a "_" ("timestamp_/oracle/epoch_/ms" read as four words).
  */
 const keyBreaks = (key) => esc(key).replace(/\//g, "/<wbr>");
+=======
+/** What persist's command names mean, for a tooltip where they show ("W2's compaction (merge_res)"). */
+const CMD_GLOSS = {
+  compare_and_append: "compare_and_append: a write, appending a batch if the shard's upper is still the one the writer expects",
+  merge_res: "merge_res: compaction's merge result, swapping the merged batch in for the batches it merged",
+  add_rollup: "add_rollup: a rollup, a full copy of the state written to Blob so older versions can go",
+  add_and_remove_rollups: "add_and_remove_rollups: garbage collection listing a new rollup and dropping old ones from the state",
+  downgrade_since: "downgrade_since: a reader moving its since forward",
+  compare_and_downgrade_since: "compare_and_downgrade_since: a reader moving its since forward",
+};
+
+/** A title naming the commands `text` mentions, or "" for none. */
+function cmdGloss(text) {
+  const found = Object.keys(CMD_GLOSS).filter((k) => text.includes(`(${k})`));
+  return found.length ? ` title="${esc(found.map((k) => CMD_GLOSS[k]).join("; "))}"` : "";
+}
+
+/** A Consensus key that may wrap only after its separators ("upsert_<wbr>out"), never mid-word. */
+const keyBreaks = (key) => esc(key).replace(/([/_-])/g, "$1<wbr>");
+>>>>>>> gloss
 
 /** An acknowledged value as the check names it: "W1:w…#2 x3" → "W1's update #2, 3 copies". */
 
 /** A compare_and_set's outcome in a word, beside its mark in the summary. */
-const CAS_WORDS = { committed: "won", mismatch: "lost (seqno moved)", indeterminate: "timed out (unknown at the time)", retrying: "failed, retried", error: "failed" };
+const CAS_WORDS = { committed: "won", mismatch: "refused (seqno already taken)", indeterminate: "timed out (unknown at the time)", retrying: "failed, retried", error: "failed" };
+
+/** The Consensus log's marks: its ✕ is a refused compare_and_set, not a lost race. */
+const CAS_MARKS = { ...OUTCOMES, mismatch: { ...OUTCOMES.mismatch, label: "refused: the seqno it expected was already taken (the command re-reads and tries again)" } };
 
 /** A version no process's command wrote: the page's own checkers (the upsert checker's reader, the
  * acked-writes check's) read and register on storage directly, outside the processes. */
 const UNLOGGED = "the page's own checker (it reads storage directly, outside the processes)";
 
-/** What took a lost attempt's seqno, short: "W1's compaction (merge_res)". */
+/** What took a refused attempt's seqno, short: "W1's compaction (merge_res)". */
 const takenShort = (c) => (c.takenBy ? c.takenBy.replace(/(: an earlier attempt that timed out.*|, in (this same|another) process)$/, (m) => (m.startsWith(":") ? ", timed out but landed" : "")) : "the page's own checker");
 
 /** A timestamp oracle's key (src/oracle/config.rs KEY_PREFIX), not a shard's. */
 const isOracleKey = (key) => key.startsWith("timestamp_oracle/");
 
-/** A lost attempt's line: which version it wanted and what wrote that version first. */
+/** A refused attempt's line: which version it wanted and what wrote that version first. (Not
+ * "lost": the Writers panel's lost is a write that lost a race, an UpperMismatch; a refused
+ * compare_and_set is retried, and its write may still win.) */
 function takenLine(c) {
   const seqno = (c.expected ?? 0) + 1;
   const then = isOracleKey(c.key)
     ? "The seqno moved, so the oracle instance re-reads the record: if it carries a newer epoch, this instance is fenced and stops (one that is still starting bumps its epoch above it and tries again)."
     : "The seqno moved, so its command re-reads the state and applies itself again.";
-  return `✕ lost: version ${seqno} was written first by ${c.takenBy ?? UNLOGGED}. ${then}`;
+  return `✕ refused: version ${seqno} was already written by ${c.takenBy ?? UNLOGGED}. ${then}`;
 }
 
-/** The summary's word for lost attempts, with what moved the seqno: "lost (seqno moved by W1's compaction ×2, W2's write)". */
-function lostWords(attempts) {
+/** The summary's word for refused attempts, with what took the seqno: "refused: seqno already taken by W1's compaction ×2, W2's write; retried". */
+function refusedWords(attempts) {
   const by = new Map();
   for (const c of attempts) if (c.outcome === "mismatch") by.set(takenShort(c), (by.get(takenShort(c)) ?? 0) + 1);
   const list = [...by].sort((a, b) => b[1] - a[1]).map(([w, n]) => (n > 1 ? `${w} ×${n}` : w));
@@ -45,7 +71,7 @@ function lostWords(attempts) {
   const lost = attempts.filter((c) => c.outcome === "mismatch");
   const oracle = lost.filter((c) => isOracleKey(c.key)).length;
   const then = oracle === 0 ? "retried" : oracle === lost.length ? "re-read" : "retried or re-read";
-  return `lost (seqno moved by ${list.join(", ")}), ${then}`;
+  return `refused: seqno already taken by ${list.join(", ")}; ${then}`;
 }
 
 export function renderConsensus(el, snap, t0) {
@@ -60,28 +86,30 @@ export function renderConsensus(el, snap, t0) {
       return `<tr><td class="mono">${esc(fmtMs(c.atMs, t0))}</td><td>${chip(c.process, colour)}</td>` +
         `<td class="mono key" title="${esc(c.key)}">${keyBreaks(c.key)}</td>` +
         `<td class="mono num">${c.expected ?? "none"} → ${c.newSeqno}</td><td class="mono num">${c.bytes}</td>` +
-        `<td>${mark(c.outcome, OUTCOMES)}</td></tr>` +
+        `<td>${mark(c.outcome, CAS_MARKS)}</td></tr>` +
         // The error on a wrapped row of its own: the table is as wide as the panel.
         (c.error ? `<tr class="sub"><td colspan="6" class="err small" style="white-space:normal">${esc(errorWords(c.error))}</td></tr>` : "") +
-        // A lost attempt says what took its seqno (with one writer: its own process's maintenance).
-        (c.outcome === "mismatch" ? `<tr class="sub"><td colspan="6" class="small" style="white-space:normal" data-testid="cas-taken">${esc(takenLine(c))}</td></tr>` : "");
+        // A refused attempt says what took its seqno (with one writer: its own process's maintenance).
+        (c.outcome === "mismatch" ? `<tr class="sub"><td colspan="6" class="small" style="white-space:normal" data-testid="cas-taken"${cmdGloss(takenLine(c))}>${esc(takenLine(c))}</td></tr>` : "");
     })
     .join("");
   const counts = {};
   for (const c of snap.consensus) counts[c.outcome] = (counts[c.outcome] ?? 0) + 1;
   const summary = Object.entries(counts)
-    .map(([o, n]) => `${mark(o, OUTCOMES)} ${n} ${esc(o === "mismatch" ? lostWords(snap.consensus) : CAS_WORDS[o] ?? o)}`)
+    .map(([o, n]) => `${mark(o, CAS_MARKS)} ${n} ${esc(o === "mismatch" ? refusedWords(snap.consensus) : CAS_WORDS[o] ?? o)}`)
     .join(" &nbsp; ");
   setHtml(
     el,
-    `<p class="summary">last ${snap.consensus.length}: ${summary || "none yet"}</p>` +
+    `<p class="summary"${cmdGloss(summary)}>last ${snap.consensus.length}: ${summary || "none yet"}</p>` +
       `<table class="grid"><thead><tr><th>at</th><th>process</th><th>key</th><th title="the seqno it expected at the head → the one it wrote">seqno</th><th>bytes</th><th>won?</th></tr></thead><tbody>${rows || `<tr><td colspan="6" class="empty">No compare_and_set yet.</td></tr>`}</tbody></table>`,
   );
 }
 
 export function renderLegend(el, snap) {
+  // ✕ is a write's lost race, and in the Consensus log a refused compare_and_set: said apart.
+  const label = (k, v) => (k === "mismatch" ? "lost the race (UpperMismatch); in the Consensus log: refused, seqno already taken" : v.label);
   const marks = Object.entries(OUTCOMES)
-    .map(([k, v]) => `<span class="legend-item">${mark(k, OUTCOMES)} ${esc(v.label)}</span>`)
+    .map(([k, v]) => `<span class="legend-item">${mark(k, OUTCOMES)} ${esc(label(k, v))}</span>`)
     .join("");
   const actors = snap.actors.map((a) => chip(a.id, actorColour(a.colour))).join(" ");
   setHtml(

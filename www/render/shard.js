@@ -190,7 +190,8 @@ function gcRuns(list) {
       run = { kind: "gc run", atMs: m.atMs, seqno: m.seqno, versions: m.count, deleted: new Map() };
       out.push(run);
     } else if (m.kind.startsWith("gc ") && run) {
-      const what = m.kind.slice(3);
+      // persist names its ticket "gc ticket" (src/persist/gc/collect.rs): its kind is "gc gc ticket".
+      const what = m.kind.slice(3).replace(/^gc /, "");
       run.deleted.set(what, (run.deleted.get(what) ?? 0) + m.count);
       if (what === "ticket") run = null;
     } else {
@@ -203,7 +204,7 @@ function gcRuns(list) {
 /** A GC run in a line: "GC to seqno 97: 0 old versions removed; deleted 3 part blobs, 1 rollup blob (and its ticket)". */
 function gcRunText(r) {
   const blobs = [...r.deleted].filter(([w]) => w !== "ticket").map(([w, n]) => count(n, `${w} blob`));
-  const ticket = r.deleted.has("ticket") ? " (and its ticket)" : "";
+  const ticket = r.deleted.has("ticket") ? " (and its ticket, the run's list of what it deletes)" : "";
   return `GC to seqno ${r.seqno}: ${count(r.versions, "old version")} removed${blobs.length ? `; deleted ${blobs.join(", ")}${ticket}` : ticket}`;
 }
 
@@ -237,14 +238,14 @@ function sinceHolds(shard, snapshot, t0, span = "") {
     // (An upsert replica's handle id is its sink's writer, w…: its reader, r…, is no old one.)
     const current = snapshot.actors.find((a) => a.id === h.handle.actor)?.handleId;
     const who = !h.handle.actor
-      ? `${id}${esc(handleName(h.handle.id, snapshot).replace(/ reader$/, ""))}</span>`
+      ? `${id}${esc(handleName(h.handle.id, snapshot))}</span>`
       : current && current !== h.handle.id && current[0] === h.handle.id[0]
         ? `${id}${esc(h.handle.actor)}'s old handle</span>, from before its process restarted (no heartbeat since)`
         : `${id}${esc(h.handle.actor)}</span>`;
-    if (h.kind === "critical") return `critical reader ${who}, no lease: it holds the since until it moves it`;
+    if (h.kind === "critical") return `${h.handle.actor ? `critical reader ${who}` : `${who}, a critical one`}, no lease: it holds the since until it moves it`;
     const left = h.handle.expiresMs - now;
     const expiry = left > 0 ? `expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago`;
-    return `reader ${who}, lease ${(h.handle.leaseMs / 1000).toFixed(0)} s, last heartbeat ${esc(fmtMs(h.handle.heartbeatMs, t0))}, ${expiry} (at ${esc(fmtMs(h.handle.expiresMs, t0))})`;
+    return `${h.handle.actor ? "reader " : ""}${who}, lease ${(h.handle.leaseMs / 1000).toFixed(0)} s, last heartbeat ${esc(fmtMs(h.handle.heartbeatMs, t0))}, ${expiry} (at ${esc(fmtMs(h.handle.expiresMs, t0))})`;
   });
   const leased = holds.some((h) => h.kind !== "critical");
   const lease = leased

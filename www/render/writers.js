@@ -10,6 +10,10 @@ import { chip, count, esc, mark, setHtml } from "./dom.js";
 import { taskWords } from "./log.js";
 import { errorWords, rowWords } from "./words.js";
 
+/** The Writers panel's marks: its ✕ is a write that lost a race (the Consensus log's is a refused
+ * compare_and_set: panels.js). */
+const W_MARKS = { ...OUTCOMES, mismatch: { ...OUTCOMES.mismatch, label: "lost a race (UpperMismatch): another writer moved the shard's upper first" } };
+
 const LAG_W = 70;
 /** Read-only is not an error: its own mark, drawn in CSS (two bars; Chromium's fonts have no
  * ⏸), named for screen readers. */
@@ -70,16 +74,31 @@ function statusOf(a, w, t0) {
     return `${READ_ONLY} read-only: ${a.detail.refused} command${a.detail.refused === 1 ? "" : "s"} kept in desired, not written`;
   }
   const range = (f) => `[${esc(fmtFrontier(f.lower, t0))}, ${esc(fmtFrontier(f.upper, t0))})`;
-  const lastText = last ? ` · last ${mark(last.outcome, OUTCOMES)} ${esc(errorWords(taskWords(last.detail, t0)))}` : "";
+  // A last attempt that lost a race is said once, by its own line (lostLine), with its time.
+  const lastLost = lostInStatus(a, w);
+  const lastText = last && !(last.outcome === "mismatch" && w.lastLost) ? ` · last ${mark(last.outcome, W_MARKS)} ${esc(errorWords(taskWords(last.detail, t0)))}` : "";
   if (w?.inFlight) {
     const f = w.inFlight;
+    // A retry after a timeout: with a token, the timeouts line below says so and what persist
+    // does about it; without one, here.
     const now = f.retrying
-      ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts ? ` after ${count(f.timeouts, "timeout")} (its ? in the Consensus log): ${a.variant === "idempotency-token" ? "without a token it cannot look, so it writes again" : "it reads the state back and looks for its idempotency token"}` : ""}`
-      : `<span class="busy">writing</span> ${f.updates} update${f.updates === 1 ? "" : "s"} at ${range(f)}`;
+      ? `${mark("retrying", OUTCOMES)} retrying ${range(f)}${f.timeouts && a.variant === "idempotency-token" ? ` after ${count(f.timeouts, "timeout")} (its ? in the Consensus log): without a token it cannot look, so it writes again` : ""}`
+      : f.updates === 0
+        ? `<span class="busy">writing</span> an empty batch at ${range(f)}: no updates, it only moves the upper`
+        : `<span class="busy">writing</span> ${f.updates} update${f.updates === 1 ? "" : "s"} at ${range(f)}`;
     return now + lastText;
   }
-  if (last) return `${mark(last.outcome, OUTCOMES)} ${esc(errorWords(taskWords(last.detail, t0)))}`;
+  if (lastLost) return lostLine(w.lastLost, t0);
+  if (last) return `${mark(last.outcome, W_MARKS)} ${esc(errorWords(taskWords(last.detail, t0)))}`;
   return `<span class="muted">waiting</span>`;
+}
+
+/** Whether the status line is the latest lost race (a running row at rest whose last attempt lost). */
+const lostInStatus = (a, w) => Boolean(a.state === "running" && !(a.detail.kind === "task" && a.detail.readOnly) && !w?.inFlight && w?.last?.outcome === "mismatch" && w.lastLost);
+
+/** The latest lost race, with its expected and actual upper (the numbers a step quotes). */
+function lostLine(l, t0) {
+  return `<span data-kept="lost">${mark("mismatch", W_MARKS)} lost a race at ${esc(exactMs(l.atMs, t0))}: it expected the upper at ${esc(exactMs(l.expected, t0))}, the shard's was ${esc(exactMs(l.actual, t0))} <span class="muted" title="compare_and_append's error when the shard's upper is not the one the writer expected: another writer wrote first">(UpperMismatch)</span></span>`;
 }
 
 const writesWord = (n) => `${n} write${n === 1 ? "" : "s"}`;
@@ -94,39 +113,42 @@ const writesWord = (n) => `${n} write${n === 1 ? "" : "s"}`;
 function timeoutLine(w, noToken) {
   const parts = [];
   const flying = w.inFlight?.timeouts ?? 0;
+  // The write in flight first, under the row's "retrying" line; then the settled ones.
+  if (flying && !noToken) parts.push(`<span title="its timeout is a ? in the Consensus log: persist reads the state back for its idempotency token, and counts the write (won, or lost) once it knows">${mark("retrying", OUTCOMES)} the write in flight met ${count(flying, "timeout")} too and is not settled yet</span>`);
   if (w.timedOutWrites) {
     const unknown = w.timedOutWrites - w.resolvedByToken - w.timedOutThenLost;
-    const total = `${w.timeouts} timeout${w.timeouts === 1 ? "" : "s"} in all: a write may meet several${flying ? `, and ${flying} ${flying === 1 ? "is" : "are"} the retrying write's, above` : ""}`;
+    const total = `${w.timeouts} timeout${w.timeouts === 1 ? "" : "s"} in all: a write may meet several${flying ? `, and ${flying} ${flying === 1 ? "is" : "are"} the retrying write's` : ""}`;
+    // One line: the three results side by side, what each means on hover.
     const how = noToken
       ? [`all ${unknown} left ${mark("indeterminate", OUTCOMES)} unknown: without an idempotency token it cannot tell whether a timed-out write landed, so it wrote each again at the shard's new upper (a blind retry)`]
       : [
-        `${w.resolvedByToken} → ${mark("committed", OUTCOMES)} its token was in the state: it had landed, once`,
-        `${w.timedOutThenLost} → ${mark("mismatch", OUTCOMES)} its token was not in the state: it had not landed, and the retry lost the race`,
-        unknown ? `${unknown} left ${mark("indeterminate", OUTCOMES)} unknown` : `none left ${mark("indeterminate", OUTCOMES)} unknown, so its ? count is 0`,
+        `<span title="it had landed, once">${w.resolvedByToken} → ${mark("committed", OUTCOMES)} its token was in the state</span>`,
+        `<span title="it had not landed; written again, it lost a race (these count in the lost column)">${w.timedOutThenLost} → ${mark("mismatch", W_MARKS)} its token was not in the state</span>`,
+        unknown ? `${unknown} left ${mark("indeterminate", OUTCOMES)} unknown` : `none left ${mark("indeterminate", OUTCOMES)} unknown`,
       ];
-    parts.push(`${mark("indeterminate", OUTCOMES)} ${writesWord(w.timedOutWrites)} met a storage timeout${noToken ? "" : ` and ${w.timedOutWrites === 1 ? "is" : "are"} settled`} (${total}):<br>${how.join(",<br>")}`);
+    parts.push(`${mark("indeterminate", OUTCOMES)} ${writesWord(w.timedOutWrites)} met a storage timeout${noToken ? "" : ` and ${w.timedOutWrites === 1 ? "is" : "are"} settled`} (${total}): ${how.join(", ")}`);
   }
-  if (flying && !noToken) parts.push(`${mark("retrying", OUTCOMES)} the write in flight met ${count(flying, "timeout")} too and is not settled yet: persist reads the state back for its token, and counts it (won, or lost) once it knows`);
-  if (w.otherTimeouts) parts.push(`${w.otherTimeouts} more timeout${w.otherTimeouts === 1 ? "" : "s"} hit its upkeep (heartbeats, compaction, rollups), not a write: persist retries those itself`);
   return `<span data-kept="timeouts">${parts.join("<br>")}</span>`;
 }
+
+/** The timeouts that hit its maintenance, not a write: a line of their own, last. */
+const maintenanceLine = (w) => `<span data-kept="maintenance" title="heartbeats, compaction, rollups: persist retries those itself">${w.otherTimeouts} more timeout${w.otherTimeouts === 1 ? "" : "s"} hit its own maintenance, not a write</span>`;
 
 /** The outcomes kept until the next of their kind. */
 function keptLines(a, w, t0) {
   const lines = [];
-  if (w?.lastLost) {
-    const l = w.lastLost;
-    lines.push(`<span data-kept="lost">${mark("mismatch", OUTCOMES)} lost a race at ${esc(exactMs(l.atMs, t0))}: UpperMismatch, expected upper ${esc(exactMs(l.expected, t0))}, actual ${esc(exactMs(l.actual, t0))}</span>`);
-  }
+  // The latest lost race, unless the status line above is that race (its last attempt).
+  if (w?.lastLost && !lostInStatus(a, w)) lines.push(lostLine(w.lastLost, t0));
   // The count of timed-out writes first, then the latest of them (one of that count).
-  if (w && (w.timedOutWrites || w.otherTimeouts || w.inFlight?.timeouts)) lines.push(timeoutLine(w, a.variant === "idempotency-token"));
+  if (w && (w.timedOutWrites || (w.inFlight?.timeouts && a.variant !== "idempotency-token"))) lines.push(timeoutLine(w, a.variant === "idempotency-token"));
   if (w?.lastTimedOut) {
     const o = w.lastTimedOut;
     const how = o.resolvedByToken
       ? `${mark("indeterminate", OUTCOMES)} → ${mark("committed", OUTCOMES)} resolved by the idempotency token`
-      : `${mark(o.outcome, OUTCOMES)} ${o.outcome === "indeterminate" ? (a.variant === "idempotency-token" ? "unknown for good (no token), written again" : "still unknown") : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
+      : `${mark(o.outcome, W_MARKS)} ${o.outcome === "indeterminate" ? (a.variant === "idempotency-token" ? "unknown for good (no token), written again" : "still unknown") : o.outcome === "mismatch" ? "had not landed, and its retry lost a race" : esc(OUTCOMES[o.outcome]?.label ?? o.outcome)}`;
     lines.push(`<span data-kept="timed-out">${w.timedOutWrites > 1 ? "the latest of them: " : ""}write at ${esc(exactMs(o.lower, t0))} met ${o.timeouts} timeout${o.timeouts === 1 ? "" : "s"} (${esc(exactMs(o.atMs, t0))}): ${how}</span>`);
   }
+  if (w?.otherTimeouts) lines.push(maintenanceLine(w));
   if (a.detail.kind === "task") lines.push(...taskLines(a.detail, w, t0));
   // Kept lines wrap: none of them is cut.
   return lines.length ? `<tr class="sub kept"><td colspan="4" style="white-space:normal">${lines.join("<br>")}</td></tr>` : "";
