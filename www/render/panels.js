@@ -5,13 +5,6 @@ import { chip, count, esc, mark, setHtml } from "./dom.js";
 import { namedIds } from "./names.js";
 import { errorWords } from "./words.js";
 
-<<<<<<< HEAD
-/**
- * A Consensus key that may wrap only after a "/" ("timestamp_oracle/<wbr>epoch_ms"), never
- * mid-word nor after a "_" ("timestamp_/oracle/epoch_/ms" read as four words).
- */
-const keyBreaks = (key) => esc(key).replace(/\//g, "/<wbr>");
-=======
 /** What persist's command names mean, for a tooltip where they show ("W2's compaction (merge_res)"). */
 const CMD_GLOSS = {
   compare_and_append: "compare_and_append: a write, appending a batch if the shard's upper is still the one the writer expects",
@@ -28,9 +21,11 @@ function cmdGloss(text) {
   return found.length ? ` title="${esc(found.map((k) => CMD_GLOSS[k]).join("; "))}"` : "";
 }
 
-/** A Consensus key that may wrap only after its separators ("upsert_<wbr>out"), never mid-word. */
-const keyBreaks = (key) => esc(key).replace(/([/_-])/g, "$1<wbr>");
->>>>>>> gloss
+/**
+ * A Consensus key that may wrap only after a "/" ("timestamp_oracle/<wbr>epoch_ms"), never
+ * mid-word nor after a "_" ("timestamp_/oracle/epoch_/ms" read as four words).
+ */
+const keyBreaks = (key) => esc(key).replace(/\//g, "/<wbr>");
 
 /** An acknowledged value as the check names it: "W1:w…#2 x3" → "W1's update #2, 3 copies". */
 
