@@ -70,7 +70,10 @@ async function saidBesideButton(page, name, n) {
     };
   });
   const inView = (b) => b.top >= -2 && b.bottom <= box.vh;
-  assert.ok(inView(box.title) && inView(box.button) && inView(box.said), `press ${n}: the panel's title, its button and the message are in view: ${JSON.stringify(box)}`);
+  // The first press brings the panel in, its title at the top. Later presses keep the button
+  // where the learner pressed it and scroll only to bring the walked key's row into the window,
+  // which may take the title (and the Push row above the button) out at the top.
+  assert.ok((n > 1 || inView(box.title)) && inView(box.button) && inView(box.said), `press ${n}: the panel's title (first press), its button and the message are in view: ${JSON.stringify(box)}`);
   // A walk's line (none with the generator on: nothing is walked) is in view under them.
   if (box.walk) assert.ok(box.walk.top >= box.said.bottom && box.walk.top < box.vh, `press ${n}: the walk's line is in view under them: ${JSON.stringify(box)}`);
   assert.ok(box.said.text.startsWith("Step replicas: ") && box.message === box.status && box.controls === box.status,
