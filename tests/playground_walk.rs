@@ -360,3 +360,118 @@ fn a_walk_through_a_replica_whose_shard_is_at_the_upserts_time_stashes_before_it
         }
     }
 }
+
+fn walk_all(s: &mut Scenario) -> Vec<String> {
+    let mut said = Vec::new();
+    for _ in 0..7 {
+        let m = press(s);
+        let end = ["the walk is done", "unfinished", "the walk ends here"]
+            .iter()
+            .any(|e| m.contains(e));
+        said.push(m);
+        if end {
+            break;
+        }
+    }
+    said
+}
+
+/// The same value pushed twice: the second upsert changes nothing, so the sink writes no update
+/// (only the shard's upper moves past its time). The walk once waited at stage 6 for an update
+/// read back that never comes and stopped there; it says at the sink that the value is unchanged
+/// and finishes with a feedback read of 0 updates. A delete of an absent key walks the same way.
+#[test]
+fn an_upsert_that_changes_nothing_walks_to_the_end_and_says_so() {
+    for seed in [3, 5, 8] {
+        let mut s = two_replicas(seed);
+        s.run_for(500).unwrap();
+        push(&mut s, 3, "hello");
+        let first = walk_all(&mut s);
+        assert!(
+            first.len() == 7 && first[6].starts_with("stage 7/7"),
+            "{first:#?}"
+        );
+        push(&mut s, 3, "hello");
+        let again = walk_all(&mut s);
+        let log = format!("seed {seed}: {again:#?}");
+        assert_eq!(again.len(), 7, "{log}");
+        assert!(again.iter().all(|m| !m.contains("unfinished")), "{log}");
+        assert!(
+            again[3].starts_with("stage 4/7, sink: ") && again[3].contains("unchanged"),
+            "{log}"
+        );
+        assert!(again[5].contains("0 updates"), "{log}");
+        let done = s.snapshot().upsert.unwrap().walk_done.expect("done");
+        assert_eq!(done.value.as_deref(), Some("(3, \"hello\")"), "{log}");
+        let snap = s.snapshot();
+        let walked = snap.actors.iter().find(|a| a.id == done.replica);
+        let Some(ActorDetail::Replica(r)) = walked.map(|a| &a.detail) else {
+            panic!("{} runs; {log}", done.replica)
+        };
+        // No feedback came for the key: the ◌ entry is not replaced, and the last press says so
+        // rather than "no longer provisional".
+        let op = r.operator.clone().expect("an operator");
+        let left = op.state.iter().any(|c| c.mode == "provisional");
+        assert!(!again[6].contains("no longer provisional"), "{log}");
+        assert_eq!(again[6].contains("◌ entry"), left, "{op:?}; {log}");
+        // A delete of a key no one wrote.
+        s.apply(Command::PushUpsert {
+            key: 41,
+            value: None,
+        })
+        .unwrap();
+        let del = walk_all(&mut s);
+        let log = format!("seed {seed}: {del:#?}");
+        assert_eq!(del.len(), 7, "{log}");
+        assert!(del.iter().all(|m| !m.contains("unfinished")), "{log}");
+        assert!(del[3].contains("holds nothing already"), "{log}");
+        let done = s.snapshot().upsert.unwrap().walk_done.expect("done");
+        assert_eq!((done.key, done.value.as_deref()), (Some(41), None), "{log}");
+    }
+}
+
+/// A walk cut short after U1's write committed (stage 5 or 6), then continued through U2: the
+/// shard already holds the upsert, so U2 reads the message at a time its persist input has
+/// passed and never stashes it. The walk stopped with a stage error ("made no partial emission",
+/// "not in the stash"); it ends with one line that says the shard holds it, written by U1.
+#[test]
+fn a_walk_cut_short_after_the_write_committed_ends_saying_the_shard_holds_it() {
+    for (seed, cut) in (1..=12).flat_map(|s| [5, 6].map(|c| (s, c))) {
+        let mut s = two_replicas(seed);
+        s.run_for(500).unwrap();
+        push(&mut s, 3, "hello");
+        for _ in 0..cut {
+            press(&mut s);
+        }
+        s.apply(Command::CrashProcess {
+            process: "P1".into(),
+        })
+        .unwrap();
+        let said = walk_all(&mut s);
+        let log = format!("seed {seed}, cut after stage {cut}: {said:#?}");
+        assert!(said.iter().all(|m| !m.contains("unfinished")), "{log}");
+        let last = said.last().unwrap();
+        assert!(
+            last.starts_with("stage 7/7") || last.contains("already holds"),
+            "{log}"
+        );
+        assert!(s.snapshot().upsert.unwrap().walk.is_none(), "{log}");
+        // U2, on its own again, learns the value from the shard.
+        s.run_for(1_000).unwrap();
+        let snap = s.snapshot();
+        let u2 = snap.actors.iter().find(|a| a.id == "U2").map(|a| &a.detail);
+        let Some(ActorDetail::Replica(r)) = u2 else {
+            panic!("U2 runs; {log}")
+        };
+        let op = r.operator.clone().expect("U2's operator");
+        assert!(
+            op.state
+                .iter()
+                .any(|c| c.value.as_deref() == Some("(3, \"hello\")")),
+            "{:?}; {log}",
+            op.state
+        );
+        let up = snap.upsert.unwrap();
+        assert!(up.checker.violations.is_empty(), "{:?}; {log}", up.checker);
+    }
+}

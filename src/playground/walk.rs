@@ -117,6 +117,12 @@ pub(crate) struct Walk {
     along: Vec<Along>,
     overtaken_by: Option<u64>,
     empty_range: bool,
+    /// The sink wrote no update for the upsert (its value was already in state): only the
+    /// shard's upper moves past its time, and the feedback read is of 0 updates.
+    unchanged: bool,
+    /// A stage found the shard already past the upsert's time (a walk cut short after another
+    /// replica's write committed): the walk ends there, not as a stage that failed.
+    shard_has_it: bool,
     /// Until when (virtual time) the press now running may run the scenario.
     press_deadline_ms: u64,
 }
@@ -309,6 +315,8 @@ impl Scenario {
                 along: Vec::new(),
                 overtaken_by: None,
                 empty_range: false,
+                unchanged: false,
+                shard_has_it: false,
                 press_deadline_ms: 0,
             });
         }
@@ -332,10 +340,18 @@ impl Scenario {
             Err(text) => {
                 // A stage that could not finish ends the walk: it says so, never a later stage.
                 // Its pushes are not given back: the learner pushes again.
+                let has_it = self.walk.as_ref().is_some_and(|w| w.shard_has_it);
                 if let Some(w) = &mut self.walk {
                     w.pushes.clear();
                 }
                 self.end_walk();
+                if has_it {
+                    return Ok(applied(
+                        Some(&walk.actor),
+                        None,
+                        format!("stage {}/7, {}: {text}", stage.number(), stage.name()),
+                    ));
+                }
                 return Ok(applied(
                     Some(&walk.actor),
                     None,

@@ -46,11 +46,12 @@ impl Scenario {
                     }
                     rb.sink_upper().is_some_and(|u| u > ts)
                 })?;
-                let upper = r.borrow().sink_upper();
-                Ok(if done {
+                let upper = crate::playground::log::fmt_frontier(r.borrow().sink_upper());
+                Ok(if done && walk.unchanged {
+                    Ok(format!("the compare_and_append committed: no new update, only the shard's upper moved, to {upper}"))
+                } else if done {
                     Ok(format!(
-                        "the compare_and_append committed: the shard holds the upsert, its upper is {}",
-                        crate::playground::log::fmt_frontier(upper)
+                        "the compare_and_append committed: the shard holds the upsert, its upper is {upper}"
                     ))
                 } else {
                     Err("the write has not committed yet".into())
@@ -58,12 +59,19 @@ impl Scenario {
             }
             super::Stage::Feedback => {
                 let ts = walk.message.map_or(0, |m| m.2);
+                // An unchanged value was written as no update: the read back is of none.
                 let done = self.run_until(|_| {
                     let (n, upper) = r.borrow_mut().pull_feedback();
-                    n > 0 && upper.is_some_and(|u| u > ts)
+                    (n > 0 || walk.unchanged) && upper.is_some_and(|u| u > ts)
                 })?;
                 let (n, upper) = r.borrow_mut().pull_feedback();
-                Ok(if done {
+                Ok(if done && n == 0 {
+                    Ok(format!(
+                        "{}'s persist source read 0 updates back (listen, up to {}): the upper moved past {ts}, no update",
+                        walk.actor,
+                        crate::playground::log::fmt_frontier(upper)
+                    ))
+                } else if done {
                     Ok(format!(
                         "{}'s persist source read {} back from the shard (listen, up to {}); they wait at the operator's persist input",
                         walk.actor,
@@ -78,7 +86,25 @@ impl Scenario {
                 let mut rb = r.borrow_mut();
                 let fed = rb.feed();
                 rb.step_worker();
-                let key = walk.message.map_or(0, |m| m.1);
+                let (key, ts) = walk.message.map_or((0, 0), |m| (m.1, m.2));
+                if walk.unchanged {
+                    // No feedback for the key: its ◌ entry is not replaced, only unused past ts.
+                    let snap = rb.snapshot(&source.borrow());
+                    let cells = snap.operator.map_or_else(Vec::new, |o| o.state);
+                    let left = cells
+                        .iter()
+                        .any(|c| Some(&c.key) == walk.cell.as_ref() && c.mode == "provisional");
+                    let left = if left {
+                        format!("; its ◌ entry at {ts} stays, used only at {ts}")
+                    } else {
+                        String::new()
+                    };
+                    return Ok(Ok(format!(
+                        "{} folded {}: key {key} is as before, as the shard holds it{left}",
+                        walk.actor,
+                        plural(fed, "feedback update")
+                    )));
+                }
                 Ok(Ok(format!(
                     "{} folded {} into its state: key {key} now holds what the shard holds, no longer provisional",
                     walk.actor,
@@ -200,6 +226,13 @@ impl Scenario {
             }
         }
         let there = stash.iter().any(|e| e.from_time == from);
+        drop(rb);
+        if !there {
+            if let Some(text) = self.shard_has_it(walk, r) {
+                return Err(text);
+            }
+        }
+        let rb = r.borrow();
         let where_ = if there {
             format!(
                 "key {key} (offset {offset}) waits in the stash ({}) until the time is complete",
@@ -296,6 +329,11 @@ impl Scenario {
                 plural(with_updates, "update")
             )
         };
+        if !made() {
+            if let Some(text) = self.shard_has_it(walk, r) {
+                return Ok(Err(text));
+            }
+        }
         Ok(if made() {
             Ok(format!("{} drained at its input frontier {ts}{how}: key {key} is in its state as a provisional value ◌, not yet in the shard", walk.actor))
         } else {
@@ -304,6 +342,28 @@ impl Scenario {
                 walk.actor
             ))
         })
+    }
+
+    /// Whether the shard is past the upsert's time already, as the replica knows it (a walk cut
+    /// short after another replica's write committed): the operator discards the message as
+    /// stale, and the walk ends with why.
+    fn shard_has_it(&mut self, walk: &Walk, r: &Rc<RefCell<Replica>>) -> Option<String> {
+        let (_, key, ts) = walk.message?;
+        let upper = {
+            let mut rb = r.borrow_mut();
+            rb.pull_feedback()
+                .1
+                .max(rb.persist_fed_upper())
+                .max(rb.sink_upper())
+        };
+        let u = upper.filter(|u| *u > ts)?;
+        if let Some(w) = &mut self.walk {
+            w.shard_has_it = true;
+        }
+        Some(format!(
+            "the shard already holds key {key} (its upper {u} is past {ts}), written by another replica before the walk was cut short: {} learns it by the feedback read, on its own; the walk ends here",
+            walk.actor
+        ))
     }
 
     fn stage_sink(
@@ -341,13 +401,26 @@ impl Scenario {
         let Some(w) = write else {
             return Ok(Err("the sink has nothing complete to write yet".into()));
         };
+        // No update in a range past the upsert's time: the operator emitted nothing for it (the
+        // value was already in state, or a delete of an absent key).
+        let unchanged = w.updates.is_empty() && w.upper.elements().iter().all(|u| *u > ts);
+        if let Some(walk) = &mut self.walk {
+            walk.unchanged = unchanged;
+        }
         r.borrow_mut().set_manual(Manual::WriteOnce);
         self.run_until(|_| r.borrow().manual() == Manual::Hold)?;
         let f = |a: &timely::progress::Antichain<u64>| {
             crate::playground::log::fmt_frontier(a.elements().first().copied())
         };
+        let same = match (unchanged, walk.value.as_deref()) {
+            (false, _) => "",
+            (true, Some("delete")) => {
+                "; the key holds nothing already, so no update: only the upper moves"
+            }
+            (true, _) => "; the value is unchanged, so no update: only the upper moves",
+        };
         Ok(Ok(format!(
-            "the input frontier moved past {ts}; {}'s sink sent compare_and_append of {} at [{}, {}), expecting the shard's upper {}",
+            "the input frontier moved past {ts}; {}'s sink sent compare_and_append of {} at [{}, {}), expecting the shard's upper {}{same}",
             walk.actor,
             plural(w.updates.len() as u64, "update"),
             f(&w.lower),
