@@ -78,7 +78,7 @@ export function renderCheck(el, snap, state, t0) {
   const rest = c.violationsTotal - shown.length - older.length;
   const more = !older.length
     ? ""
-    : `<details class="check-older"${openOlder ? " open" : ""}><summary class="muted">${older.length} older break${older.length === 1 ? "" : "s"}${rest > 0 ? ` (and ${rest} older still: in the total above, but the page keeps the details of the newest ${SHOWN + OLDER} only)` : ""}</summary>` +
+    : `<details class="check-older"${openOlder ? " open" : ""}><summary class="muted">${older.length} older break${older.length === 1 ? "" : "s"}${rest > 0 ? ` · ${rest} more, older still, are counted in the total but not listed (the page keeps the newest ${SHOWN + OLDER})` : ""}</summary>` +
       `<ol class="check-violations" data-testid="check-violations-older" start="${SHOWN + 1}">${olderList}</ol></details>`;
   const head = c.violationsTotal > shown.length
     ? `<p class="muted small" data-testid="check-shown">${shown.length === 1 ? (c.violationsTotal === 1 ? "the only break" : `the newest of ${c.violationsTotal} breaks`) : `the newest ${shown.length} of ${c.violationsTotal} breaks, newest first`}</p>`

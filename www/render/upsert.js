@@ -117,7 +117,7 @@ function stateTable(op, walkCell, keys, doneValue = null) {
   });
   // A stashed value shows its row; a delete has no row, so its key's hash stands in.
   const stash = op.stash.slice(0, 6).map((e) => `<li title="key hash ${esc(e.key)}"><span class="mono">t${e.time}</span> ${e.value != null ? esc(shown(e.value)) : `⌫ delete ${deletedKey(e.key, keys)}`}</li>`);
-  return `<div class="up-cols"><div><h4>state per key <span class="nowrap">(◌ provisional)</span></h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
+  return `<div class="up-cols"><div><h4>state per key <span class="nowrap muted" title="a legend, not a status: a value marked ◌ is provisional, emitted before the shard confirmed it">(◌ marks a provisional value)</span></h4><ul class="cells" data-testid="upsert-state">${cells.join("") || `<li class="empty">empty</li>`}</ul></div>` +
     `<div><h4>stash (${op.stash.length})</h4><ul class="cells" data-testid="upsert-stash">${stash.join("") || `<li class="empty">empty</li>`}</ul></div></div>`;
 }
 

@@ -132,7 +132,7 @@ function timeoutLine(w, noToken) {
 }
 
 /** The timeouts that hit its maintenance, not a write: a line of their own, last. */
-const maintenanceLine = (w) => `<span data-kept="maintenance" title="heartbeats, compaction, rollups: persist retries those itself">${w.otherTimeouts} more timeout${w.otherTimeouts === 1 ? "" : "s"} hit its own maintenance, not a write</span>`;
+const maintenanceLine = (w) => `<span data-kept="maintenance" title="heartbeats, compaction, rollups: persist retries those itself">${w.otherTimeouts} more timeout${w.otherTimeouts === 1 ? "" : "s"} hit its own maintenance (heartbeats, compaction, rollups), not a write</span>`;
 
 /** The outcomes kept until the next of their kind. */
 function keptLines(a, w, t0) {
