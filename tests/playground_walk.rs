@@ -321,6 +321,22 @@ fn a_walk_cut_short_by_a_crash_walks_the_same_push_as_yours_next() {
     assert!(!next.contains("the generator's"), "{next}");
 }
 
+/// Two replicas on `seed`; `key 3 = hello` pushed and walked `cut` stages through U1, then U1's
+/// process (P1) crashed: the next press walks the push on through U2.
+fn walk_cut_by_a_crash(seed: u64, cut: usize) -> Scenario {
+    let mut s = two_replicas(seed);
+    s.run_for(500).unwrap();
+    push(&mut s, 3, "hello");
+    for _ in 0..cut {
+        press(&mut s);
+    }
+    s.apply(Command::CrashProcess {
+        process: "P1".into(),
+    })
+    .unwrap();
+    s
+}
+
 /// The walk cut short after U1's partial emission (stage 3 moved the shard's upper to the
 /// upsert's time with an empty range) goes on through U2, whose persist source has that upper
 /// waiting: fed at the stash, the operator drained the message in the step that stashed it, and
@@ -329,16 +345,7 @@ fn a_walk_cut_short_by_a_crash_walks_the_same_push_as_yours_next() {
 #[test]
 fn a_walk_through_a_replica_whose_shard_is_at_the_upserts_time_stashes_before_it_drains() {
     for (seed, cut) in [3, 4, 5].into_iter().flat_map(|s| [3, 4].map(|c| (s, c))) {
-        let mut s = two_replicas(seed);
-        s.run_for(500).unwrap();
-        push(&mut s, 3, "hello");
-        for _ in 0..cut {
-            press(&mut s);
-        }
-        s.apply(Command::CrashProcess {
-            process: "P1".into(),
-        })
-        .unwrap();
+        let mut s = walk_cut_by_a_crash(seed, cut);
         let mut said = Vec::new();
         for n in 1..=7 {
             let m = press(&mut s);
@@ -437,16 +444,7 @@ fn an_upsert_that_changes_nothing_walks_to_the_end_and_says_so() {
 #[test]
 fn a_walk_cut_short_after_the_write_committed_ends_saying_the_shard_holds_it() {
     for (seed, cut) in (1..=12).flat_map(|s| [5, 6].map(|c| (s, c))) {
-        let mut s = two_replicas(seed);
-        s.run_for(500).unwrap();
-        push(&mut s, 3, "hello");
-        for _ in 0..cut {
-            press(&mut s);
-        }
-        s.apply(Command::CrashProcess {
-            process: "P1".into(),
-        })
-        .unwrap();
+        let mut s = walk_cut_by_a_crash(seed, cut);
         let said = walk_all(&mut s);
         let log = format!("seed {seed}, cut after stage {cut}: {said:#?}");
         assert!(said.iter().all(|m| !m.contains("unfinished")), "{log}");
