@@ -40,6 +40,7 @@ use crate::upsert::source::{SourceLog, SourceMessage};
 use crate::upsert::types::{UpsertKey, UpsertValue};
 
 mod stages;
+use stages::StageStop;
 
 /// Virtual time one wait of a stage may run the scenario for before it reports that it could
 /// not finish.
@@ -120,9 +121,6 @@ pub(crate) struct Walk {
     /// The sink wrote no update for the upsert (its value was already in state): only the
     /// shard's upper moves past its time, and the feedback read is of 0 updates.
     unchanged: bool,
-    /// A stage found the shard already past the upsert's time (a walk cut short after another
-    /// replica's write committed): the walk ends there, not as a stage that failed.
-    shard_has_it: bool,
     /// Until when (virtual time) the press now running may run the scenario.
     press_deadline_ms: u64,
 }
@@ -316,7 +314,6 @@ impl Scenario {
                 overtaken_by: None,
                 empty_range: false,
                 unchanged: false,
-                shard_has_it: false,
                 press_deadline_ms: 0,
             });
         }
@@ -337,29 +334,23 @@ impl Scenario {
         let stage = walk.next;
         let text = match self.run_stage(&walk, &replica)? {
             Ok(text) => text,
-            Err(text) => {
+            Err(stop) => {
                 // A stage that could not finish ends the walk: it says so, never a later stage.
                 // Its pushes are not given back: the learner pushes again.
-                let has_it = self.walk.as_ref().is_some_and(|w| w.shard_has_it);
                 if let Some(w) = &mut self.walk {
                     w.pushes.clear();
                 }
                 self.end_walk();
-                if has_it {
-                    return Ok(applied(
-                        Some(&walk.actor),
-                        None,
-                        format!("stage {}/7, {}: {text}", stage.number(), stage.name()),
-                    ));
-                }
+                let (n, name) = (stage.number(), stage.name());
                 return Ok(applied(
                     Some(&walk.actor),
                     None,
-                    format!(
-                        "stage {}/7, {}: {text}; the walk stops here, unfinished: the replicas run on their own again (push and press to walk again)",
-                        stage.number(),
-                        stage.name()
-                    ),
+                    match stop {
+                        StageStop::ShardHasIt(text) => format!("stage {n}/7, {name}: {text}"),
+                        StageStop::Unfinished(text) => format!(
+                            "stage {n}/7, {name}: {text}; the walk stops here, unfinished: the replicas run on their own again (push and press to walk again)"
+                        ),
+                    },
                 ));
             }
         };

@@ -21,12 +21,23 @@ const MAX_READS: usize = 64;
 /// How many of the messages that go along a walk the texts name one by one.
 const ALONG_NAMED: usize = 6;
 
+/// Why a stage ended the walk instead of running to its end.
+#[derive(Debug)]
+pub(super) enum StageStop {
+    /// The stage did not get where it waits for (a write committed, a read back) within the
+    /// press's budget: the walk stops, unfinished. The text says what it waited for.
+    Unfinished(String),
+    /// The shard is already past the walked upsert's time (a walk cut short after another
+    /// replica's write committed): nothing is left to walk, and the text says why.
+    ShardHasIt(String),
+}
+
 impl Scenario {
     pub(super) fn run_stage(
         &mut self,
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
-    ) -> Result<Result<String, String>, CommandError> {
+    ) -> Result<Result<String, StageStop>, CommandError> {
         let source = Rc::clone(&self.upsert_hub().source);
         match walk.next {
             super::Stage::Source => self.stage_source(walk, r, &source),
@@ -54,7 +65,9 @@ impl Scenario {
                         "the compare_and_append committed: the shard holds the upsert, its upper is {upper}"
                     ))
                 } else {
-                    Err("the write has not committed yet".into())
+                    Err(StageStop::Unfinished(
+                        "the write has not committed yet".into(),
+                    ))
                 })
             }
             super::Stage::Feedback => {
@@ -79,7 +92,9 @@ impl Scenario {
                         crate::playground::log::fmt_frontier(upper)
                     ))
                 } else {
-                    Err("the persist source has not read the write back yet".into())
+                    Err(StageStop::Unfinished(
+                        "the persist source has not read the write back yet".into(),
+                    ))
                 })
             }
             super::Stage::State => {
@@ -121,7 +136,7 @@ impl Scenario {
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
         source: &Rc<RefCell<SourceLog>>,
-    ) -> Result<Result<String, String>, CommandError> {
+    ) -> Result<Result<String, StageStop>, CommandError> {
         let by_hand = !walk.pushes.is_empty();
         let arrived = if by_hand {
             self.run_until(|_| walk.locate(&source.borrow()).1.is_some())?
@@ -140,7 +155,9 @@ impl Scenario {
             src.messages().last().cloned()
         };
         let Some(m) = m.filter(|_| arrived) else {
-            return Ok(Err("the upsert did not reach the source log in time".into()));
+            return Ok(Err(StageStop::Unfinished(
+                "the upsert did not reach the source log in time".into(),
+            )));
         };
         let unread = r.borrow().unread_offsets(&src);
         let along: Vec<Along> = src
@@ -175,9 +192,11 @@ impl Scenario {
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
         source: &Rc<RefCell<SourceLog>>,
-    ) -> Result<String, String> {
+    ) -> Result<String, StageStop> {
         let Some((offset, key, ts)) = walk.message else {
-            return Err("nothing to stash: the upsert never reached the source log".into());
+            return Err(StageStop::Unfinished(
+                "nothing to stash: the upsert never reached the source log".into(),
+            ));
         };
         let mut rb = r.borrow_mut();
         // The shard's upper may be at `ts` already (a walk cut short wrote up to it): fed, the
@@ -228,8 +247,8 @@ impl Scenario {
         let there = stash.iter().any(|e| e.from_time == from);
         drop(rb);
         if !there {
-            if let Some(text) = self.shard_has_it(walk, r) {
-                return Err(text);
+            if let Some(stop) = self.shard_has_it(walk, r) {
+                return Err(stop);
             }
         }
         let rb = r.borrow();
@@ -252,7 +271,7 @@ impl Scenario {
         if there {
             Ok(text)
         } else {
-            Err(text)
+            Err(StageStop::Unfinished(text))
         }
     }
 
@@ -268,9 +287,9 @@ impl Scenario {
         &mut self,
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
-    ) -> Result<Result<String, String>, CommandError> {
+    ) -> Result<Result<String, StageStop>, CommandError> {
         let Some((_, key, ts)) = walk.message else {
-            return Ok(Err("nothing to emit".into()));
+            return Ok(Err(StageStop::Unfinished("nothing to emit".into())));
         };
         let before = r.borrow().counters().provisional_written;
         let made = || r.borrow().counters().provisional_written > before;
@@ -330,24 +349,24 @@ impl Scenario {
             )
         };
         if !made() {
-            if let Some(text) = self.shard_has_it(walk, r) {
-                return Ok(Err(text));
+            if let Some(stop) = self.shard_has_it(walk, r) {
+                return Ok(Err(stop));
             }
         }
         Ok(if made() {
             Ok(format!("{} drained at its input frontier {ts}{how}: key {key} is in its state as a provisional value ◌, not yet in the shard", walk.actor))
         } else {
-            Err(format!(
+            Err(StageStop::Unfinished(format!(
                 "{} made no partial emission at {ts}{how}",
                 walk.actor
-            ))
+            )))
         })
     }
 
     /// Whether the shard is past the upsert's time already, as the replica knows it (a walk cut
     /// short after another replica's write committed): the operator discards the message as
     /// stale, and the walk ends with why.
-    fn shard_has_it(&mut self, walk: &Walk, r: &Rc<RefCell<Replica>>) -> Option<String> {
+    fn shard_has_it(&self, walk: &Walk, r: &Rc<RefCell<Replica>>) -> Option<StageStop> {
         let (_, key, ts) = walk.message?;
         let upper = {
             let mut rb = r.borrow_mut();
@@ -357,13 +376,10 @@ impl Scenario {
                 .max(rb.sink_upper())
         };
         let u = upper.filter(|u| *u > ts)?;
-        if let Some(w) = &mut self.walk {
-            w.shard_has_it = true;
-        }
-        Some(format!(
+        Some(StageStop::ShardHasIt(format!(
             "the shard already holds key {key} (its upper {u} is past {ts}), written by another replica before the walk was cut short: {} learns it by the feedback read, on its own; the walk ends here",
             walk.actor
-        ))
+        )))
     }
 
     fn stage_sink(
@@ -371,7 +387,7 @@ impl Scenario {
         walk: &Walk,
         r: &Rc<RefCell<Replica>>,
         source: &Rc<RefCell<SourceLog>>,
-    ) -> Result<Result<String, String>, CommandError> {
+    ) -> Result<Result<String, StageStop>, CommandError> {
         let ts = walk.message.map_or(0, |m| m.2);
         let write = {
             let mut rb = r.borrow_mut();
@@ -399,7 +415,9 @@ impl Scenario {
             write
         };
         let Some(w) = write else {
-            return Ok(Err("the sink has nothing complete to write yet".into()));
+            return Ok(Err(StageStop::Unfinished(
+                "the sink has nothing complete to write yet".into(),
+            )));
         };
         // No update in a range past the upsert's time: the operator emitted nothing for it (the
         // value was already in state, or a delete of an absent key).
