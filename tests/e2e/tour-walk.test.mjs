@@ -17,7 +17,8 @@
 //   - every "Look at" chip, pressed from where the step settled, keeps the card's Back and Next
 //     buttons in the window and shows its target; an actor already wholly in view scrolls nothing;
 //   - at settle and after a chip scrolls, no line of text, button, short table row or description
-//     of a named panel is half under that panel's sticky title (linesCut);
+//     of a panel on screen is half under that panel's sticky title, and no named panel's
+//     description (after a panel's chip, that panel's) is wholly under it (linesCut);
 //   - every value the narration fills in from the snapshot (`{{path}}`) is visible text of a
 //     named panel: inside the window and inside every scrolling box around it, at settle (before
 //     any chip is pressed: the card quotes it as the learner reads it). A `{{prev:path}}` value (the previous step's)
@@ -377,20 +378,26 @@ function figuresCut(page, ids) {
 }
 
 /**
- * The lines cut at the top of the named panels `ids` (the fourth learner walk: after a chip the
- * Shard panel's title covered half a line of its legend; at settle the Writers panel's
- * description showed only its last line, "last attempt ended.", and a Crash button was cut in
- * half): for each panel whose title sticks (the panel's top above it), each line of its text,
+ * The lines cut at the top of the panels (the fourth learner walk: after a chip the Shard
+ * panel's title covered half a line of its legend; at settle the Writers panel's description
+ * showed only its last line, "last attempt ended.", and a Crash button was cut in half): for
+ * each panel on screen whose title sticks (the panel's top above it), each line of its text,
  * button, field, table row up to 40 px tall and its description (.caption, whole) that is partly
- * under the title and partly below it, said as failures. The Event log's own scrolling box is
- * left out (its lines scroll within it).
+ * under the title and partly below it, said as failures. Every panel on screen counts, not only
+ * the step's (learner walk 5: at write-task 6 the Processes panel, beside the named Writers
+ * panel, showed its "P1 running" line and Crash button half under its title). The description
+ * of a panel of `whole` (at settle the step's named panels; after a panel's chip, that panel)
+ * wholly under its title is cut too: the learner is sent to that panel and cannot read what it
+ * shows (walk 5: the Writers panel's at write-task 6 and rule-task-resync 2, the Shard panel's
+ * at upper-since 5; neither half under, so this check let them pass). The Event log's own
+ * scrolling box is left out (its lines scroll within it).
  */
-function linesCut(page, ids) {
-  return page.evaluate((ids) => {
+function linesCut(page, whole) {
+  return page.evaluate((whole) => {
   const out = [];
-  for (const id of ids) {
-    const panel = document.getElementById(id);
-    const h2 = panel?.querySelector("h2");
+  for (const panel of document.querySelectorAll(".panels > .panel")) {
+    const id = panel.id || panel.dataset.testid || "a panel";
+    const h2 = panel.querySelector("h2");
     if (!h2 || !panel.getClientRects().length) continue;
     const p = panel.getBoundingClientRect();
     const t = h2.getBoundingClientRect();
@@ -405,6 +412,9 @@ function linesCut(page, ids) {
       const r = el.getBoundingClientRect();
       if (el.tagName === "TR" && r.height > 40) continue;
       if (cut(r)) out.push(say(`${el.tagName.toLowerCase()}${el.className ? `.${el.className}` : ""} “${el.textContent.trim().slice(0, 40)}”`, r));
+      else if (whole.includes(id) && el.matches(".caption") && r.height > 0 && r.top < line - 2) {
+        out.push(`${id}: its description “${el.textContent.trim().slice(0, 40)}” is wholly under its sticky title, and the step names the panel (${Math.round(r.top)}..${Math.round(r.bottom)} px, the title's bottom at ${Math.round(line)})`);
+      }
     }
     const walker = document.createTreeWalker(panel, NodeFilter.SHOW_TEXT);
     const range = document.createRange();
@@ -416,7 +426,7 @@ function linesCut(page, ids) {
     }
   }
   return out;
-}, ids);
+}, whole);
 }
 
 /** Presses the step's chip for actor `id`; false if it has none. */
@@ -506,8 +516,9 @@ async function pressEveryChip(page, where, settleY, panels) {
     if (!after.target) failures.push(`${chip} flashes nothing on the panels`);
     else if (!after.seen) failures.push(`${chip} leaves its target (${after.target}) not in view`);
     if (before.actor && before.shown && after.y !== before.y) failures.push(`${chip} scrolls by ${after.y - before.y} px though ${before.actor} was wholly in view`);
-    // Where a chip scrolled to, no line half under a named panel's sticky title either.
-    if (after.y !== before.y) for (const cut of await linesCut(page, panels)) failures.push(`${chip}: ${cut}`);
+    // Where a chip scrolled to, no line half under a sticky title either, nor a panel's chip's
+    // panel's description wholly under its title.
+    if (after.y !== before.y) for (const cut of await linesCut(page, before.actor ? [] : [before.label])) failures.push(`${chip}: ${cut}`);
   }
   await page.evaluate((y) => window.scrollTo({ top: y, behavior: "instant" }), settleY);
   return failures;
@@ -562,7 +573,7 @@ async function walkStep(page, tour, index, prevSnap, seenPrev) {
   // The step's other panels that are on screen show their figure wholly (upper-since 5 cut the
   // Frontiers panel's lines at the bottom of the window, write-task 6 the Shard panel's batches).
   for (const cut of await figuresCut(page, panels.slice(1))) failures.push(`${where}: ${cut}`);
-  // No line half under a named panel's sticky title at settle.
+  // No line half under a sticky title at settle, nor a named panel's description wholly under it.
   for (const cut of await linesCut(page, panels)) failures.push(`${where}: at settle, ${cut}`);
   if (!m.card) failures.push(`${where}: the tour card is not wholly on screen`);
   if (panels.length && m.panels[panels[0]].visible <= 0) failures.push(`${where}: its first panel ${panels[0]} is outside the window`);
