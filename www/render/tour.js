@@ -122,14 +122,27 @@ export function remapLine(tour, remap) {
  * Outlines the highlighted panels and actors (ids as in the snapshot: W1, T2, ...) and, during a
  * tour, puts the named panels first in the panel grid, in the step's order, so that they sit
  * together beside the tour card (the other panels follow in their usual order), and the named
- * actors' replica cards first among the cards of the Upsert pipeline panel. `hidden`: the
- * panels the tour never uses, hidden while it is open.
+ * actors' replica cards first among the cards of the Upsert pipeline panel (a half-width named
+ * panel followed by a full-width one takes the whole row: see below). `hidden`: the panels the
+ * tour never uses, hidden while it is open.
  */
 export function renderHighlights(styleEl, highlight, hidden = []) {
   const rules = hidden.map((id) => `.layout.touring #${CSS.escape(id)} { display: none; }`);
-  namedPanels(highlight).forEach((id, i) => {
+  const named = namedPanels(highlight);
+  const wide = (id) => Boolean(styleEl.ownerDocument.getElementById(id)?.classList.contains("span2"));
+  let col = 0; // the column the next half-width named panel starts in, in the two-column grid
+  named.forEach((id, i) => {
     rules.push(`.layout.touring #${CSS.escape(id)} { order: ${i - 20}; }`);
     rules.push(`#${CSS.escape(id)} { outline: 3px solid var(--accent); outline-offset: 1px; }`);
+    if (wide(id)) col = 0;
+    else if (col === 0 && i + 1 < named.length && wide(named[i + 1])) {
+      // A half-width panel that the next named panel, a full-width one, cannot sit beside takes
+      // the whole row: as wide, it is shorter, and the next one comes up by as much (a panel
+      // the step does not name filled its other half). Walk 5: at write-task 6 the Shard
+      // panel's batches showed below the Writers panel only once its title stuck over its
+      // description.
+      rules.push(`@media (max-width: 1799.98px) { .layout.touring #${CSS.escape(id)} { grid-column: span 2; } }`);
+    } else col = 1 - col;
   });
   (highlight ?? []).filter((h) => /^[A-Z]\d+$/.test(h)).forEach((h, i) => {
     const a = `[data-actor="${h}"]`;

@@ -121,7 +121,7 @@ export function startTours(host, tours) {
     const [first, ...others] = namedPanels(step.highlight).map((id) => doc.getElementById(id)).filter(Boolean);
     const keep = [figureOf(first), first?.querySelector("thead"), focusRow(step), els.card.querySelector(".tour-nav")].filter((el) => el && whollyShown(el));
     const figs = others.map(figureOf).filter((el) => el && figureShown(el));
-    uncutTitles(() => keep.every(whollyShown) && figs.every(figureShown), [first, ...others]);
+    uncutTitles(() => keep.every(whollyShown) && figs.every(figureShown), [first, ...others], [first, ...others]);
   }
 
   /**
@@ -138,17 +138,18 @@ export function startTours(host, tours) {
 
   /**
    * Moves the window (by at most UNCUT_PX) to the nearest place where no line, button, short
-   * row or description of a panel is half under that panel's sticky title (uncut.js), if
+   * row or description of a panel is half under that panel's sticky title, nor the description
+   * of a panel of `whole` (the step's panels, a panel's chip's) under it at all (uncut.js), if
    * `ok()` still holds there; failing that, of the panels `mine` only (the step's, a chip's
    * target's: two panels side by side may have no such place in common); else leaves it.
    */
-  function uncutTitles(ok, mine) {
+  function uncutTitles(ok, mine, whole = []) {
     const y0 = window.scrollY;
     const max = doc.documentElement.scrollHeight - window.innerHeight;
     const lo = Math.max(-y0, -UNCUT_PX);
     const hi = Math.min(max - y0, UNCUT_PX);
     for (const panels of [[...doc.querySelectorAll(".panels > .panel")], mine.filter(Boolean)]) {
-      for (const d of uncutScrolls(panels, 0, lo, hi)) {
+      for (const d of uncutScrolls(panels, 0, lo, hi, whole.filter(Boolean))) {
         if (d === 0) return;
         window.scrollTo({ top: y0 + d, behavior: "instant" });
         if (ok()) return;
@@ -332,7 +333,7 @@ export function startTours(host, tours) {
     keepCardButtons();
     // Where it scrolled to, no line left half under a panel's sticky title (the target and the
     // card's buttons staying in view).
-    if (window.scrollY !== y0) uncutTitles(() => cardButtonsShown() && (actor ? whollyShown(target) : panelSeen(target)), [target.closest(".panel")]);
+    if (window.scrollY !== y0) uncutTitles(() => cardButtonsShown() && (actor ? whollyShown(target) : panelSeen(target)), [target.closest(".panel")], actor ? [] : [target]);
     flash(target);
   }
 
