@@ -4,7 +4,8 @@
 // for each item type, ...) then sit side by side with the most alike of them next to each other.
 // Sorting by the full names (hash included) orders copies by hash, which is random: this order
 // makes the page's gzipped .wasm ~2.4 KB smaller. The names it writes are the rank, zero-padded;
-// scripts/build.sh strips them after the reorder. Called by scripts/build.sh only:
+// scripts/wasm-passes.sh strips them after the reorder. Called by scripts/wasm-passes.sh only
+// (the page's build and the npm package's):
 //
 //   node scripts/order-functions.mjs IN.wasm OUT.wasm
 //

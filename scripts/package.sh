@@ -81,17 +81,16 @@ copy "$build/bundler" "$out/bundler"
 copy "$build/nodejs" "$out/node"
 cp "$build/bundler/$wasm" "$build/bundler/$wasm.d.ts" "$out/bundler/"
 if [ "$profile" = "--release" ]; then
-  # The page's binaryen passes (scripts/build.sh says why each): one copy of identical functions,
-  # functions in name order for gzip, then the custom sections go (debug names: ~40% of the file;
-  # producers; target_features), which engines ignore. binaryen re-encodes the module, so the
-  # strip passes alone are not byte-identical to dropping the sections by hand (2026-12-02:
-  # 1,688,251 against 1,686,232 bytes); with the two reordering passes the .wasm is 536,022
-  # bytes gzipped against 567,178.
+  # The page's binaryen passes (scripts/wasm-passes.sh, which scripts/build.sh runs too, says why
+  # each): size passes, functions in an order gzip likes, custom sections dropped (debug names:
+  # ~40% of the file; producers; target_features), which engines ignore. 2026-12-03: 539,276
+  # bytes gzipped, against 550,179 with the two passes the package ran before.
   wasm_opt="$root/node_modules/.bin/wasm-opt"
   [ -x "$wasm_opt" ] || { echo "[package] $wasm_opt is missing: run scripts/setup.sh (npm ci)" >&2; exit 1; }
+  # shellcheck source=scripts/wasm-passes.sh
+  source "$root/scripts/wasm-passes.sh"
   before=$(wc -c <"$out/bundler/$wasm")
-  "$wasm_opt" --duplicate-function-elimination --reorder-functions-by-name \
-    --strip-debug --strip-producers --strip-target-features "$out/bundler/$wasm" -o "$out/bundler/$wasm"
+  shrink_wasm "$wasm_opt" "$out/bundler/$wasm"
   echo "[package] $out/bundler/$wasm: $before -> $(wc -c <"$out/bundler/$wasm") bytes ($(gzip -9 -c "$out/bundler/$wasm" | wc -c) gzipped)"
 fi
 repoint() { # file old-reference new-reference
