@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import {
   frames, launch, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
-import { ticks } from "../../www/spec.js";
+import { axisTimes, ticks } from "../../www/spec.js";
 import { renderFrontiers } from "../../www/render/frontiers.js";
 
 const server = serveForTests();
@@ -43,6 +43,27 @@ test("the frontiers axis over a history of ~1 ms: whole-ms ticks, no float error
   const labels = [...el.innerHTML.matchAll(/class="tick-label"[^>]*>([^<]*)</g)].map((m) => m[1]);
   const times = labels.filter((l) => !/^\d+ ms$/.test(l) || Number(l.split(" ")[0]) > 1000);
   assert.deepEqual(times, ["1206 ms", "1207 ms"], labels.join(" | "));
+});
+
+test("a chart's time axis labels every tick in one unit: never 9500 ms beside 10.0 s", () => {
+  // The time ticks (centred under their time; the lag ticks are right-aligned, in ms).
+  const labels = (html) => [...html.matchAll(/class="tick-label" text-anchor="middle">([^<]*)</g)].map((m) => m[1]);
+  // The frontiers panel over a history across 10 s: its time ticks (the lag ticks are ms) all in ms.
+  const snap = (nowMs) => ({ nowMs, shards: [{ name: "s", upper: nowMs - 3, since: 0 }], actors: [], upsert: null });
+  const el = { querySelectorAll: () => [] };
+  renderFrontiers(el, [snap(8000), snap(9000), snap(11_000)], 0);
+  const across = labels(el.innerHTML);
+  assert.ok(across.length > 2 && across.every((l) => / ms$/.test(l)), across.join(" | "));
+  // Past 10 s throughout: seconds, each tick with the decimals its step needs (no two alike).
+  renderFrontiers(el, [snap(20_000), snap(20_100), snap(20_300)], 0);
+  const late = labels(el.innerHTML);
+  assert.ok(late.length > 2 && late.every((l) => / s$/.test(l)) && new Set(late).size === late.length, late.join(" | "));
+  const fine = axisTimes([10_000, 10_050, 10_100], 0, [10_120]);
+  assert.deepEqual([10_000, 10_050, 10_100].map(fine.tick), ["10.00 s", "10.05 s", "10.10 s"]);
+  assert.equal(fine.at(10_120), "10.1 s");
+  // A since or upper below 10 s on the axis puts the whole axis in ms.
+  const early = axisTimes([10_000, 11_000], 0, [9_500, null]);
+  assert.deepEqual([early.tick(10_000), early.at(9_500)], ["10000 ms", "9500 ms"]);
 });
 
 test("live mode: shards, the oracle and the write task's rows come back from IndexedDB after a reload", { timeout: 90_000 }, async (t) => {
