@@ -71,6 +71,10 @@ test("live mode: shards, the oracle and the write task's rows come back from Ind
   const db = `e2e-reload-${process.pid}`;
   const page = await openPage(ctx, server.url(`?mode=live&db=${db}`));
   assert.match(await page.getByTestId("mode").textContent(), new RegExp(`live · ${db}`));
+  // The seed field's number is said in words: drawn at random, what it picks, and no replay.
+  assert.match(await page.getByTestId("seed").inputValue(), /^\d+$/);
+  assert.ok(await page.getByTestId("seed-hint").isVisible(), "the seed's line shows in live mode");
+  assert.match(await page.getByTestId("seed-hint").textContent(), /^The seed, drawn at random for this page, picks the ids .* the same seed does not replay a run\.$/);
   assert.match(await page.getByTestId("play").textContent(), /Pause/, "live mode plays (follows its actors); only the page pauses");
   assert.ok(await page.getByTestId("step").isDisabled(), "live mode cannot be stepped");
   await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the default actors");
