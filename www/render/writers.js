@@ -192,9 +192,10 @@ function taskLines(t, w, t0) {
     const r = t.lastResync;
     const at = fmtMsAs([r.atMs, r.upper], t0);
     const upper = r.upper === null || r.upper === undefined ? fmtFrontier(r.upper, t0) : at(r.upper);
-    // The counts first, then the difference as rows: "desired 2 rows − shard 2 rows → +2, −2"
-    // read as wrong arithmetic (learner walk 5).
-    resync += `, the last at ${esc(at(r.atMs))}: the shard held ${rowsWord(r.shardRows)} at upper ${esc(upper)}, desired ${rowsWord(r.desiredRows)}; to_write = desired − shard, row by row: ${rowsToWrite(r.toWrite)}${shownRows(r.toWrite)}`;
+    // The difference as rows to add and to retract, no counts on either side of the "−": "desired
+    // 2 rows − shard 2 rows → +2 rows, −2 rows" read as wrong arithmetic (learner walk 5). Short
+    // enough that a shown row stays on the line's second line (write-task 6 fits the window).
+    resync += `, the last at ${esc(at(r.atMs))}: to_write = desired − shard at ${esc(upper)}: ${rowsToWrite(r.toWrite)}${shownRows(r.toWrite)}`;
   }
   if (!t.readOnly || t.resyncs) lines.push(`<span data-kept="resync">${resync}</span>`);
   return lines;
