@@ -55,19 +55,20 @@ export function fmtMsAs(values, t0 = 0) {
 
 /**
  * The labels of one chart axis in one unit (a learner saw "9500 ms" beside "10.0 s"): seconds if
- * every tick and every other time drawn on the axis (`others`: a shard's since and upper) is 10 s
- * or later, else all in ms. In seconds a tick has as many decimals as the ticks' step needs
- * ("10.05 s", "10.10 s", never "10.1 s" twice); `at` labels the other times as fmtMs does.
+ * the axis reaches 10 s (a tick, or another time drawn on it: `others`, a shard's since and
+ * upper), as fmtMs says such times elsewhere on the page, else all in ms. In seconds a tick has
+ * the decimals its step needs ("9.5 s", "10.05 s"; "2 s" for whole seconds), and `at` labels the
+ * other times with one at least ("upper 11.3 s", "since 9.5 s").
  */
 export function axisTimes(tickValues, t0 = 0, others = []) {
-  const all = [...tickValues, ...others].filter((v) => v !== null && v !== undefined);
-  const secs = all.every((v) => Math.abs(v - t0) >= 10_000);
+  const all = [...tickValues, ...others].filter((v) => v !== null && v !== undefined).map((v) => Math.abs(v - t0));
   const ms = (v) => (v === null || v === undefined ? "∅" : `${v - t0} ms`);
-  if (!secs) return { tick: ms, at: ms };
+  if (!(all.length && Math.max(...all) >= 10_000)) return { tick: ms, at: ms };
   let step = Infinity;
   for (let i = 1; i < tickValues.length; i++) step = Math.min(step, Math.abs(tickValues[i] - tickValues[i - 1]));
-  const decimals = Number.isFinite(step) && step > 0 ? Math.min(3, Math.max(1, Math.ceil(-Math.log10(step / 1000) - 1e-9))) : 1;
-  return { tick: (v) => `${((v - t0) / 1000).toFixed(decimals)} s`, at: (v) => fmtMs(v, t0) };
+  const decimals = Number.isFinite(step) && step > 0 ? Math.min(3, Math.max(0, Math.ceil(-Math.log10(step / 1000) - 1e-9))) : 1;
+  const secs = (d) => (v) => (v === null || v === undefined ? "∅" : `${((v - t0) / 1000).toFixed(d)} s`);
+  return { tick: secs(decimals), at: secs(Math.max(1, decimals)) };
 }
 
 /** A frontier (null: the empty frontier, "finished"). */

@@ -48,22 +48,25 @@ test("the frontiers axis over a history of ~1 ms: whole-ms ticks, no float error
 test("a chart's time axis labels every tick in one unit: never 9500 ms beside 10.0 s", () => {
   // The time ticks (centred under their time; the lag ticks are right-aligned, in ms).
   const labels = (html) => [...html.matchAll(/class="tick-label" text-anchor="middle">([^<]*)</g)].map((m) => m[1]);
-  // The frontiers panel over a history across 10 s: its time ticks (the lag ticks are ms) all in ms.
   const snap = (nowMs) => ({ nowMs, shards: [{ name: "s", upper: nowMs - 3, since: 0 }], actors: [], upsert: null });
   const el = { querySelectorAll: () => [] };
+  // A history across 10 s: every time tick in seconds (fmtMs said 8000 ms, 9000 ms, 10.0 s).
   renderFrontiers(el, [snap(8000), snap(9000), snap(11_000)], 0);
   const across = labels(el.innerHTML);
-  assert.ok(across.length > 2 && across.every((l) => / ms$/.test(l)), across.join(" | "));
-  // Past 10 s throughout: seconds, each tick with the decimals its step needs (no two alike).
-  renderFrontiers(el, [snap(20_000), snap(20_100), snap(20_300)], 0);
-  const late = labels(el.innerHTML);
-  assert.ok(late.length > 2 && late.every((l) => / s$/.test(l)) && new Set(late).size === late.length, late.join(" | "));
+  assert.deepEqual(across, ["8.0 s", "8.5 s", "9.0 s", "9.5 s", "10.0 s", "10.5 s", "11.0 s"]);
+  // Below 10 s: all in ms.
+  renderFrontiers(el, [snap(2000), snap(9000)], 0);
+  const early = labels(el.innerHTML);
+  assert.ok(early.length > 2 && early.every((l) => /^\d+ ms$/.test(l)), early.join(" | "));
+  // Fine steps get the decimals they need (no two ticks alike); whole seconds need none.
   const fine = axisTimes([10_000, 10_050, 10_100], 0, [10_120]);
   assert.deepEqual([10_000, 10_050, 10_100].map(fine.tick), ["10.00 s", "10.05 s", "10.10 s"]);
-  assert.equal(fine.at(10_120), "10.1 s");
-  // A since or upper below 10 s on the axis puts the whole axis in ms.
-  const early = axisTimes([10_000, 11_000], 0, [9_500, null]);
-  assert.deepEqual([early.tick(10_000), early.at(9_500)], ["10000 ms", "9500 ms"]);
+  assert.equal(fine.at(10_120), "10.12 s");
+  const whole = axisTimes([0, 2000, 4000], 0, [9_500, 12_345]);
+  assert.deepEqual([...[0, 2000, 4000].map(whole.tick), whole.at(9_500), whole.at(12_345)], ["0 s", "2 s", "4 s", "9.5 s", "12.3 s"]);
+  // A since or upper past 10 s puts the whole axis in seconds; an empty frontier is ∅.
+  const upper = axisTimes([8000, 9000], 0, [10_500, null]);
+  assert.deepEqual([upper.tick(8000), upper.at(10_500), upper.at(null)], ["8 s", "10.5 s", "∅"]);
 });
 
 test("live mode: shards, the oracle and the write task's rows come back from IndexedDB after a reload", { timeout: 90_000 }, async (t) => {
