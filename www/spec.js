@@ -53,6 +53,24 @@ export function fmtMsAs(values, t0 = 0) {
   return (ms) => (ms === null || ms === undefined ? "∅" : secs ? fmtMs(ms, t0) : `${ms - t0} ms`);
 }
 
+/**
+ * The labels of one chart axis in one unit (a learner saw "9500 ms" beside "10.0 s"): seconds if
+ * the axis reaches 10 s (a tick, or another time drawn on it: `others`, a shard's since and
+ * upper), as fmtMs says such times elsewhere on the page, else all in ms. In seconds a tick has
+ * the decimals its step needs ("9.5 s", "10.05 s"; "2 s" for whole seconds), and `at` labels the
+ * other times with one at least ("upper 11.3 s", "since 9.5 s").
+ */
+export function axisTimes(tickValues, t0 = 0, others = []) {
+  const all = [...tickValues, ...others].filter((v) => v !== null && v !== undefined).map((v) => Math.abs(v - t0));
+  const ms = (v) => (v === null || v === undefined ? "∅" : `${v - t0} ms`);
+  if (!(all.length && Math.max(...all) >= 10_000)) return { tick: ms, at: ms };
+  let step = Infinity;
+  for (let i = 1; i < tickValues.length; i++) step = Math.min(step, Math.abs(tickValues[i] - tickValues[i - 1]));
+  const decimals = Number.isFinite(step) && step > 0 ? Math.min(3, Math.max(0, Math.ceil(-Math.log10(step / 1000) - 1e-9))) : 1;
+  const secs = (d) => (v) => (v === null || v === undefined ? "∅" : `${((v - t0) / 1000).toFixed(d)} s`);
+  return { tick: secs(decimals), at: secs(Math.max(1, decimals)) };
+}
+
 /** A frontier (null: the empty frontier, "finished"). */
 export function fmtFrontier(f, t0 = 0) {
   return f === null || f === undefined ? "[] finished" : fmtMs(f, t0);

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import {
   frames, launch, latest, noErrors, openPage, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
-import { ticks } from "../../www/spec.js";
+import { axisTimes, ticks } from "../../www/spec.js";
 import { renderFrontiers } from "../../www/render/frontiers.js";
 
 const server = serveForTests();
@@ -45,11 +45,39 @@ test("the frontiers axis over a history of ~1 ms: whole-ms ticks, no float error
   assert.deepEqual(times, ["1206 ms", "1207 ms"], labels.join(" | "));
 });
 
+test("a chart's time axis labels every tick in one unit: never 9500 ms beside 10.0 s", () => {
+  // The time ticks (centred under their time; the lag ticks are right-aligned, in ms).
+  const labels = (html) => [...html.matchAll(/class="tick-label" text-anchor="middle">([^<]*)</g)].map((m) => m[1]);
+  const snap = (nowMs) => ({ nowMs, shards: [{ name: "s", upper: nowMs - 3, since: 0 }], actors: [], upsert: null });
+  const el = { querySelectorAll: () => [] };
+  // A history across 10 s: every time tick in seconds (fmtMs said 8000 ms, 9000 ms, 10.0 s).
+  renderFrontiers(el, [snap(8000), snap(9000), snap(11_000)], 0);
+  const across = labels(el.innerHTML);
+  assert.deepEqual(across, ["8.0 s", "8.5 s", "9.0 s", "9.5 s", "10.0 s", "10.5 s", "11.0 s"]);
+  // Below 10 s: all in ms.
+  renderFrontiers(el, [snap(2000), snap(9000)], 0);
+  const early = labels(el.innerHTML);
+  assert.ok(early.length > 2 && early.every((l) => /^\d+ ms$/.test(l)), early.join(" | "));
+  // Fine steps get the decimals they need (no two ticks alike); whole seconds need none.
+  const fine = axisTimes([10_000, 10_050, 10_100], 0, [10_120]);
+  assert.deepEqual([10_000, 10_050, 10_100].map(fine.tick), ["10.00 s", "10.05 s", "10.10 s"]);
+  assert.equal(fine.at(10_120), "10.12 s");
+  const whole = axisTimes([0, 2000, 4000], 0, [9_500, 12_345]);
+  assert.deepEqual([...[0, 2000, 4000].map(whole.tick), whole.at(9_500), whole.at(12_345)], ["0 s", "2 s", "4 s", "9.5 s", "12.3 s"]);
+  // A since or upper past 10 s puts the whole axis in seconds; an empty frontier is ∅.
+  const upper = axisTimes([8000, 9000], 0, [10_500, null]);
+  assert.deepEqual([upper.tick(8000), upper.at(10_500), upper.at(null)], ["8 s", "10.5 s", "∅"]);
+});
+
 test("live mode: shards, the oracle and the write task's rows come back from IndexedDB after a reload", { timeout: 90_000 }, async (t) => {
   const ctx = await launch(t);
   const db = `e2e-reload-${process.pid}`;
   const page = await openPage(ctx, server.url(`?mode=live&db=${db}`));
   assert.match(await page.getByTestId("mode").textContent(), new RegExp(`live · ${db}`));
+  // The seed field's number is said in words: drawn at random, what it picks, and no replay.
+  assert.match(await page.getByTestId("seed").inputValue(), /^\d+$/);
+  assert.ok(await page.getByTestId("seed-hint").isVisible(), "the seed's line shows in live mode");
+  assert.match(await page.getByTestId("seed-hint").textContent(), /^The seed, drawn at random for this page, picks the ids .* the same seed does not replay a run\.$/);
   assert.match(await page.getByTestId("play").textContent(), /Pause/, "live mode plays (follows its actors); only the page pauses");
   assert.ok(await page.getByTestId("step").isDisabled(), "live mode cannot be stepped");
   await waitFor(page, () => document.querySelectorAll("#processes-view li[data-actor]").length === 7, "the default actors");

@@ -816,7 +816,7 @@ test("what the learner walk found missing is shown: signed to_write rows, read-o
   // write-task 5: each re-sync's to_write in signed rows, one task adding the row the other retracts.
   await open("write-task", 5);
   const [t1, t2] = [await rowText("T1"), await rowText("T2")];
-  const resync = /→ to_write ([+−])1 row: ([+−])1 key T1-P\d+-4 = 4/;
+  const resync = /to_write = desired − shard at [^:]+: ([+−])1 row to (?:add|retract): ([+−])1 key T1-P\d+-4 = 4/;
   const [r1, r2] = [resync.exec(t1), resync.exec(t2)];
   assert.ok(r1 && r1[1] === r1[2], `T1's re-sync in signed rows: ${t1}`);
   assert.ok(r2 && r2[1] === r2[2], `T2's re-sync in signed rows: ${t2}`);

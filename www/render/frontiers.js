@@ -1,6 +1,6 @@
 // The frontiers panel: how far every upper and since lags behind the clock, over the run.
 
-import { lagSeries, linear, pathOf, ticks, fmtMs } from "../spec.js";
+import { axisTimes, lagSeries, linear, pathOf, ticks } from "../spec.js";
 import { esc, setHtml, svgEl } from "./dom.js";
 
 const H = 190;
@@ -40,8 +40,10 @@ export function renderFrontiers(el, history, t0, width = 940) {
     parts.push(svgEl("text", { x: LEFT - 6, y: y(v) + 4, class: "tick-label", "text-anchor": "end" }, `${v} ms`));
   }
   // The clock counts whole ms: no tick between two of them, however short the history.
-  for (const t of ticks(tMin, tMax, 6, 1)) {
-    parts.push(svgEl("text", { x: x(t), y: H - 6, class: "tick-label", "text-anchor": "middle" }, fmtMs(t, t0)));
+  const tickValues = ticks(tMin, tMax, 6, 1);
+  const axis = axisTimes(tickValues, t0);
+  for (const t of tickValues) {
+    parts.push(svgEl("text", { x: x(t), y: H - 6, class: "tick-label", "text-anchor": "middle" }, axis.tick(t)));
   }
   const labels = [];
   for (const s of series) {

@@ -21,7 +21,7 @@ export function findDom(doc) {
   return {
     play: $("play"), step: $("step"), speed: $("speed"), clock: $("clock"), modePill: $("mode-pill"),
     status: $("status"), seedForm: $("seed-form"), seed: $("seed"), toLive: $("to-live"), toSeed: $("to-seed"),
-    modeHint: $("mode-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
+    modeHint: $("mode-hint"), seedHint: $("seed-hint"), intoProcess: $("into-process"), wRate: $("w-rate"), wKeys: $("w-keys"), wMode: $("w-mode"),
     addWriter: $("add-writer"), addReader: $("add-reader"), addTask: $("add-task"), addOracle: $("add-oracle"), oBurst: $("o-burst"),
     presetBusy: $("preset-busy"), addReplica: $("add-replica"), upsertForm: $("upsert-form"), upsertKey: $("u-key"),
     upsertValue: $("u-value"), generator: $("u-generator"), undecodable: $("u-undecodable"), stepReplicas: $("step-replicas"), stepSaid: $("step-said"), pushSaid: $("push-said"),
@@ -354,6 +354,11 @@ export function renderMode(dom, mode, db) {
     dom.seed.title = why;
     button.title = why;
   }
+  // The 19-digit number in the disabled field, said in a line (a learner saw it unexplained).
+  dom.seedHint.hidden = !live;
+  dom.seedHint.textContent = live
+    ? "The seed, drawn at random for this page, picks the ids and random choices (keys, upserts, faults). Timing is real: the same seed does not replay a run."
+    : "";
   dom.modeHint.textContent = live
     ? `Live mode: IndexedDB database "${db}" and real timers. Reload the page: the shards and the oracle come back. Open a second tab: two processes race on one database. Pause freezes this view; the actors keep running.`
     : "Seed mode: a simulator over memory. The same seed and the same clicks give the same run.";

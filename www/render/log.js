@@ -205,11 +205,27 @@ const SKIPPED = {
  * An event's detail as the log shows it: persist's coded reasons (above) as sentences, in a
  * command's "nothing to commit (…)" and a merge that was not applied.
  */
+/**
+ * An oracle's burst in words (src/playground/actors/oracle.rs logs its first and its last
+ * timestamp): "write ts 5765 (burst 5266 to 5765)" as "write ts 5765 (the last of a burst, 500
+ * taken in one tick: 5266 to 5765)".
+ */
+export function burstWords(text) {
+  return String(text).replace(/^write ts (\d+) \(burst (\d+) to (\d+)\)/, (all, ts, first, last) => {
+    const which = ts === first ? "the first" : ts === last ? "the last" : null;
+    const n = Number(last) - Number(first) + 1;
+    return which && n > 1 ? `write ts ${ts} (${which} of a burst, ${n} taken in one tick: ${first} to ${last})` : all;
+  });
+}
+
+const BURST_TITLE = "a burst: the write timestamps an oracle takes back to back in one tick (the oracle burst field; 1 takes one a tick). The log keeps the first and the last of each.";
+
 export function plainDetail(e, t0 = 0) {
   // A handle is its actor's (the row's chip names it), or named in words (names.js).
   let d = namedIds(String(e.detail ?? "").replace(/ \(handle id [wr][0-9a-f]{24}\)/, ""));
   if (e.component === "task") d = taskWords(d, t0);
   if (e.component === "upsert") d = upsertWords(d);
+  if (e.component === "oracle") d = burstWords(d);
   if (e.component === "oracle") d = d.replace("the two persist intervals allowed", "the two persist intervals allowed (a persist interval is the span of timestamps one durable write covers: a starting instance waits while the stored upper is more than two of them ahead of the clock)");
   if (e.component !== "persist") return d;
   const skip = /^(.*?: (\w+) expected seqno .*?): nothing to commit \((.*)\)$/s.exec(d);
@@ -224,7 +240,9 @@ export function plainDetail(e, t0 = 0) {
 
 function logRow(e, snap, t0) {
   const who = e.actor ? chip(e.actor, colourOf(snap, e.actor)) : e.process ? `<span class="muted">${esc(e.process)}</span>` : "";
-  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail">${esc(pressWords(plainDetail(e, t0)))}</span></li>`;
+  const detail = pressWords(plainDetail(e, t0));
+  const title = / of a burst, /.test(detail) ? ` title="${esc(BURST_TITLE)}"` : "";
+  return `<li data-seq="${e.seq}"><span class="seq mono">${e.seq}</span><span class="mono t">${esc(fmtMs(e.atMs, t0))}</span>${mark(e.outcome, OUTCOMES)}${who}<span class="comp">${esc(e.component)}</span> <span class="detail"${title}>${esc(detail)}</span></li>`;
 }
 
 /** Keeps a filter <select>'s options equal to `values` (after its first, "all" option). */

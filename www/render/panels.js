@@ -115,6 +115,13 @@ export function renderLegend(el, snap) {
   );
 }
 
+/** 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st. */
+export function ordinal(n) {
+  const tens = n % 100;
+  const suffix = tens >= 11 && tens <= 13 ? "th" : ["th", "st", "nd", "rd"][n % 10] ?? "th";
+  return `${n}${suffix}`;
+}
+
 export function renderVerify(el, snap, t0) {
   const v = snap.verify;
   if (!v) {
@@ -141,17 +148,21 @@ export function renderVerify(el, snap, t0) {
     return `<span data-verify-writer="${esc(w.actor)}" data-writes="${w.writes}" data-acked="${w.acked}">${esc(w.actor)}: ${w.found} of ${count(w.acked, "acknowledged update")} found, ${from}${later}</span>`;
   }).join("; ");
   // A value is "actor:writer_id#n", the n-th update of that write handle: named by its actor
-  // and n, its copies said in words (the handle id is on the actor's process row).
+  // and n as an ordinal ("W1's 2nd update", not the unexplained "update no. 2"), its copies
+  // said in words (the handle id is on the actor's process row); a hover says how updates are
+  // numbered.
   const ex = (list) => list.map((x) => {
     const m = /^([^:]+):[^#]*#(\d+)(?: x(\d+))?$/.exec(x);
-    return m ? `${m[1]}'s update no. ${m[2]}${m[3] ? ` (${m[3]} copies)` : ""}` : x;
+    return m ? `${m[1]}'s ${ordinal(Number(m[2]))} update${m[3] ? ` (${m[3]} copies)` : ""}` : x;
   }).join(", ");
+  const EX_TITLE = "each update a writer writes is unique: it carries its writer and a count, so “W1's 2nd update” is the second update W1's current write handle wrote; its copies are how many times the shard holds it";
+  const examples = (list) => `<span class="examples" title="${esc(EX_TITLE)}">e.g. ${esc(ex(list))}</span>`;
   const verdict = v.lost === 0
     ? `<b class="ok">no acknowledged write lost</b>`
-    : `<b class="err">${count(v.lost, "acknowledged update")} missing</b> (e.g. ${esc(ex(v.lostExamples))})`;
+    : `<b class="err">${count(v.lost, "acknowledged update")} missing</b> (${examples(v.lostExamples)})`;
   // Each write's values are unique: a value held more than once is a write that landed more than once.
   const twice = v.duplicated > 0
-    ? `; <b class="err">${count(v.duplicated, "acknowledged update")} held more than once</b> (e.g. ${esc(ex(v.duplicatedExamples))})`
+    ? `; <b class="err">${count(v.duplicated, "acknowledged update")} held more than once</b> (${examples(v.duplicatedExamples)})`
     : "";
   const appendNote = v.uncheckedAppendWriters.length
     ? ` · not checked: ${esc(v.uncheckedAppendWriters.join(", "))} (append trims what a peer already wrote, by design)`

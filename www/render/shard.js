@@ -1,7 +1,7 @@
 // The shard panel: batches on a time axis with since and upper, the seqno strip with rollups,
 // the parts and their sizes, and recent merges and GCs.
 
-import { batchLabels, batchRects, fmtBytes, fmtFrontier, fmtMs, fmtMsAs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
+import { axisTimes, batchLabels, batchRects, fmtBytes, fmtFrontier, fmtMs, fmtMsAs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
 import { count, esc, setHtml, svgEl } from "./dom.js";
 import { blobKeyName, handleName, namedIds, shortId } from "./names.js";
 
@@ -78,11 +78,13 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   for (const l of batchLabels(rects, { textWidth, minX: 0, maxX: W, reserved: [AXIS_LABEL_BOX] })) {
     parts.push(svgEl("text", { x: l.x.toFixed(1), y: l.y.toFixed(1), class: `batch-label${l.retract ? " retract" : ""}` }, esc(l.text)));
   }
-  // Time ticks.
-  for (const t of ticks(d0, d1, 7)) {
+  // Time ticks, in one unit with the since and upper drawn on the same axis.
+  const tickValues = ticks(d0, d1, 7);
+  const axis = axisTimes(tickValues, t0, [shard.since, shard.upper]);
+  for (const t of tickValues) {
     parts.push(svgEl("line", { x1: x(t), x2: x(t), y1: 84, y2: 90, class: "tick" }));
     // The last label would run past the panel's edge if centred on its tick.
-    parts.push(svgEl("text", { x: x(t), y: 102, class: "tick-label", "text-anchor": x(t) > W - RIGHT - 30 ? "end" : "middle" }, fmtMs(t, t0)));
+    parts.push(svgEl("text", { x: x(t), y: 102, class: "tick-label", "text-anchor": x(t) > W - RIGHT - 30 ? "end" : "middle" }, axis.tick(t)));
   }
   parts.push(svgEl("line", { x1: LEFT, x2: W - RIGHT, y1: 84, y2: 84, class: "axis" }));
   // Since and upper.
@@ -91,7 +93,7 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
     const off = value < d0;
     const px = off ? LEFT : x(value);
     parts.push(svgEl("line", { x1: px, x2: px, y1: 14, y2: 92, class: cls }));
-    const text = `${off ? "◀ " : ""}${label} ${fmtMs(value, t0)}${note}`;
+    const text = `${off ? "◀ " : ""}${label} ${axis.at(value)}${note}`;
     const anchor = px > W - 150 ? "end" : "start";
     parts.push(svgEl("text", { x: px + (anchor === "end" ? -4 : 4), y: dy, class: `${cls}-label`, "text-anchor": anchor }, text));
   };

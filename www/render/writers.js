@@ -30,6 +30,16 @@ export function signedRows(sr) {
   return parts.join(", ");
 }
 
+/** A re-sync's `to_write` in words, so that "desired − shard" does not read as a subtraction of
+ * counts: "+2 rows to add, −1 row to retract", or "no rows". */
+function rowsToWrite(sr) {
+  if (!sr || !(sr.adds || sr.retractions)) return "no rows";
+  const parts = [];
+  if (sr.adds) parts.push(`+${rowsWord(sr.adds)} to add`);
+  if (sr.retractions) parts.push(`−${rowsWord(sr.retractions)} to retract`);
+  return parts.join(", ");
+}
+
 /** The first rows of a signed-rows list, each with its diff, key and value: "+1 key T1-P1-1 = 1". */
 function shownRows(sr) {
   if (!sr?.shown?.length) return "";
@@ -73,7 +83,12 @@ function statusOf(a, w, t0) {
   if (a.detail.kind === "task" && a.detail.readOnly) {
     return `${READ_ONLY} read-only: ${a.detail.refused} command${a.detail.refused === 1 ? "" : "s"} kept in desired, not written`;
   }
-  const range = (f) => `[${esc(fmtFrontier(f.lower, t0))}, ${esc(fmtFrontier(f.upper, t0))})`;
+  // Both ends in one unit: "[9031 ms, 10031 ms)", never "[9031 ms, 10.0 s)".
+  const range = (f) => {
+    const at = fmtMsAs([f.lower, f.upper], t0);
+    const end = (v) => (v === null || v === undefined ? fmtFrontier(v, t0) : at(v));
+    return `[${esc(end(f.lower))}, ${esc(end(f.upper))})`;
+  };
   // A last attempt that lost a race is said once, by its own line (lostLine), with its time.
   const lastLost = lostInStatus(a, w);
   const lastText = last && !(last.outcome === "mismatch" && w.lastLost) ? ` · last ${mark(last.outcome, W_MARKS)} ${esc(errorWords(taskWords(last.detail, t0)))}` : "";
@@ -90,7 +105,11 @@ function statusOf(a, w, t0) {
   }
   if (lastLost) return lostLine(w.lastLost, t0);
   if (last) return `${mark(last.outcome, W_MARKS)} ${esc(errorWords(taskWords(last.detail, t0)))}`;
-  return `<span class="muted">waiting</span>`;
+  // No attempt yet in this process: said in words, with what starts the first write.
+  const first = a.detail.kind === "task"
+    ? "a write task writes at its next command or upper tick (its tick ms)"
+    : "a writer writes as its updates come (its rate per second)";
+  return `<span class="muted" title="${esc(`no write attempted yet by this process: ${first}`)}">waiting: no write yet</span>`;
 }
 
 /** Whether the status line is the latest lost race (a running row at rest whose last attempt lost). */
@@ -172,7 +191,11 @@ function taskLines(t, w, t0) {
   if (t.lastResync) {
     const r = t.lastResync;
     const at = fmtMsAs([r.atMs, r.upper], t0);
-    resync += `, the last at ${esc(at(r.atMs))}: desired ${rowsWord(r.desiredRows)} − shard ${rowsWord(r.shardRows)} at ${esc(r.upper === null || r.upper === undefined ? fmtFrontier(r.upper, t0) : at(r.upper))} → to_write ${signedRows(r.toWrite)}${shownRows(r.toWrite)}`;
+    const upper = r.upper === null || r.upper === undefined ? fmtFrontier(r.upper, t0) : at(r.upper);
+    // The difference as rows to add and to retract, no counts on either side of the "−": "desired
+    // 2 rows − shard 2 rows → +2 rows, −2 rows" read as wrong arithmetic (learner walk 5). Short
+    // enough that a shown row stays on the line's second line (write-task 6 fits the window).
+    resync += `, the last at ${esc(at(r.atMs))}: to_write = desired − shard at ${esc(upper)}: ${rowsToWrite(r.toWrite)}${shownRows(r.toWrite)}`;
   }
   if (!t.readOnly || t.resyncs) lines.push(`<span data-kept="resync">${resync}</span>`);
   return lines;

@@ -333,18 +333,20 @@ impl Scenario {
         if let Some(w) = &mut self.walk {
             w.empty_range = wrote && with_updates == 0;
         }
+        // What the sink wrote first, in short sentences after the main one (a learner reads it
+        // in the status line; one sentence with a long parenthesis was hard to follow).
         let how = if !wrote {
             String::new()
         } else if with_updates == 0 {
             format!(
-                " (its sink first wrote an empty range, no updates, to move the shard's upper to \
-                 {ts}: the uppers now read {ts}, and an upper {ts} means every time before {ts} \
-                 is complete, not {ts} itself; the upsert at {ts} is not in the shard yet)"
+                ". Its sink first wrote an empty range (no updates) to move the shard's upper to \
+                 {ts}. The uppers now read {ts}. An upper {ts} means every time before {ts} is \
+                 complete, not {ts} itself. So the upsert at {ts} is not in the shard yet"
             )
         } else {
             format!(
-                " (its sink first wrote the earlier messages it had read, {}, to move the \
-                 shard's upper to {ts}; the upsert at {ts} is not in the shard yet)",
+                ". Its sink first wrote the earlier messages it had read ({}) to move the \
+                 shard's upper to {ts}. The upsert at {ts} is not in the shard yet",
                 plural(with_updates, "update")
             )
         };
@@ -353,8 +355,13 @@ impl Scenario {
                 return Ok(Err(stop));
             }
         }
+        // With `how`, its last sentence says the upsert is not in the shard yet.
+        let not_yet = if how.is_empty() { ", not yet in the shard" } else { "" };
         Ok(if made() {
-            Ok(format!("{} drained at its input frontier {ts}{how}: key {key} is in its state as a provisional value ◌, not yet in the shard", walk.actor))
+            Ok(format!(
+                "{} drained at its input frontier {ts}: key {key} is in its state as a provisional value ◌{not_yet}{how}",
+                walk.actor
+            ))
         } else {
             Err(StageStop::Unfinished(format!(
                 "{} made no partial emission at {ts}{how}",
