@@ -137,7 +137,11 @@ export function wireControls(dom, app) {
       const title = panel?.querySelector("h2").getBoundingClientRect();
       const bar = dom.stepSaidHere?.closest("p").getBoundingClientRect();
       if (panel && !shown && (title.top < -2 || bar.bottom > innerHeight)) panel.scrollIntoView({ block: "start" });
-      if (panel && here) keepPressStill(here, panel, shown ? was.top : here.getBoundingClientRect().top);
+      // A press made where the last one left the button keeps the last one's place exactly: the
+      // button's top can sit a fraction of a pixel off it (lines of fractional height, whole-pixel
+      // scrolls), and measuring it anew at each press let those fractions add up to a drift.
+      const held = shown && heldAt !== null && Math.abs(was.top - heldAt) < 2 ? heldAt : null;
+      if (panel && here) keepPressStill(here, panel, held ?? (shown ? was.top : here.getBoundingClientRect().top));
     }
   }));
   dom.stepReplicasHere?.addEventListener("click", () => dom.stepReplicas.click());
@@ -284,6 +288,8 @@ const PRESS_HOLD_FRAMES = 20;
 const PRESS_ROW_MARGIN_PX = 8;
 /** The press being held, if any: a newer press replaces it. */
 let pressHold = null;
+/** Where the last press held the button (its top in the window), or null. */
+let heldAt = null;
 
 /**
  * Holds the Upsert pipeline panel's Step replicas button at `y` (its top in the window) for a
@@ -318,7 +324,7 @@ function keepPressStill(button, panel, y) {
   addEventListener("keydown", onKey);
   const settle = () => {
     const top = button.getBoundingClientRect().top;
-    if (Math.abs(top - hold.y) >= 1) window.scrollBy({ top: top - hold.y, behavior: "instant" });
+    if (Math.abs(top - hold.y) >= 0.5) window.scrollBy({ top: top - hold.y, behavior: "instant" });
     const row = [...panel.querySelectorAll("[data-walked]")].find((el) => el.getClientRects().length);
     const below = row ? row.getBoundingClientRect().bottom - (innerHeight - PRESS_ROW_MARGIN_PX) : 0;
     const by = Math.min(below, button.getBoundingClientRect().top);
@@ -326,6 +332,7 @@ function keepPressStill(button, panel, y) {
       window.scrollBy({ top: by, behavior: "instant" });
       hold.y = button.getBoundingClientRect().top;
     }
+    heldAt = hold.y;
   };
   settle();
   const tick = () => {
