@@ -3,7 +3,8 @@
 
 import { batchLabels, batchRects, fmtBytes, fmtFrontier, fmtMs, fmtMsAs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
 import { count, esc, setHtml, svgEl } from "./dom.js";
-import { blobKeyName, handleName, namedIds, shortId } from "./names.js";
+import { blobKeyName, handleName, namedIds, namedIdsHtml, shortId } from "./names.js";
+import { rowWords } from "./words.js";
 
 const H = 232;
 const LEFT = 70;
@@ -171,8 +172,27 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
   setHtml(
     el,
-    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
+    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}${shardRows(shard, snapshot, t0)}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
   );
+}
+
+/**
+ * The shard's rows at its upper (the engine consolidates them, src/playground/rows.rs): each as
+ * `key 3 = hello`, its count when not 1, ● on the rows the newest write changed; the first few
+ * and how many more.
+ */
+function shardRows(shard, snap, t0) {
+  const r = shard.rows;
+  if (!r) return "";
+  const head = `<b>rows at upper ${esc(fmtFrontier(shard.upper, t0))}</b>`;
+  if (!r.total) return `<p class="shard-rows small" data-testid="shard-rows">${head}: none, the shard holds no row</p>`;
+  const rows = r.shown.map((x) => {
+    const n = x.count === 1 ? "" : ` <span class="muted">×${String(x.count).replace("-", "−")}</span>`;
+    return `<span class="shard-row${x.newest ? " newest" : ""}"${x.newest ? ` title="the newest write changed this row"` : ""}>${x.newest ? "● " : ""}${namedIdsHtml(rowWords(x.row), snap)}${n}</span>`;
+  });
+  const more = r.total > r.shown.length ? ` · and ${r.total - r.shown.length} more` : "";
+  const newest = r.shown.some((x) => x.newest) ? "; ● the newest write changed it" : "";
+  return `<p class="shard-rows small" data-testid="shard-rows" title="what the shard holds at its upper: every update before the upper, summed per row; ×N: a row held N times">${head} <span class="muted">(${r.total} row${r.total === 1 ? "" : "s"}${newest})</span>: ${rows.join(" · ")}${more}</p>`;
 }
 
 /** What a GC run's ticket is (it deleted one each run: a line of its own read as a bug). */
