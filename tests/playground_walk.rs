@@ -95,7 +95,10 @@ fn the_walk_follows_the_learners_push_past_a_queued_generator_burst() {
             // marked as the newest write's, at the upper the press names.
             let snap = s.snapshot();
             let shard = snap.shards.iter().find(|v| v.name == "upsert_out").unwrap();
-            let rows = shard.rows.as_ref().expect("the observer has read the shard's rows");
+            let rows = shard
+                .rows
+                .as_ref()
+                .expect("the observer has read the shard's rows");
             let row = rows.shown.iter().find(|r| r.row.starts_with("(0, "));
             assert!(
                 row.is_some_and(|r| r.newest && r.count == 1),
@@ -112,7 +115,9 @@ fn the_walk_follows_the_learners_push_past_a_queued_generator_burst() {
     assert_eq!((done.key, done.by_hand), (Some(0), true), "{done:?}");
     if done.overtaken_by.is_none() {
         assert!(
-            fifth.ends_with("; see the Shard panel's rows: key 0 = (0, \"pear\")"),
+            fifth.ends_with(
+                "; see the Shard panel's rows: key 0 = (0, \"pear\") (next: feedback read)"
+            ),
             "{fifth}"
         );
     }

@@ -553,7 +553,10 @@ impl Scenario {
     fn observed_rows_past(&self, shard: &str, ts: u64) -> bool {
         self.observers.shards.get(shard).is_some_and(|(obs, _)| {
             let obs = obs.borrow();
-            let upper = obs.state.as_ref().and_then(|s| crate::persist::events::frontier(s.upper()));
+            let upper = obs
+                .state
+                .as_ref()
+                .and_then(|s| crate::persist::events::frontier(s.upper()));
             obs.rows.is_some() && upper.is_none_or(|u| u > ts)
         })
     }

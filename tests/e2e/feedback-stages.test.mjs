@@ -151,7 +151,7 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       assert.equal(await page.getByTestId("upsert-shard-upper").textContent(), `upper ${upper}`);
       // The press points at the Shard panel's rows, and there the pushed key's row shows with
       // its value, marked as the newest write's, at that upper (the learner scrolls to it).
-      assert.match(said.at(-1), /; see the Shard panel's rows: key 3 = hello$/);
+      assert.match(said.at(-1), /; see the Shard panel's rows: key 3 = hello \(next: feedback read\)$/);
       assert.equal(await page.getByTestId("shard-pick").inputValue(), "upsert_out");
       const y = await page.evaluate(() => scrollY);
       await page.locator("#panel-shard").scrollIntoViewIfNeeded();
