@@ -161,7 +161,7 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       // The upper as the panel's own stat says it (fmtFrontier: "1234 ms").
       const at = await page.locator("#shard-view [data-stat=upper] .v").innerText();
       assert.equal(at, fmtFrontier(upper), "the panel shows the upper the press named");
-      assert.equal(await rows.innerText(), `rows at upper ${at} (1 row; ● the newest write changed it): ● key 3 = hello`);
+      assert.equal(await rows.innerText(), `rows at upper ${at}: ● key 3 = hello`);
       await shot(page, "feedback-stage-5-shard-rows", "#panel-shard");
       // Back to where the learner pressed (the next presses keep the button there).
       await page.evaluate((top) => scrollTo(0, top), y);
