@@ -85,13 +85,42 @@ fn the_walk_follows_the_learners_push_past_a_queued_generator_burst() {
         assert!(first.contains(&a.text), "press 1 names {}: {first}", a.text);
     }
     assert!(first.contains("(the generator's)"), "{first}");
+    let mut fifth = String::new();
     for n in 2..=7 {
         let m = press(&mut s);
         assert!(m.starts_with(&format!("stage {n}/7, ")), "press {n}: {m}");
+        if n == 5 {
+            fifth = m;
+            // Stage 5 points at the Shard panel's rows, and they hold the pushed key's row,
+            // marked as the newest write's, at the upper the press names.
+            let snap = s.snapshot();
+            let shard = snap.shards.iter().find(|v| v.name == "upsert_out").unwrap();
+            let rows = shard
+                .rows
+                .as_ref()
+                .expect("the observer has read the shard's rows");
+            let row = rows.shown.iter().find(|r| r.row.starts_with("(0, "));
+            assert!(
+                row.is_some_and(|r| r.newest && r.count == 1),
+                "key 0's row is in the shard, the newest write's: {rows:?}"
+            );
+            assert!(
+                fifth.contains(&format!("its upper is {}", shard.upper.unwrap())),
+                "the rows are at the upper the press names: {fifth} {shard:?}"
+            );
+        }
     }
     // The done line: the key walked and the value the state holds for that same key.
     let done = s.snapshot().upsert.unwrap().walk_done.expect("a done line");
     assert_eq!((done.key, done.by_hand), (Some(0), true), "{done:?}");
+    if done.overtaken_by.is_none() {
+        assert!(
+            fifth.ends_with(
+                "; see the Shard panel's rows: key 0 = (0, \"pear\") (next: feedback read)"
+            ),
+            "{fifth}"
+        );
+    }
     let value = done.value.clone().unwrap_or_default();
     assert!(
         value.starts_with("(0, "),

@@ -128,6 +128,9 @@ export function wireControls(dom, app) {
     const shown = Boolean(was) && was.height > 0 && was.top >= 0 && was.bottom <= innerHeight;
     try {
       app.send({ type: "stepReplicas" });
+      // The walk's stage 5 points at the Shard panel's rows: the panel shows the replicas' shard.
+      const shard = app.latest()?.upsert?.shard;
+      if (shard && dom.shardPick.value !== shard && [...dom.shardPick.options].some((o) => o.value === shard)) dom.shardPick.value = shard;
     } finally {
       // The press's effect shows in the Upsert pipeline panel, ~2000 px below the controls at
       // 1280x800: bring it into view, its title at the top. Its own Step replicas button and the

@@ -50,6 +50,7 @@ pub mod log;
 pub mod observe;
 mod persist_log;
 pub mod replay;
+pub mod rows;
 pub mod rules;
 pub mod snapshot;
 pub mod table;

@@ -12,6 +12,8 @@ use std::rc::Rc;
 use serde::Serialize;
 
 use super::journal::{Journal, MaintenanceView, SweepView};
+use super::rows::{shard_rows, RowsView};
+use super::versions::ReadUpdate;
 use crate::location::Consensus;
 use crate::oracle::{DurableRecord, DurableTimestampOracle};
 use crate::persist::encoding::decode_diff;
@@ -30,10 +32,24 @@ pub struct ShardObservation {
     /// Whether the observer keeps the shard's contents (a write task writes it): see
     /// [`super::versions`].
     pub keep_contents: bool,
-    /// The signs of each batch's updates, `(adds, retractions)`, by the batch's lower, upper and
-    /// length (a batch is immutable: read once, kept while the trace holds it).
-    pub signs: BTreeMap<BatchId, (u64, u64)>,
+    /// Each batch's updates, by the batch's lower, upper and length (a batch is immutable: read
+    /// once, kept while the trace holds it).
+    pub read: BTreeMap<BatchId, BatchRead>,
+    /// The shard's rows at its upper, from `read` (`None`: not every batch is read).
+    pub rows: Option<RowsView>,
 }
+
+/// A batch as the observer read it.
+#[derive(Clone)]
+pub struct BatchRead {
+    /// Its updates that add (diff > 0) and that retract.
+    pub signs: (u64, u64),
+    /// Its updates (`None` beyond [`ROWS_MAX_UPDATES`]: too many to keep for the rows).
+    updates: Option<Rc<[ReadUpdate]>>,
+}
+
+/// The most updates a batch may have for the observer to keep them (and list the shard's rows).
+const ROWS_MAX_UPDATES: usize = 20_000;
 
 /// A batch of a shard's trace, as the observer tells batches apart: lower, upper, length.
 pub type BatchId = (Option<u64>, Option<u64>, u64);
@@ -42,24 +58,38 @@ fn batch_id(b: &HollowBatch) -> BatchId {
     (frontier(&b.desc.lower), frontier(&b.desc.upper), b.len)
 }
 
-/// Reads the updates of every batch of `state` not yet in `signs` and counts their signs;
+/// Reads the updates of every batch of `state` not yet in `known` and counts their signs;
 /// forgets batches the trace no longer holds. A part that cannot be read leaves its batch out.
-async fn count_signs(
+async fn read_batches(
     location: &crate::location::Location,
     state: &State,
-    signs: BTreeMap<BatchId, (u64, u64)>,
-) -> BTreeMap<BatchId, (u64, u64)> {
+    known: BTreeMap<BatchId, BatchRead>,
+) -> BTreeMap<BatchId, BatchRead> {
     let mut out = BTreeMap::new();
     for b in state.collections.trace.batches() {
         let id = batch_id(b);
-        if let Some(known) = signs.get(&id) {
-            out.insert(id, *known);
+        if let Some(known) = known.get(&id) {
+            out.insert(id, known.clone());
         } else if let Some(updates) = super::versions::read_batch(location, b).await {
-            let adds = updates.iter().filter(|u| u.2 > 0).count() as u64;
-            out.insert(id, (adds, updates.len() as u64 - adds));
+            let adds = updates.iter().filter(|u| u.3 > 0).count() as u64;
+            let signs = (adds, updates.len() as u64 - adds);
+            let updates = (updates.len() <= ROWS_MAX_UPDATES).then(|| updates.into());
+            out.insert(id, BatchRead { signs, updates });
         }
     }
     out
+}
+
+/// The rows of `state` at its upper, if every batch of it is read (and kept).
+fn rows_of(state: &State, read: &BTreeMap<BatchId, BatchRead>) -> Option<RowsView> {
+    let c = &state.collections;
+    let mut batches = Vec::new();
+    for b in c.trace.batches() {
+        // A batch compaction has not touched keeps its writes' own times (its since is 0).
+        let own_times = frontier(&b.desc.since) == Some(0);
+        batches.push((read.get(&batch_id(b))?.updates.as_deref()?, own_times));
+    }
+    Some(shard_rows(c.schemas.values().next(), batches))
 }
 
 /// The latest observation of one oracle timeline's durable record.
@@ -116,20 +146,22 @@ pub async fn observe_shard(
         witness
             .pass(client.location(), &shard.0, state.as_ref(), &journal, now)
             .await;
-        let signs = match &state {
+        let read = match &state {
             Some(state) => {
-                let known = cell.borrow().signs.clone();
-                Some(count_signs(client.location(), state, known).await)
+                let known = cell.borrow().read.clone();
+                Some(read_batches(client.location(), state, known).await)
             }
             None => None,
         };
         {
             let mut obs = cell.borrow_mut();
-            if let Some(state) = state {
+            if let (Some(state), Some(read)) = (state, read) {
+                // Rows anew only when the batches changed (a batch is immutable).
+                if !obs.read.keys().eq(read.keys()) || obs.rows.is_none() {
+                    obs.rows = rows_of(&state, &read);
+                }
+                obs.read = read;
                 obs.state = Some(state);
-            }
-            if let Some(signs) = signs {
-                obs.signs = signs;
             }
             obs.error = error;
         }
@@ -291,6 +323,8 @@ pub struct ShardView {
     pub maintenance: Vec<MaintenanceView>,
     /// The latest sweep that deleted something (kept however much maintenance follows it).
     pub last_sweep: Option<SweepView>,
+    /// Its rows at its upper (the first few), once the observer has read every batch.
+    pub rows: Option<RowsView>,
     /// Why the shard could not be read, if it could not.
     pub error: Option<String>,
 }
@@ -317,6 +351,7 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
         blob_bytes: 0,
         maintenance: notes.map_or_else(Vec::new, |n| n.maintenance.iter().cloned().collect()),
         last_sweep: notes.and_then(|n| n.last_sweep.clone()),
+        rows: obs.rows.clone(),
         error: obs.error.clone(),
     };
     let Some(state) = &obs.state else {
@@ -332,7 +367,7 @@ pub fn shard_view(name: &str, obs: &ShardObservation, journal: &Journal) -> Shar
         .trace
         .batches()
         .iter()
-        .map(|b| batch_view(b, obs.signs.get(&batch_id(b))))
+        .map(|b| batch_view(b, obs.read.get(&batch_id(b)).map(|r| &r.signs)))
         .collect();
     for b in &view.batches {
         view.updates += b.len;

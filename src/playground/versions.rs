@@ -53,12 +53,14 @@ fn is_beyond(upper: Option<u64>, than: Option<u64>) -> bool {
     }
 }
 
-/// Every update of `batch` inside its interval, as `(encoded key, encoded value, diff)`, or
-/// `None` if a part is gone or does not decode.
+/// An update as the observer reads it from a batch: encoded key, encoded value, time, diff.
+pub(super) type ReadUpdate = (Vec<u8>, Vec<u8>, u64, i64);
+
+/// Every update of `batch` inside its interval, or `None` if a part is gone or does not decode.
 pub(super) async fn read_batch(
     location: &Location,
     batch: &HollowBatch,
-) -> Option<Vec<(Vec<u8>, Vec<u8>, i64)>> {
+) -> Option<Vec<ReadUpdate>> {
     let (lo, hi) = (frontier(&batch.desc.lower), frontier(&batch.desc.upper));
     let mut out = Vec::new();
     for part in &batch.parts {
@@ -69,7 +71,7 @@ pub(super) async fn read_batch(
         for ((k, v), t, d) in decode_part(&bytes).ok()? {
             let inside = lo.is_some_and(|l| t >= l) && hi.is_none_or(|h| t < h);
             if inside {
-                out.push((k, v, d));
+                out.push((k, v, t, d));
             }
         }
     }
@@ -91,10 +93,10 @@ fn record(journal: &RefCell<Journal>, at_ms: u64, fact: Fact, detail: String) {
 }
 
 /// The digest and diff of every update.
-fn itemize(updates: &[(Vec<u8>, Vec<u8>, i64)]) -> Vec<(u64, i64)> {
+fn itemize(updates: &[ReadUpdate]) -> Vec<(u64, i64)> {
     updates
         .iter()
-        .map(|(k, v, d)| (super::fact::digest(k, v), *d))
+        .map(|(k, v, _, d)| (super::fact::digest(k, v), *d))
         .collect()
 }
 
@@ -116,11 +118,11 @@ impl VersionWitness {
     }
 
     /// Folds updates into the kept contents (consolidated, as the write task keeps `desired`).
-    fn fold(&mut self, updates: &[(Vec<u8>, Vec<u8>, i64)]) {
+    fn fold(&mut self, updates: &[ReadUpdate]) {
         let Some(contents) = &mut self.contents else {
             return;
         };
-        for (k, _, d) in updates {
+        for (k, _, _, d) in updates {
             match Row::decode(k) {
                 Ok(row) => contents.push((row, *d)),
                 Err(_) => {

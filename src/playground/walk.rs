@@ -549,6 +549,18 @@ impl Scenario {
 
     /// Runs the scenario, one simulator step at a time, until `done` holds or the stage's
     /// budget of virtual time is spent. Returns whether `done` held.
+    /// Whether the observer of `shard` has read a state whose upper is past `ts`, and its rows.
+    fn observed_rows_past(&self, shard: &str, ts: u64) -> bool {
+        self.observers.shards.get(shard).is_some_and(|(obs, _)| {
+            let obs = obs.borrow();
+            let upper = obs
+                .state
+                .as_ref()
+                .and_then(|s| crate::persist::events::frontier(s.upper()));
+            obs.rows.is_some() && upper.is_none_or(|u| u > ts)
+        })
+    }
+
     fn run_until(&mut self, mut done: impl FnMut(&Scenario) -> bool) -> Result<bool, CommandError> {
         let Mode::Seed(sim) = &self.mode else {
             return Ok(done(self));

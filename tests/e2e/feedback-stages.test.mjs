@@ -21,6 +21,7 @@ import {
   frames, launch, openTwoReplicas, noErrors, shot, waitFor, waitForStatus, serveForTests,
 } from "./helpers.mjs";
 import { rowWords } from "../../www/render/words.js";
+import { fmtFrontier } from "../../www/spec.js";
 
 const server = serveForTests();
 
@@ -148,6 +149,23 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       assert.ok(upper > ts, `the shard's upper ${upper} is past t${ts}`);
       assert.match(await page.getByTestId("upsert-walk-shard").textContent(), new RegExp(`its upper is ${upper}, past t${ts}`));
       assert.equal(await page.getByTestId("upsert-shard-upper").textContent(), `upper ${upper}`);
+      // The press points at the Shard panel's rows, and there the pushed key's row shows with
+      // its value, marked as the newest write's, at that upper (the learner scrolls to it).
+      assert.match(said.at(-1), /; see the Shard panel's rows: key 3 = hello \(next: feedback read\)$/);
+      assert.equal(await page.getByTestId("shard-pick").inputValue(), "upsert_out");
+      const y = await page.evaluate(() => scrollY);
+      await page.locator("#panel-shard").scrollIntoViewIfNeeded();
+      await waitFor(page, () => /● key 3 = hello\b/.test(document.querySelector("[data-testid=shard-rows]")?.innerText ?? ""), "key 3 = hello in the Shard panel's rows");
+      const rows = page.getByTestId("shard-rows");
+      assert.ok(await rows.isVisible(), "the Shard panel's rows show");
+      // The upper as the panel's own stat says it (fmtFrontier: "1234 ms").
+      const at = await page.locator("#shard-view [data-stat=upper] .v").innerText();
+      assert.equal(at, fmtFrontier(upper), "the panel shows the upper the press named");
+      assert.equal(await rows.innerText(), `rows at upper ${at}: ● key 3 = hello`);
+      await shot(page, "feedback-stage-5-shard-rows", "#panel-shard");
+      // Back to where the learner pressed (the next presses keep the button there).
+      await page.evaluate((top) => scrollTo(0, top), y);
+      await frames(page, 2);
     }
     if (stage === "partial emission") {
       await waitFor(page, (sel) => /◌\s*key 3 = hello/.test(document.querySelector(sel)?.textContent ?? ""), "◌ hello in U1's state", U1_STATE);
@@ -172,6 +190,15 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     // U2, held during the walk, has not read the shard back past the upsert: the line says what
     // its presses do and what only the run does (a press steps its worker, not its sink).
     if (n === 8) assert.match(await page.getByTestId("upsert-walk-done").textContent(), /U2 was held during the walk\. These presses move its worker only .*need the run to go on \(Step or Play\)\. U1 has written that time already, so none of U2's output for it lands/);
+    // U2's card says why its sink's upper is behind the shard's: U1 wrote those times, and a
+    // sink learns the upper only from its own writes (src/upsert/sink.rs); U1's card has no such line.
+    if (n === 8) {
+      const sinks = await page.evaluate(() => Object.fromEntries(window.__playground.state.latest().actors.filter((a) => a.detail?.kind === "replica").map((a) => [a.id, a.detail.sink.upper])));
+      assert.ok(sinks.U2 < sinks.U1, `U2's sink's upper is behind U1's: ${JSON.stringify(sinks)}`);
+      const card = (id) => page.locator(`#upsert-view .up-replica[data-actor="${id}"] [data-testid=upsert-sink-behind]`);
+      assert.equal(await card("U2").innerText(), `Why sink's upper ${sinks.U2} is behind the shard's ${sinks.U1}: U1 wrote the shard up to ${sinks.U1}, and a sink learns the upper only from its own writes. U2's next write, at ${sinks.U2}, loses the race (UpperMismatch); its sink then takes ${sinks.U1} and drops its output below it.`);
+      assert.equal(await card("U1").count(), 0, "U1's sink is at the shard's upper");
+    }
     await shot(page, `feedback-stage-${n}`, "#panel-upsert");
   }
   assert.ok(u2Steps.length === 6 && u2Steps.every((x) => Number.isInteger(x) && x > 0), `U2's worker steps read: ${u2Steps}`);

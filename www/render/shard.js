@@ -3,7 +3,8 @@
 
 import { axisTimes, batchLabels, batchRects, fmtBytes, fmtFrontier, fmtMs, fmtMsAs, linear, seqnoCells, shardDomain, ticks } from "../spec.js";
 import { count, esc, setHtml, svgEl } from "./dom.js";
-import { blobKeyName, handleName, namedIds, shortId } from "./names.js";
+import { blobKeyName, handleName, namedIds, namedIdsHtml, shortId } from "./names.js";
+import { rowWords } from "./words.js";
 
 const H = 232;
 const LEFT = 70;
@@ -173,8 +174,35 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
   const error = shard.error ? `<p class="shard-error" data-testid="shard-error">${esc(shard.error)}</p>` : "";
   setHtml(
     el,
-    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
+    `${error}<div class="stats" data-testid="shard-stats">${statHtml}</div>${holdHtml}${svg}${shardRows(shard, snapshot, t0, W)}<div class="maint"><h3>Compaction &amp; GC</h3><ul data-testid="maintenance">${maintHtml}</ul>${sweepHtml}</div>`,
   );
+}
+
+/**
+ * The shard's rows at its upper (the engine consolidates them, src/playground/rows.rs): each as
+ * `key 3 = hello`, its count when not 1, ● on the rows the newest write changed; as many of the
+ * first few as fit one line of the panel (a taller panel pushed the tours' targets off the
+ * window), and how many more.
+ */
+function shardRows(shard, snap, t0, width) {
+  const r = shard.rows;
+  if (!r) return "";
+  const head = `rows at upper ${fmtFrontier(shard.upper, t0)}`;
+  const title = "what the shard holds at its upper: every update before the upper, summed per row. ● the newest write changed the row; ×N: the shard holds it N times";
+  if (!r.total) return `<p class="shard-rows small" data-testid="shard-rows" title="${esc(title)}"><b>${esc(head)}</b>: none, the shard holds no row</p>`;
+  // About 7.8 px a character of the mono rows, 6.5 of the rest (.small at the page's size).
+  let room = width - head.length * 6.5 - 110;
+  const rows = [];
+  for (const x of r.shown) {
+    const words = rowWords(x.row);
+    const n = x.count === 1 ? "" : ` ×${String(x.count).replace("-", "−")}`;
+    const w = (namedIds(words, snap).length + n.length + (x.newest ? 2 : 0) + 3) * 7.8;
+    if (rows.length && w > room) break;
+    room -= w;
+    rows.push(`<span class="shard-row${x.newest ? " newest" : ""}">${x.newest ? "● " : ""}${namedIdsHtml(words, snap)}${n ? `<span class="muted">${esc(n)}</span>` : ""}</span>`);
+  }
+  const more = r.total > rows.length ? ` · and ${r.total - rows.length} more` : "";
+  return `<p class="shard-rows small" data-testid="shard-rows" title="${esc(title)}"><b>${esc(head)}</b>: ${rows.join(" · ")}${more}</p>`;
 }
 
 /** What a GC run's ticket is (it deleted one each run: a line of its own read as a bug). */

@@ -132,7 +132,21 @@ function trailNote(a, r) {
   return `<div class="small muted" data-testid="upsert-trail">Why persist upper ${fmtT(p)} trails emitted up to ${fmtT(out)}: ${esc(a.id)} will emit nothing more before ${fmtT(out)} (its sink writes the shard up to there, with an empty write if it has nothing new), but it has read the shard back only to ${fmtT(p)}: the read-back comes after the write. Its stash waits until the persist upper reaches each message's time.</div>`;
 }
 
-function replicaCard(a, walk, keys, note, done = null) {
+/**
+ * Why a card's sink's upper is behind the shard's (a replica held during a walk, or one that
+ * lost the last race): a sink learns the shard's upper only from the answer to its own
+ * compare_and_append (src/upsert/sink.rs), never from the feedback read. None while its own
+ * write is retrying: that write may be what moved the shard.
+ */
+function sinkBehindNote(a, r, snap, replicas) {
+  const up = shardUpper(snap);
+  const mine = r.sink?.upper;
+  if (mine == null || up == null || mine >= up || r.retrying) return "";
+  const by = replicas.find((x) => x.id !== a.id && x.detail?.sink?.upper === up)?.id ?? "another replica";
+  return `<div class="small muted" data-testid="upsert-sink-behind">Why sink's upper ${fmtT(mine)} is behind the shard's ${fmtT(up)}: ${esc(by)} wrote the shard up to ${fmtT(up)}, and a sink learns the upper only from its own writes. ${esc(a.id)}'s next write, at ${fmtT(mine)}, loses the race (UpperMismatch); its sink then takes ${fmtT(up)} and drops its output below it.</div>`;
+}
+
+function replicaCard(a, walk, keys, note, done = null, snap = null, replicas = []) {
   const r = a.detail.kind === "replica" ? a.detail : null;
   const head = `${chip(a.id, actorColour(a.colour))} <span class="muted">${esc(a.process)}</span>`;
   if (!r) return `<div class="up-replica" data-actor="${esc(a.id)}">${head} <span class="state s-${esc(a.state)}">${esc(a.state)}</span>${a.error ? ` <span class="err small">${esc(a.error)}</span>` : ""}</div>`;
@@ -147,7 +161,7 @@ function replicaCard(a, walk, keys, note, done = null) {
   const counts = `<span title="updates the operator emitted to its sink">emitted <b>${c.emitted}</b></span> · <span title="stashed upserts dropped because a peer had already written their time">discarded <b>${c.stashDiscarded}</b></span> · ${fed} · <span title="emissions at the input frontier before the shard caught up (provisional values)">partial <b>${c.partialEmissions}</b></span> · <span title="sink writes that lost to another replica (UpperMismatch)">lost races <b>${c.sinkMismatches}</b></span> · <span title="times the replica ran each of its dataflow operators once (one step of its timely worker, the engine that runs the dataflow: worker.step())">worker steps <b data-testid="worker-steps">${r.worker_steps}</b></span>`;
   const gen = `<span title="which start of the replica this is: 0 its first; each restart adds 1 and rehydrates its state from the shard">generation ${r.generation}</span>`;
   return `<div class="up-replica" data-actor="${esc(a.id)}">${head} ${gen}${op?.hydrating ? ` <span class="state s-starting">rehydrating</span>` : ""}${r.halted ? ` <span class="err small">${esc(r.halted)}</span>` : ""}` +
-    `<div class="small">${frontiers}</div>${note ? trailNote(a, r) : ""}<div class="small" data-testid="upsert-counters">${r.generation > 0 ? `<span class="muted" data-testid="upsert-generation-counts" title="a restart starts a new replica: its counters start at 0">generation ${r.generation} only, counted from 0 at its restart (the counts of earlier generations went with their process); it resumed at the shard's upper ${fmtT(r.resume_upper)}, and its first ${"fed back"} updates rebuilt its state from the shard:</span> ` : ""}${counts}</div>${emittedLine(r.last_emitted)}${stateTable(op, walk?.replica === a.id ? walk.cell : null, keys, !walk && done?.replica === a.id ? done.value : null)}</div>`;
+    `<div class="small">${frontiers}</div>${snap ? sinkBehindNote(a, r, snap, replicas) : ""}${note ? trailNote(a, r) : ""}<div class="small" data-testid="upsert-counters">${r.generation > 0 ? `<span class="muted" data-testid="upsert-generation-counts" title="a restart starts a new replica: its counters start at 0">generation ${r.generation} only, counted from 0 at its restart (the counts of earlier generations went with their process); it resumed at the shard's upper ${fmtT(r.resume_upper)}, and its first ${"fed back"} updates rebuilt its state from the shard:</span> ` : ""}${counts}</div>${emittedLine(r.last_emitted)}${stateTable(op, walk?.replica === a.id ? walk.cell : null, keys, !walk && done?.replica === a.id ? done.value : null)}</div>`;
 }
 
 /** The updates the operator last handed to its sink, each with its sign: the effect of an upsert. */
@@ -192,7 +206,7 @@ export function renderUpsert(el, snap, prev) {
       check +
       (u.walk ? walkLine(u.walk, replicas, snap) : doneLine(u.walkDone, replicas)) +
       diagram(snap, replicas, prev) +
-      replicas.map((a, i) => replicaCard(a, u.walk, keys, i === trailAt, u.walkDone)).join("") +
+      replicas.map((a, i) => replicaCard(a, u.walk, keys, i === trailAt, u.walkDone, snap, replicas)).join("") +
       `<details><summary class="small">recent source messages</summary><ul class="cells">${recent || `<li class="empty">none</li>`}</ul></details>`,
   );
 }

@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::{render_value, Along, Walk};
+use crate::playground::command::UPSERT_SHARD;
 use crate::playground::log::plural;
 use crate::playground::{CommandError, Scenario};
 use crate::upsert::replica::{Manual, Replica};
@@ -57,12 +58,18 @@ impl Scenario {
                     }
                     rb.sink_upper().is_some_and(|u| u > ts)
                 })?;
+                // The Shard panel's rows (which the text points at) are the observer's: it reads
+                // the new state within a period.
+                if done {
+                    self.run_until(|s| s.observed_rows_past(UPSERT_SHARD, ts))?;
+                }
                 let upper = crate::playground::log::fmt_frontier(r.borrow().sink_upper());
                 Ok(if done && walk.unchanged {
                     Ok(format!("the compare_and_append committed: no new update, only the shard's upper moved, to {upper}"))
                 } else if done {
                     Ok(format!(
-                        "the compare_and_append committed: the shard holds the upsert, its upper is {upper}"
+                        "the compare_and_append committed: the shard holds the upsert, its upper is {upper}; {}",
+                        shard_row(walk)
                     ))
                 } else {
                     Err(StageStop::Unfinished(
@@ -452,6 +459,18 @@ impl Scenario {
             f(&w.upper),
             f(&w.lower)
         )))
+    }
+}
+
+/// Where stage 5's upsert shows as in the shard: the Shard panel's rows (www/render/shard.js),
+/// the walked key's row (a row the core prints, which the page says as `key 3 = hello`).
+fn shard_row(walk: &Walk) -> String {
+    let key = walk.message.map_or(0, |m| m.1);
+    match (walk.value.as_deref(), walk.overtaken_by) {
+        (_, Some(o)) => format!("see the Shard panel's rows: key {key}, with message #{o}'s value"),
+        (Some("delete"), _) => format!("see the Shard panel's rows: no row of key {key}"),
+        (Some(v), _) => format!("see the Shard panel's rows: key {key} = {v}"),
+        (None, _) => format!("see the Shard panel's rows: key {key}"),
     }
 }
 
