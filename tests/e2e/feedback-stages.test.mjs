@@ -178,14 +178,30 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
   // Presses 8 and 9: nothing left to walk. Each says what it did (one worker step of every
   // replica, and why), and the done line stays, naming what U2 has not read yet.
   const steps = (id) => page.evaluate((a) => window.__playground.state.latest().actors.find((x) => x.id === a).detail.worker_steps, id);
+  // What U2's card shows that a worker step can change without reading or emitting an update.
+  const moves = [];
+  const u2Card = () => page.evaluate(() => {
+    const d = window.__playground.state.latest().actors.find((x) => x.id === "U2").detail;
+    return { input: d.operator?.input_upper, persist: d.operator?.persist_upper, stash: d.operator?.stash.length ?? 0, discarded: d.counters.stashDiscarded };
+  });
   for (const n of [8, 9]) {
     const before = await steps("U1");
+    const u2Was = await u2Card();
     await page.evaluate(() => document.activeElement?.blur());
     await page.keyboard.press("j");
     await waitFor(page, (b) => window.__playground.state.latest().actors.find((x) => x.id === "U1").detail.worker_steps > b, `press ${n} stepped U1`, before);
     // It names the push that went through, not "push an upsert" as if none had been.
     await waitForStatus(page, "ok", /^nothing new to walk: your push, key 3 = hello, went through all seven stages\. Instead, each replica ran one worker step: U1 .*; U2 /s);
     await saidBesideButton(page, "feedback", n);
+    // The sixth learner walk: a press said "U2 had nothing new to do" while U2's card's uppers
+    // jumped and its stash emptied (a discard). What moved on the card, the press says.
+    const u2Now = await u2Card();
+    const u2Said = (await page.locator("#status").textContent()).split("; U2 ")[1];
+    if (u2Now.input !== u2Was.input) assert.ok(u2Said.includes(`input upper ${u2Was.input} → ${u2Now.input}`), `press ${n}: U2's input upper moved ${u2Was.input} → ${u2Now.input}, and the press says so: ${u2Said}`);
+    if (u2Now.stash !== u2Was.stash) assert.ok(u2Said.includes(`stash ${u2Was.stash} → ${u2Now.stash}`), `press ${n}: U2's stash ${u2Was.stash} → ${u2Now.stash}: ${u2Said}`);
+    if (u2Now.discarded > u2Was.discarded) assert.match(u2Said, new RegExp(`${u2Now.discarded - u2Was.discarded} stashed upserts? discarded: another replica already wrote`), `press ${n}`);
+    if (JSON.stringify(u2Now) !== JSON.stringify(u2Was)) assert.doesNotMatch(u2Said, /nothing new to do/, `press ${n}: U2's card changed`);
+    moves.push(JSON.stringify(u2Now) !== JSON.stringify(u2Was));
     assert.match(await page.getByTestId("upsert-walk-done").textContent(), /The walk is over\. From now on each press of Step replicas \(j\) runs one worker step of every replica\..* To walk another upsert, push it, then press Step replicas\./);
     // U2, held during the walk, has not read the shard back past the upsert: the line says what
     // its presses do and what only the run does (a press steps its worker, not its sink).
@@ -201,6 +217,9 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
     }
     await shot(page, `feedback-stage-${n}`, "#panel-upsert");
   }
+  // The walker saw it at press 9; at least one of the two presses moves U2's card (else the
+  // checks above checked nothing).
+  assert.ok(moves.includes(true), `U2's card moved at press 8 or 9: ${moves}`);
   assert.ok(u2Steps.length === 6 && u2Steps.every((x) => Number.isInteger(x) && x > 0), `U2's worker steps read: ${u2Steps}`);
   assert.equal(new Set(u2Steps).size, 1, `U2's worker did not step while U1 was walked: ${u2Steps}`);
   // Each stage named once, in order.

@@ -57,17 +57,26 @@ const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 /**
  * A press's report of one worker step per replica (src/playground/walk.rs step_timely_all:
- * "U1: fed back 0, read 0, 1 worker step, 0 out") as what each replica did.
+ * "U1: fed back 0, read 0, 1 worker step, 0 out, input upper 1501→1881, stash 1→0, 1 discarded")
+ * as what each replica did. A step can change a card without reading or emitting an update:
+ * progress alone moves its uppers, and a drain drops the stashed upserts whose time the shard
+ * already holds. Those are said too, in the card's words.
  */
 function steppedWords(list) {
   return list.split("; ").map((one) => {
-    const m = /^(\S+): fed back (\d+), read (\d+), (\d+) worker steps?, (\d+) out$/.exec(one);
+    const m = /^(\S+): fed back (\d+), read (\d+), (\d+) worker steps?, (\d+) out((?:, [^,;]+)*)$/.exec(one);
     if (!m) return one;
-    const [, id, fed, read, , out] = m.map((x, i) => (i > 1 ? Number(x) : x));
+    const [, id, fed, read, , out] = m.slice(0, 6).map((x, i) => (i > 1 ? Number(x) : x));
+    const moved = (m[6] ?? "").split(", ").filter(Boolean);
+    const uppers = moved.filter((x) => /^(input upper|persist upper|emitted up to) /.test(x));
+    const stash = moved.find((x) => x.startsWith("stash "));
+    const discarded = Number(/^(\d+) discarded$/.exec(moved.find((x) => x.endsWith(" discarded")) ?? "")?.[1] ?? 0);
     const did = [
       read ? `read ${plural(read, "source message")} into its stash` : "",
       fed ? `read ${plural(fed, "update")} back from the shard` : "",
       out ? `emitted ${plural(out, "update")}` : "",
+      uppers.length ? `moved its ${uppers.join(", ").replaceAll("→", " → ")} (progress only, no update)` : "",
+      stash ? `${stash.replace("→", " → ")}${discarded ? ` (${plural(discarded, "stashed upsert")} discarded: another replica already wrote ${discarded === 1 ? "its time" : "their times"} to the shard)` : ""}` : "",
     ].filter(Boolean);
     return `${id} ${did.length ? did.join(", ") : "had nothing new to do"}`;
   }).join("; ");
