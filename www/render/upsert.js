@@ -141,7 +141,8 @@ function trailNote(a, r) {
 function sinkBehindNote(a, r, snap, replicas) {
   const up = shardUpper(snap);
   const mine = r.sink?.upper;
-  if (mine == null || up == null || mine >= up || r.retrying) return "";
+  // A halted replica writes no more: its sink's upper stays where it stopped, for no reason to give.
+  if (mine == null || up == null || mine >= up || r.retrying || r.halted) return "";
   const by = replicas.find((x) => x.id !== a.id && x.detail?.sink?.upper === up)?.id ?? "another replica";
   return `<div class="small muted" data-testid="upsert-sink-behind">Why sink's upper ${fmtT(mine)} is behind the shard's ${fmtT(up)}: ${esc(by)} wrote the shard up to ${fmtT(up)}, and a sink learns the upper only from its own writes. ${esc(a.id)}'s next write, at ${fmtT(mine)}, loses the race (UpperMismatch); its sink then takes ${fmtT(up)} and drops its output below it.</div>`;
 }
