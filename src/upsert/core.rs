@@ -289,6 +289,9 @@ where
             return !self.stash.is_empty();
         }
         let n = data.len() as u64;
+        // The messages' own least time, which the stash shows: a batch's capability can be
+        // earlier (a replica held back reads messages of later times at its old frontier).
+        let least = data.iter().map(|(_, t, _)| t).min().cloned();
         match stage_input(&mut self.stash, data, &self.input_upper, &self.resume_upper) {
             Ok(dropped) => {
                 self.counters.source_staged += n - dropped;
@@ -299,7 +302,7 @@ where
                     self.partial_drain_time = Some(time.clone());
                 }
                 self.observer.record(UpsertEventKind::SourceStaged {
-                    time: time.clone(),
+                    time: least.unwrap_or_else(|| time.clone()),
                     staged: n - dropped,
                     dropped_before_resume: dropped,
                     partial_drain_allowed: partial,

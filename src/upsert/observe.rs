@@ -154,7 +154,7 @@ pub enum UpsertEventKind<T> {
     /// Source updates arrived at `time` and were stashed.
     #[serde(rename_all = "camelCase")]
     SourceStaged {
-        /// The time of the message.
+        /// The least time of the messages (each is stashed at its own time).
         #[serde(serialize_with = "crate::numbers::time")]
         time: T,
         /// Updates stashed.

@@ -141,10 +141,12 @@ function upsertWords(d) {
   if (stashed) {
     const [, gen, n, t] = stashed;
     const one = n === "1";
-    return `${gen}stashed ${n} source message${one ? "" : "s"} (t${t}): ${one ? "it waits" : "they wait"} for the shard's state at t${t} before ${one ? "its" : "their"} update goes out`;
+    return one
+      ? `${gen}stashed 1 source message (t${t}): it waits for the shard's state at t${t} before its update goes out`
+      : `${gen}stashed ${n} source messages (times from t${t}): each waits for the shard's state at its time before its update goes out`;
   }
   const mid = /^drain skipped: the feedback is mid-timestamp at (\d+)$/.exec(d);
-  if (mid) return `did not drain its stash: the feedback it has seen stops partway through time ${mid[1]} (its persist frontier, as the operator sees it, is not past ${mid[1]} yet), so some keys may hold only part of that time's updates; it drains once the frontier moves on`;
+  if (mid) return `held its stash back (if any): the feedback it has seen stops partway through time ${mid[1]} (its persist frontier, as the operator sees it, is not past ${mid[1]} yet), so some keys may hold only part of that time's updates; what is stashed drains once the frontier moves on`;
   const folded = /^folded 0 feedback updates into state; persist upper (.*)$/.exec(d);
   if (folded) return `no new feedback to fold into state; the operator's persist frontier moved to ${folded[1]} (the shard is read back up to it, no rows changed)`;
   // The persist source hands the operator updates and a frontier at once; timely shows the

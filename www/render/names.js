@@ -1,7 +1,7 @@
 // Persist's ids in words (a learner should never meet a raw 25-hex-digit id where an actor name
 // exists): a handle id is named by its actor ("W1's writer", "R1's reader", "U1's reader"); a
 // handle no actor holds says what it is ("a reader the page opened itself", in live mode
-// "another tab's reader"); a Blob key is "W1's part pm11x0". The id itself shows only on hover,
+// "a reader of another tab, or of this page before a reload"); a Blob key is "W1's part pm11x0". The id itself shows only on hover,
 // short (its first 7 characters).
 
 import { esc } from "./dom.js";
@@ -26,7 +26,7 @@ export function learnHandles(snap) {
 export function handleName(id, snap) {
   const kind = id[0] === "w" ? "writer" : "reader";
   const actor = known.get(id);
-  if (!actor) return mode === "live" ? `another tab's ${kind}` : kind === "reader" ? "a reader the page opened itself (a checker's, or a write task's re-sync)" : "a writer no actor holds";
+  if (!actor) return mode === "live" ? `a ${kind} of another tab, or of this page before a reload (the database outlives the page)` : kind === "reader" ? "a reader the page opened itself (a checker's, or a write task's re-sync)" : "a writer no actor holds";
   const current = snap?.actors?.find((a) => a.id === actor)?.handleId;
   const old = current && current !== id && current[0] === id[0] ? "old " : "";
   return `${actor}'s ${old}${kind}`;

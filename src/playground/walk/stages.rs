@@ -261,7 +261,7 @@ impl Scenario {
         let rb = r.borrow();
         let where_ = if there {
             format!(
-                "key {key} (offset {offset}) waits in the stash ({}) until the time is complete",
+                "key {key} (offset {offset}) waits in the stash ({}) until the operator has read the shard back up to t{ts} (its persist upper reaches {ts})",
                 plural(stash.len() as u64, "entry")
             )
         } else {
@@ -271,7 +271,7 @@ impl Scenario {
             format!("key {key} (offset {offset}) is not in the stash{why}")
         };
         let text = format!(
-            "{} read {} with its input frontier held at {ts}; {where_}",
+            "{} read {} with its input frontier held at {ts} (every source time before {ts} is in, {ts} itself may still grow); {where_}",
             walk.actor,
             plural(read, "message")
         );
@@ -366,7 +366,7 @@ impl Scenario {
         let not_yet = if how.is_empty() { ", not yet in the shard" } else { "" };
         Ok(if made() {
             Ok(format!(
-                "{} drained at its input frontier {ts}: key {key} is in its state as a provisional value ◌{not_yet}{how}",
+                "{} drained its stash at its input frontier {ts} (took out what may go out now): key {key} is in its state as a provisional value ◌{not_yet}{how}",
                 walk.actor
             ))
         } else {
