@@ -120,6 +120,10 @@ pub struct ReplicaSnapshot {
     pub retrying: Option<SinkRetry>,
     /// The latest output the operator handed to the sink (none yet: `None`).
     pub last_emitted: Option<Emitted>,
+    /// Updates its persist source has read back from the shard that wait at the operator's
+    /// persist input (a host that steps the replica by hand sees them between the read and the
+    /// fold; a running replica feeds them at once).
+    pub feedback_waiting: u64,
 }
 
 /// One hand-over of output updates to the sink, as signed rows: what the operator emitted.
@@ -573,6 +577,14 @@ impl Replica {
             sink_timeouts: self.sink_timeouts,
             retrying: self.retrying.clone(),
             last_emitted: self.last_emitted.clone(),
+            feedback_waiting: self
+                .feedback_queue
+                .iter()
+                .map(|e| match e {
+                    FeedbackEvent::Updates(u) => u.len() as u64,
+                    _ => 0,
+                })
+                .sum(),
         }
     }
 }

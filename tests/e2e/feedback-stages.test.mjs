@@ -167,6 +167,11 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       await page.evaluate((top) => scrollTo(0, top), y);
       await frames(page, 2);
     }
+    // The feedback read shows on the card: the updates read back wait at the operator's
+    // persist input (walk 6: nothing on U1's card changed at this press); the state folds them.
+    const waiting = page.locator('#upsert-view .up-replica[data-actor="U1"] [data-testid=upsert-feedback-waiting]');
+    if (stage === "feedback read") assert.equal(await waiting.innerText(), "read back, not yet folded 1");
+    else assert.equal(await waiting.count(), 0, `no feedback waits at ${stage}`);
     if (stage === "partial emission") {
       await waitFor(page, (sel) => /◌\s*key 3 = hello/.test(document.querySelector(sel)?.textContent ?? ""), "◌ hello in U1's state", U1_STATE);
     }

@@ -93,7 +93,7 @@ impl Scenario {
                     ))
                 } else if done {
                     Ok(format!(
-                        "{}'s persist source read {} back from the shard (listen, up to {}); they wait at the operator's persist input",
+                        "{}'s persist source read {} back from the shard (listen, up to {}); they wait at the operator's persist input (its card: read back, not yet folded {n})",
                         walk.actor,
                         plural(n, "update"),
                         crate::playground::log::fmt_frontier(upper)
