@@ -1,6 +1,7 @@
 // The tour engine, pure (no DOM): a tour is data (www/tours/<id>.json, listed in index.json),
 // a fixed seed and a list of steps. Each step is `{ title, narration: [paragraphs], commands:
-// [page commands], runMs, highlight: [panel or actor ids], expect: [checks] }`.
+// [page commands], runMs, highlight: [panel or actor ids], expect: [checks] }`, and optionally
+// `logShows`: a pattern for the Event log entry the card is about, which its box scrolls to.
 //
 // The state at step k (1-based) is a function of the tour alone: a seed-mode playground on the
 // tour's seed, then for each step 1..k its commands (the page's ordinary `Command`s, sent in
