@@ -1080,3 +1080,54 @@ test("what the third learner walk found is shown: the badge a step names, U2 bes
   assert.ok(await textVisible(page, "panel-oracle", [String(o4.first), fmtMs(o4.first)]), "the first ts column shows it");
   noErrors(page);
 });
+
+test("what the sixth learner walk found is shown: the ✕ note per case, the wait in the log's box, the O1 row after a chip, the windows' scale", { timeout: 120_000 }, async (t) => {
+  const page = await walkPage(t);
+  const open = (id, step) => openStep(page, id, step);
+  // writers-race 3: a ✕ whose seqno the other writer's write took says a write refused there is
+  // an UpperMismatch; one taken by anything else says the upper did not move. Both show.
+  await open("writers-race", 3);
+  const notes = await page.evaluate(() => [...document.querySelectorAll("#consensus-view [data-testid=cas-taken]")].map((r) => r.textContent));
+  const byWrite = notes.filter((n) => /\(compare_and_append\), in another process/.test(n));
+  const byOther = notes.filter((n) => /\((merge_res|add_rollup|add_and_remove_rollups|downgrade_since|compare_and_downgrade_since)\), in (this same|another) process/.test(n));
+  assert.ok(byWrite.length > 0 && byOther.length > 0, `both kinds of ✕ in view: ${JSON.stringify(notes)}`);
+  for (const n of byWrite) assert.match(n, /a write refused here is an UpperMismatch/, n);
+  for (const n of byOther) assert.match(n, /That was no write, so the upper did not move: its command re-reads the state and applies itself again\.$/, n);
+
+  // rule-oracle-durable-bound 4: the log entry of the restarted instance's wait, which the card
+  // names, is wholly inside the Event log's scrolling box at settle.
+  await open("rule-oracle-durable-bound", 4);
+  const wait = await page.evaluate(() => {
+    const box = document.querySelector("#log-view");
+    const li = [...box.querySelectorAll("li[data-seq]")].find((el) => /stored upper \d+ is \d+ ms ahead of the clock/.test(el.textContent));
+    if (!li) return null;
+    const b = box.getBoundingClientRect();
+    const r = li.getBoundingClientRect();
+    return { inBox: r.top >= b.top - 1 && r.bottom <= b.bottom + 1, scrolled: box.scrollTop, inWindow: b.top >= 0 && b.bottom <= window.innerHeight };
+  });
+  assert.ok(wait, "the wait is logged");
+  assert.ok(wait.inBox && wait.inWindow, `the wait's entry shows whole: ${JSON.stringify(wait)}`);
+
+  // oracle-restart 5: the Consensus log's chip leaves O1's row (the card's numbers) in view
+  // below the Timestamp oracle's sticky title.
+  await open("oracle-restart", 5);
+  assert.ok(await pressChip(page, "panel-consensus"), "the step has a Consensus log chip");
+  await page.waitForTimeout(100);
+  const o1 = await page.evaluate(() => {
+    const row = document.querySelector('#panel-oracle tr[data-actor="O1"]');
+    const title = document.querySelector("#panel-oracle h2").getBoundingClientRect();
+    const r = row.getBoundingClientRect();
+    return { top: r.top, bottom: r.bottom, titleBottom: title.bottom, vh: window.innerHeight };
+  });
+  assert.ok(o1.top >= o1.titleBottom - 1 && o1.bottom <= o1.vh, `O1's row is in view after the chip: ${JSON.stringify(o1)}`);
+
+  // oracle-restart 2: the windows' bars are drawn between two times printed at their ends.
+  await open("oracle-restart", 2);
+  const scale = await page.evaluate(() => {
+    const snap = window.__playground.state.latest();
+    const o = snap.actors.find((a) => a.id === "O1").detail;
+    return { ends: [...document.querySelectorAll("#panel-oracle .windows-scale > span.mono")].map((s) => s.textContent), lo: o.windows[0].forTs, hi: Math.max(o.windows.at(-1).durableUpper, o.writeTs) };
+  });
+  assert.deepEqual(scale.ends, [`${scale.lo} ms`, `${scale.hi} ms`], "the bars' two ends, in the times of their windows");
+  noErrors(page);
+});

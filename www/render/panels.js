@@ -33,7 +33,7 @@ const keyBreaks = (key) => esc(key).replace(/\//g, "/<wbr>");
 const CAS_WORDS = { committed: "won", mismatch: "refused (seqno already taken)", indeterminate: "timed out (unknown at the time)", retrying: "failed, retried", error: "failed" };
 
 /** The Consensus log's marks: its ✕ is a refused compare_and_set, not a lost race. */
-const CAS_MARKS = { ...OUTCOMES, mismatch: { ...OUTCOMES.mismatch, label: "refused: the seqno it expected was already taken (the command re-reads and tries again)" } };
+const CAS_MARKS = { ...OUTCOMES, mismatch: { ...OUTCOMES.mismatch, label: "refused: the seqno it expected was already taken (the command re-reads the state: a write whose upper another write moved is an UpperMismatch, anything else applies itself again)" } };
 
 /** A version no process's command wrote: the page's own checkers (the upsert checker's reader, the
  * acked-writes check's) read and register on storage directly, outside the processes. */
@@ -50,10 +50,29 @@ const isOracleKey = (key) => key.startsWith("timestamp_oracle/");
  * compare_and_set is retried, and its write may still win.) */
 function takenLine(c) {
   const seqno = (c.expected ?? 0) + 1;
-  const then = isOracleKey(c.key)
-    ? "The seqno moved, so the oracle instance re-reads the record: if it carries a newer epoch, this instance is fenced and stops (one that is still starting bumps its epoch above it and tries again)."
-    : "The seqno moved, so its command re-reads the state and applies itself again.";
-  return `✕ refused: version ${seqno} was already written by ${c.takenBy ?? UNLOGGED}. ${then}`;
+  return `✕ refused: version ${seqno} was already written by ${c.takenBy ?? UNLOGGED}. ${refusedThen(c)}`;
+}
+
+/**
+ * What a refused attempt's command does next, by what took its seqno. The log does not know
+ * which command the attempt was, so a case that depends on it names both: a write whose upper
+ * another write moved is an UpperMismatch (the Writers panel's lost), not applied again.
+ */
+function refusedThen(c) {
+  if (isOracleKey(c.key)) {
+    return "The seqno moved, so the oracle instance re-reads the record: if it carries a newer epoch, this instance is fenced and stops (one that is still starting bumps its epoch above it and tries again).";
+  }
+  const by = c.takenBy ?? "";
+  if (/timed out but had landed/.test(by)) {
+    return "That earlier attempt had landed after all, so the state its command re-reads already holds it (a write with an idempotency token finds its token there and does not write again).";
+  }
+  if (/\(compare_and_append\)/.test(by)) {
+    return "A write moved the upper: a write refused here is an UpperMismatch (the Writers panel's lost) and tries again at the new upper; any other command re-reads the state and applies itself again.";
+  }
+  if (/\([a-z_]+\)/.test(by)) {
+    return "That was no write, so the upper did not move: its command re-reads the state and applies itself again.";
+  }
+  return "The seqno moved, so its command re-reads the state: a write whose lower the upper has moved past is an UpperMismatch; any other command applies itself again.";
 }
 
 /** The summary's word for refused attempts, with what took the seqno: "refused: seqno already taken by W1's compaction ×2, W2's write; retried". */
@@ -65,7 +84,10 @@ function refusedWords(attempts) {
   // a starting one bumps its epoch).
   const lost = attempts.filter((c) => c.outcome === "mismatch");
   const oracle = lost.filter((c) => isOracleKey(c.key)).length;
-  const then = oracle === 0 ? "retried" : oracle === lost.length ? "re-read" : "retried or re-read";
+  // A write's seqno taken by another write is an UpperMismatch, not retried as it was.
+  const writes = lost.some((c) => !isOracleKey(c.key) && /\(compare_and_append\)/.test(c.takenBy ?? "") && !/timed out but had landed/.test(c.takenBy ?? ""));
+  const shard = oracle === 0 ? (writes ? "retried, or a write's UpperMismatch" : "retried") : null;
+  const then = shard ?? (oracle === lost.length ? "re-read" : writes ? "retried, re-read, or a write's UpperMismatch" : "retried or re-read");
   return `refused: seqno already taken by ${list.join(", ")}; ${then}`;
 }
 

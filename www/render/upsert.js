@@ -228,7 +228,7 @@ function undecodableLine(u) {
 function generatorNote(u) {
   if (!u.generating) return u.undecodable ? "" : " (no undecodable values)";
   return u.undecodable
-    ? ` <span class="muted">(about 1 in 20 of its values is undecodable on purpose, to show an error travelling through the pipeline: untick “undecodable values” under Upserts to make none)</span>`
+    ? ` <span class="muted">(about 1 in 20 of its values is undecodable on purpose, to show an error travelling through the pipeline: untick “undecodable values” (Upserts, in free play) to make none)</span>`
     : " (no undecodable values)";
 }
 

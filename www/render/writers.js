@@ -252,7 +252,7 @@ export function renderOracle(el, snap, t0) {
         `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td></tr>` +
         // The durable windows on a row of their own: in the table they were cut at the edge.
-        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, ${o.windows.length > 8 ? "the newest 8" : o.windows.length === 1 ? "the only one" : `all ${o.windows.length}`} (each a range of timestamps made durable at once; the line is write_ts): ${windows}</td></tr>` : "") +
+        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, ${o.windows.length > 8 ? "the newest 8" : o.windows.length === 1 ? "the only one" : `all ${o.windows.length}`} (each a range of timestamps made durable at once; the line is write_ts): ${windowsScaled(o, windows, t0)}</td></tr>` : "") +
         // The state and its error on a row of their own, wrapped: a fenced instance's reason is
         // what the step is about, and the table is wider than the panel.
         (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" style="white-space:normal">${state}</td></tr>` : "");
@@ -264,15 +264,27 @@ export function renderOracle(el, snap, t0) {
   );
 }
 
-function windowsSvg(o) {
+/** The ends of the windows' drawing, in the panel's times: the bars have no axis of their own. */
+function windowsSpan(o) {
   const ws = o.windows.slice(-8);
-  if (!ws.length) return "";
-  const lo = ws[0].forTs;
-  const hi = Math.max(ws.at(-1).durableUpper, o.writeTs);
-  const w = 320;
+  return ws.length ? { ws, lo: ws[0].forTs, hi: Math.max(ws.at(-1).durableUpper, o.writeTs) } : null;
+}
+
+/** The windows' bars between the times at their ends ("263 ms ▭▭▭ 4037 ms"): their scale. */
+function windowsScaled(o, svg, t0) {
+  const s = windowsSpan(o);
+  const end = (v, side) => `<span class="mono muted" title="the ${side} end of the drawing: a bar's own range shows on hover">${esc(fmtMs(v, t0))}</span>`;
+  return s ? `<span class="windows-scale" style="display:block;white-space:nowrap">${end(s.lo, "left")} ${svg} ${end(s.hi, "right")}</span>` : svg;
+}
+
+function windowsSvg(o) {
+  const span = windowsSpan(o);
+  if (!span) return "";
+  const { ws, lo, hi } = span;
+  const w = 250;
   const x = (v) => ((v - lo) / (hi - lo || 1)) * w;
   const bars = ws
     .map((win, i) => `<rect x="${x(win.forTs).toFixed(1)}" y="${i % 2 ? 7 : 1}" width="${Math.max(1, x(win.durableUpper) - x(win.forTs)).toFixed(1)}" height="6" class="window"><title>window [${win.forTs}, ${win.durableUpper})</title></rect>`)
     .join("");
-  return `<svg viewBox="0 0 ${w + 4} 14" width="${w + 4}" height="14" class="windows">${bars}<line x1="${x(o.writeTs).toFixed(1)}" x2="${x(o.writeTs).toFixed(1)}" y1="0" y2="14" class="write-ts"/></svg>`;
+  return `<svg viewBox="0 0 ${w + 4} 14" width="${w + 4}" height="14" class="windows" style="display:inline-block;vertical-align:middle">${bars}<line x1="${x(o.writeTs).toFixed(1)}" x2="${x(o.writeTs).toFixed(1)}" y1="0" y2="14" class="write-ts"/></svg>`;
 }

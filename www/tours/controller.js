@@ -116,12 +116,31 @@ export function startTours(host, tours) {
     if (Math.abs(top - VIEW_MARGIN_PX) > 1) window.scrollTo({ top: window.scrollY + top - VIEW_MARGIN_PX, behavior: "instant" });
     focusOn(step, panel);
     figuresIntoView(step);
+    logIntoView(step);
     // What the step shows stays shown (the first panel's figure and column heads, its focus, the
     // other panels' figures, the card's buttons), and no line sits half under a sticky title.
     const [first, ...others] = namedPanels(step.highlight).map((id) => doc.getElementById(id)).filter(Boolean);
     const keep = [figureOf(first), first?.querySelector("thead"), focusRow(step), els.card.querySelector(".tour-nav")].filter((el) => el && whollyShown(el));
     const figs = others.map(figureOf).filter((el) => el && figureShown(el));
     uncutTitles(() => keep.every(whollyShown) && figs.every(figureShown), [first, ...others], [first, ...others]);
+  }
+
+  /**
+   * The Event log entry a step's narration is about (`logShows`, a regular expression on its
+   * text) wholly inside the log's own scrolling box, which scrolls as little as it must
+   * (rule-oracle-durable-bound 4: the newer events above it left the new instance's wait cut at
+   * the bottom of the box). The window does not move.
+   */
+  function logIntoView(step) {
+    if (!step.logShows) return;
+    const box = doc.querySelector("#panel-log .log");
+    const re = new RegExp(step.logShows);
+    const li = box && [...box.querySelectorAll("li[data-seq]")].find((el) => re.test(el.textContent));
+    if (!li) return;
+    const b = box.getBoundingClientRect();
+    const r = li.getBoundingClientRect();
+    if (r.bottom > b.bottom) box.scrollTop += Math.min(r.bottom - b.bottom, r.top - b.top);
+    else if (r.top < b.top) box.scrollTop -= b.top - r.top;
   }
 
   /**
@@ -324,17 +343,53 @@ export function startTours(host, tours) {
     }
     if (!target) return;
     const y0 = window.scrollY;
+    // A panel's chip keeps the step's own actors' rows in view that are now (oracle-restart 5: the
+    // Consensus log's chip slid the O1 row, which the card is about, under the Timestamp oracle's
+    // sticky title).
+    const keep = actor ? [] : stepActorRows().filter(whollyShown);
+    const kept = () => keep.every(whollyShown);
     if (actor) scrollToShow(target);
     else {
       // A panel as little as it must (its top first when it is taller than the window).
       const block = target.offsetHeight > window.innerHeight - 2 * VIEW_MARGIN_PX ? "start" : "nearest";
       target.scrollIntoView({ block, behavior: "instant" });
+      if (!kept()) scrollBackToKeep(y0, kept, () => panelSeen(target));
     }
     keepCardButtons();
     // Where it scrolled to, no line left half under a panel's sticky title (the target and the
     // card's buttons staying in view).
-    if (window.scrollY !== y0) uncutTitles(() => cardButtonsShown() && (actor ? whollyShown(target) : panelSeen(target)), [target.closest(".panel")], actor ? [] : [target]);
+    if (window.scrollY !== y0) uncutTitles(() => cardButtonsShown() && (actor ? whollyShown(target) : panelSeen(target)) && kept(), [target.closest(".panel")], actor ? [] : [target]);
     flash(target);
+  }
+
+  /** The rows and cards of the current step's actors in the step's panels. */
+  function stepActorRows() {
+    if (!at.tour) return [];
+    const step = at.tour.steps[at.step - 1];
+    const actors = (step.highlight ?? []).filter((h) => /^[A-Z]\d+$/.test(h));
+    const named = namedPanels(step.highlight);
+    return actors.flatMap((a) => {
+      const sel = `[data-actor="${CSS.escape(a)}"]`;
+      return [...doc.querySelectorAll(`.panels ${sel}`)].filter((el) => named.includes(el.closest(".panel")?.id) && el.getClientRects().length && !el.parentElement.closest(sel));
+    });
+  }
+
+  /**
+   * From a scroll that hid what `kept` wants shown, back towards `y0` (where it was shown): the
+   * farthest position at which it still is, if `seen` holds there too; else the scroll stays.
+   */
+  function scrollBackToKeep(y0, kept, seen) {
+    const y1 = window.scrollY;
+    let good = y0;
+    let bad = y1;
+    while (Math.abs(bad - good) > 1) {
+      const mid = Math.round((good + bad) / 2);
+      window.scrollTo({ top: mid, behavior: "instant" });
+      if (kept()) good = mid;
+      else bad = mid;
+    }
+    window.scrollTo({ top: good, behavior: "instant" });
+    if (!seen()) window.scrollTo({ top: y1, behavior: "instant" });
   }
 
   /** Applies step `index` (0-based) to the current playground; runs it over frames unless `now`. */

@@ -1,6 +1,7 @@
 // The tour engine, pure (no DOM): a tour is data (www/tours/<id>.json, listed in index.json),
 // a fixed seed and a list of steps. Each step is `{ title, narration: [paragraphs], commands:
-// [page commands], runMs, highlight: [panel or actor ids], expect: [checks] }`.
+// [page commands], runMs, highlight: [panel or actor ids], expect: [checks] }`, and optionally
+// `logShows`: a pattern for the Event log entry the card is about, which its box scrolls to.
 //
 // The state at step k (1-based) is a function of the tour alone: a seed-mode playground on the
 // tour's seed, then for each step 1..k its commands (the page's ordinary `Command`s, sent in
@@ -142,6 +143,15 @@ export function shardOf(tour, step) {
 
 const SHARD_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
 
+const isRegExp = (src) => {
+  try {
+    new RegExp(src);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
 /** Checks a tour's shape; throws an Error naming the first problem. */
 export function checkTour(tour) {
   const where = `tour ${JSON.stringify(tour?.id)}`;
@@ -159,6 +169,7 @@ export function checkTour(tour) {
     if ("shard" in s && !SHARD_NAME.test(s.shard)) throw new Error(`${at}: shard must be a shard's name`);
     for (const h of s.highlight ?? []) if ((tour.hide ?? []).includes(h)) throw new Error(`${at}: it names ${h}, which the tour hides`);
     if ("reset" in s && typeof s.reset !== "boolean") throw new Error(`${at}: reset must be true or false`);
+    if ("logShows" in s && !(typeof s.logShows === "string" && s.logShows && isRegExp(s.logShows))) throw new Error(`${at}: logShows must be a regular expression`);
     if (!Number.isInteger(s.runMs ?? 0) || (s.runMs ?? 0) < 0 || s.runMs > 60_000) throw new Error(`${at}: runMs must be 0 to 60000`);
     for (const e of s.expect ?? []) if (e.prev && i === 0) throw new Error(`${at}: the first step has no previous step`);
   });
