@@ -153,6 +153,9 @@ test("Push, then Step replicas (j) seven times: each stage named once, in order,
       // its value, marked as the newest write's, at that upper (the learner scrolls to it).
       assert.match(said.at(-1), /; see the Shard panel's rows: key 3 = hello \(next: feedback read\)$/);
       assert.equal(await page.getByTestId("shard-pick").inputValue(), "upsert_out");
+      // The walk's line beside the button quotes that row as the Shard panel lists it (walk 7:
+      // the panel is ~2300 px above; both were never seen at once).
+      assert.equal(await page.getByTestId("upsert-walk-shard-row").innerText(), "● key 3 = hello");
       const y = await page.evaluate(() => scrollY);
       await page.locator("#panel-shard").scrollIntoViewIfNeeded();
       await waitFor(page, () => /● key 3 = hello\b/.test(document.querySelector("[data-testid=shard-rows]")?.innerText ?? ""), "key 3 = hello in the Shard panel's rows");

@@ -13,6 +13,13 @@ import { rowValue, rowWords } from "./words.js";
 /** The upsert shard's upper (a source time, as the panel shows times): the newest of the
  * observed state's and what the replicas' sinks learned from their writes (the observer reads the
  * state a moment later). */
+/** The upsert shard's row for `key` as its rows line says it (`● key 3 = hello`), or null. */
+function shardRowOf(snap, key) {
+  const rows = snap.shards.find((s) => s.name === snap.upsert.shard)?.rows?.shown ?? [];
+  const x = rows.find((x) => rowWords(x.row).startsWith(`key ${key} = `));
+  return x ? `${x.newest ? "● " : ""}${rowWords(x.row)}${x.count === 1 ? "" : ` ×${x.count}`}` : null;
+}
+
 function shardUpper(snap) {
   const ups = [snap.shards.find((s) => s.name === snap.upsert.shard)?.upper,
     ...snap.actors.map((a) => (a.detail?.kind === "replica" ? a.detail.sink?.upper : null))].filter((u) => u != null);
@@ -293,8 +300,11 @@ function walkLine(walk, replicas, snap) {
     ? ` <span class="walk-note">The uppers read ${walk.ts} now: to get there the sink wrote an empty range (no updates). An upper ${walk.ts} says every time <i>before</i> ${walk.ts} is complete; the upsert at t${walk.ts} is not in the shard until stage 5.</span>`
     : "";
   // Stage 5 done: the shard holds the upsert, and its upper is past the upsert's time.
+  // Its row as the Shard panel's rows line shows it (that panel is far above this one at
+  // 1280x800: the seventh learner walk never saw both at once), when it is among the rows shown.
+  const row = at >= 5 ? shardRowOf(snap, walk.key) : null;
   const committed = at >= 5 && walk.ts !== null
-    ? ` <span class="walk-note" data-testid="upsert-walk-shard">The shard ${esc(snap.upsert.shard)} holds it now: its upper is <b class="mono">${fmtT(shardUpper(snap))}</b>, past t${walk.ts} (the shard box below; the replica's “sink's upper”).</span>`
+    ? ` <span class="walk-note" data-testid="upsert-walk-shard">The shard ${esc(snap.upsert.shard)} holds it now: its upper is <b class="mono">${fmtT(shardUpper(snap))}</b>, past t${walk.ts} (the shard box below; the replica's “sink's upper”).${row ? ` Its row there, as the Shard panel lists it: <b class="mono" data-testid="upsert-walk-shard-row">${esc(row)}</b>.` : ""}</span>`
     : "";
   return `<p class="small walk" data-testid="upsert-walk">Step replicas (j) walks ${esc(what)} through ${esc(walk.replica)}: ${stages}.${along}${overtaken}${emptyRange}${committed} <span class="muted">Each press runs the scenario until that stage's write or read completes, so the clock may move by seconds.${esc(waiting)}</span></p>`;
 }
