@@ -188,13 +188,14 @@ function shardRows(shard, snap, t0, width) {
   const r = shard.rows;
   if (!r) return "";
   const head = `rows at upper ${fmtFrontier(shard.upper, t0)}`;
-  const title = "what the shard holds at its upper: every update before the upper, summed per row. ● the newest write changed the row; ×N: the shard holds it N times";
+  const title = `what the shard holds at its upper: every update before the upper, summed per row. ● the newest write changed the row; ×N: the shard holds it N times${shard.name === snap.upsert?.shard ? "" : ". A row is a (key, value) pair: writers append rows, they do not replace a key's value, so a key may show with several values"}`;
   if (!r.total) return `<p class="shard-rows small" data-testid="shard-rows" title="${esc(title)}"><b>${esc(head)}</b>: none, the shard holds no row</p>`;
   // About 7.8 px a character of the mono rows, 6.5 of the rest (.small at the page's size).
   let room = width - head.length * 6.5 - 110;
   const rows = [];
   for (const x of r.shown) {
-    const words = rowWords(x.row);
+    // A writer's value is `W1:<its writer id>#34`: said as what it is, W1's 34th update.
+    const words = rowWords(x.row).replace(/"(\w+):[wr][0-9a-f]{24}#(\d+)"/g, "$1's update #$2");
     const n = x.count === 1 ? "" : ` ×${String(x.count).replace("-", "−")}`;
     const w = (namedIds(words, snap).length + n.length + (x.newest ? 2 : 0) + 3) * 7.8;
     if (rows.length && w > room) break;
