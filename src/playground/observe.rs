@@ -35,8 +35,10 @@ pub struct ShardObservation {
     /// Each batch's updates, by the batch's lower, upper and length (a batch is immutable: read
     /// once, kept while the trace holds it).
     pub read: BTreeMap<BatchId, BatchRead>,
-    /// The shard's rows at its upper, from `read` (`None`: not every batch is read).
+    /// The shard's rows at an upper, from `read` (`None`: not every batch is read).
     pub rows: Option<RowsView>,
+    /// When `rows` was listed (the runtime's ms).
+    rows_at_ms: u64,
 }
 
 /// A batch as the observer read it.
@@ -50,6 +52,13 @@ pub struct BatchRead {
 
 /// The most updates a batch may have for the observer to keep them (and list the shard's rows).
 const ROWS_MAX_UPDATES: usize = 20_000;
+/// A shard of up to this many updates has its rows listed at each change of its batches; a
+/// bigger one at most every [`ROWS_EVERY_MS`] (listing sorts every update: eight writers over a
+/// thousand keys made the page's simulation ~1.7 times as slow, `scripts/bench-page.mjs`). The
+/// rows say the upper they were listed at.
+const ROWS_EVERY_CHANGE_UPDATES: usize = 2_000;
+/// How often (runtime ms) the rows of a bigger shard are listed again.
+const ROWS_EVERY_MS: u64 = 1_000;
 
 /// A batch of a shard's trace, as the observer tells batches apart: lower, upper, length.
 pub type BatchId = (Option<u64>, Option<u64>, u64);
@@ -80,6 +89,13 @@ async fn read_batches(
     out
 }
 
+impl BatchRead {
+    /// How many updates it has.
+    fn len(&self) -> usize {
+        (self.signs.0 + self.signs.1) as usize
+    }
+}
+
 /// The rows of `state` at its upper, if every batch of it is read (and kept).
 fn rows_of(state: &State, read: &BTreeMap<BatchId, BatchRead>) -> Option<RowsView> {
     let c = &state.collections;
@@ -89,7 +105,9 @@ fn rows_of(state: &State, read: &BTreeMap<BatchId, BatchRead>) -> Option<RowsVie
         let own_times = frontier(&b.desc.since) == Some(0);
         batches.push((read.get(&batch_id(b))?.updates.as_deref()?, own_times));
     }
-    Some(shard_rows(c.schemas.values().next(), batches))
+    let mut rows = shard_rows(c.schemas.values().next(), batches);
+    rows.upper = frontier(state.upper());
+    Some(rows)
 }
 
 /// The latest observation of one oracle timeline's durable record.
@@ -156,9 +174,15 @@ pub async fn observe_shard(
         {
             let mut obs = cell.borrow_mut();
             if let (Some(state), Some(read)) = (state, read) {
-                // Rows anew only when the batches changed (a batch is immutable).
-                if !obs.read.keys().eq(read.keys()) || obs.rows.is_none() {
+                // Rows anew only when the batches changed (a batch is immutable), and for a
+                // big shard not more often than every ROWS_EVERY_MS.
+                let changed = !obs.read.keys().eq(read.keys()) || obs.rows.is_none();
+                let small =
+                    read.values().map(|r| r.len()).sum::<usize>() <= ROWS_EVERY_CHANGE_UPDATES;
+                if changed && (small || obs.rows.is_none() || now >= obs.rows_at_ms + ROWS_EVERY_MS)
+                {
                     obs.rows = rows_of(&state, &read);
+                    obs.rows_at_ms = now;
                 }
                 obs.read = read;
                 obs.state = Some(state);

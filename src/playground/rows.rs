@@ -34,6 +34,9 @@ pub struct RowsView {
     pub shown: Vec<RowView>,
     /// How many rows it holds, shown or not (a row held twice is one row, its count 2).
     pub total: u64,
+    /// The upper they are the rows at (a big shard's are listed at most every second, so they
+    /// may trail the shard's upper; `None` before the shard has one).
+    pub upper: Option<u64>,
 }
 
 /// The rows of a trace: each batch's updates, with whether their times are the writes' own (a
@@ -52,35 +55,64 @@ pub fn shard_rows<'a>(
         (&u.0 .0, &u.0 .1)
     }
     crate::sort::sort_by(&mut all, |a, b| row(a).cmp(&row(b)));
-    let mut rows: Vec<(Row, RowView)> = Vec::new();
+    // Decoded for their order, said (formatted) only for the rows shown: a shard of thousands of
+    // rows is listed on each change of its batches, and formatting every row cost more than the
+    // rest (the page's frame bench).
+    let mut rows: Vec<(Decoded, i64, bool)> = Vec::new();
     for same in all.chunk_by(|a, b| row(a) == row(b)) {
         let count = same.iter().fold(0i64, |c, u| c.saturating_add(u.0 .3));
         if count != 0 {
-            let (order, text) = render(schema, &same[0].0 .0, &same[0].0 .1);
             let newest = newest.is_some() && same.iter().any(|u| u.1 == newest);
-            rows.push((
-                order,
-                RowView {
-                    row: text,
-                    count,
-                    newest,
-                },
-            ));
+            rows.push((decode(schema, &same[0].0 .0, &same[0].0 .1), count, newest));
         }
     }
     let total = rows.len() as u64;
     crate::sort::sort_by(&mut rows, |a, b| {
-        (!a.1.newest, &a.0).cmp(&(!b.1.newest, &b.0))
+        (!a.2, a.0.order()).cmp(&(!b.2, b.0.order()))
     });
     rows.truncate(ROWS_SHOWN);
     RowsView {
-        shown: rows.into_iter().map(|(_, r)| r).collect(),
+        shown: rows
+            .into_iter()
+            .map(|(d, count, newest)| RowView {
+                row: d.text(),
+                count,
+                newest,
+            })
+            .collect(),
         total,
+        upper: None,
     }
 }
 
-/// A row's text and the order it sorts in, by the shard's codecs.
-fn render(schema: Option<&Schema>, k: &[u8], v: &[u8]) -> (Row, String) {
+/// A row decoded by the shard's codecs: the row, an error stored in a row's place (the upsert
+/// shard's), or bytes that do not decode (how many).
+enum Decoded {
+    Row(Row),
+    Error(Row, String),
+    Undecodable(Row, usize),
+}
+
+impl Decoded {
+    /// The order rows are listed in (an error by its text, bytes that do not decode first).
+    fn order(&self) -> &Row {
+        match self {
+            Decoded::Row(r) | Decoded::Error(r, _) | Decoded::Undecodable(r, _) => r,
+        }
+    }
+
+    /// As the core prints a row, `(3, "hello")`; `error: ...`; `N bytes that do not decode`.
+    fn text(self) -> String {
+        match self {
+            Decoded::Row(r) => r.to_string(),
+            Decoded::Error(_, text) => text,
+            Decoded::Undecodable(_, n) => format!("{n} bytes that do not decode"),
+        }
+    }
+}
+
+/// A row decoded by the shard's codecs.
+fn decode(schema: Option<&Schema>, k: &[u8], v: &[u8]) -> Decoded {
     let (key, val) = schema.map_or(("", ""), |s| (&*s.key_codec, &*s.val_codec));
     let key = match key {
         "Row" => Row::decode(k).ok(),
@@ -89,7 +121,7 @@ fn render(schema: Option<&Schema>, k: &[u8], v: &[u8]) -> (Row, String) {
             Ok(SourceData(Ok(row))) => Some(row),
             Ok(SourceData(Err(e))) => {
                 let text = format!("error: {e}");
-                return (Row::new([Datum::String(text.clone())]), text);
+                return Decoded::Error(Row::new([Datum::String(text.clone())]), text);
             }
             Err(_) => None,
         },
@@ -103,13 +135,9 @@ fn render(schema: Option<&Schema>, k: &[u8], v: &[u8]) -> (Row, String) {
     match (key, val) {
         (Some(mut row), Some(more)) => {
             row.0.extend(more);
-            let text = row.to_string();
-            (row, text)
+            Decoded::Row(row)
         }
-        _ => (
-            Row::default(),
-            format!("{} bytes that do not decode", k.len() + v.len()),
-        ),
+        _ => Decoded::Undecodable(Row::default(), k.len() + v.len()),
     }
 }
 

@@ -187,7 +187,9 @@ export function renderShard(el, snapshot, name, t0, width = 940) {
 function shardRows(shard, snap, t0, width) {
   const r = shard.rows;
   if (!r) return "";
-  const head = `rows at upper ${fmtFrontier(shard.upper, t0)}`;
+  // A big shard's rows are listed at most every second (src/playground/observe.rs): they say
+  // the upper they are at, which may trail the shard's.
+  const head = `rows at upper ${fmtFrontier(r.upper ?? shard.upper, t0)}`;
   const title = `what the shard holds at its upper: every update before the upper, summed per row. ● the newest write changed the row; ×N: the shard holds it N times${shard.name === snap.upsert?.shard ? "" : ". A row is a (key, value) pair: writers append rows, they do not replace a key's value, so a key may show with several values"}`;
   if (!r.total) return `<p class="shard-rows small" data-testid="shard-rows" title="${esc(title)}"><b>${esc(head)}</b>: none, the shard holds no row</p>`;
   // About 7.8 px a character of the mono rows, 6.5 of the rest (.small at the page's size).

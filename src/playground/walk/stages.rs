@@ -363,7 +363,11 @@ impl Scenario {
             }
         }
         // With `how`, its last sentence says the upsert is not in the shard yet.
-        let not_yet = if how.is_empty() { ", not yet in the shard" } else { "" };
+        let not_yet = if how.is_empty() {
+            ", not yet in the shard"
+        } else {
+            ""
+        };
         Ok(if made() {
             Ok(format!(
                 "{} drained its stash at its input frontier {ts} (took out what may go out now): key {key} is in its state as a provisional value ◌{not_yet}{how}",
