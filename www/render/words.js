@@ -73,7 +73,7 @@ function steppedWords(list) {
     const discarded = Number(/^(\d+) discarded$/.exec(moved.find((x) => x.endsWith(" discarded")) ?? "")?.[1] ?? 0);
     const did = [
       read ? `read ${plural(read, "source message")} into its stash` : "",
-      fed ? `read ${plural(fed, "update")} back from the shard` : "",
+      fed ? `folded ${plural(fed, "update")} read back from the shard into its state (its persist upper shows it a worker step later)` : "",
       out ? `emitted ${plural(out, "update")}` : "",
       uppers.length ? `moved its ${uppers.join(", ").replaceAll("→", " → ")} (progress only, no update)` : "",
       stash ? `${stash.replace("→", " → ")}${discarded ? ` (${plural(discarded, "stashed upsert")} discarded: another replica already wrote ${discarded === 1 ? "its time" : "their times"} to the shard)` : ""}` : "",
