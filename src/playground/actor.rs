@@ -248,6 +248,9 @@ pub struct OracleView {
     pub windows: Vec<Window>,
     /// The first timestamp it handed out (after a restart: above every earlier one).
     pub first_ts: Option<u64>,
+    /// The durable upper an earlier instance had stored, which this one resumed above (none
+    /// on a new timeline).
+    pub resumed_from: Option<u64>,
 }
 
 /// What an actor of each kind shows beyond its state.

@@ -252,7 +252,7 @@ export function renderOracle(el, snap, t0) {
         `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td></tr>` +
         // The durable windows on a row of their own: in the table they were cut at the edge.
-        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, ${o.windows.length > 8 ? "the newest 8" : o.windows.length === 1 ? "the only one" : `all ${o.windows.length}`} (each a range of timestamps made durable at once; the line is write_ts): ${windowsScaled(o, windows, t0)}</td></tr>` : "") +
+        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, ${o.windows.length > 8 ? "the newest 8" : o.windows.length === 1 ? "the only one" : `all ${o.windows.length}`} (each a range of timestamps made durable at once; the line is write_ts): ${windowsScaled(o, windows, t0)}${o.resumedFrom != null ? ` <span data-testid="oracle-resumed-from">Resumed above <span class="mono">${esc(fmtMs(o.resumedFrom, t0))}</span>, the durable upper the previous instance had stored: every timestamp handed out before was below it.</span>` : ""}</td></tr>` : "") +
         // The state and its error on a row of their own, wrapped: a fenced instance's reason is
         // what the step is about, and the table is wider than the panel.
         (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" style="white-space:normal">${state}</td></tr>` : "");

@@ -71,6 +71,13 @@ fn oracle_event(
         } => Some((*start_ts, *durable_upper)),
         _ => None,
     };
+    if let OracleEventKind::Opened {
+        resumed_from: Some(from),
+        ..
+    } = &e.kind
+    {
+        ctx.oracle_view(|o| o.resumed_from = Some(*from));
+    }
     if let Some((for_ts, durable_upper)) = made_durable {
         let w = Window {
             at_ms: e.at_ms,
