@@ -1,7 +1,7 @@
 //! The playground engine, natively: determinism and replay, writers racing under faults and
 //! crashes with no acknowledged write lost, readers holding the since, write tasks, oracle
-//! instances fencing each other and resuming after restarts, corruption shown as a message, and
-//! bad commands refused without changing anything.
+//! instances fencing each other and resuming after restarts, the Shard panel's rows, corruption
+//! shown as a message, and bad commands refused without changing anything.
 //!
 //! Every scenario runs in seed mode (the simulator), so each test is one deterministic run.
 
@@ -891,4 +891,43 @@ fn the_page_reads_the_same_json_serde_json_writes_for_snapshots_and_events() {
     let back: Vec<persist_playground::playground::Stamped> =
         serde_json::from_str(&to_json(&stamped).unwrap()).unwrap();
     assert_eq!(back, stamped);
+}
+
+#[test]
+fn a_big_shard_lists_its_rows_at_most_every_second_and_catches_up_when_writes_stop() {
+    let mut s = Scenario::seeded(23);
+    let ids: Vec<String> = (0..4)
+        .map(|_| add(&mut s, writer(400, WriteMode::CompareAndAppend)))
+        .collect();
+    let (mut small_seen, mut trailing_seen) = (0, 0);
+    for _ in 0..40 {
+        s.run_for(100).unwrap();
+        let snap = s.snapshot();
+        let data = shard(&snap, "data");
+        let Some(rows) = &data.rows else { continue };
+        if data.updates < 1_500 {
+            // A small shard's rows are listed at each change of its batches.
+            assert_eq!(rows.upper, data.upper, "{} updates", data.updates);
+            small_seen += 1;
+        } else if data.updates > 2_500 && rows.upper < data.upper {
+            trailing_seen += 1;
+        }
+    }
+    assert!(small_seen > 0, "the shard was small for a while");
+    assert!(
+        trailing_seen > 0,
+        "a big shard's rows trail its upper between listings"
+    );
+    for id in ids {
+        s.apply(Command::RemoveActor { actor: id }).unwrap();
+    }
+    s.run_for(2_500).unwrap();
+    let snap = s.snapshot();
+    let data = shard(&snap, "data");
+    assert!(data.updates > 2_000, "{} updates", data.updates);
+    let rows = data.rows.as_ref().expect("rows listed");
+    assert_eq!(
+        rows.upper, data.upper,
+        "with the writes stopped, the rows catch up with the shard's upper"
+    );
 }

@@ -39,6 +39,9 @@ pub struct ShardObservation {
     pub rows: Option<RowsView>,
     /// When `rows` was listed (the runtime's ms).
     rows_at_ms: u64,
+    /// The batches changed since `rows` was listed (a big shard's change waits for
+    /// [`ROWS_EVERY_MS`]; it must not be forgotten when no other change follows it).
+    rows_due: bool,
 }
 
 /// A batch as the observer read it.
@@ -93,6 +96,18 @@ impl BatchRead {
     /// How many updates it has.
     fn len(&self) -> usize {
         (self.signs.0 + self.signs.1) as usize
+    }
+}
+
+/// Whether to list a shard's rows anew: `changed`, its batches changed since the rows were
+/// listed (`listed`, at that runtime ms; `None`: never, or not every batch was read then). Rows
+/// change only when the batches do (a batch is immutable). A shard of over
+/// [`ROWS_EVERY_CHANGE_UPDATES`] `updates` is listed at most every [`ROWS_EVERY_MS`]; a change
+/// held back by that stays due until it is listed.
+fn rows_due(changed: bool, listed: Option<u64>, updates: usize, now: u64) -> bool {
+    match listed {
+        None => true,
+        Some(at) => changed && (updates <= ROWS_EVERY_CHANGE_UPDATES || now >= at + ROWS_EVERY_MS),
     }
 }
 
@@ -174,15 +189,13 @@ pub async fn observe_shard(
         {
             let mut obs = cell.borrow_mut();
             if let (Some(state), Some(read)) = (state, read) {
-                // Rows anew only when the batches changed (a batch is immutable), and for a
-                // big shard not more often than every ROWS_EVERY_MS.
-                let changed = !obs.read.keys().eq(read.keys()) || obs.rows.is_none();
-                let small =
-                    read.values().map(|r| r.len()).sum::<usize>() <= ROWS_EVERY_CHANGE_UPDATES;
-                if changed && (small || obs.rows.is_none() || now >= obs.rows_at_ms + ROWS_EVERY_MS)
-                {
+                obs.rows_due |= !obs.read.keys().eq(read.keys());
+                let updates = read.values().map(|r| r.len()).sum::<usize>();
+                let listed = obs.rows.is_some().then_some(obs.rows_at_ms);
+                if rows_due(obs.rows_due, listed, updates, now) {
                     obs.rows = rows_of(&state, &read);
                     obs.rows_at_ms = now;
+                    obs.rows_due = obs.rows.is_none();
                 }
                 obs.read = read;
                 obs.state = Some(state);
@@ -523,4 +536,26 @@ pub struct Observers {
     /// Oracle timelines.
     pub timelines:
         crate::vec_map::VecMap<String, (Rc<RefCell<TimelineView>>, crate::runtime::JoinHandle<()>)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_shard_lists_its_rows_at_each_change_and_a_big_one_at_most_every_second() {
+        let small = ROWS_EVERY_CHANGE_UPDATES;
+        let big = ROWS_EVERY_CHANGE_UPDATES + 1;
+        // Never listed (or not every batch read): list now, whatever the size.
+        assert!(rows_due(false, None, big, 0));
+        // Nothing changed: nothing to list, however long ago.
+        assert!(!rows_due(false, Some(0), small, 10_000));
+        assert!(!rows_due(false, Some(0), big, 10_000));
+        // A change of a small shard: at once.
+        assert!(rows_due(true, Some(500), small, 501));
+        // A change of a big shard: held back until ROWS_EVERY_MS after the last listing...
+        assert!(!rows_due(true, Some(500), big, 500 + ROWS_EVERY_MS - 1));
+        // ...and then listed, even with no further change (the caller keeps it due).
+        assert!(rows_due(true, Some(500), big, 500 + ROWS_EVERY_MS));
+    }
 }
