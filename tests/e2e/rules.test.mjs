@@ -204,8 +204,13 @@ test("step replicas: each click is one timely step() of each replica's worker", 
   const steps = async () => Number(await page.locator("#upsert-view .up-replica[data-actor=U1] [data-testid=worker-steps]").textContent());
   await waitFor(page, () => document.querySelector("#upsert-view .up-replica[data-actor=U1] [data-testid=worker-steps]"), "U1's step count");
   const before = await steps();
+  const sel = "#upsert-view .up-replica[data-actor=U1] [data-testid=worker-steps]";
   for (let k = 1; k <= 3; k++) {
     await page.locator("[data-testid=step-replicas]").click();
+    // The status line reads the same after every press, so it cannot tell this press's draw
+    // from the last one's: wait for the count to move, then check by how much (the run is
+    // paused, so nothing else steps the replica; one press's steps land in one draw).
+    await waitFor(page, ([s, n]) => Number(document.querySelector(s)?.textContent) >= n, `U1's step count to reach ${before + k}`, [sel, before + k]);
     await waitForStatus(page, "ok", /each replica ran one worker step: U1 [a-z]/);
     assert.equal(await steps(), before + k, `one timely step per click (${k})`);
   }
