@@ -302,7 +302,7 @@ let heldAt = null;
  * browser's scroll anchoring is off meanwhile, which moved the page on its own. The one scroll
  * allowed: the walked key's row in the state (render/upsert.js marks it data-walked) below the
  * bottom of the window comes up into it (the button with it, never above the window's top), and
- * the button is held at its new place. A wheel, a touch or a key other than j lets go.
+ * the button is held at its new place. A wheel, a touch, a press or a key other than j lets go.
  */
 function keepPressStill(button, panel, y) {
   const root = document.documentElement;
@@ -317,6 +317,7 @@ function keepPressStill(button, panel, y) {
     root.style.overflowAnchor = "";
     removeEventListener("wheel", release);
     removeEventListener("touchstart", release);
+    removeEventListener("pointerdown", release, true);
     removeEventListener("keydown", onKey);
     if (pressHold === hold) pressHold = null;
   };
@@ -324,6 +325,9 @@ function keepPressStill(button, panel, y) {
   root.style.overflowAnchor = "none";
   addEventListener("wheel", release, { passive: true });
   addEventListener("touchstart", release, { passive: true });
+  // A press anywhere lets go too: holding the button scrolls the page, which would move what
+  // that press is on between its press and its release (and lose the click).
+  addEventListener("pointerdown", release, { capture: true, passive: true });
   addEventListener("keydown", onKey);
   const settle = () => {
     const top = button.getBoundingClientRect().top;

@@ -54,6 +54,21 @@ const CHANGE_EVENTS = ["click", "input", "change", "submit", "keydown", "toggle"
 
 const layoutKey = (db) => `persist-playground:layout:${db}`;
 
+/**
+ * A press held on a control (a button, a link, a checkbox): until it is released, a running page
+ * draws no panel. A redraw can move the control (the Shard panel alone varies by ~70 px while a run
+ * plays), and a press released over another place is no click: a Crash pressed on a running page
+ * was lost so. At most PRESS_FREEZE_MS, in case the release never reaches the page.
+ */
+const PRESS_FREEZE_MS = 1000;
+const PRESSABLE = "button, a, summary, label, input[type=checkbox], input[type=radio], input[type=submit], [data-action]";
+let pressedAt = -Infinity;
+addEventListener("pointerdown", (e) => {
+  if (e.isPrimary && e.button === 0 && e.target instanceof Element && e.target.closest(PRESSABLE)) pressedAt = performance.now();
+}, { capture: true, passive: true });
+for (const type of ["pointerup", "pointercancel"]) addEventListener(type, () => { pressedAt = -Infinity; }, { capture: true, passive: true });
+const pressHeld = () => performance.now() - pressedAt < PRESS_FREEZE_MS;
+
 /** The actors of a snapshot as a restorable layout: specs, grouped by process. */
 function layoutOf(snap) {
   return snap.actors.map((a) => ({ spec: a.spec, group: a.process }));
@@ -372,8 +387,10 @@ export function makePage(dom, params) {
         const simmed = performance.now();
         if (!still) pull();
         const pulled = performance.now();
-        renderAll(dom, time.shown(state), view, force);
-        time.render();
+        if (force || !pressHeld()) {
+          renderAll(dom, time.shown(state), view, force);
+          time.render();
+        }
         dirty = time.busy(); // a replay under way: the frame after it ends (or is cancelled) draws too
         const drawn = performance.now();
         view.otherMs.push(drawn - simmed);
@@ -402,7 +419,7 @@ export function makePage(dom, params) {
   function liveFrame(start) {
     const since = start - pulledAt;
     const due = view.playing && since >= LIVE_PULL_MS && (since >= LIVE_REFRESH_MS || news());
-    if (due || dirty || viewChanged()) {
+    if ((due || dirty || viewChanged()) && !pressHeld()) {
       try {
         if (due) pull();
         const pulled = performance.now();

@@ -217,6 +217,47 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   noErrors(page);
 });
 
+test("a press held on a button freezes the panels until its release, so a running page cannot move the button from under it", { timeout: 60_000 }, async (t) => {
+  const ctx = await launch(t);
+  const page = await openPage(ctx, server.url("?seed=5"));
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 1000, "a moment of running");
+  const crash = page.locator('button[data-action="crash"][data-process="P1"]');
+  await crash.scrollIntoViewIfNeeded();
+  // Counts every change to the panels below the run bar, from now on, and notes what each press
+  // lands on.
+  await page.evaluate(() => {
+    window.__panelChanges = 0;
+    new MutationObserver((list) => { window.__panelChanges += list.length; })
+      .observe(document.getElementById("panels"), { childList: true, subtree: true, characterData: true, attributes: true });
+    addEventListener("pointerdown", (e) => { const b = e.target.closest("[data-action]"); window.__pressedOn = b?.dataset.action === "crash" && b.dataset.process === "P1" ? "crash P1" : e.target.nodeName; }, true);
+  });
+  // Running, the panels change: the Shard panel and the Writers panel redraw as the writers write.
+  await waitFor(page, () => window.__panelChanges > 0, "the running page to redraw a panel");
+  // The press: where the button is now. A redraw may move it between that look and the press
+  // (what this test is about, before the press); then the mouse leaves (a release elsewhere is
+  // no click) and presses again.
+  for (let tries = 0; ; tries++) {
+    assert.ok(tries < 20, "a press landed on the Crash button");
+    const box = await crash.boundingBox();
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    await page.mouse.down();
+    if ((await page.evaluate(() => window.__pressedOn)) === "crash P1") break;
+    await page.mouse.move(1, 1);
+    await page.mouse.up();
+  }
+  const held = await page.evaluate(() => window.__panelChanges);
+  const box = await crash.boundingBox();
+  // Held: the run goes on (the clock moves) and no panel changes, for as long as the press lasts.
+  await waitFor(page, (t) => window.__playground.state.latest().nowMs > t + 300, "the run to go on while the press is held", (await latest(page)).nowMs);
+  await frames(page, 5);
+  assert.equal(await page.evaluate(() => window.__panelChanges), held, "no panel changed while the press was held");
+  assert.deepEqual(await crash.boundingBox(), box, "the button is where it was pressed");
+  await page.mouse.up();
+  await waitForStatus(page, "ok", /crashed P1 \(W1\) mid-command/);
+  await waitFor(page, (n) => window.__panelChanges > n, "the panels to draw again after the release", held);
+  noErrors(page);
+});
+
 test("crash and restart processes: actors stop mid-command and come back with a fresh client", { timeout: 60_000 }, async (t) => {
   const ctx = await launch(t);
   const page = await openPage(ctx, server.url("?seed=5"));
