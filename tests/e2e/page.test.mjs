@@ -82,9 +82,15 @@ test("run controls: pause, step, speed and their keys", { timeout: 60_000 }, asy
   await frames(page, 3);
   await page.evaluate(() => window.scrollTo(0, 0));
   await frames(page, 3);
+  // Pausing adds the state digest to the clock; the header keeps its height (a learner saw every
+  // panel jump ~60 px down at each pause: the wider clock narrowed the title beside it).
+  const headerHeight = () => page.evaluate(() => document.querySelector("header.top").getBoundingClientRect().height);
+  const playingHeader = await headerHeight();
   await page.getByTestId("play").click();
   await waitForStatus(page, "ok", /^paused$/);
   assert.match(await page.getByTestId("play").textContent(), /Play/);
+  await waitFor(page, () => /state digest [0-9a-f]{16}/.test(document.getElementById("clock").textContent), "the paused clock's digest");
+  assert.equal(await headerHeight(), playingHeader, "the header keeps its height when the run pauses");
   const paused = await clockMs(page);
   // Twelve of the page's frames: playing, each would move the clock.
   await frames(page, 12);

@@ -266,6 +266,11 @@ test("oracle-durable-bound through the controls: switch, burst, crash, restart; 
   await steps(30);
   const regress = "#check-view [data-testid=check-rule-oracle-regress]";
   await waitFor(page, (sel) => Number(document.querySelector(sel)?.dataset.violations) > 0, "oracle-regress flagged after the restart", regress);
+  // The oracle panel does not promise what the broken instance did not keep (a learner walk read
+  // "every timestamp handed out before was below it" beside Check's regression).
+  const resumed = await page.locator("#oracle-view [data-testid=oracle-resumed-from]").textContent();
+  assert.match(resumed, /^Resumed above \S+ ms, the durable upper the previous instance had stored: without the durable-bound rule, that instance could hand out timestamps past it/);
+  assert.doesNotMatch(resumed, /every timestamp handed out before was below it/);
   await shot(page, "rules-oracle-controls-check", "#panel-check");
   noErrors(page);
 });

@@ -118,7 +118,7 @@ export function renderConsensus(el, snap, t0) {
   setHtml(
     el,
     `<p class="summary"${cmdGloss(summary)}>last ${snap.consensus.length}: ${summary || "none yet"}</p>` +
-      `<table class="grid"><thead><tr><th>at</th><th>process</th><th>key</th><th title="the seqno it expected at the head → the one it wrote">seqno</th><th>bytes</th><th>won?</th></tr></thead><tbody>${rows || `<tr><td colspan="6" class="empty">No compare_and_set yet.</td></tr>`}</tbody></table>`,
+      `<table class="grid"><thead><tr><th title="when the call returned to its process, not when the store applied it: a call takes a few ms, and a timed-out one returns only when its timeout fires, so a row can sit above a write it raced and lost to">returned</th><th>process</th><th>key</th><th title="the seqno it expected at the head → the one it wrote">seqno</th><th>bytes</th><th>won?</th></tr></thead><tbody>${rows || `<tr><td colspan="6" class="empty">No compare_and_set yet.</td></tr>`}</tbody></table>`,
   );
 }
 

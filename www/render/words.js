@@ -75,10 +75,12 @@ function steppedWords(list) {
       read ? `read ${plural(read, "source message")} into its stash` : "",
       fed ? `folded ${plural(fed, "update")} read back from the shard into its state (its persist upper shows it a worker step later)` : "",
       out ? `emitted ${plural(out, "update")}` : "",
-      uppers.length ? `moved its ${uppers.join(", ").replaceAll("→", " → ")} (progress only, no update)` : "",
+      uppers.length ? `moved its ${uppers.join(", ").replaceAll("→", " → ")}${read || fed || out ? "" : " (progress only, no update)"}` : "",
       stash ? `${stash.replace("→", " → ")}${discarded ? ` (${plural(discarded, "stashed upsert")} discarded: another replica already wrote ${discarded === 1 ? "its time" : "their times"} to the shard)` : ""}` : "",
     ].filter(Boolean);
-    return `${id} ${did.length ? did.join(", ") : "had nothing new to do"}`;
+    // A worker step works on what the replica's inputs brought in; they bring more (source
+    // messages, the shard read back after a sink's write) only while the run plays.
+    return `${id} ${did.length ? did.join(", ") : "had nothing new to do: its inputs bring more (source messages, the shard read back) only while the run plays (Play, or s)"}`;
   }).join("; ");
 }
 

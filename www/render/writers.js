@@ -247,12 +247,15 @@ export function renderOracle(el, snap, t0) {
         ? ""
         : `<span class="state s-${a.state}">${esc(a.state)}</span> <span class="err small">${esc(a.error ?? "")}</span>`;
       const windows = o ? windowsSvg(o) : "";
+      // An instance added with the durable-bound rule off (and its restarts) hands out timestamps
+      // past its durable upper: resuming above that upper promises nothing then.
+      const unbound = a.variant === "oracle-durable-bound";
       return `<tr data-actor="${esc(a.id)}"><td>${chip(a.id, actorColour(a.colour))}</td><td class="mono num">${o?.epoch ?? ""}</td>` +
-        `<td class="mono num" data-col="first-ts" title="the first write timestamp this instance handed out (after a restart: above every earlier one)">${o?.firstTs != null ? esc(fmtMs(o.firstTs, t0)) : "–"}</td>` +
+        `<td class="mono num" data-col="first-ts" title="the first write timestamp this instance handed out${unbound ? " (without the durable-bound rule, a restart's may be below one handed out before)" : " (after a restart: above every earlier one)"}">${o?.firstTs != null ? esc(fmtMs(o.firstTs, t0)) : "–"}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.durableUpper, t0)) : ""}</td><td class="mono num">${o?.handedOut ?? ""}</td></tr>` +
         // The durable windows on a row of their own: in the table they were cut at the edge.
-        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, ${o.windows.length > 8 ? "the newest 8" : o.windows.length === 1 ? "the only one" : `all ${o.windows.length}`} (each a range of timestamps made durable at once; the line is write_ts): ${windowsScaled(o, windows, t0)}${o.resumedFrom != null ? ` <span data-testid="oracle-resumed-from">Resumed above <span class="mono">${esc(fmtMs(o.resumedFrom, t0))}</span>, the durable upper the previous instance had stored: every timestamp handed out before was below it.</span>` : ""}</td></tr>` : "") +
+        (windows ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" class="small" style="white-space:normal">durable windows, ${o.windows.length > 8 ? "the newest 8" : o.windows.length === 1 ? "the only one" : `all ${o.windows.length}`} (each a range of timestamps made durable at once; the line is write_ts): ${windowsScaled(o, windows, t0)}${o.resumedFrom != null ? ` <span data-testid="oracle-resumed-from">Resumed above <span class="mono">${esc(fmtMs(o.resumedFrom, t0))}</span>, the durable upper the previous instance had stored: ${unbound ? "without the durable-bound rule, that instance could hand out timestamps past it, so some handed out before may be above it (the Check panel says if one was)" : "every timestamp handed out before was below it"}.</span>` : ""}</td></tr>` : "") +
         // The state and its error on a row of their own, wrapped: a fenced instance's reason is
         // what the step is about, and the table is wider than the panel.
         (state ? `<tr class="sub" data-actor="${esc(a.id)}"><td colspan="7" style="white-space:normal">${state}</td></tr>` : "");
