@@ -63,7 +63,8 @@ const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
  * already holds. Those are said too, in the card's words.
  */
 function steppedWords(list) {
-  return list.split("; ").map((one) => {
+  let idle = 0;
+  const said = list.split("; ").map((one) => {
     const m = /^(\S+): fed back (\d+), read (\d+), (\d+) worker steps?, (\d+) out((?:, [^,;]+)*)$/.exec(one);
     if (!m) return one;
     const [, id, fed, read, , out] = m.slice(0, 6).map((x, i) => (i > 1 ? Number(x) : x));
@@ -78,10 +79,12 @@ function steppedWords(list) {
       uppers.length ? `moved its ${uppers.join(", ").replaceAll("→", " → ")}${read || fed || out ? "" : " (progress only, no update)"}` : "",
       stash ? `${stash.replace("→", " → ")}${discarded ? ` (${plural(discarded, "stashed upsert")} discarded: another replica already wrote ${discarded === 1 ? "its time" : "their times"} to the shard)` : ""}` : "",
     ].filter(Boolean);
-    // A worker step works on what the replica's inputs brought in; they bring more (source
-    // messages, the shard read back after a sink's write) only while the run plays.
-    return `${id} ${did.length ? did.join(", ") : "had nothing new to do: its inputs bring more (source messages, the shard read back) only while the run plays (Play, or s)"}`;
+    if (!did.length) idle += 1;
+    return `${id} ${did.length ? did.join(", ") : "had nothing new to do"}`;
   }).join("; ");
+  // A worker step works on what the replica's inputs brought in; they bring more (source
+  // messages, the shard read back after a sink's write) only while the run plays. Said once.
+  return idle ? `${said}. A worker step works on what a replica's inputs brought in; they bring more (source messages, the shard read back) only while the run plays (Play, or s)` : said;
 }
 
 /** A Step replicas press's text (and the status line's, an event's detail) in a learner's words. */
