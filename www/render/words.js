@@ -73,7 +73,7 @@ function steppedWords(list) {
     const stash = moved.find((x) => x.startsWith("stash "));
     const discarded = Number(/^(\d+) discarded$/.exec(moved.find((x) => x.endsWith(" discarded")) ?? "")?.[1] ?? 0);
     const did = [
-      read ? `read ${plural(read, "source message")} into its stash` : "",
+      read ? `read ${plural(read, "source message")} into its stash (its input upper may show it only a worker step later)` : "",
       fed ? `folded ${plural(fed, "update")} read back from the shard into its state (its persist upper shows it a worker step later)` : "",
       out ? `emitted ${plural(out, "update")}` : "",
       uppers.length ? `moved its ${uppers.join(", ").replaceAll("→", " → ")}${read || fed || out ? "" : " (progress only, no update)"}` : "",
