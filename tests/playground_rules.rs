@@ -234,6 +234,8 @@ fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
          old instance reached {}",
         before.write_ts
     );
+    // The panel is told, so it promises nothing a restart of this instance does not keep.
+    assert!(before.unbounded && after.unbounded, "{before:?} {after:?}");
     let oracle_rules = ["oracle-regress", "oracle-duplicate", "oracle-bound"];
     assert_flags(&snap, "oracle-regress", &oracle_rules);
     assert_flags(&snap, "oracle-bound", &oracle_rules);
@@ -242,6 +244,10 @@ fn without_the_durable_bound_a_restarted_oracle_hands_out_timestamps_again() {
     assert!(
         before.write_ts < before.durable_upper,
         "with the rule every timestamp is below the durable upper: {before:?}"
+    );
+    assert!(
+        !before.unbounded && !after.unbounded,
+        "{before:?} {after:?}"
     );
     let first = after
         .first_ts

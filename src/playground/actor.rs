@@ -251,6 +251,9 @@ pub struct OracleView {
     /// The durable upper an earlier instance had stored, which this one resumed above (none
     /// on a new timeline).
     pub resumed_from: Option<u64>,
+    /// It runs without the durable bound (the variant): it hands out timestamps past its durable
+    /// upper, so its instances' timestamps need not be below the upper a restart resumes above.
+    pub unbounded: bool,
 }
 
 /// What an actor of each kind shows beyond its state.

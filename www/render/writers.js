@@ -247,9 +247,9 @@ export function renderOracle(el, snap, t0) {
         ? ""
         : `<span class="state s-${a.state}">${esc(a.state)}</span> <span class="err small">${esc(a.error ?? "")}</span>`;
       const windows = o ? windowsSvg(o) : "";
-      // An instance added with the durable-bound rule off (and its restarts) hands out timestamps
-      // past its durable upper: resuming above that upper promises nothing then.
-      const unbound = a.variant === "oracle-durable-bound";
+      // An instance without the durable bound (and its restarts) hands out timestamps past its
+      // durable upper: resuming above that upper promises nothing then.
+      const unbound = Boolean(o?.unbounded);
       return `<tr data-actor="${esc(a.id)}"><td>${chip(a.id, actorColour(a.colour))}</td><td class="mono num">${o?.epoch ?? ""}</td>` +
         `<td class="mono num" data-col="first-ts" title="the first write timestamp this instance handed out${unbound ? " (without the durable-bound rule, a restart's may be below one handed out before)" : " (after a restart: above every earlier one)"}">${o?.firstTs != null ? esc(fmtMs(o.firstTs, t0)) : "–"}</td>` +
         `<td class="mono num">${o ? esc(fmtMs(o.readTs, t0)) : ""}</td><td class="mono num">${o ? esc(fmtMs(o.writeTs, t0)) : ""}</td>` +

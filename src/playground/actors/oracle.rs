@@ -40,6 +40,7 @@ fn sync_oracle(
         o.persist_interval_ms = s.persist_interval_ms;
         o.fenced_by = s.fenced_by;
         o.handed_out = s.stats.write_timestamps;
+        o.unbounded = unbounded.is_some();
         // Without the durable bound the timestamps are the variant's, served from memory.
         if let Some((memory, handed_out)) = unbounded {
             let t = memory.state();
