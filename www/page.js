@@ -55,19 +55,30 @@ const CHANGE_EVENTS = ["click", "input", "change", "submit", "keydown", "toggle"
 const layoutKey = (db) => `persist-playground:layout:${db}`;
 
 /**
- * A press held on a control (a button, a link, a checkbox): until it is released, a running page
- * draws no panel. A redraw can move the control (the Shard panel alone varies by ~70 px while a run
+ * A press held on a control (a button, a link, a checkbox): until it ends, a running page draws
+ * no panel. A redraw can move the control (the Shard panel alone varies by ~70 px while a run
  * plays), and a press released over another place is no click: a Crash pressed on a running page
- * was lost so. At most PRESS_FREEZE_MS, in case the release never reaches the page.
+ * was lost so. The press ends with its release, its cancel (a touch turned scroll, a drag, a
+ * context menu), the pointer leaving the control (a release there would be no click anyway) or the
+ * page losing focus. Nothing else ends it: a slow machine may take its time between a press and
+ * its release. PRESS_FREEZE_MS is only a valve, in case none of those events ever reaches the page.
  */
-const PRESS_FREEZE_MS = 1000;
+const PRESS_FREEZE_MS = 10_000;
 const PRESSABLE = "button, a, summary, label, input[type=checkbox], input[type=radio], input[type=submit], [data-action]";
-let pressedAt = -Infinity;
+let pressed = null; // { control, at }
 addEventListener("pointerdown", (e) => {
-  if (e.isPrimary && e.button === 0 && e.target instanceof Element && e.target.closest(PRESSABLE)) pressedAt = performance.now();
+  const control = e.isPrimary && e.button === 0 && e.target instanceof Element ? e.target.closest(PRESSABLE) : null;
+  pressed = control ? { control, at: performance.now() } : null;
 }, { capture: true, passive: true });
-for (const type of ["pointerup", "pointercancel"]) addEventListener(type, () => { pressedAt = -Infinity; }, { capture: true, passive: true });
-const pressHeld = () => performance.now() - pressedAt < PRESS_FREEZE_MS;
+const letGo = () => { pressed = null; };
+for (const type of ["pointerup", "pointercancel", "contextmenu", "dragstart"]) addEventListener(type, letGo, { capture: true, passive: true });
+addEventListener("blur", (e) => { if (e.target === window) letGo(); }); // the window's, not a control's
+addEventListener("visibilitychange", letGo);
+addEventListener("pointerout", (e) => {
+  const into = e.relatedTarget instanceof Node ? e.relatedTarget : null;
+  if (pressed && e.isPrimary && !(into && pressed.control.contains(into))) letGo();
+}, { capture: true, passive: true });
+const pressHeld = () => pressed !== null && performance.now() - pressed.at < PRESS_FREEZE_MS;
 
 /** The actors of a snapshot as a restorable layout: specs, grouped by process. */
 function layoutOf(snap) {
@@ -496,7 +507,7 @@ export function makePage(dom, params) {
   }
 
   /** Read-only handles onto the page, for the end-to-end tests and the page benchmark. */
-  const handles = () => ({ view, state, time, pg: () => pg, readyMs: performance.now(), tours: () => tours?.current() ?? null });
+  const handles = () => ({ view, state, time, pg: () => pg, readyMs: performance.now(), tours: () => tours?.current() ?? null, pressHeld });
 
   return { app, report, errorText, load, ready, beginTours, run, handles };
 }

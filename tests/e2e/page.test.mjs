@@ -235,32 +235,50 @@ test("a press held on a button freezes the panels until its release, so a runnin
     window.__panelChanges = 0;
     new MutationObserver((list) => { window.__panelChanges += list.length; })
       .observe(document.getElementById("panels"), { childList: true, subtree: true, characterData: true, attributes: true });
-    addEventListener("pointerdown", (e) => { const b = e.target.closest("[data-action]"); window.__pressedOn = b?.dataset.action === "crash" && b.dataset.process === "P1" ? "crash P1" : e.target.nodeName; }, true);
+    addEventListener("pointerdown", (e) => { const b = e.target.closest("[data-action]"); window.__pressedOn = b ? `${b.dataset.action} ${b.dataset.process}` : e.target.nodeName; }, true);
   });
   // Running, the panels change: the Shard panel and the Writers panel redraw as the writers write.
   await waitFor(page, () => window.__panelChanges > 0, "the running page to redraw a panel");
-  // The press: where the button is now. A redraw may move it between that look and the press
-  // (what this test is about, before the press); then the mouse leaves (a release elsewhere is
-  // no click) and presses again.
-  for (let tries = 0; ; tries++) {
-    assert.ok(tries < 20, "a press landed on the Crash button");
-    const box = await crash.boundingBox();
-    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
-    await page.mouse.down();
-    if ((await page.evaluate(() => window.__pressedOn)) === "crash P1") break;
-    await page.mouse.move(1, 1);
-    await page.mouse.up();
-  }
+  // A press on `button` (its data-action and data-process in `what`): where the button is now. A
+  // redraw may move it between that look and the press (what this test is about, before the
+  // press); then the mouse leaves (a release elsewhere is no click) and presses again.
+  const pressOn = async (button, what) => {
+    for (let tries = 0; ; tries++) {
+      assert.ok(tries < 20, `a press landed on ${what}`);
+      const box = await button.boundingBox();
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+      await page.mouse.down();
+      if ((await page.evaluate(() => window.__pressedOn)) === what) return;
+      await page.mouse.move(1, 1);
+      await page.mouse.up();
+    }
+  };
+  await pressOn(crash, "crash P1");
   const held = await page.evaluate(() => window.__panelChanges);
   const box = await crash.boundingBox();
-  // Held: the run goes on (the clock moves) and no panel changes, for as long as the press lasts.
+  // Held: the run goes on (the clock moves) and no panel changes, for as long as the press lasts
+  // (however long a loaded machine takes: only the release, or the pointer leaving, ends it).
   await waitFor(page, (t) => window.__playground.state.latest().nowMs > t + 300, "the run to go on while the press is held", (await latest(page)).nowMs);
   await frames(page, 5);
+  assert.ok(await page.evaluate(() => window.__playground.pressHeld()), "the press still holds the panels");
   assert.equal(await page.evaluate(() => window.__panelChanges), held, "no panel changed while the press was held");
   assert.deepEqual(await crash.boundingBox(), box, "the button is where it was pressed");
   await page.mouse.up();
   await waitForStatus(page, "ok", /crashed P1 \(W1\) mid-command/);
   await waitFor(page, (n) => window.__panelChanges > n, "the panels to draw again after the release", held);
+  // A press whose pointer leaves its button is no click: the panels draw again at once, while the
+  // button is still held down, and the release far from it restarts nothing.
+  const restart = page.locator('button[data-action="restart"][data-process="P1"]');
+  await restart.scrollIntoViewIfNeeded();
+  await pressOn(restart, "restart P1");
+  const left = await page.evaluate(() => window.__panelChanges);
+  assert.ok(await page.evaluate(() => window.__playground.pressHeld()), "the press on Restart holds the panels");
+  await page.mouse.move(1, 1);
+  assert.equal(await page.evaluate(() => window.__playground.pressHeld()), false, "the pointer left the button: the panels are free, the button still down");
+  await waitFor(page, (n) => window.__panelChanges > n, "the panels to draw again once the pointer left the pressed button", left);
+  await page.mouse.up();
+  await frames(page, 5);
+  assert.match(await page.locator('#processes-view .proc[data-process="P1"]').textContent(), /crashed/, "the release away from Restart restarted nothing");
   noErrors(page);
 });
 
