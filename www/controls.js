@@ -191,11 +191,18 @@ export function wireControls(dom, app) {
     if (b) actorAction(dom, app, b);
   }));
 
+  // Whether the focus last moved by the keyboard (Tab) rather than by a press.
+  let tabbed = false;
+  addEventListener("keydown", (e) => { if (e.key === "Tab") tabbed = true; }, { capture: true, passive: true });
+  addEventListener("pointerdown", () => { tabbed = false; }, { capture: true, passive: true });
   document.addEventListener("keydown", guarded((e) => {
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const tag = e.target?.tagName;
     if (tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA") return;
     const key = e.key;
+    // Space on a button, link or summary reached with Tab presses it, as everywhere else. After a
+    // click the button keeps the focus, and Space is the shortcut (play/pause) again.
+    if (key === " " && tabbed && e.target instanceof Element && e.target.closest("button, a[href], summary, [role=button]")) return;
     const actions = {
       " ": () => app.togglePlay(),
       s: () => app.step(),

@@ -5,6 +5,7 @@
 
 import { renderAll, renderMode, renderRunbar, renderStatus, viewChanged, whenViewChanges } from "./render/index.js";
 import { resetLog, setLogFilter, showNewest } from "./render/log.js";
+import { makeSteady } from "./render/steady.js";
 import { makeState } from "./state.js";
 import { makeTime } from "./time.js";
 import { startTours } from "./tours/controller.js";
@@ -131,8 +132,11 @@ export function makePage(dom, params) {
     dirty = true;
     wake();
   };
+  // While a run plays by itself, no panel shrinks (render/steady.js); the learner's input lets go.
+  const steady = makeSteady();
   const markTouched = () => {
     touched = true;
+    steady.release();
     markDirty();
   };
 
@@ -184,6 +188,7 @@ export function makePage(dom, params) {
   /** After a command or a step: draw at once, so the page never shows the state before it. */
   function redraw() {
     refreshDigest();
+    steady.release();
     renderAll(dom, time ? time.shown(state) : state, view, true);
     time?.render();
   }
@@ -371,6 +376,7 @@ export function makePage(dom, params) {
       return;
     }
     if (!view.busy && pg) {
+      steady.hold(view.playing && !still && !tours?.current());
       // A paused seed run that nothing touched since the last draw (and no replay under way): the
       // loop sleeps until markDirty or a change of the view (a scroll, a resize) wakes it.
       const paused = pg.mode === "seed" && !view.playing;
@@ -401,6 +407,9 @@ export function makePage(dom, params) {
         if (force || !pressHeld()) {
           renderAll(dom, time.shown(state), view, force);
           time.render();
+        } else {
+          // Held: the panels wait, the header's clock goes on (the run does).
+          renderRunbar(dom, time.shown(state).latest(), view);
         }
         dirty = time.busy(); // a replay under way: the frame after it ends (or is cancelled) draws too
         const drawn = performance.now();
@@ -430,7 +439,17 @@ export function makePage(dom, params) {
   function liveFrame(start) {
     const since = start - pulledAt;
     const due = view.playing && since >= LIVE_PULL_MS && (since >= LIVE_REFRESH_MS || news());
-    if ((due || dirty || viewChanged()) && !pressHeld()) {
+    steady.hold(view.playing && !tours?.current());
+    if (due && pressHeld()) {
+      // Held: the panels wait (drawn at the release: the pull marks them dirty), the clock goes on.
+      try {
+        pull();
+        renderRunbar(dom, state.latest(), view);
+      } catch (err) {
+        view.playing = false;
+        report({ kind: "error", text: `stopped following the actors: ${errorText(err)}` });
+      }
+    } else if ((due || dirty || viewChanged()) && !pressHeld()) {
       try {
         if (due) pull();
         const pulled = performance.now();

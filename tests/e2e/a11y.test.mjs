@@ -10,7 +10,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ROOT, launch, noErrors, openPage, waitFor, NAVIGATION_TIMEOUT_MS, serveForTests } from "./helpers.mjs";
+import { ROOT, launch, noErrors, openPage, waitFor, waitForStatus, NAVIGATION_TIMEOUT_MS, serveForTests } from "./helpers.mjs";
 
 const AXE = join(ROOT, "node_modules", "axe-core", "axe.min.js");
 /** Rules checked at every impact, beside every serious or critical one. */
@@ -104,5 +104,30 @@ test("keyboard: a skip link to the panels, the event log focusable, Import in th
   assert.ok(importFocused, "Tab reaches Import");
   await page.keyboard.press("Enter");
   assert.ok(await chooser, "Enter on Import opens the file chooser");
+  noErrors(page);
+});
+
+test("keyboard: Space presses a button reached with Tab; after a click, Space is play/pause again", { timeout: 60_000 }, async (t) => {
+  const page = await openPage(await launch(t), server.url("?seed=1&autoplay=0"));
+  const readers = async () => (await page.evaluate(() => window.__playground.state.latest().actors.filter((a) => a.id.startsWith("R")).length));
+  const before = await readers();
+  // Tab to + Reader, then Space: a reader is added and the run stays paused.
+  await page.evaluate(() => document.querySelector(".skip-link").focus());
+  let focused = false;
+  for (let i = 0; i < 80 && !focused; i++) {
+    await page.keyboard.press("Tab");
+    focused = await page.evaluate(() => document.activeElement?.dataset.testid === "add-reader" || document.activeElement?.id === "add-reader");
+  }
+  assert.ok(focused, "Tab reaches + Reader");
+  await page.keyboard.press(" ");
+  await waitForStatus(page, "ok", /added R\d+/);
+  assert.equal(await readers(), before + 1, "Space on the tabbed-to button added a reader");
+  assert.equal(await page.evaluate(() => window.__playground.view.playing), false, "and did not play");
+  // A click leaves the focus on the button it pressed; Space then plays, as the shortcut says.
+  await page.locator("#step").click();
+  await waitForStatus(page, "ok", /stepped/);
+  assert.equal(await page.evaluate(() => document.activeElement?.id), "step", "the focus is on Step");
+  await page.keyboard.press(" ");
+  await waitForStatus(page, "ok", /^playing$/);
   noErrors(page);
 });

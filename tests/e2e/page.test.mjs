@@ -256,6 +256,7 @@ test("a press held on a button freezes the panels until its release, so a runnin
   await pressOn(crash, "crash P1");
   const held = await page.evaluate(() => window.__panelChanges);
   const box = await crash.boundingBox();
+  const clockAtPress = await page.locator("#clock").textContent();
   // Held: the run goes on (the clock moves) and no panel changes, for as long as the press lasts
   // (however long a loaded machine takes: only the release, or the pointer leaving, ends it).
   await waitFor(page, (t) => window.__playground.state.latest().nowMs > t + 300, "the run to go on while the press is held", (await latest(page)).nowMs);
@@ -263,6 +264,7 @@ test("a press held on a button freezes the panels until its release, so a runnin
   assert.ok(await page.evaluate(() => window.__playground.pressHeld()), "the press still holds the panels");
   assert.equal(await page.evaluate(() => window.__panelChanges), held, "no panel changed while the press was held");
   assert.deepEqual(await crash.boundingBox(), box, "the button is where it was pressed");
+  assert.notEqual(await page.locator("#clock").textContent(), clockAtPress, "the header's clock goes on while the panels wait");
   await page.mouse.up();
   await waitForStatus(page, "ok", /crashed P1 \(W1\) mid-command/);
   await waitFor(page, (n) => window.__panelChanges > n, "the panels to draw again after the release", held);
@@ -279,6 +281,40 @@ test("a press held on a button freezes the panels until its release, so a runnin
   await page.mouse.up();
   await frames(page, 5);
   assert.match(await page.locator('#processes-view .proc[data-process="P1"]').textContent(), /crashed/, "the release away from Restart restarted nothing");
+  noErrors(page);
+});
+
+test("a page playing by itself moves no panel up (none shrinks), so a button pointed at stays put; the learner's input lets go", { timeout: 60_000 }, async (t) => {
+  const page = await openPage(await launch(t), server.url("?seed=5"), { width: 1280, height: 800 });
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 1000, "a moment of running");
+  // Every frame for 240 frames: each panel's top on the page, and the Crash button's. Playing
+  // by itself, the run redraws the panels and their contents' heights wander (the Shard panel's
+  // Compaction & GC list gains and loses a line): what is below a panel may move down as it
+  // grows, never up.
+  const seen = await page.evaluate(async () => {
+    const frame = () => new Promise(requestAnimationFrame);
+    const tops = {};
+    const upMoves = [];
+    let heldAt = 0;
+    for (let i = 0; i < 240; i++) {
+      await frame();
+      const now = { crash: document.querySelector('button[data-action="crash"][data-process="P1"]') };
+      for (const p of document.querySelectorAll(".panel")) now[p.id || p.dataset.testid] = p;
+      for (const [name, el] of Object.entries(now)) {
+        const top = el.getBoundingClientRect().top + window.scrollY;
+        if (top < (tops[name] ?? -Infinity) - 0.5) upMoves.push({ name, frame: i, from: tops[name], to: top });
+        tops[name] = top;
+      }
+      if ([...document.querySelectorAll(".panel")].some((p) => p.style.minHeight)) heldAt += 1;
+    }
+    return { upMoves, heldAt, nowMs: window.__playground.state.latest().nowMs };
+  });
+  assert.deepEqual(seen.upMoves, [], "no panel and no button moved up while the run played by itself");
+  assert.ok(seen.heldAt > 0, `panels were held at their tallest (${seen.heldAt} of 240 frames)`);
+  // A key (Space: pause) is the learner's input: every panel goes back to its content's height.
+  await page.keyboard.press(" ");
+  await frames(page, 3);
+  assert.deepEqual(await page.evaluate(() => [...document.querySelectorAll(".panel")].filter((p) => p.style.minHeight).map((p) => p.id)), [], "paused, no panel keeps a height its content does not fill");
   noErrors(page);
 });
 
