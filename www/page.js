@@ -132,11 +132,10 @@ export function makePage(dom, params) {
     dirty = true;
     wake();
   };
-  // While a run plays by itself, no panel shrinks (render/steady.js); the learner's input lets go.
+  // A panel above the pointer never shrinks (render/steady.js): what the pointer is on stays put.
   const steady = makeSteady();
   const markTouched = () => {
     touched = true;
-    steady.release();
     markDirty();
   };
 
@@ -188,7 +187,8 @@ export function makePage(dom, params) {
   /** After a command or a step: draw at once, so the page never shows the state before it. */
   function redraw() {
     refreshDigest();
-    steady.release();
+    steady.allow(!tours?.current());
+    steady.update();
     renderAll(dom, time ? time.shown(state) : state, view, true);
     time?.render();
   }
@@ -376,7 +376,8 @@ export function makePage(dom, params) {
       return;
     }
     if (!view.busy && pg) {
-      steady.hold(view.playing && !still && !tours?.current());
+      steady.allow(!tours?.current());
+      steady.update();
       // A paused seed run that nothing touched since the last draw (and no replay under way): the
       // loop sleeps until markDirty or a change of the view (a scroll, a resize) wakes it.
       const paused = pg.mode === "seed" && !view.playing;
@@ -439,7 +440,8 @@ export function makePage(dom, params) {
   function liveFrame(start) {
     const since = start - pulledAt;
     const due = view.playing && since >= LIVE_PULL_MS && (since >= LIVE_REFRESH_MS || news());
-    steady.hold(view.playing && !tours?.current());
+    steady.allow(!tours?.current());
+    steady.update();
     if (due && pressHeld()) {
       // Held: the panels wait (drawn at the release: the pull marks them dirty), the clock goes on.
       try {

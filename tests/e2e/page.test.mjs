@@ -284,37 +284,52 @@ test("a press held on a button freezes the panels until its release, so a runnin
   noErrors(page);
 });
 
-test("a page playing by itself moves no panel up (none shrinks), so a button pointed at stays put; the learner's input lets go", { timeout: 60_000 }, async (t) => {
+test("on a playing page a panel above the pointer never shrinks, so the button pointed at never moves up; above them all, none is held", { timeout: 60_000 }, async (t) => {
   const page = await openPage(await launch(t), server.url("?seed=5"), { width: 1280, height: 800 });
   await waitFor(page, () => window.__playground.state.latest().nowMs > 1000, "a moment of running");
-  // Every frame for 240 frames: each panel's top on the page, and the Crash button's. Playing
-  // by itself, the run redraws the panels and their contents' heights wander (the Shard panel's
-  // Compaction & GC list gains and loses a line): what is below a panel may move down as it
-  // grows, never up.
-  const seen = await page.evaluate(async () => {
+  // The pointer rests on P1's Crash button, below the Shard panel.
+  const crash = page.locator('button[data-action="crash"][data-process="P1"]');
+  await crash.scrollIntoViewIfNeeded();
+  const box = await crash.boundingBox();
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  // Every frame for 240 frames: the button's top, and each panel's height and min-height. The run
+  // redraws the panels and their contents' heights wander (the Shard panel's Compaction & GC list
+  // gains and loses a line): a panel above the pointer may grow, never shrink, so the button
+  // under it may move down, never up.
+  const seen = await page.evaluate(async (pointerY) => {
     const frame = () => new Promise(requestAnimationFrame);
-    const tops = {};
-    const upMoves = [];
-    let heldAt = 0;
+    const button = () => document.querySelector('button[data-action="crash"][data-process="P1"]');
+    const out = { upMoves: [], shrinks: [], heldAbove: 0, heldBelow: [] };
+    let top = button().getBoundingClientRect().top;
+    const heights = new Map();
     for (let i = 0; i < 240; i++) {
       await frame();
-      const now = { crash: document.querySelector('button[data-action="crash"][data-process="P1"]') };
-      for (const p of document.querySelectorAll(".panel")) now[p.id || p.dataset.testid] = p;
-      for (const [name, el] of Object.entries(now)) {
-        const top = el.getBoundingClientRect().top + window.scrollY;
-        if (top < (tops[name] ?? -Infinity) - 0.5) upMoves.push({ name, frame: i, from: tops[name], to: top });
-        tops[name] = top;
+      const now = button().getBoundingClientRect().top;
+      if (now < top - 0.5) out.upMoves.push({ frame: i, from: top, to: now });
+      top = now;
+      for (const p of document.querySelectorAll(".panel")) {
+        const r = p.getBoundingClientRect();
+        if (r.bottom > pointerY) {
+          if (p.style.minHeight) out.heldBelow.push(p.id);
+          continue;
+        }
+        if (p.style.minHeight) out.heldAbove += 1;
+        if (r.height < (heights.get(p) ?? 0) - 0.5) out.shrinks.push({ panel: p.id, frame: i, from: heights.get(p), to: r.height });
+        heights.set(p, r.height);
       }
-      if ([...document.querySelectorAll(".panel")].some((p) => p.style.minHeight)) heldAt += 1;
     }
-    return { upMoves, heldAt, nowMs: window.__playground.state.latest().nowMs };
-  });
-  assert.deepEqual(seen.upMoves, [], "no panel and no button moved up while the run played by itself");
-  assert.ok(seen.heldAt > 0, `panels were held at their tallest (${seen.heldAt} of 240 frames)`);
-  // A key (Space: pause) is the learner's input: every panel goes back to its content's height.
-  await page.keyboard.press(" ");
+    return out;
+  }, box.y + box.height / 2);
+  assert.deepEqual(seen.upMoves, [], "the button under the pointer never moved up while the run played");
+  assert.deepEqual(seen.shrinks, [], "no panel above the pointer shrank");
+  assert.ok(seen.heldAbove > 0, "the panels above the pointer were held at their tallest");
+  assert.deepEqual([...new Set(seen.heldBelow)], [], "no panel at or below the pointer was held");
+  // The pointer above every panel (the header, at the top of the page): none is held, each is
+  // its content's height again.
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.mouse.move(640, 5);
   await frames(page, 3);
-  assert.deepEqual(await page.evaluate(() => [...document.querySelectorAll(".panel")].filter((p) => p.style.minHeight).map((p) => p.id)), [], "paused, no panel keeps a height its content does not fill");
+  assert.deepEqual(await page.evaluate(() => [...document.querySelectorAll(".panel")].filter((p) => p.style.minHeight).map((p) => p.id)), [], "with the pointer above them all, no panel is held");
   noErrors(page);
 });
 
