@@ -405,11 +405,12 @@ export function makePage(dom, params) {
         const simmed = performance.now();
         if (!still) pull();
         const pulled = performance.now();
-        if (force || !pressHeld()) {
+        view.pressWait = !force && pressHeld();
+        if (!view.pressWait) {
           renderAll(dom, time.shown(state), view, force);
           time.render();
         } else {
-          // Held: the panels wait, the header's clock goes on (the run does).
+          // Held: the panels wait, the header's clock goes on (the run does) and says so.
           renderRunbar(dom, time.shown(state).latest(), view);
         }
         dirty = time.busy(); // a replay under way: the frame after it ends (or is cancelled) draws too
@@ -446,6 +447,7 @@ export function makePage(dom, params) {
       // Held: the panels wait (drawn at the release: the pull marks them dirty), the clock goes on.
       try {
         pull();
+        view.pressWait = true;
         renderRunbar(dom, state.latest(), view);
       } catch (err) {
         view.playing = false;
@@ -454,6 +456,7 @@ export function makePage(dom, params) {
     } else if ((due || dirty || viewChanged()) && !pressHeld()) {
       try {
         if (due) pull();
+        view.pressWait = false;
         const pulled = performance.now();
         renderAll(dom, state, view, touched, true);
         time.render();

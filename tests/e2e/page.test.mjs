@@ -265,9 +265,11 @@ test("a press held on a button freezes the panels until its release, so a runnin
   assert.equal(await page.evaluate(() => window.__panelChanges), held, "no panel changed while the press was held");
   assert.deepEqual(await crash.boundingBox(), box, "the button is where it was pressed");
   assert.notEqual(await page.locator("#clock").textContent(), clockAtPress, "the header's clock goes on while the panels wait");
+  assert.match(await page.locator("#clock").textContent(), /panels wait for your release/, "and says the panels wait");
   await page.mouse.up();
   await waitForStatus(page, "ok", /crashed P1 \(W1\) mid-command/);
   await waitFor(page, (n) => window.__panelChanges > n, "the panels to draw again after the release", held);
+  await waitFor(page, () => !/panels wait/.test(document.getElementById("clock").textContent), "the clock's note gone after the release");
   // A press whose pointer leaves its button is no click: the panels draw again at once, while the
   // button is still held down, and the release far from it restarts nothing.
   const restart = page.locator('button[data-action="restart"][data-process="P1"]');
@@ -330,6 +332,30 @@ test("on a playing page a panel above the pointer never shrinks, so the button p
   await page.mouse.move(640, 5);
   await frames(page, 3);
   assert.deepEqual(await page.evaluate(() => [...document.querySelectorAll(".panel")].filter((p) => p.style.minHeight).map((p) => p.id)), [], "with the pointer above them all, no panel is held");
+  // The pointer inside the Shard panel for 90 frames, its heights noted, then below it: held at
+  // once at the tallest of them (not at the height of the moment, which its next flip would
+  // exceed, moving the button the pointer has just reached).
+  await page.evaluate(() => window.scrollBy(0, document.getElementById("panel-shard").getBoundingClientRect().bottom - 400));
+  await page.mouse.move(640, 300);
+  await page.evaluate(async () => {
+    window.__shardHeights = [];
+    for (let i = 0; i < 90; i++) {
+      await new Promise(requestAnimationFrame);
+      window.__shardHeights.push([performance.now(), document.getElementById("panel-shard").getBoundingClientRect().height]);
+    }
+  });
+  await page.mouse.move(640, 600);
+  await frames(page, 2);
+  // The heights that count: those of the last 2.5 s (render/steady.js counts 3 s back from the
+  // hold; a loaded machine may take long over the frames, and only these are surely in it).
+  const { heldAt, tallest } = await page.evaluate(() => {
+    const since = performance.now() - 2500;
+    return {
+      heldAt: parseFloat(document.getElementById("panel-shard").style.minHeight),
+      tallest: Math.max(0, ...window.__shardHeights.filter(([t]) => t >= since).map(([, h]) => h)),
+    };
+  });
+  assert.ok(heldAt >= tallest - 0.5, `the Shard panel held at the tallest it was while the pointer was in it: ${heldAt} px, tallest ${tallest} px`);
   noErrors(page);
 });
 
