@@ -490,6 +490,9 @@ export function makePage(dom, params) {
     refreshDigest();
     renderAll(dom, state, view, true);
     renderRunbar(dom, state.latest(), view);
+    // The time bar too (its label says what time travel can do here): the tours load, and the
+    // frame loop starts, only after the page says it is ready (main.js).
+    time.render();
     report({ kind: "ok", text: pg.mode === "live" ? `ready: live mode on IndexedDB database ${params.db}` : view.linkText ?? `ready: seed ${pg.seed}` });
     if (view.linkError) report({ kind: "error", text: `${view.linkError.message}; started seed ${pg.seed} instead` });
   }
