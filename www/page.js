@@ -81,6 +81,26 @@ addEventListener("pointerout", (e) => {
 }, { capture: true, passive: true });
 const pressHeld = () => pressed !== null && performance.now() - pressed.at < PRESS_FREEZE_MS;
 
+/**
+ * The pointer come onto a control (a button, a field): from its arrival, for at most
+ * HOVER_FREEZE_MS (the time to aim and press), a running page draws no panel either. A panel
+ * above can grow and push the control down between the pointer's arrival and the press (a
+ * learner walk lost a Push so: 85 px in a 150 ms pause); render/steady.js stops them shrinking,
+ * not growing. The pointer leaving the control, or the window, ends it; a pointer resting on a
+ * control longer is no longer aiming, and the panels go on. Not while a tour is open: a tour
+ * steps its run by the card's buttons, under the pointer, and its panels must draw meanwhile.
+ */
+const HOVER_FREEZE_MS = 1500;
+const AIMABLE = `${PRESSABLE}, input, select, textarea`;
+let hovered = null; // { control, at }
+addEventListener("pointerover", (e) => {
+  if (e.pointerType === "touch") return; // a touch has no hover: its press is all there is
+  const control = e.target instanceof Element ? e.target.closest(AIMABLE) : null;
+  if (control !== hovered?.control) hovered = control ? { control, at: performance.now() } : null;
+}, { capture: true, passive: true });
+addEventListener("pointerout", (e) => { if (!(e.relatedTarget instanceof Node)) hovered = null; }, { capture: true, passive: true });
+const aimHeld = () => hovered !== null && hovered.control.isConnected && performance.now() - hovered.at < HOVER_FREEZE_MS;
+
 /** The actors of a snapshot as a restorable layout: specs, grouped by process. */
 function layoutOf(snap) {
   return snap.actors.map((a) => ({ spec: a.spec, group: a.process }));
@@ -134,6 +154,8 @@ export function makePage(dom, params) {
   };
   // A panel above the pointer never shrinks (render/steady.js): what the pointer is on stays put.
   const steady = makeSteady();
+  /** Whether the panels wait, and for what: "press" (a press held), "aim" (a pointer come onto a control) or null. */
+  const panelsWait = () => (pressHeld() ? "press" : !tours?.current() && aimHeld() ? "aim" : null);
   const markTouched = () => {
     touched = true;
     markDirty();
@@ -405,7 +427,7 @@ export function makePage(dom, params) {
         const simmed = performance.now();
         if (!still) pull();
         const pulled = performance.now();
-        view.pressWait = !force && pressHeld();
+        view.pressWait = force ? null : panelsWait();
         if (!view.pressWait) {
           renderAll(dom, time.shown(state), view, force);
           time.render();
@@ -443,20 +465,21 @@ export function makePage(dom, params) {
     const due = view.playing && since >= LIVE_PULL_MS && (since >= LIVE_REFRESH_MS || news());
     steady.allow(!tours?.current());
     steady.update();
-    if (due && pressHeld()) {
+    const wait = touched ? null : panelsWait(); // the learner's own input draws at once
+    if (due && wait) {
       // Held: the panels wait (drawn at the release: the pull marks them dirty), the clock goes on.
       try {
         pull();
-        view.pressWait = true;
+        view.pressWait = wait;
         renderRunbar(dom, state.latest(), view);
       } catch (err) {
         view.playing = false;
         report({ kind: "error", text: `stopped following the actors: ${errorText(err)}` });
       }
-    } else if ((due || dirty || viewChanged()) && !pressHeld()) {
+    } else if ((due || dirty || viewChanged()) && !wait) {
       try {
         if (due) pull();
-        view.pressWait = false;
+        view.pressWait = null;
         const pulled = performance.now();
         renderAll(dom, state, view, touched, true);
         time.render();
@@ -472,7 +495,9 @@ export function makePage(dom, params) {
       dirty = false;
       touched = false;
     }
-    sleep(view.playing ? Math.max(0, pulledAt + LIVE_PULL_MS - performance.now()) : null);
+    // Paused with a draw held back for a press or an aim: soon again, to draw it when that ends.
+    const heldBack = wait && (dirty || viewChanged());
+    sleep(view.playing ? Math.max(0, pulledAt + LIVE_PULL_MS - performance.now()) : heldBack ? 100 : null);
   }
 
   /** Loads the playground: time first (a share link replays through it), then the run. */
@@ -534,7 +559,7 @@ export function makePage(dom, params) {
   }
 
   /** Read-only handles onto the page, for the end-to-end tests and the page benchmark. */
-  const handles = () => ({ view, state, time, pg: () => pg, readyMs: performance.now(), tours: () => tours?.current() ?? null, pressHeld });
+  const handles = () => ({ view, state, time, pg: () => pg, readyMs: performance.now(), tours: () => tours?.current() ?? null, pressHeld, aimHeld });
 
   return { app, report, errorText, load, ready, beginTours, run, handles };
 }

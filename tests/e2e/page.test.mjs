@@ -286,6 +286,60 @@ test("a press held on a button freezes the panels until its release, so a runnin
   noErrors(page);
 });
 
+test("a pointer come onto a button holds the panels still while it aims, for a moment at most; the clock says so; leaving the button lets go", { timeout: 60_000 }, async (t) => {
+  const page = await openPage(await launch(t), server.url("?seed=5"), { width: 1280, height: 800 });
+  await waitFor(page, () => window.__playground.state.latest().nowMs > 1000, "a moment of running");
+  const crash = page.locator('button[data-action="crash"][data-process="P2"]');
+  await crash.scrollIntoViewIfNeeded();
+  await page.evaluate(() => {
+    window.__panelChanges = 0;
+    new MutationObserver((list) => { window.__panelChanges += list.length; })
+      .observe(document.getElementById("panels"), { childList: true, subtree: true, characterData: true, attributes: true });
+  });
+  await waitFor(page, () => window.__panelChanges > 0, "the running page to redraw a panel");
+  // Onto the button, and then rest there: each frame, whether the page holds the panels for
+  // the aim, how many panel changes it has seen, and the clock's words.
+  // (A redraw may move the button between the look and the move, and so may the panel above
+  // growing to the tallest it was lately as the pointer comes below it (render/steady.js): then
+  // onto it again where it is now.)
+  const onto = async () => {
+    for (let tries = 0; ; tries++) {
+      assert.ok(tries < 20, "the pointer came onto the Crash button");
+      const box = await crash.boundingBox();
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+      await frames(page, 2);
+      if (await page.evaluate(() => document.querySelector(":hover:is(button)")?.dataset.process === "P2" && window.__playground.aimHeld())) return;
+    }
+  };
+  await onto();
+  const frames_ = await page.evaluate(async () => {
+    const out = [];
+    for (let i = 0; i < 2000; i++) {
+      await new Promise(requestAnimationFrame);
+      const aim = window.__playground.aimHeld();
+      out.push({ aim, changes: window.__panelChanges, clock: document.getElementById("clock").textContent });
+      if (!aim && out.length > 1 && out.filter((f) => !f.aim).length > 30) break;
+    }
+    return out;
+  });
+  const whileHeld = frames_.filter((f, i) => i > 0 && f.aim && frames_[i - 1].aim);
+  assert.ok(whileHeld.length > 0, "for some frames");
+  for (let i = 1; i < frames_.length; i++) {
+    if (frames_[i].aim && frames_[i - 1].aim) assert.equal(frames_[i].changes, frames_[i - 1].changes, `no panel changed while held (frame ${i})`);
+  }
+  assert.ok(whileHeld.some((f) => /panels hold still under your pointer/.test(f.clock)), "the clock says the panels hold still");
+  const after = frames_.filter((f) => !f.aim);
+  assert.ok(after.length > 0, "resting on the button, the pointer no longer holds them after a moment");
+  assert.ok(after.at(-1).changes > after[0].changes, "and the panels go on drawing");
+  // Onto the button again (from off it), then off: the hold ends at once.
+  await page.mouse.move(1, 1);
+  await onto();
+  assert.ok(await page.evaluate(() => window.__playground.aimHeld()), "back on the button, held");
+  await page.mouse.move(1, 1);
+  assert.equal(await page.evaluate(() => window.__playground.aimHeld()), false, "off it, free");
+  noErrors(page);
+});
+
 test("on a playing page a panel above the pointer never shrinks, so the button pointed at never moves up; above them all, none is held", { timeout: 60_000 }, async (t) => {
   const page = await openPage(await launch(t), server.url("?seed=5"), { width: 1280, height: 800 });
   await waitFor(page, () => window.__playground.state.latest().nowMs > 1000, "a moment of running");

@@ -284,8 +284,9 @@ function syncFaultForm(dom, snap) {
 
 export function renderRunbar(dom, snap, view) {
   const clock = snap.mode === "seed" ? `${view.past ? "past: " : ""}t = ${fmtMs(snap.nowMs)} · step ${snap.steps}` : `live · ${fmtMs(snap.nowMs, view.t0)} since the database was created`;
-  // A press held on a control: the panels wait for its release (www/page.js), the clock says so.
-  const wait = view.pressWait ? ` · <span class="muted" data-testid="press-wait">panels wait for your release</span>` : "";
+  // A press held on a control, or a pointer come onto one: the panels wait (www/page.js), the
+  // clock says so.
+  const wait = view.pressWait ? ` · <span class="muted" data-testid="press-wait">${view.pressWait === "press" ? "panels wait for your release" : "panels hold still under your pointer"}</span>` : "";
   setHtml(dom.clock, `${esc(clock)}${wait}${view.digest ? ` · <span title="a digest is a short fingerprint (a hash) of the whole state: the same seed and the same clicks give the same digest, so two runs can be compared by it">state digest <span data-testid="digest">${esc(view.digest)}</span> (the run's fingerprint)</span>` : ""}`);
   // Each set only on a change: a text or an attribute set, even to its value, restyles the page.
   const set = (o, prop, v) => {
