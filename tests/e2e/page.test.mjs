@@ -192,10 +192,22 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   await waitFor(page, () => window.__playground.state.latest().nowMs > 1500, "a moment of running");
   await page.locator('button[data-action="hold"][data-actor="R1"]').click();
   await waitForStatus(page, "ok", /R1 holds its since/);
-  await page.waitForTimeout(500);
+  // Held, the shard's since comes to R1's (the other readers move on) and stays there. Waited
+  // for in the engine (R1 among what holds the since) and on the panel (its since shown): the
+  // panels may wait a moment before they draw it, while the pointer rests on the button it pressed.
+  const pinned = () => window.__playground.state.latest().shards.find((x) => x.name === "data");
+  await waitFor(page, () => {
+    const d = window.__playground.state.latest().shards.find((x) => x.name === "data");
+    if (!d.sinceHeldBy?.some((h) => h.handle.actor === "R1")) return false;
+    const t = document.querySelector('[data-stat="since"] .v').textContent;
+    const shown = Number(t.replace(/[^\d.]/g, "")) * (/ s$/.test(t) ? 1000 : 1);
+    return Math.abs(shown - d.since) < (/ s$/.test(t) ? 100 : 1);
+  }, "the since held at R1's, and shown");
   const held = await stat(page, "since");
+  const heldMs = (await page.evaluate(pinned)).since;
   await waitFor(page, () => window.__playground.state.latest().nowMs > 5000, "time passes");
-  assert.equal(await stat(page, "since"), held, "a held reader pins the shard's since");
+  assert.equal((await page.evaluate(pinned)).since, heldMs, "a held reader pins the shard's since");
+  assert.equal(await stat(page, "since"), held, "and the panel shows it still");
   await page.locator('button[data-action="hold"][data-actor="R1"]').click();
   await waitForStatus(page, "ok", /R1 releases its since/);
   await waitFor(page, (h) => document.querySelector('[data-stat="since"] .v').textContent !== h, "the since moves again", held);
