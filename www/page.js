@@ -209,8 +209,7 @@ export function makePage(dom, params) {
   /** After a command or a step: draw at once, so the page never shows the state before it. */
   function redraw() {
     refreshDigest();
-    steady.allow(!tours?.current());
-    steady.update();
+    steady.update(!tours?.current());
     renderAll(dom, time ? time.shown(state) : state, view, true);
     time?.render();
   }
@@ -398,8 +397,7 @@ export function makePage(dom, params) {
       return;
     }
     if (!view.busy && pg) {
-      steady.allow(!tours?.current());
-      steady.update();
+      steady.update(!tours?.current());
       // A paused seed run that nothing touched since the last draw (and no replay under way): the
       // loop sleeps until markDirty or a change of the view (a scroll, a resize) wakes it.
       const paused = pg.mode === "seed" && !view.playing;
@@ -463,8 +461,7 @@ export function makePage(dom, params) {
   function liveFrame(start) {
     const since = start - pulledAt;
     const due = view.playing && since >= LIVE_PULL_MS && (since >= LIVE_REFRESH_MS || news());
-    steady.allow(!tours?.current());
-    steady.update();
+    steady.update(!tours?.current());
     const wait = touched ? null : panelsWait(); // the learner's own input draws at once
     if (due && wait) {
       // Held: the panels wait (drawn at the release: the pull marks them dirty), the clock goes on.

@@ -235,22 +235,31 @@ test("actor knobs: a writer's rate, a reader holding its since, a write task's r
   noErrors(page);
 });
 
+/**
+ * From now on, counts every change to the panels below the run bar in `window.__panelChanges`;
+ * returns once the running page has redrawn one (the Shard and Writers panels redraw as the
+ * writers write).
+ */
+async function countPanelChanges(page) {
+  await page.evaluate(() => {
+    window.__panelChanges = 0;
+    new MutationObserver((list) => { window.__panelChanges += list.length; })
+      .observe(document.getElementById("panels"), { childList: true, subtree: true, characterData: true, attributes: true });
+  });
+  await waitFor(page, () => window.__panelChanges > 0, "the running page to redraw a panel");
+}
+
 test("a press held on a button freezes the panels until its release, so a running page cannot move the button from under it", { timeout: 60_000 }, async (t) => {
   const ctx = await launch(t);
   const page = await openPage(ctx, server.url("?seed=5"));
   await waitFor(page, () => window.__playground.state.latest().nowMs > 1000, "a moment of running");
   const crash = page.locator('button[data-action="crash"][data-process="P1"]');
   await crash.scrollIntoViewIfNeeded();
-  // Counts every change to the panels below the run bar, from now on, and notes what each press
-  // lands on.
+  // Counts every change to the panels, and notes what each press lands on.
+  await countPanelChanges(page);
   await page.evaluate(() => {
-    window.__panelChanges = 0;
-    new MutationObserver((list) => { window.__panelChanges += list.length; })
-      .observe(document.getElementById("panels"), { childList: true, subtree: true, characterData: true, attributes: true });
     addEventListener("pointerdown", (e) => { const b = e.target.closest("[data-action]"); window.__pressedOn = b ? `${b.dataset.action} ${b.dataset.process}` : e.target.nodeName; }, true);
   });
-  // Running, the panels change: the Shard panel and the Writers panel redraw as the writers write.
-  await waitFor(page, () => window.__panelChanges > 0, "the running page to redraw a panel");
   // A press on `button` (its data-action and data-process in `what`): where the button is now. A
   // redraw may move it between that look and the press (what this test is about, before the
   // press); then the mouse leaves (a release elsewhere is no click) and presses again.
@@ -303,12 +312,7 @@ test("a pointer come onto a button holds the panels still while it aims, for a m
   await waitFor(page, () => window.__playground.state.latest().nowMs > 1000, "a moment of running");
   const crash = page.locator('button[data-action="crash"][data-process="P2"]');
   await crash.scrollIntoViewIfNeeded();
-  await page.evaluate(() => {
-    window.__panelChanges = 0;
-    new MutationObserver((list) => { window.__panelChanges += list.length; })
-      .observe(document.getElementById("panels"), { childList: true, subtree: true, characterData: true, attributes: true });
-  });
-  await waitFor(page, () => window.__panelChanges > 0, "the running page to redraw a panel");
+  await countPanelChanges(page);
   // Onto the button, and then rest there: each frame, whether the page holds the panels for
   // the aim, how many panel changes it has seen, and the clock's words.
   // (A redraw may move the button between the look and the move, and so may the panel above

@@ -95,9 +95,14 @@ export function makeSteady(root = document) {
 
   /**
    * At the start of a frame, before it writes: hold the panels now wholly above the pointer, free
-   * the others. Reads the panels' rectangles only after the pointer moved or the page scrolled.
+   * the others; `allowed` false (a tour open) frees them all. Reads the panels' rectangles only
+   * after the pointer moved, the page scrolled or `allowed` changed.
    */
-  function update() {
+  function update(allowed) {
+    if (allowed !== on) {
+      on = allowed;
+      moved = true;
+    }
     if (!observer || !moved) return;
     moved = false;
     for (const p of root.querySelectorAll(".panel")) {
@@ -113,12 +118,5 @@ export function makeSteady(root = document) {
     }
   }
 
-  /** Whether panels may be held at all (not while a tour is open); a change takes effect at the next update. */
-  function allow(yes) {
-    if (yes === on) return;
-    on = yes;
-    moved = true;
-  }
-
-  return { allow, update, held: () => [...held.keys()].map((p) => p.id) };
+  return { update };
 }
